@@ -1,0 +1,1 @@
+//! engine (skeleton; see docs/DESIGN.md)

@@ -1,0 +1,1 @@
+//! layout (skeleton; see docs/DESIGN.md)

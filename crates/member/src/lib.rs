@@ -1,0 +1,1 @@
+//! member (skeleton; see docs/DESIGN.md)

@@ -1,0 +1,1 @@
+//! metadata (skeleton; see docs/DESIGN.md)

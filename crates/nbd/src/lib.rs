@@ -1,0 +1,1 @@
+//! nbd (skeleton; see docs/DESIGN.md)

@@ -1,0 +1,1 @@
+//! parity (skeleton; see docs/DESIGN.md)

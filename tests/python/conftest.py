@@ -1,0 +1,302 @@
+"""Fixtures for the end-to-end tests: start the NBD server under test, yield its URI, stop it.
+
+The server under test is chosen by the environment:
+
+- ``RAIDKIT_BIN``: path of the raidkit binary (default: ``target/release/raidkit``).
+- ``RAIDKIT_TEST_SERVER``: ``raidkit`` (default), or ``nbdkit`` / ``qemu-nbd`` to run the same
+  tests against a reference server on one flat file (used to validate the harness itself; the
+  level parameter is then ignored and raidkit-only expectations are skipped).
+- ``RAIDKIT_SEED``: seed for every random choice (printed in the header and on each failure).
+- ``RAIDKIT_SOAK=1``: larger sizes and longer runs.
+
+Fixtures:
+
+- ``server``: parameterized over every level (linear, 0, 1, 10, 5, 6) and both transports
+  (Unix socket, TCP on 127.0.0.1 with a free port); yields a running ``Server``.
+- ``make_server``: factory for tests that choose their own level/transport/size subset.
+
+Each ``Server`` keeps its member files in the test's ``tmp_path`` and can be stopped with SIGTERM
+(asserting exit status 0), killed with SIGKILL, and started again from the same member files.
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = int(os.environ.get("RAIDKIT_SEED") or random.SystemRandom().randrange(2**32))
+SOAK = os.environ.get("RAIDKIT_SOAK", "0") not in ("", "0")
+SERVER_KIND = os.environ.get("RAIDKIT_TEST_SERVER", "raidkit")
+RAIDKIT_BIN = os.environ.get("RAIDKIT_BIN", str(REPO / "target" / "release" / "raidkit"))
+
+CHUNK_BYTES = 64 * 1024
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
+START_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 60
+
+# level -> (member count, data members per stripe). Member counts are chosen so that the
+# full-stripe data size is a power of two (NBD requires the preferred block size to be one).
+LEVELS = {
+    "linear": (2, None),
+    "0": (4, 4),
+    "1": (2, 1),
+    "10": (4, 2),
+    "5": (5, 4),
+    "6": (4, 2),
+}
+TRANSPORTS = ("unix", "tcp")
+MATRIX = [(level, transport) for level in LEVELS for transport in TRANSPORTS]
+
+
+def pytest_report_header(config):
+    return [f"raidkit e2e: server={SERVER_KIND} bin={RAIDKIT_BIN} RAIDKIT_SEED={SEED} soak={SOAK}"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections.append(("replay", f"RAIDKIT_SEED={SEED} (export it to replay this run)"))
+
+
+def rng_for(name):
+    """A random generator for one test, derived from the session seed and the test's name."""
+    return random.Random(f"{SEED}:{name}")
+
+
+def free_tcp_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cmd, timeout=300, check=True, **kw):
+    """Run a command, capture its output, and fail with the command and its output on error."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        pytest.fail(
+            f"command failed (exit {proc.returncode}): {' '.join(map(str, cmd))}\n"
+            f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+class Server:
+    """One NBD server process serving one array (or, for reference servers, one flat file)."""
+
+    def __init__(self, workdir, level, transport, member_bytes, kind=SERVER_KIND, read_only=False):
+        assert level in LEVELS, level
+        assert transport in TRANSPORTS, transport
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.level = level
+        self.transport = transport
+        self.member_bytes = member_bytes
+        self.kind = kind
+        self.read_only = read_only
+        self.name = f"e2e-raid{level}" if kind == "raidkit" else ""
+        count, self.data_members = LEVELS[level]
+        self.members = [str(self.workdir / f"member{i}.img") for i in range(count)]
+        self.sock = str(self.workdir / "nbd.sock")
+        self.port = free_tcp_port() if transport == "tcp" else None
+        self.proc = None
+        self.created = False
+        self.stdout_lines = []
+        self.serving = threading.Event()
+        self.starts = 0
+
+    @property
+    def is_raidkit(self):
+        return self.kind == "raidkit"
+
+    @property
+    def uri(self):
+        if self.transport == "unix":
+            return f"nbd+unix:///{self.name}?socket={self.sock}"
+        return f"nbd://127.0.0.1:{self.port}/{self.name}"
+
+    def default_uri(self):
+        """The URI with the empty (default) export name."""
+        if self.transport == "unix":
+            return f"nbd+unix:///?socket={self.sock}"
+        return f"nbd://127.0.0.1:{self.port}/"
+
+    def listen_args(self):
+        if self.transport == "unix":
+            return ["--unix", self.sock]
+        return ["--listen", f"127.0.0.1:{self.port}"]
+
+    def command(self):
+        if self.kind == "raidkit":
+            cmd = [RAIDKIT_BIN, "serve", *self.listen_args()]
+            if self.read_only:
+                cmd.append("--read-only")
+            if not self.created:
+                cmd += ["--create", "--level", self.level, "--chunk", str(CHUNK_BYTES),
+                        "--size", str(self.member_bytes), "--name", self.name]
+            return cmd + self.members
+        image = self.members[0]
+        if not self.created:
+            total = self.member_bytes * (self.data_members or len(self.members))
+            with open(image, "wb") as f:
+                f.truncate(total)
+        if self.kind == "nbdkit":
+            net = ["--unix", self.sock] if self.transport == "unix" else \
+                ["--ipaddr", "127.0.0.1", "--port", str(self.port)]
+            ro = ["--readonly"] if self.read_only else []
+            return ["nbdkit", "--foreground", *ro, *net, "file", image]
+        if self.kind == "qemu-nbd":
+            net = ["--socket", self.sock] if self.transport == "unix" else \
+                ["--bind", "127.0.0.1", "--port", str(self.port)]
+            ro = ["--read-only"] if self.read_only else []
+            return ["qemu-nbd", "--persistent", "--shared=16", "--format=raw", "--cache=none",
+                    "--discard=unmap", *ro, *net, image]
+        raise AssertionError(f"unknown RAIDKIT_TEST_SERVER {self.kind!r}")
+
+    def _pump_stdout(self, proc):
+        for line in proc.stdout:
+            self.stdout_lines.append(line)
+            if "raidkit: serving" in line:
+                self.serving.set()
+
+    def _reachable(self):
+        try:
+            if self.transport == "unix":
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(1)
+                    s.connect(self.sock)
+            else:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def start(self):
+        assert self.proc is None, "server already running"
+        if self.transport == "unix" and os.path.exists(self.sock) and self.kind != "raidkit":
+            os.unlink(self.sock)
+        self.serving.clear()
+        self.starts += 1
+        log = open(self.workdir / f"server-{self.starts}.stderr", "w")
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log,
+                                     stdin=subprocess.DEVNULL, text=True, cwd=self.workdir)
+        log.close()
+        threading.Thread(target=self._pump_stdout, args=(self.proc,), daemon=True).start()
+        self._wait_ready()
+        self.created = True
+        return self
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self._fail(f"server exited with status {self.proc.returncode} while starting")
+            ready = self.serving.is_set() if self.kind == "raidkit" else True
+            if ready and self._reachable():
+                return
+            time.sleep(0.05)
+        self._fail(f"server not serving after {START_TIMEOUT_S} s")
+
+    def logs(self):
+        text = "".join(self.stdout_lines)[-3000:]
+        for p in sorted(self.workdir.glob("server-*.stderr")):
+            text += f"\n--- {p.name}\n" + p.read_text()[-3000:]
+        return text
+
+    def _fail(self, why):
+        cmd = " ".join(self.command())
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        pytest.fail(f"{why}: {cmd}\n--- stdout{self.logs()}")
+
+    def stop(self):
+        """SIGTERM; the server must finish, flush, and exit 0."""
+        assert self.proc is not None, "server not running"
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._fail(f"server did not exit within {STOP_TIMEOUT_S} s of SIGTERM")
+        self.proc = None
+        if rc != 0:
+            pytest.fail(f"server exited with status {rc} after SIGTERM (expected 0)\n{self.logs()}")
+
+    def kill9(self):
+        assert self.proc is not None, "server not running"
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def info(self):
+        """The export's nbdinfo --json record."""
+        out = run(["nbdinfo", "--json", self.uri], timeout=60).stdout
+        exports = json.loads(out)["exports"]
+        assert len(exports) == 1, out
+        return exports[0]
+
+    def size(self):
+        return int(self.info()["export-size"])
+
+    def cleanup(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+def member_bytes_default():
+    return (256 if SOAK else 64) * 1024 * 1024
+
+
+@pytest.fixture
+def make_server(tmp_path):
+    """Factory: make_server(level, transport, member_bytes=..., read_only=False) -> started Server.
+
+    Every server still running at the end of the test is stopped with SIGTERM and must exit 0.
+    """
+    servers = []
+
+    def factory(level, transport, member_bytes=None, read_only=False, start=True, sub=None):
+        workdir = tmp_path / (sub or f"srv{len(servers)}")
+        srv = Server(workdir, level, transport, member_bytes or member_bytes_default(),
+                     read_only=read_only)
+        servers.append(srv)
+        return srv.start() if start else srv
+
+    yield factory
+    try:
+        for srv in servers:
+            if srv.proc is not None:
+                srv.stop()
+    finally:
+        for srv in servers:
+            srv.cleanup()
+
+
+@pytest.fixture(params=MATRIX, ids=[f"raid{lv}-{tr}" for lv, tr in MATRIX])
+def server(request, make_server):
+    """A running server for every level x transport; stopped with SIGTERM (exit 0) afterwards."""
+    level, transport = request.param
+    return make_server(level, transport)
+
+
+def require_tools(*tools):
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"missing tools: {', '.join(missing)}")

@@ -2,6 +2,9 @@
 
 use super::Rng;
 
+/// The signature of `pq_update`.
+pub type PqUpdateFn = fn(&[u8], usize, &mut [u8], Option<&mut [u8]>);
+
 /// One implementation's entry points.
 #[derive(Clone, Copy)]
 pub struct Impl {
@@ -9,7 +12,7 @@ pub struct Impl {
     pub xor_into: fn(&mut [u8], &[u8]),
     pub xor_gen: fn(&[&[u8]], &mut [u8]),
     pub pq_gen: fn(&[&[u8]], &mut [u8], &mut [u8]),
-    pub pq_update: fn(&[u8], usize, &mut [u8], Option<&mut [u8]>),
+    pub pq_update: PqUpdateFn,
     pub reconstruct: fn(&mut [&mut [u8]], bool, &[usize]),
 }
 

@@ -1,1 +1,95 @@
-//! member (skeleton; see docs/DESIGN.md)
+//! Member devices: the storage an array is built from.
+//!
+//! The main types:
+//! - [`Member`]: the one trait every backend implements (`read_at`, `write_at`, `flush`, `trim`,
+//!   `write_zeroes`, `len`). All methods take `&self` and are safe to call from many threads.
+//! - [`MemMember`]: a sparse RAM member (`mem:SIZE`), gone when the process exits.
+//! - [`FileMember`]: a regular file or a block device, with positional I/O.
+//! - [`Window`]: a `[offset, offset + len)` view of another member (e.g. a data area past the
+//!   superblock).
+//! - [`open`] turns what the user typed (`mem:1G`, a path) into an `Arc<dyn Member>`;
+//!   [`parse_size`] is the size parser (`K`, `M`, `G`, `T` suffixes, powers of 1024) shared with
+//!   the command line.
+//!
+//! Contract: `read_at`/`write_at` transfer the whole buffer or fail; an access past the end is an
+//! error naming the member, never a panic; `flush` makes earlier writes durable; after `trim` or
+//! `write_zeroes` the range reads as zeroes (RAID 5/6 parity relies on it: zero data has zero
+//! parity). Later backends (a remote NBD member, a simulated member that separates written from
+//! durable data) fit the same trait: every method may fail with an `io::Error`, and durability is
+//! only promised by `flush`.
+//!
+//! ```
+//! use member::{open, Member, OpenOptions};
+//! let m = open("mem:1M", &OpenOptions::default()).unwrap();
+//! m.write_at(b"hello", 4093).unwrap();
+//! let mut buf = [0u8; 7];
+//! m.read_at(&mut buf, 4092).unwrap();
+//! assert_eq!(&buf, b"\0hello\0");
+//! ```
+
+mod error;
+mod file;
+mod mem;
+mod size;
+mod sys;
+mod window;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use error::{check_range, MemberError};
+pub use file::FileMember;
+pub use mem::MemMember;
+pub use size::{parse_size, SizeError};
+pub use window::Window;
+
+/// A device an array is built from. See the crate docs for the contract.
+pub trait Member: Send + Sync + std::fmt::Debug {
+    /// What the user typed: a path, `mem:1G`, a URI.
+    fn name(&self) -> &str;
+    /// Size in bytes; fixed for the member's lifetime.
+    fn len(&self) -> u64;
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()>;
+    /// Returns when every earlier completed write is durable.
+    fn flush(&self) -> std::io::Result<()>;
+    /// Releases `[offset, offset + len)`; afterwards the range reads as zeroes.
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()>;
+    /// Makes `[offset, offset + len)` read as zeroes.
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()>;
+    /// True when the member has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How [`open`] opens a member.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Create a missing file, sparse, with this many bytes. `None`: a missing file is an error.
+    pub create_size: Option<u64>,
+    /// Open read-only; writes, trims and flushes-after-writes fail.
+    pub read_only: bool,
+}
+
+/// The prefix of a RAM member spec: `mem:SIZE`.
+pub const MEM_PREFIX: &str = "mem:";
+
+/// Opens the member the user named: `mem:SIZE` (a new sparse RAM member) or a path to a regular
+/// file or block device.
+pub fn open(spec: &str, opts: &OpenOptions) -> Result<Arc<dyn Member>, MemberError> {
+    if let Some(size_text) = spec.strip_prefix(MEM_PREFIX) {
+        let size = parse_size(size_text).map_err(|source| MemberError::BadSpec {
+            spec: spec.to_string(),
+            source,
+        })?;
+        return Ok(Arc::new(MemMember::new(spec, size)?));
+    }
+    if spec.is_empty() {
+        return Err(MemberError::EmptySpec);
+    }
+    let member = FileMember::open(Path::new(spec), spec, opts)?;
+    Ok(Arc::new(member))
+}

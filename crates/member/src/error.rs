@@ -1,0 +1,85 @@
+//! Member errors.
+
+use std::fmt;
+use std::io;
+
+use crate::size::SizeError;
+
+/// Why a member could not be opened or created.
+#[derive(Debug)]
+pub enum MemberError {
+    /// The spec was empty.
+    EmptySpec,
+    /// `mem:SIZE` with a size that does not parse.
+    BadSpec { spec: String, source: SizeError },
+    /// A member of zero bytes.
+    Empty { name: String },
+    /// The path is neither a regular file nor a block device.
+    NotFileOrDevice { name: String, kind: String },
+    /// The file does not exist and no size to create it with was given.
+    Missing { name: String },
+    /// An I/O error while opening, creating or sizing the member.
+    Io {
+        name: String,
+        action: &'static str,
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for MemberError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemberError::EmptySpec => write!(f, "empty member name"),
+            MemberError::BadSpec { spec, source } => {
+                write!(f, "member {spec}: bad RAM member size: {source}")
+            }
+            MemberError::Empty { name } => write!(f, "member {name}: has a size of zero bytes"),
+            MemberError::NotFileOrDevice { name, kind } => write!(
+                f,
+                "member {name}: is a {kind}, not a regular file or block device"
+            ),
+            MemberError::Missing { name } => write!(
+                f,
+                "member {name}: does not exist (give a size to create it)"
+            ),
+            MemberError::Io {
+                name,
+                action,
+                source,
+            } => write!(f, "member {name}: cannot {action}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for MemberError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            MemberError::BadSpec { source, .. } => Some(source),
+            MemberError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Checks that `[offset, offset + len)` lies inside a member of `size` bytes; the error names the
+/// member and the operation. Backends call this before any I/O.
+pub fn check_range(name: &str, op: &str, offset: u64, len: u64, size: u64) -> io::Result<()> {
+    let end = offset.checked_add(len);
+    match end {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "member {name}: {op} of {len} bytes at offset {offset} goes past the end ({size} bytes)"
+            ),
+        )),
+    }
+}
+
+/// Wraps an OS error so its message names the member and the operation.
+pub(crate) fn annotate(name: &str, op: &str, offset: u64, len: u64, e: io::Error) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!("member {name}: {op} of {len} bytes at offset {offset}: {e}"),
+    )
+}

@@ -1,0 +1,247 @@
+//! `FileMember`: a regular file or a block device, with positional I/O.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::path::Path;
+
+use crate::error::{annotate, check_range, MemberError};
+use crate::sys::{self, Fallocate};
+use crate::{Member, OpenOptions};
+
+/// Largest buffer used when zeroes have to be written out.
+const ZERO_BUFFER_BYTES: u64 = 1 << 20;
+/// Block devices take fallocate/BLKZEROOUT ranges on this alignment; the unaligned edges are
+/// written as zeroes.
+const DEVICE_ALIGN_BYTES: u64 = 4096;
+
+/// What kind of file backs a [`FileMember`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Regular,
+    BlockDevice,
+}
+
+/// A member backed by a regular file or a block device.
+#[derive(Debug)]
+pub struct FileMember {
+    file: File,
+    name: String,
+    size_bytes: u64,
+    kind: FileKind,
+    read_only: bool,
+}
+
+fn io_err<'a>(name: &'a str, action: &'static str) -> impl FnOnce(io::Error) -> MemberError + 'a {
+    move |source| MemberError::Io {
+        name: name.to_string(),
+        action,
+        source,
+    }
+}
+
+impl FileMember {
+    /// Opens `path` (called `name` in messages); creates it sparse if missing and
+    /// `opts.create_size` is given.
+    pub fn open(path: &Path, name: &str, opts: &OpenOptions) -> Result<FileMember, MemberError> {
+        let exists = path.try_exists().map_err(io_err(name, "look up"))?;
+        if !exists {
+            create_sparse(path, name, opts)?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .open(path)
+            .map_err(io_err(name, "open"))?;
+        let file_type = file.metadata().map_err(io_err(name, "stat"))?.file_type();
+        let (kind, size_bytes) = if file_type.is_file() {
+            let len = file.metadata().map_err(io_err(name, "stat"))?.len();
+            (FileKind::Regular, len)
+        } else if file_type.is_block_device() {
+            let len = sys::block_device_size(&file).map_err(io_err(name, "read the size of"))?;
+            (FileKind::BlockDevice, len)
+        } else {
+            let kind = describe(&file_type).to_string();
+            return Err(MemberError::NotFileOrDevice {
+                name: name.to_string(),
+                kind,
+            });
+        };
+        if size_bytes == 0 {
+            return Err(MemberError::Empty {
+                name: name.to_string(),
+            });
+        }
+        Ok(FileMember {
+            file,
+            name: name.to_string(),
+            size_bytes,
+            kind,
+            read_only: opts.read_only,
+        })
+    }
+
+    /// Regular file or block device.
+    pub fn kind(&self) -> FileKind {
+        self.kind
+    }
+
+    fn check_writable(&self, op: &str) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("member {}: {op} refused: opened read-only", self.name),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Zeroes the range by writing zero buffers (the fallback that always works).
+    fn write_zero_bytes(&self, offset: u64, len: u64) -> io::Result<()> {
+        let zeroes = vec![0u8; len.min(ZERO_BUFFER_BYTES) as usize];
+        let mut done = 0u64;
+        while done < len {
+            let piece = (len - done).min(ZERO_BUFFER_BYTES);
+            self.file
+                .write_all_at(&zeroes[..piece as usize], offset + done)?;
+            done += piece;
+        }
+        Ok(())
+    }
+
+    /// Zeroes `[offset, offset + len)` trying each way in `modes` in turn, then BLKZEROOUT on
+    /// block devices, then written zeroes. Every way leaves zeroes behind.
+    fn zero(&self, offset: u64, len: u64, modes: &[Fallocate]) -> io::Result<()> {
+        let (start, end) = match self.kind {
+            FileKind::Regular => (offset, offset + len),
+            FileKind::BlockDevice => aligned_inner(offset, len),
+        };
+        if start >= end {
+            return self.write_zero_bytes(offset, len);
+        }
+        self.write_zero_bytes(offset, start - offset)?;
+        self.write_zero_bytes(end, offset + len - end)?;
+        for &mode in modes {
+            match sys::fallocate(&self.file, mode, start, end - start) {
+                Ok(()) => return Ok(()),
+                Err(e) if sys::is_unsupported(&e) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        if self.kind == FileKind::BlockDevice {
+            match sys::block_zero_out(&self.file, start, end - start) {
+                Ok(()) => return Ok(()),
+                Err(e) if sys::is_unsupported(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.write_zero_bytes(start, end - start)
+    }
+}
+
+/// The largest device-aligned sub-range `[start, end)` of `[offset, offset + len)`.
+fn aligned_inner(offset: u64, len: u64) -> (u64, u64) {
+    let start = offset.div_ceil(DEVICE_ALIGN_BYTES) * DEVICE_ALIGN_BYTES;
+    let end = (offset + len) / DEVICE_ALIGN_BYTES * DEVICE_ALIGN_BYTES;
+    (start, end.max(start))
+}
+
+fn create_sparse(path: &Path, name: &str, opts: &OpenOptions) -> Result<(), MemberError> {
+    let size = match opts.create_size {
+        Some(size) if !opts.read_only => size,
+        _ => {
+            return Err(MemberError::Missing {
+                name: name.to_string(),
+            })
+        }
+    };
+    if size == 0 {
+        return Err(MemberError::Empty {
+            name: name.to_string(),
+        });
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io_err(name, "create"))?;
+    file.set_len(size).map_err(io_err(name, "set the size of"))
+}
+
+fn describe(file_type: &std::fs::FileType) -> &'static str {
+    if file_type.is_dir() {
+        "directory"
+    } else if file_type.is_char_device() {
+        "character device"
+    } else if file_type.is_fifo() {
+        "fifo"
+    } else if file_type.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+impl Member for FileMember {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let len = buf.len() as u64;
+        check_range(&self.name, "read", offset, len, self.size_bytes)?;
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| annotate(&self.name, "read", offset, len, e))
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let len = buf.len() as u64;
+        check_range(&self.name, "write", offset, len, self.size_bytes)?;
+        self.check_writable("write")?;
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(|e| annotate(&self.name, "write", offset, len, e))
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| annotate(&self.name, "flush", 0, self.size_bytes, e))
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range(&self.name, "trim", offset, len, self.size_bytes)?;
+        self.check_writable("trim")?;
+        self.zero(offset, len, &[Fallocate::PunchHole])
+            .map_err(|e| annotate(&self.name, "trim", offset, len, e))
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range(&self.name, "write-zeroes", offset, len, self.size_bytes)?;
+        self.check_writable("write-zeroes")?;
+        let modes = [Fallocate::ZeroRange, Fallocate::PunchHole];
+        self.zero(offset, len, &modes)
+            .map_err(|e| annotate(&self.name, "write-zeroes", offset, len, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::aligned_inner;
+
+    #[test]
+    fn aligned_inner_range() {
+        assert_eq!(aligned_inner(0, 8192), (0, 8192));
+        assert_eq!(aligned_inner(1, 8192), (4096, 8192));
+        assert_eq!(aligned_inner(1, 100), (4096, 4096));
+        assert_eq!(aligned_inner(4095, 4098), (4096, 8192));
+    }
+}

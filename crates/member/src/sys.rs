@@ -1,0 +1,81 @@
+//! The only `unsafe` of this crate: Linux ioctls and fallocate on a raw file descriptor.
+//!
+//! Each call passes a valid, open descriptor borrowed from a `File` that outlives the call, and
+//! pointers to locals of exactly the size the kernel reads or writes, so each block is sound.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+
+// Block-device ioctl numbers from <linux/fs.h>, in the generic _IOC encoding used by x86, x86_64,
+// arm, aarch64 and riscv (dir << 30 | size << 16 | type << 8 | nr). The `libc` crate does not
+// define them.
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64"
+)))]
+compile_error!("block-device ioctl numbers are only defined for the generic _IOC encoding");
+
+/// `_IOR(0x12, 114, size_t)`: size of a block device in bytes.
+const BLKGETSIZE64: u64 =
+    (2 << 30) | ((std::mem::size_of::<usize>() as u64) << 16) | (0x12 << 8) | 114;
+/// `_IO(0x12, 127)`: zero a byte range `[start, start + len)` of a block device.
+const BLKZEROOUT: u64 = (0x12 << 8) | 127;
+
+/// Size in bytes of the block device open as `file`.
+pub fn block_device_size(file: &File) -> io::Result<u64> {
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer, which points to a live local u64.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut size as *mut u64) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(size)
+}
+
+/// Zeroes `[offset, offset + len)` of a block device with BLKZEROOUT (both 512-byte aligned).
+pub fn block_zero_out(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let range: [u64; 2] = [offset, len];
+    // SAFETY: BLKZEROOUT reads two u64s from the pointer, which points to a live local array.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKZEROOUT as _, range.as_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The fallocate modes raidkit uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallocate {
+    /// Deallocate the range; it reads as zeroes; the size is unchanged.
+    PunchHole,
+    /// Make the range read as zeroes (may keep it allocated); the size is unchanged.
+    ZeroRange,
+}
+
+/// fallocate(2) with `mode` on `[offset, offset + len)`.
+pub fn fallocate(file: &File, mode: Fallocate, offset: u64, len: u64) -> io::Result<()> {
+    let flags = match mode {
+        Fallocate::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        Fallocate::ZeroRange => libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+    };
+    let offset = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let len = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: fallocate takes only integers and a descriptor that `file` keeps open.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), flags, offset, len) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// True for errors meaning "this way of zeroing is not supported here": try the next way.
+pub fn is_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL) | Some(libc::ENOTTY)
+    )
+}

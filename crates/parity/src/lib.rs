@@ -7,6 +7,8 @@
 //!
 //! - [`xor_into`], [`xor_gen`], [`pq_gen`], [`pq_update`], [`reconstruct`]: the entry points; they
 //!   dispatch to the fastest implementation the CPU supports (detected once at run time).
+//! - [`Kernel`]: the implementations (portable, AVX2, AVX-512+GFNI) with the same operations as
+//!   methods, for tests and benchmarks that pick one; [`Kernel::best`] is the dispatch choice.
 //! - [`scalar`]: the plain reference implementation of the same functions; always available.
 //! - [`gf_mul`], [`gf_pow2`]: field helpers, e.g. for a caller that checks parity itself.
 //!
@@ -28,32 +30,37 @@
 //! ```
 
 mod gf;
+mod kernel;
+mod plan;
 pub mod scalar;
 mod stripe;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 pub use gf::{gf_div, gf_inv, gf_mul, gf_pow2, MAX_DATA_BLOCKS};
+pub use kernel::{Kernel, KERNEL_ENV};
 
 /// dst ^= src (equal lengths).
 pub fn xor_into(dst: &mut [u8], src: &[u8]) {
-    scalar::xor_into(dst, src)
+    Kernel::best().xor_into(dst, src)
 }
 
 /// dst = XOR of all srcs (all equal length, at least one src).
 pub fn xor_gen(srcs: &[&[u8]], dst: &mut [u8]) {
-    scalar::xor_gen(srcs, dst)
+    Kernel::best().xor_gen(srcs, dst)
 }
 
 /// RAID-6 syndromes as Linux md computes them: P = XOR of data; Q = sum over i of g^i * data[i]
 /// in GF(2^8), generator g = 2, polynomial 0x11d. `data[i]` is data index i (logical order
 /// within the stripe). At least one and at most [`MAX_DATA_BLOCKS`] data blocks.
 pub fn pq_gen(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
-    scalar::pq_gen(data, p, q)
+    Kernel::best().pq_gen(data, p, q)
 }
 
 /// Read-modify-write update: given delta = old_data ^ new_data for data index `data_index`,
 /// p ^= delta; q ^= g^data_index * delta. (q is None for RAID 5.)
 pub fn pq_update(delta: &[u8], data_index: usize, p: &mut [u8], q: Option<&mut [u8]>) {
-    scalar::pq_update(delta, data_index, p, q)
+    Kernel::best().pq_update(delta, data_index, p, q)
 }
 
 /// Rebuild in place up to two lost blocks of a stripe. `blocks` holds the n data blocks
@@ -61,5 +68,5 @@ pub fn pq_update(delta: &[u8], data_index: usize, p: &mut [u8], q: Option<&mut [
 /// (0, 1 or 2 distinct, at most 1 when !has_q) whose contents are garbage and must be recomputed
 /// from the others. Covers every case: one data; P; Q; data+data; data+P; data+Q; P+Q.
 pub fn reconstruct(blocks: &mut [&mut [u8]], has_q: bool, lost: &[usize]) {
-    scalar::reconstruct(blocks, has_q, lost)
+    Kernel::best().reconstruct(blocks, has_q, lost)
 }

@@ -22,9 +22,9 @@ fn q_known_answers() {
             let data: Vec<[u8; 1]> = column.iter().map(|&b| [b]).collect();
             let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
             let (mut p, mut q) = ([0u8], [0u8]);
-            (imp.pq_gen)(&refs, &mut p, &mut q);
-            assert_eq!(p[0], p_want, "{}: P of {column:?}", imp.name);
-            assert_eq!(q[0], q_want, "{}: Q of {column:?}", imp.name);
+            imp.pq_gen(&refs, &mut p, &mut q);
+            assert_eq!(p[0], p_want, "{}: P of {column:?}", imp.name());
+            assert_eq!(q[0], q_want, "{}: Q of {column:?}", imp.name());
             assert_eq!(q[0], check::md_q_byte(column));
         }
     }
@@ -79,8 +79,8 @@ fn every_loss_is_recovered() {
 fn zero_length_blocks_are_fine() {
     for imp in [SCALAR, DISPATCH] {
         let (mut a, mut b, mut p, mut q) = ([0u8; 0], [0u8; 0], [0u8; 0], [0u8; 0]);
-        (imp.pq_gen)(&[&a, &b], &mut p, &mut q);
-        (imp.reconstruct)(&mut [&mut a, &mut b, &mut p, &mut q], true, &[0, 1]);
+        imp.pq_gen(&[&a, &b], &mut p, &mut q);
+        imp.reconstruct(&mut [&mut a, &mut b, &mut p, &mut q], true, &[0, 1]);
     }
 }
 

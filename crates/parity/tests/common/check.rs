@@ -1,38 +1,66 @@
 //! Behaviour checks run against every implementation (scalar reference and fast paths).
 
+use parity::Kernel;
+
 use super::Rng;
 
-/// The signature of `pq_update`.
-pub type PqUpdateFn = fn(&[u8], usize, &mut [u8], Option<&mut [u8]>);
-
-/// One implementation's entry points.
-#[derive(Clone, Copy)]
-pub struct Impl {
-    pub name: &'static str,
-    pub xor_into: fn(&mut [u8], &[u8]),
-    pub xor_gen: fn(&[&[u8]], &mut [u8]),
-    pub pq_gen: fn(&[&[u8]], &mut [u8], &mut [u8]),
-    pub pq_update: PqUpdateFn,
-    pub reconstruct: fn(&mut [&mut [u8]], bool, &[usize]),
+/// One implementation's entry points: the scalar reference, the dispatching top level, or one
+/// kernel picked explicitly.
+#[derive(Clone, Copy, Debug)]
+pub enum Impl {
+    Scalar,
+    Dispatch,
+    Kernel(Kernel),
 }
 
-pub const SCALAR: Impl = Impl {
-    name: "scalar",
-    xor_into: parity::scalar::xor_into,
-    xor_gen: parity::scalar::xor_gen,
-    pq_gen: parity::scalar::pq_gen,
-    pq_update: parity::scalar::pq_update,
-    reconstruct: parity::scalar::reconstruct,
-};
+pub const SCALAR: Impl = Impl::Scalar;
+pub const DISPATCH: Impl = Impl::Dispatch;
 
-pub const DISPATCH: Impl = Impl {
-    name: "dispatch",
-    xor_into: parity::xor_into,
-    xor_gen: parity::xor_gen,
-    pq_gen: parity::pq_gen,
-    pq_update: parity::pq_update,
-    reconstruct: parity::reconstruct,
-};
+impl Impl {
+    pub fn name(self) -> String {
+        format!("{self:?}")
+    }
+
+    pub fn xor_into(self, dst: &mut [u8], src: &[u8]) {
+        match self {
+            Impl::Scalar => parity::scalar::xor_into(dst, src),
+            Impl::Dispatch => parity::xor_into(dst, src),
+            Impl::Kernel(k) => k.xor_into(dst, src),
+        }
+    }
+
+    pub fn xor_gen(self, srcs: &[&[u8]], dst: &mut [u8]) {
+        match self {
+            Impl::Scalar => parity::scalar::xor_gen(srcs, dst),
+            Impl::Dispatch => parity::xor_gen(srcs, dst),
+            Impl::Kernel(k) => k.xor_gen(srcs, dst),
+        }
+    }
+
+    pub fn pq_gen(self, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
+        match self {
+            Impl::Scalar => parity::scalar::pq_gen(data, p, q),
+            Impl::Dispatch => parity::pq_gen(data, p, q),
+            Impl::Kernel(k) => k.pq_gen(data, p, q),
+        }
+    }
+
+    pub fn pq_update(self, delta: &[u8], i: usize, p: &mut [u8], q: Option<&mut [u8]>) {
+        match self {
+            Impl::Scalar => parity::scalar::pq_update(delta, i, p, q),
+            Impl::Dispatch => parity::pq_update(delta, i, p, q),
+            Impl::Kernel(k) => k.pq_update(delta, i, p, q),
+        }
+    }
+
+    pub fn reconstruct(self, blocks: &mut [&mut [u8]], has_q: bool, lost: &[usize]) {
+        match self {
+            Impl::Scalar => parity::scalar::reconstruct(blocks, has_q, lost),
+            Impl::Dispatch => parity::reconstruct(blocks, has_q, lost),
+            Impl::Kernel(k) => k.reconstruct(blocks, has_q, lost),
+        }
+    }
+}
 
 /// md's syndrome loop, byte by byte, with the shift-and-reduce multiply by 2 (Horner form,
 /// highest data index first): independent of the crate's tables.
@@ -89,12 +117,12 @@ pub fn check_reconstruct(
         rng.fill(&mut work[index]);
     }
     let mut refs: Vec<&mut [u8]> = work.iter_mut().map(|b| b.as_mut_slice()).collect();
-    (imp.reconstruct)(&mut refs, has_q, lost);
+    imp.reconstruct(&mut refs, has_q, lost);
     for (index, (got, want)) in work.iter().zip(stripe).enumerate() {
         assert!(
             got == want,
             "{}: reconstruct n={} len={} has_q={has_q} lost={lost:?}: block {index} differs",
-            imp.name,
+            imp.name(),
             stripe.len() - if has_q { 2 } else { 1 },
             want.len()
         );
@@ -119,12 +147,16 @@ pub fn check_generation(imp: Impl, rng: &mut Rng, n: usize, len: usize) {
     let data: Vec<&[u8]> = stripe[..n].iter().map(|b| b.as_slice()).collect();
     let mut p = rng.bytes(len);
     let mut q = rng.bytes(len);
-    (imp.pq_gen)(&data, &mut p, &mut q);
-    assert!(p == stripe[n], "{}: pq_gen P n={n} len={len}", imp.name);
-    assert!(q == stripe[n + 1], "{}: pq_gen Q n={n} len={len}", imp.name);
+    imp.pq_gen(&data, &mut p, &mut q);
+    assert!(p == stripe[n], "{}: pq_gen P n={n} len={len}", imp.name());
+    assert!(
+        q == stripe[n + 1],
+        "{}: pq_gen Q n={n} len={len}",
+        imp.name()
+    );
     let mut x = rng.bytes(len);
-    (imp.xor_gen)(&data, &mut x);
-    assert!(x == stripe[n], "{}: xor_gen n={n} len={len}", imp.name);
+    imp.xor_gen(&data, &mut x);
+    assert!(x == stripe[n], "{}: xor_gen n={n} len={len}", imp.name());
 }
 
 /// A random read-modify-write of data block i keeps P and Q equal to a fresh generation.
@@ -133,29 +165,29 @@ pub fn check_update(imp: Impl, rng: &mut Rng, n: usize, len: usize) {
     let i = rng.range(0, n - 1);
     let new_data = rng.bytes(len);
     let mut delta = stripe[i].clone();
-    (imp.xor_into)(&mut delta, &new_data);
+    imp.xor_into(&mut delta, &new_data);
     let (head, parity) = stripe.split_at_mut(n);
     let (p, q) = parity.split_at_mut(1);
-    (imp.pq_update)(&delta, i, &mut p[0], Some(&mut q[0]));
+    imp.pq_update(&delta, i, &mut p[0], Some(&mut q[0]));
     head[i] = new_data;
     let expected = random_stripe_from(&stripe[..n]);
     assert!(
         stripe[n] == expected.0,
         "{}: pq_update P n={n} i={i} len={len}",
-        imp.name
+        imp.name()
     );
     assert!(
         stripe[n + 1] == expected.1,
         "{}: pq_update Q n={n} i={i} len={len}",
-        imp.name
+        imp.name()
     );
     let mut p5 = stripe[n].clone();
-    (imp.pq_update)(&delta, i, &mut p5, None);
-    (imp.pq_update)(&delta, i, &mut p5, None);
+    imp.pq_update(&delta, i, &mut p5, None);
+    imp.pq_update(&delta, i, &mut p5, None);
     assert!(
         p5 == stripe[n],
         "{}: pq_update twice without q must cancel",
-        imp.name
+        imp.name()
     );
 }
 

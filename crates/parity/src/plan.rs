@@ -1,0 +1,85 @@
+//! One linear-combination "plan" that every fast operation is expressed in, so that the SIMD
+//! code is a single loop per instruction set instead of one per operation.
+//!
+//! For every byte offset, with `p = XOR of the sources marked to_p` and
+//! `q = XOR of q_coef * source` (GF(2^8)), each output becomes
+//! `out = (out if accumulate, else 0) ^ p_coef * p ^ q_coef * q`.
+//! XOR, P+Q generation, RMW updates and every recovery case are such plans (see `kernel.rs`).
+
+use crate::gf::gf_mul;
+use crate::stripe::common_len;
+
+/// At most this many outputs per plan (two lost blocks, or P and Q).
+pub const MAX_OUTPUTS: usize = 2;
+
+/// A block read by a plan.
+pub struct Source<'a> {
+    pub data: &'a [u8],
+    /// Whether it is XORed into the running `p`.
+    pub to_p: bool,
+    /// Its coefficient in the running `q` (0: not part of q).
+    pub q_coef: u8,
+}
+
+/// A block written by a plan.
+pub struct Output<'a> {
+    pub data: &'a mut [u8],
+    pub p_coef: u8,
+    pub q_coef: u8,
+    /// XOR the result into the existing contents instead of overwriting them.
+    pub accumulate: bool,
+}
+
+/// A validated plan: all blocks have length `len`, 1..=MAX_OUTPUTS outputs, >= 1 source.
+pub struct Plan<'p, 's, 'o> {
+    pub sources: &'p [Source<'s>],
+    pub outputs: &'p mut [Output<'o>],
+    pub len: usize,
+}
+
+impl<'p, 's, 'o> Plan<'p, 's, 'o> {
+    pub fn new(sources: &'p [Source<'s>], outputs: &'p mut [Output<'o>]) -> Self {
+        assert!(!sources.is_empty(), "parity plan: no sources");
+        assert!(
+            (1..=MAX_OUTPUTS).contains(&outputs.len()),
+            "parity plan: {} outputs, expected 1..={MAX_OUTPUTS}",
+            outputs.len()
+        );
+        let lens = sources.iter().map(|s| s.data.len());
+        let len = common_len(lens.chain(outputs.iter().map(|o| o.data.len())));
+        Plan {
+            sources,
+            outputs,
+            len,
+        }
+    }
+
+    /// Executes the plan byte by byte on `start..len`: the tail the SIMD loops leave, and the
+    /// whole plan on CPUs without SIMD support.
+    pub fn run_scalar_from(&mut self, start: usize) {
+        assert!(
+            start <= self.len,
+            "parity plan: tail start {start} past length {}",
+            self.len
+        );
+        for offset in start..self.len {
+            let (mut p, mut q) = (0u8, 0u8);
+            for source in self.sources {
+                let byte = source.data[offset];
+                if source.to_p {
+                    p ^= byte;
+                }
+                q ^= gf_mul(source.q_coef, byte);
+            }
+            for output in self.outputs.iter_mut() {
+                let value = gf_mul(output.p_coef, p) ^ gf_mul(output.q_coef, q);
+                let old = if output.accumulate {
+                    output.data[offset]
+                } else {
+                    0
+                };
+                output.data[offset] = old ^ value;
+            }
+        }
+    }
+}

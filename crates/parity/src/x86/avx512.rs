@@ -1,0 +1,129 @@
+//! AVX-512 (F + BW) with GFNI: 64-byte vectors, four per step, GF multiply by `vgf2p8affineqb`.
+//! Soundness of the pointer arithmetic is argued in the parent module.
+
+use std::arch::x86_64::*;
+
+use super::{affine_matrix, Factor};
+use crate::plan::{Plan, MAX_OUTPUTS};
+
+const WIDTH: usize = 64;
+const UNROLL: usize = 4;
+
+#[derive(Clone, Copy)]
+struct Mul {
+    factor: Factor,
+    matrix: __m512i,
+}
+
+struct Src {
+    ptr: *const u8,
+    to_p: bool,
+    q: Mul,
+}
+
+struct Out {
+    ptr: *mut u8,
+    p: Mul,
+    q: Mul,
+    accumulate: bool,
+}
+
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+fn mul_of(c: u8) -> Mul {
+    Mul {
+        factor: Factor::of(c),
+        matrix: _mm512_set1_epi64(affine_matrix(c) as i64),
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+#[inline]
+fn apply(m: Mul, v: __m512i) -> __m512i {
+    match m.factor {
+        Factor::Zero => _mm512_setzero_si512(),
+        Factor::One => v,
+        Factor::Other(_) => _mm512_gf2p8affine_epi64_epi8::<0>(v, m.matrix),
+    }
+}
+
+/// Runs the plan over its whole 64-byte vectors; returns the number of bytes done.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW and GFNI.
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+pub unsafe fn run(plan: &mut Plan) -> usize {
+    let srcs: Vec<Src> = plan
+        .sources
+        .iter()
+        .map(|s| Src {
+            ptr: s.data.as_ptr(),
+            to_p: s.to_p,
+            q: mul_of(s.q_coef),
+        })
+        .collect();
+    let outs: Vec<Out> = plan
+        .outputs
+        .iter_mut()
+        .map(|o| Out {
+            ptr: o.data.as_mut_ptr(),
+            p: mul_of(o.p_coef),
+            q: mul_of(o.q_coef),
+            accumulate: o.accumulate,
+        })
+        .collect();
+    assert!(outs.len() <= MAX_OUTPUTS);
+    let len = plan.len;
+    let mut off = 0;
+    while off + UNROLL * WIDTH <= len {
+        // SAFETY: off + UNROLL * WIDTH <= len (parent module: all slices are len bytes).
+        unsafe { step::<UNROLL>(&srcs, &outs, off) };
+        off += UNROLL * WIDTH;
+    }
+    while off + WIDTH <= len {
+        // SAFETY: off + WIDTH <= len.
+        unsafe { step::<1>(&srcs, &outs, off) };
+        off += WIDTH;
+    }
+    off
+}
+
+/// One step of `L` vectors at byte offset `off`.
+///
+/// # Safety
+/// `off + L * WIDTH` must not exceed the length of any source or output.
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+#[inline]
+unsafe fn step<const L: usize>(srcs: &[Src], outs: &[Out], off: usize) {
+    let zero = _mm512_setzero_si512();
+    let mut p = [zero; L];
+    let mut q = [zero; L];
+    for s in srcs {
+        let mut v = [zero; L];
+        for (k, v) in v.iter_mut().enumerate() {
+            // SAFETY: in bounds by this function's contract; unaligned load.
+            *v = unsafe { _mm512_loadu_si512(s.ptr.add(off + k * WIDTH).cast()) };
+        }
+        if s.to_p {
+            for k in 0..L {
+                p[k] = _mm512_xor_si512(p[k], v[k]);
+            }
+        }
+        if s.q.factor != Factor::Zero {
+            for k in 0..L {
+                q[k] = _mm512_xor_si512(q[k], apply(s.q, v[k]));
+            }
+        }
+    }
+    for o in outs {
+        for k in 0..L {
+            let mut value = _mm512_xor_si512(apply(o.p, p[k]), apply(o.q, q[k]));
+            let ptr = o.ptr.wrapping_add(off + k * WIDTH);
+            if o.accumulate {
+                // SAFETY: in bounds by this function's contract; unaligned load.
+                value = _mm512_xor_si512(value, unsafe { _mm512_loadu_si512(ptr.cast()) });
+            }
+            // SAFETY: in bounds; the output is exclusively borrowed by the plan.
+            unsafe { _mm512_storeu_si512(ptr.cast(), value) };
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! x86-64 SIMD plan loops. The only `unsafe` code of the crate lives here.
+//!
+//! Each `run` processes the plan's leading whole vectors and returns how many bytes it did; the
+//! caller finishes the tail byte by byte. Both loops follow one pattern: for each step of `L`
+//! vectors, load every source once, fold it into the `p` and `q` accumulators, then combine the
+//! accumulators into each output with the output's coefficients.
+//!
+//! Soundness, shared by both modules: `Plan::new` asserted that every source and output slice
+//! is exactly `plan.len` bytes long, and a step at byte offset `off` touches
+//! `off..off + L * WIDTH`, which the loops keep `<= plan.len`. Loads and stores are unaligned
+//! (`loadu`/`storeu`). Outputs are `&mut` slices borrowed from the plan, so no source aliases an
+//! output and no two outputs alias. The raw pointers are used only while those borrows are held.
+
+pub mod avx2;
+pub mod avx512;
+
+use crate::gf::gf_mul;
+
+/// How a source or an output is multiplied, decided once per plan.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Factor {
+    Zero,
+    One,
+    /// Any other constant; the kernel's own encoding is precomputed beside it.
+    Other(u8),
+}
+
+impl Factor {
+    pub fn of(c: u8) -> Factor {
+        match c {
+            0 => Factor::Zero,
+            1 => Factor::One,
+            c => Factor::Other(c),
+        }
+    }
+}
+
+/// The GF2P8AFFINEQB matrix that multiplies a byte by `c` in GF(2^8)/0x11d. Multiplying by a
+/// constant is linear over GF(2), so it is an 8x8 bit matrix whatever the polynomial (the
+/// instruction's own multiply, GF2P8MULB, uses the AES polynomial 0x11b and cannot be used).
+/// Output bit i of the product takes its row from byte 7 - i of the matrix; bit k of that row
+/// is bit i of c * x^k.
+pub fn affine_matrix(c: u8) -> u64 {
+    let mut matrix = 0u64;
+    for out_bit in 0..8 {
+        let mut row = 0u8;
+        for in_bit in 0..8 {
+            if gf_mul(c, 1 << in_bit) & (1 << out_bit) != 0 {
+                row |= 1 << in_bit;
+            }
+        }
+        matrix |= u64::from(row) << (8 * (7 - out_bit));
+    }
+    matrix
+}
+
+/// Split-nibble product tables for `vpshufb`: (c * low_nibble, c * (high_nibble << 4)).
+pub fn nibble_tables(c: u8) -> ([u8; 16], [u8; 16]) {
+    let mut low = [0u8; 16];
+    let mut high = [0u8; 16];
+    for nibble in 0..16u8 {
+        low[nibble as usize] = gf_mul(c, nibble);
+        high[nibble as usize] = gf_mul(c, nibble << 4);
+    }
+    (low, high)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Applies an affine matrix the way GF2P8AFFINEQB does (with b = 0), in plain Rust.
+    fn apply_affine(matrix: u64, x: u8) -> u8 {
+        let mut out = 0u8;
+        for out_bit in 0..8 {
+            let row = (matrix >> (8 * (7 - out_bit))) as u8;
+            if (row & x).count_ones() % 2 == 1 {
+                out |= 1 << out_bit;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn affine_matrix_and_nibble_tables_multiply_like_the_field() {
+        for c in 0..=255u8 {
+            let matrix = affine_matrix(c);
+            let (low, high) = nibble_tables(c);
+            for x in 0..=255u8 {
+                let want = gf_mul(c, x);
+                assert_eq!(apply_affine(matrix, x), want, "affine c={c:#x} x={x:#x}");
+                assert_eq!(low[(x & 15) as usize] ^ high[(x >> 4) as usize], want);
+            }
+        }
+    }
+
+    #[test]
+    fn identity_matrix_is_the_instruction_identity() {
+        // The well-known GF2P8AFFINEQB identity matrix.
+        assert_eq!(affine_matrix(1), 0x0102_0408_1020_4080);
+    }
+}

@@ -1,1 +1,4 @@
-//! nbd (skeleton; see docs/DESIGN.md)
+//! NBD (Network Block Device) wire codec and server.
+//!
+//! WIP.
+pub mod codec;

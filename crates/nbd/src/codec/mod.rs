@@ -1,0 +1,28 @@
+//! The NBD wire codec: bytes ⇄ typed messages, with no I/O and no knowledge of exports.
+//!
+//! Every `decode` takes a byte slice and returns a [`DecodeError`] for anything malformed; no
+//! input makes a decoder panic (property-tested). Every `encode` produces the exact bytes the
+//! spec (../shared/reference/nbd-proto.md) describes, and `decode(encode(x)) == x`.
+//!
+//! - handshake: [`Greeting`], [`ClientFlags`], [`OptionHeader`], [`OptionReplyHeader`],
+//!   [`ExportNameReply`];
+//! - options: [`ClientOption`] (with [`InfoRequest`], [`MetaContextRequest`]), [`OptionReply`]
+//!   (with [`Info`]);
+//! - transmission: [`Request`], [`SimpleReply`], [`ChunkHeader`] + [`Chunk`].
+
+pub mod consts;
+mod error;
+mod handshake;
+mod option;
+mod transmission;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::DecodeError;
+pub use handshake::{ClientFlags, ExportNameReply, Greeting, OptionHeader, OptionReplyHeader};
+pub use option::{ClientOption, Info, InfoRequest, MetaContextRequest, OptionReply};
+pub use transmission::{
+    offset_data_header, BlockDescriptor, Chunk, ChunkHeader, Request, SimpleReply,
+};

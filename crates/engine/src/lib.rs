@@ -1,1 +1,64 @@
-//! engine (skeleton; see docs/DESIGN.md)
+//! The array data path of raidkit: one logical block device over a set of members.
+//!
+//! - [`Array`]: built from an [`ArrayConfig`] and the members' data areas
+//!   (`Vec<Option<Arc<dyn member::Member>>>`, `None` = missing). It serves `read`, `write`,
+//!   `flush`, `trim` and `write_zeroes` at any byte offset and length, for every level of
+//!   [`layout::Level`], healthy or degraded, and `check` ([`CheckReport`]) compares parity and
+//!   mirrors. `fail_member` stops using a member.
+//! - [`IoError`]: a member operation failed (naming the member, the operation and the offset)
+//!   or the array lost too many members; [`EngineError`]: the array cannot be built.
+//!
+//! Inside: `plain` serves linear/0/1/10, `raid56` serves RAID 5/6 (stripe plans choosing
+//! read-modify-write or reconstruct-write), `locks` is the bounded stripe-lock table and `io`
+//! the one place member I/O happens, fanned out over members in parallel.
+//!
+//! ```
+//! use engine::{Array, ArrayConfig};
+//! use member::{Member, MemMember};
+//! use std::sync::Arc;
+//! let members: Vec<Option<Arc<dyn Member>>> = (0..3)
+//!     .map(|i| Some(Arc::new(MemMember::new(&format!("mem{i}"), 1 << 20).unwrap()) as Arc<dyn Member>))
+//!     .collect();
+//! let config = ArrayConfig {
+//!     level: "raid5".parse().unwrap(),
+//!     chunk_bytes: 64 * 1024,
+//!     member_count: 3,
+//!     member_data_bytes: vec![1 << 20; 3],
+//! };
+//! let array = Array::new(config, members).unwrap();
+//! array.write(12345, b"hello").unwrap();
+//! array.fail_member(1);
+//! let mut buf = [0u8; 5];
+//! array.read(12345, &mut buf).unwrap();
+//! assert_eq!(&buf, b"hello");
+//! ```
+
+mod array;
+mod check;
+mod error;
+mod io;
+mod locks;
+mod plain;
+mod raid56;
+
+pub use array::{Array, ArrayConfig};
+pub use check::{CheckReport, Mismatch, MismatchKind, MISMATCHES_REPORTED_MAX};
+pub use error::{EngineError, IoError, Op};
+pub use layout::{Geometry, Level};
+pub use locks::STRIPE_LOCKS_COUNT;
+
+/// How a discarded range is passed to members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Discard {
+    Trim,
+    Zero,
+}
+
+impl Discard {
+    pub(crate) fn op(self, role: usize, offset: u64, len: u64) -> io::MemOp<'static> {
+        match self {
+            Discard::Trim => io::MemOp::Trim { role, offset, len },
+            Discard::Zero => io::MemOp::Zero { role, offset, len },
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Typed errors of the engine.
+
+use layout::{LayoutError, Level};
+use std::fmt;
+
+/// Why an array could not be put together.
+#[derive(Debug)]
+pub enum EngineError {
+    /// The geometry itself is invalid (member count, chunk size, sizes).
+    Layout(LayoutError),
+    /// `member_data_bytes` or `members` do not have `member_count` entries.
+    MemberCountMismatch {
+        member_count: usize,
+        sizes_given: usize,
+        members_given: usize,
+    },
+    /// A member is smaller than the data area the configuration gives it.
+    MemberTooSmall {
+        role: usize,
+        name: String,
+        len_bytes: u64,
+        needed_bytes: u64,
+    },
+    /// More members missing than the level survives.
+    TooManyMissing { level: Level, missing: Vec<usize> },
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::Layout(e) => write!(f, "invalid array geometry: {e}"),
+            EngineError::MemberCountMismatch {
+                member_count,
+                sizes_given,
+                members_given,
+            } => write!(
+                f,
+                "array of {member_count} members given {sizes_given} data sizes and {members_given} members"
+            ),
+            EngineError::MemberTooSmall {
+                role,
+                name,
+                len_bytes,
+                needed_bytes,
+            } => write!(
+                f,
+                "member {role} ({name}) has {len_bytes} bytes, the array needs {needed_bytes}"
+            ),
+            EngineError::TooManyMissing { level, missing } => write!(
+                f,
+                "{level} array cannot run with members {missing:?} missing: data would be lost"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EngineError::Layout(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<LayoutError> for EngineError {
+    fn from(e: LayoutError) -> EngineError {
+        EngineError::Layout(e)
+    }
+}
+
+/// A member operation, for error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+    Flush,
+    Trim,
+    WriteZeroes,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Flush => "flush",
+            Op::Trim => "trim",
+            Op::WriteZeroes => "write-zeroes",
+        })
+    }
+}
+
+/// An I/O request on the array failed.
+#[derive(Debug)]
+pub enum IoError {
+    /// A member operation failed.
+    Member {
+        role: usize,
+        name: String,
+        op: Op,
+        offset: u64,
+        len: u64,
+        source: std::io::Error,
+    },
+    /// Too many members are missing or failed: the data is no longer all there.
+    ArrayFailed { level: Level, missing: Vec<usize> },
+}
+
+impl fmt::Display for IoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IoError::Member {
+                role,
+                name,
+                op,
+                offset,
+                len,
+                source,
+            } => write!(
+                f,
+                "member {role} ({name}): {op} of {len} bytes at offset {offset} failed: {source}"
+            ),
+            IoError::ArrayFailed { level, missing } => write!(
+                f,
+                "array failed: {level} cannot serve data with members {missing:?} missing"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            IoError::Member { source, .. } => Some(source),
+            IoError::ArrayFailed { .. } => None,
+        }
+    }
+}
+
+impl From<IoError> for std::io::Error {
+    fn from(e: IoError) -> std::io::Error {
+        std::io::Error::other(e)
+    }
+}

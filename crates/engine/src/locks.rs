@@ -1,0 +1,54 @@
+//! Stripe locks: a fixed table of mutexes indexed by stripe (or mirror chunk) number modulo
+//! the table size. Bounded memory whatever the array size; distinct keys mostly map to
+//! distinct locks, so requests on different stripes proceed in parallel.
+//!
+//! Deadlock freedom: a request takes all its locks at once, in ascending table-index order,
+//! and holds no other lock meanwhile.
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Entries in the lock table.
+pub const STRIPE_LOCKS_COUNT: usize = 1024;
+
+pub(crate) struct StripeLocks {
+    table: Box<[Mutex<()>]>,
+}
+
+/// Locks held by one request; released on drop.
+pub(crate) struct Held<'a> {
+    _guards: Vec<MutexGuard<'a, ()>>,
+}
+
+impl StripeLocks {
+    pub(crate) fn new() -> StripeLocks {
+        StripeLocks {
+            table: (0..STRIPE_LOCKS_COUNT).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    /// Locks every key in `keys` (stripe or chunk numbers, any order, duplicates allowed).
+    pub(crate) fn lock(&self, keys: impl Iterator<Item = u64>) -> Held<'_> {
+        let mut indexes: Vec<usize> = keys
+            .map(|k| (k % STRIPE_LOCKS_COUNT as u64) as usize)
+            .collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        assert!(indexes.len() <= STRIPE_LOCKS_COUNT);
+        let guards = indexes
+            .into_iter()
+            // A panic elsewhere while holding a lock leaves no torn state behind the lock
+            // itself (the data is on members), so a poisoned lock is still usable.
+            .map(|i| self.table[i].lock().unwrap_or_else(|e| e.into_inner()))
+            .collect();
+        Held { _guards: guards }
+    }
+}
+
+impl StripeLocks {
+    /// Locks keys `first..end`; a range longer than the table locks the whole table.
+    pub(crate) fn lock_range(&self, first: u64, end: u64) -> Held<'_> {
+        assert!(first <= end);
+        let end = end.min(first + STRIPE_LOCKS_COUNT as u64);
+        self.lock(first..end)
+    }
+}

@@ -1,0 +1,90 @@
+//! Levels without parity: linear, RAID 0, RAID 1 and RAID 10. Reads go to one copy (spread
+//! over mirrors by fewest requests in flight, then by chunk number); writes go to every present
+//! copy, under the chunk's lock so concurrent writers leave the mirrors identical.
+
+use crate::error::IoError;
+use crate::io::MemOp;
+use crate::{Array, Discard};
+use layout::{Extent, Level, Piece};
+use std::sync::atomic::Ordering;
+
+impl Array {
+    pub(crate) fn plain_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let present = self.usable()?;
+        let pieces = self.geometry.pieces(offset, buf.len() as u64);
+        let mut ops = Vec::with_capacity(pieces.len());
+        let mut rest: &mut [u8] = buf;
+        for piece in &pieces {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece.len as usize);
+            rest = tail;
+            let copy = self.pick_copy(piece, &present);
+            ops.push(MemOp::Read {
+                role: copy.role,
+                offset: copy.member_offset,
+                buf: head,
+            });
+        }
+        assert!(rest.is_empty());
+        self.run(ops)
+    }
+
+    /// The copy of `piece` to read: a present one with the fewest requests in flight; ties
+    /// rotate by chunk number so one large read spreads over all mirrors.
+    fn pick_copy(&self, piece: &Piece, present: &[bool]) -> Extent {
+        let live: Vec<Extent> = piece
+            .copies
+            .iter()
+            .copied()
+            .filter(|c| present[c.role])
+            .collect();
+        assert!(
+            !live.is_empty(),
+            "survives() promised a copy of chunk {}",
+            piece.chunk
+        );
+        let start = (piece.chunk % live.len() as u64) as usize;
+        (0..live.len())
+            .map(|i| live[(start + i) % live.len()])
+            .min_by_key(|c| self.in_flight[c.role].load(Ordering::Relaxed))
+            .expect("live is not empty")
+    }
+
+    /// Lock keys for mirrored levels (none for linear / RAID 0, which have one copy).
+    fn mirror_keys(&self, pieces: &[Piece]) -> Vec<u64> {
+        match self.geometry.level() {
+            Level::Raid1 | Level::Raid10 => pieces.iter().map(|p| p.chunk).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub(crate) fn plain_write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        let pieces = self.geometry.pieces(offset, buf.len() as u64);
+        let _held = self.locks.lock(self.mirror_keys(&pieces).into_iter());
+        let present = self.usable()?;
+        let mut ops = Vec::with_capacity(pieces.len() * 2);
+        for piece in &pieces {
+            let data = &buf[piece.buf_offset as usize..(piece.buf_offset + piece.len) as usize];
+            for copy in piece.copies.iter().filter(|c| present[c.role]) {
+                ops.push(MemOp::Write {
+                    role: copy.role,
+                    offset: copy.member_offset,
+                    buf: data,
+                });
+            }
+        }
+        self.run(ops)
+    }
+
+    pub(crate) fn plain_discard(&self, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
+        let pieces = self.geometry.pieces(offset, len);
+        let _held = self.locks.lock(self.mirror_keys(&pieces).into_iter());
+        let present = self.usable()?;
+        let mut ops = Vec::with_capacity(pieces.len() * 2);
+        for piece in &pieces {
+            for copy in piece.copies.iter().filter(|c| present[c.role]) {
+                ops.push(how.op(copy.role, copy.member_offset, piece.len));
+            }
+        }
+        self.run(ops)
+    }
+}

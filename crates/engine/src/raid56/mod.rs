@@ -1,0 +1,126 @@
+//! RAID 5 and 6: reads (direct when healthy, rebuilt under the stripe lock when degraded),
+//! writes (see `write`), trims and write-zeroes that keep parity correct.
+
+pub(crate) mod columns;
+mod write;
+
+pub(crate) use columns::{block_count, block_role, gen_parity, Columns};
+
+use crate::error::IoError;
+use crate::io::MemOp;
+use crate::{Array, Discard};
+
+use layout::StripeSpan;
+
+/// Largest zero buffer used to turn a partial-stripe trim into writes.
+const ZERO_BUF_BYTES: usize = 1 << 20;
+
+impl Array {
+    pub(crate) fn raid56_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let spans = self.geometry.stripes(offset, buf.len() as u64);
+        let all_present = |p: &[bool]| p.iter().all(|x| *x);
+        let snapshot = self.present_snapshot();
+        if all_present(&snapshot) {
+            self.degraded_read(&spans, buf, &snapshot)?;
+            // No member failed before the read finished, so no write skipped one we read.
+            if all_present(&self.present_snapshot()) {
+                return Ok(());
+            }
+        }
+        let _held = self.locks.lock(spans.iter().map(|s| s.stripe));
+        let present = self.usable()?;
+        self.degraded_read(&spans, buf, &present)
+    }
+
+    /// Reads present chunks straight into `buf` and rebuilds the missing ones from the rest
+    /// of their stripe. With every member present this is a plain parallel read.
+    fn degraded_read(
+        &self,
+        spans: &[StripeSpan],
+        buf: &mut [u8],
+        present: &[bool],
+    ) -> Result<(), IoError> {
+        let g = &self.geometry;
+        let mut rebuilds: Vec<(Columns, &StripeSpan)> = Vec::new();
+        for span in spans {
+            let missing = span.chunks.iter().filter(|c| !present[c.role]);
+            let lo = missing.clone().map(|c| c.start).min();
+            let hi = missing.map(|c| c.start + c.len).max();
+            if let (Some(lo), Some(hi)) = (lo, hi) {
+                rebuilds.push((Columns::new(g, span.stripe, lo, hi, present), span));
+            }
+        }
+        let mut ops = Vec::new();
+        let mut rest: &mut [u8] = buf;
+        for span in spans {
+            for c in &span.chunks {
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(c.len as usize);
+                rest = tail;
+                if present[c.role] {
+                    let offset = span.member_offset + c.start;
+                    ops.push(MemOp::Read {
+                        role: c.role,
+                        offset,
+                        buf: head,
+                    });
+                }
+            }
+        }
+        for (columns, _) in rebuilds.iter_mut() {
+            columns.read_ops(g, &mut ops);
+        }
+        self.run(ops)?;
+        for (columns, span) in rebuilds.iter_mut() {
+            columns.rebuild(g);
+            for c in span.chunks.iter().filter(|c| !present[c.role]) {
+                let from = (c.start - columns.lo) as usize;
+                let block = &columns.blocks[c.data_index][from..from + c.len as usize];
+                let at = c.buf_offset as usize;
+                buf[at..at + c.len as usize].copy_from_slice(block);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn raid56_discard(
+        &self,
+        offset: u64,
+        len: u64,
+        how: Discard,
+    ) -> Result<(), IoError> {
+        let stripe_bytes = self.geometry.stripe_data_bytes();
+        let end = offset + len;
+        let first_full = offset.div_ceil(stripe_bytes);
+        let end_full = end / stripe_bytes;
+        if first_full >= end_full {
+            return self.write_zero_range(offset, end);
+        }
+        self.write_zero_range(offset, first_full * stripe_bytes)?;
+        self.discard_stripes(first_full, end_full, how)?;
+        self.write_zero_range(end_full * stripe_bytes, end)
+    }
+
+    /// Whole stripes: zero data has zero P and Q, so every member's rows are discarded.
+    fn discard_stripes(&self, first: u64, end: u64, how: Discard) -> Result<(), IoError> {
+        let _held = self.locks.lock_range(first, end);
+        let present = self.usable()?;
+        let chunk = self.geometry.chunk_bytes();
+        let ops = (0..present.len())
+            .filter(|&role| present[role])
+            .map(|role| how.op(role, first * chunk, (end - first) * chunk))
+            .collect();
+        self.run(ops)
+    }
+
+    /// Partial stripes: zeroes through the write path, so parity follows.
+    fn write_zero_range(&self, start: u64, end: u64) -> Result<(), IoError> {
+        let zeroes = vec![0u8; ((end - start) as usize).min(ZERO_BUF_BYTES)];
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(zeroes.len() as u64);
+            self.raid56_write(at, &zeroes[..n as usize])?;
+            at += n;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+//! RAID 5/6 writes. Each touched stripe gets a plan ([`StripeWrite`]) in one of four modes:
+//!
+//! - `Rcw` (reconstruct-write): read the untouched data over the parity range, compute parity
+//!   from all data. A full-stripe write is the case with nothing to read.
+//! - `Rmw` (read-modify-write): read the old touched data and old parity, apply the deltas.
+//! - `Rebuild` (degraded, a touched data member missing): read every present block, rebuild
+//!   the lost ones, overlay the new data, regenerate parity.
+//! - `DataOnly`: no parity member present (RAID 5 missing P): write the data alone.
+//!
+//! Healthy stripes take whichever of Rcw and Rmw reads fewer bytes (md's rule; ties go to
+//! Rcw). All plans of one request read in one parallel batch, compute, then write in one
+//! parallel batch, all under the request's stripe locks.
+
+use super::columns::{block_role, Columns};
+use super::gen_parity;
+use crate::error::IoError;
+use crate::io::MemOp;
+use crate::Array;
+use layout::{Geometry, StripeSpan};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    DataOnly,
+    Rmw,
+    Rcw,
+    Rebuild,
+}
+
+/// One stripe's part of a write.
+struct StripeWrite {
+    span: StripeSpan,
+    lo: u64,
+    hi: u64,
+    mode: Mode,
+    /// Per block index (data 0..k, P, Q): scratch; empty when the block needs none.
+    blocks: Vec<Vec<u8>>,
+    /// Rebuild mode only.
+    columns: Option<Columns>,
+}
+
+fn choose_mode(g: &Geometry, span: &StripeSpan, present: &[bool]) -> Mode {
+    let k = g.data_per_stripe();
+    let parity_present = (k..k + g.level().parity_count())
+        .filter(|&b| present[block_role(g, span.stripe, b)])
+        .count() as u64;
+    if parity_present == 0 {
+        return Mode::DataOnly;
+    }
+    if !span.chunks.iter().all(|c| present[c.role]) {
+        return Mode::Rebuild;
+    }
+    if !(0..k).all(|i| present[g.data_role(span.stripe, i)]) {
+        return Mode::Rmw;
+    }
+    let (lo, hi) = span.parity_range();
+    let touched: u64 = span.chunks.iter().map(|c| c.len).sum();
+    let rmw_reads = touched + parity_present * (hi - lo);
+    let rcw_reads = k as u64 * (hi - lo) - touched;
+    if rmw_reads < rcw_reads {
+        Mode::Rmw
+    } else {
+        Mode::Rcw
+    }
+}
+
+impl StripeWrite {
+    fn plan(g: &Geometry, span: StripeSpan, present: &[bool]) -> StripeWrite {
+        let k = g.data_per_stripe();
+        let (lo, hi) = span.parity_range();
+        let width = (hi - lo) as usize;
+        let mode = choose_mode(g, &span, present);
+        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); g.member_count()];
+        let mut columns = None;
+        match mode {
+            Mode::DataOnly => {}
+            Mode::Rmw => {
+                for c in &span.chunks {
+                    blocks[c.data_index] = vec![0; c.len as usize];
+                }
+            }
+            Mode::Rcw => {
+                for (i, block) in blocks.iter_mut().enumerate().take(k) {
+                    let whole = span
+                        .chunk(i)
+                        .is_some_and(|c| c.start == lo && c.start + c.len == hi);
+                    if !whole {
+                        *block = vec![0; width];
+                    }
+                }
+            }
+            Mode::Rebuild => columns = Some(Columns::new(g, span.stripe, lo, hi, present)),
+        }
+        if matches!(mode, Mode::Rmw | Mode::Rcw) {
+            for block in blocks.iter_mut().skip(k) {
+                *block = vec![0; width];
+            }
+        }
+        StripeWrite {
+            span,
+            lo,
+            hi,
+            mode,
+            blocks,
+            columns,
+        }
+    }
+
+    fn read_ops<'s>(&'s mut self, g: &Geometry, present: &[bool], ops: &mut Vec<MemOp<'s>>) {
+        let k = g.data_per_stripe();
+        let base = self.span.member_offset;
+        let (span, lo, hi) = (&self.span, self.lo, self.hi);
+        match self.mode {
+            Mode::DataOnly => {}
+            Mode::Rebuild => self.columns.as_mut().expect("planned").read_ops(g, ops),
+            Mode::Rmw => {
+                for (b, block) in self.blocks.iter_mut().enumerate() {
+                    let role = block_role(g, span.stripe, b);
+                    if block.is_empty() || !present[role] {
+                        continue;
+                    }
+                    let start = if b < k {
+                        span.chunk(b).expect("touched").start
+                    } else {
+                        lo
+                    };
+                    ops.push(MemOp::Read {
+                        role,
+                        offset: base + start,
+                        buf: block,
+                    });
+                }
+            }
+            Mode::Rcw => {
+                for (i, block) in self.blocks.iter_mut().enumerate().take(k) {
+                    if block.is_empty() {
+                        continue;
+                    }
+                    let role = g.data_role(span.stripe, i);
+                    let (a, b) = span
+                        .chunk(i)
+                        .map_or((hi, hi), |c| (c.start, c.start + c.len));
+                    // Untouched parts: [lo, a) and [b, hi).
+                    let (left, rest) = block.split_at_mut((a - lo) as usize);
+                    let right = &mut rest[(b - a) as usize..];
+                    for (buf, start) in [(left, lo), (right, b)] {
+                        if !buf.is_empty() {
+                            ops.push(MemOp::Read {
+                                role,
+                                offset: base + start,
+                                buf,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn compute(&mut self, g: &Geometry, buf: &[u8]) {
+        let k = g.data_per_stripe();
+        let lo = self.lo;
+        let new =
+            |c: &layout::ChunkSpan| &buf[c.buf_offset as usize..(c.buf_offset + c.len) as usize];
+        match self.mode {
+            Mode::DataOnly => {}
+            Mode::Rebuild => {
+                let columns = self.columns.as_mut().expect("planned");
+                columns.rebuild(g);
+                for c in &self.span.chunks {
+                    let at = (c.start - lo) as usize;
+                    columns.blocks[c.data_index][at..at + c.len as usize].copy_from_slice(new(c));
+                }
+                columns.regenerate_parity(g);
+            }
+            Mode::Rmw => {
+                let (data, parity) = self.blocks.split_at_mut(k);
+                for c in &self.span.chunks {
+                    let delta = &mut data[c.data_index];
+                    parity::xor_into(delta, new(c));
+                    let range = (c.start - lo) as usize..(c.start - lo + c.len) as usize;
+                    let (p, q) = parity.split_at_mut(1);
+                    let q = q.first_mut().map(|q| &mut q[range.clone()]);
+                    parity::pq_update(delta, c.data_index, &mut p[0][range], q);
+                }
+            }
+            Mode::Rcw => {
+                let (data, parity) = self.blocks.split_at_mut(k);
+                for c in &self.span.chunks {
+                    let block = &mut data[c.data_index];
+                    if !block.is_empty() {
+                        let at = (c.start - lo) as usize;
+                        block[at..at + c.len as usize].copy_from_slice(new(c));
+                    }
+                }
+                let refs: Vec<&[u8]> = (0..k)
+                    .map(|i| match data[i].is_empty() {
+                        true => new(self.span.chunk(i).expect("whole chunk touched")),
+                        false => data[i].as_slice(),
+                    })
+                    .collect();
+                gen_parity(&refs, parity);
+            }
+        }
+    }
+
+    fn write_ops<'s>(
+        &'s self,
+        g: &Geometry,
+        present: &[bool],
+        buf: &'s [u8],
+        ops: &mut Vec<MemOp<'s>>,
+    ) {
+        let k = g.data_per_stripe();
+        let base = self.span.member_offset;
+        for c in self.span.chunks.iter().filter(|c| present[c.role]) {
+            let data = &buf[c.buf_offset as usize..(c.buf_offset + c.len) as usize];
+            ops.push(MemOp::Write {
+                role: c.role,
+                offset: base + c.start,
+                buf: data,
+            });
+        }
+        let blocks = match (&self.columns, self.mode) {
+            (_, Mode::DataOnly) => return,
+            (Some(columns), _) => &columns.blocks,
+            (None, _) => &self.blocks,
+        };
+        for (b, block) in blocks.iter().enumerate().skip(k) {
+            let role = block_role(g, self.span.stripe, b);
+            if present[role] {
+                ops.push(MemOp::Write {
+                    role,
+                    offset: base + self.lo,
+                    buf: block,
+                });
+            }
+        }
+    }
+}
+
+impl Array {
+    pub(crate) fn raid56_write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        let g = &self.geometry;
+        let spans = g.stripes(offset, buf.len() as u64);
+        let _held = self.locks.lock(spans.iter().map(|s| s.stripe));
+        let present = self.usable()?;
+        let mut plans: Vec<StripeWrite> = spans
+            .into_iter()
+            .map(|span| StripeWrite::plan(g, span, &present))
+            .collect();
+        let mut reads = Vec::new();
+        for plan in plans.iter_mut() {
+            plan.read_ops(g, &present, &mut reads);
+        }
+        self.run(reads)?;
+        for plan in plans.iter_mut() {
+            plan.compute(g, buf);
+        }
+        let mut writes = Vec::new();
+        for plan in &plans {
+            plan.write_ops(g, &present, buf, &mut writes);
+        }
+        self.run(writes)
+    }
+}

@@ -1,0 +1,156 @@
+//! Shared test helpers: a seeded RNG, seed handling that prints the replay command, RAM-member
+//! arrays, and a reference model (a flat byte image).
+#![allow(dead_code)]
+
+use engine::{Array, ArrayConfig, Level};
+use member::{MemMember, Member};
+use std::sync::Arc;
+
+pub const KIB: u64 = 1024;
+pub const MIB: u64 = 1024 * 1024;
+
+/// splitmix64: small, fast, good enough for test sequences.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0);
+        self.next() % n
+    }
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// Seeds to run: `RAIDKIT_SEED` alone when set, else a fixed set plus one from the clock.
+pub fn seeds() -> Vec<u64> {
+    if let Some(seed) = std::env::var("RAIDKIT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return vec![seed];
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    vec![1, now % 1_000_000_007]
+}
+
+/// Runs `body` with `seed`; on panic prints the seed and how to replay it.
+pub fn with_seed(test_name: &str, seed: u64, body: impl FnOnce(&mut Rng)) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut Rng(seed))));
+    if let Err(panic) = result {
+        eprintln!(
+            "{test_name} failed with seed {seed}; replay: RAIDKIT_SEED={seed} cargo test --release -p engine --test <file> {test_name}"
+        );
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Fresh zeroed RAM members of the given data sizes.
+pub fn mem_members(sizes: &[u64]) -> Vec<Arc<dyn Member>> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(role, &size)| {
+            Arc::new(MemMember::new(&format!("mem{role}"), size).expect("mem member"))
+                as Arc<dyn Member>
+        })
+        .collect()
+}
+
+pub fn config(level: Level, chunk_bytes: u64, sizes: &[u64]) -> ArrayConfig {
+    ArrayConfig {
+        level,
+        chunk_bytes,
+        member_count: sizes.len(),
+        member_data_bytes: sizes.to_vec(),
+    }
+}
+
+/// An array over `members` with the roles in `missing` left out.
+pub fn array_over(
+    level: Level,
+    chunk: u64,
+    members: &[Arc<dyn Member>],
+    missing: &[usize],
+) -> Array {
+    let sizes: Vec<u64> = members.iter().map(|m| m.len()).collect();
+    let slots = members
+        .iter()
+        .enumerate()
+        .map(|(role, m)| (!missing.contains(&role)).then(|| m.clone()))
+        .collect();
+    Array::new(config(level, chunk, &sizes), slots).expect("array")
+}
+
+/// Member sizes for a test array: `rows` chunks each, uneven by a few sectors so rounding to
+/// the smallest member (and linear's use of every byte) is exercised.
+pub fn member_sizes(n: usize, chunk: u64, rows: u64) -> Vec<u64> {
+    (0..n as u64)
+        .map(|r| rows * chunk + (r % 3) * 512)
+        .collect()
+}
+
+/// Asserts the array reads back `model[offset..offset+len]`, naming the first differing byte.
+pub fn assert_reads(array: &Array, model: &[u8], offset: u64, len: u64, what: &str) {
+    let mut buf = vec![0u8; len as usize];
+    array.read(offset, &mut buf).expect("read");
+    let want = &model[offset as usize..(offset + len) as usize];
+    if buf != want {
+        let at = buf.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+        panic!(
+            "{what}: read {offset}+{len} differs from the model at array byte {} (got {:#04x}, want {:#04x})",
+            offset + at as u64,
+            buf[at],
+            want[at]
+        );
+    }
+}
+
+/// Sets of roles that may be missing together, of each size from 1 to the level's limit;
+/// for RAID 10 only survivable ones. At most `per_size` random sets per size.
+pub fn missing_sets(
+    array_geometry: &engine::Geometry,
+    rng: &mut Rng,
+    per_size: usize,
+) -> Vec<Vec<usize>> {
+    let n = array_geometry.member_count();
+    let max = array_geometry.level().max_missing(n);
+    let mut sizes: Vec<usize> = vec![1, 2, max];
+    sizes.retain(|&s| s >= 1 && s <= max);
+    sizes.dedup();
+    let mut out = Vec::new();
+    for size in sizes {
+        let mut tries = 0;
+        let mut found = 0;
+        while found < per_size && tries < 50 {
+            tries += 1;
+            let mut set: Vec<usize> = Vec::new();
+            while set.len() < size {
+                let r = rng.below(n as u64) as usize;
+                if !set.contains(&r) {
+                    set.push(r);
+                }
+            }
+            set.sort();
+            let present: Vec<bool> = (0..n).map(|r| !set.contains(&r)).collect();
+            if array_geometry.survives(&present) && !out.contains(&set) {
+                out.push(set);
+                found += 1;
+            }
+        }
+    }
+    out
+}

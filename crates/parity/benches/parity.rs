@@ -140,7 +140,14 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0.5);
-    let budget = Duration::from_secs_f64(secs);
+    // `cargo bench` passes --bench; without it (`cargo test --benches`) only a quick smoke run.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let budget = Duration::from_secs_f64(if smoke { 0.001 } else { secs });
+    let (chunks_kib, counts): (&[usize], &[usize]) = if smoke {
+        (&[64], &[4])
+    } else {
+        (&[64, 256, 1024], &[4, 8])
+    };
     let mut imps = vec![Imp::Scalar];
     imps.extend(Kernel::available().into_iter().map(Imp::Kernel));
     #[cfg(feature = "compare-rusty-erasure")]
@@ -158,8 +165,8 @@ fn main() {
         {
             continue;
         }
-        for chunk_kib in [64, 256, 1024] {
-            for n in [4, 8] {
+        for &chunk_kib in chunks_kib {
+            for &n in counts {
                 let cells: Vec<String> = imps
                     .iter()
                     .map(|&imp| format!("{:.1}", measure(op, imp, n, chunk_kib * 1024, budget)))

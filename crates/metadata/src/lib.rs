@@ -1,1 +1,116 @@
-//! metadata (skeleton; see docs/DESIGN.md)
+//! On-disk metadata: superblocks, creating arrays, and putting them back together.
+//!
+//! The main types:
+//! - [`Superblock`]: the versioned, crc32c-checksummed 4 KiB block at byte 4096 of every member
+//!   (docs/FORMAT.md), with [`Superblock::encode`] / [`Superblock::decode`].
+//! - [`create`] with [`CreateOptions`]: checks members, zeroes them and writes superblocks.
+//! - [`plan`]: the pure assembly decision (roles, freshness, refusals) from superblocks;
+//!   [`assemble`] reads the members' superblocks, plans, and returns a [`Volume`].
+//! - [`Volume`]: an `engine::Array` over the members' data areas plus the superblock state: it
+//!   marks the array dirty before the first write and clean on [`Volume::close`].
+//!
+//! ```
+//! use metadata::{create, plan, read_superblock, AssembleOptions, CreateOptions};
+//! let members: Vec<_> = (0..3)
+//!     .map(|_| member::open("mem:4M", &member::OpenOptions::default()).unwrap())
+//!     .collect();
+//! let opts = CreateOptions::new("raid5".parse().unwrap(), "demo");
+//! let written = create(&members, &opts).unwrap();
+//! let found: Vec<_> = members
+//!     .iter()
+//!     .map(|m| (m.name().to_string(), read_superblock(m.as_ref()).unwrap()))
+//!     .collect();
+//! let plan = plan(&found, &AssembleOptions::default()).unwrap();
+//! assert_eq!(plan.superblock.array_uuid, written[0].array_uuid);
+//! assert!(!plan.degraded);
+//! ```
+
+mod assemble;
+mod create;
+mod plan;
+mod superblock;
+mod volume;
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+pub use assemble::assemble;
+pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
+pub use plan::{plan, AssembleError, AssembleOptions, Plan, StaleMember};
+pub use superblock::{
+    checksum, level_code, validate_name, ArrayState, BitmapRef, JournalRef, Role, RoleEntry,
+    RoleState, Superblock, SuperblockError, DATA_OFFSET_DEFAULT, FORMAT_VERSION, MAGIC,
+    MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
+};
+pub use uuid::Uuid;
+pub use volume::{MemberStatus, Volume, VolumeError};
+
+use member::Member;
+
+/// Why a member's superblock could not be read.
+#[derive(Debug)]
+pub enum ReadSuperblockError {
+    /// The member could not be read (or is too small to hold a superblock).
+    Io(io::Error),
+    /// The bytes are not a valid superblock.
+    Invalid(SuperblockError),
+}
+
+impl fmt::Display for ReadSuperblockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadSuperblockError::Io(e) => write!(f, "cannot read the superblock: {e}"),
+            ReadSuperblockError::Invalid(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadSuperblockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadSuperblockError::Io(e) => Some(e),
+            ReadSuperblockError::Invalid(e) => Some(e),
+        }
+    }
+}
+
+/// Reads and validates the superblock of `member`. Never writes.
+pub fn read_superblock(member: &dyn Member) -> Result<Superblock, ReadSuperblockError> {
+    let end = SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
+    if member.len() < end {
+        return Err(ReadSuperblockError::Invalid(SuperblockError::NoMagic));
+    }
+    let mut bytes = Box::new([0u8; SUPERBLOCK_BYTES]);
+    member
+        .read_at(&mut bytes[..], SUPERBLOCK_OFFSET)
+        .map_err(ReadSuperblockError::Io)?;
+    let sb = Superblock::decode(&bytes).map_err(ReadSuperblockError::Invalid)?;
+    if sb.member_bytes > member.len() {
+        return Err(ReadSuperblockError::Invalid(SuperblockError::Field {
+            field: "member_bytes",
+            reason: format!(
+                "the superblock describes {} bytes but the member has {}",
+                sb.member_bytes,
+                member.len()
+            ),
+        }));
+    }
+    Ok(sb)
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// True when `a` and `b` are the same member given twice: the same object, or the same path.
+/// (Two `mem:SIZE` members with the same spec are different RAM members.)
+pub(crate) fn same_member(a: &Arc<dyn Member>, b: &Arc<dyn Member>) -> bool {
+    let same_object = std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b));
+    let same_path = a.name() == b.name() && !a.name().starts_with(member::MEM_PREFIX);
+    same_object || same_path
+}

@@ -1,0 +1,389 @@
+//! The assembly decision as a pure function: superblocks in, a plan (or a refusal) out.
+//! No I/O happens here, so every refusal is tested without members.
+
+use std::fmt;
+
+use layout::{Geometry, Level};
+use uuid::Uuid;
+
+use crate::superblock::{ArrayState, Role, RoleState, Superblock, SuperblockError};
+
+/// How to assemble.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AssembleOptions {
+    /// Start a RAID 5/6 array that is both dirty and degraded (risking the write hole).
+    pub force: bool,
+}
+
+/// A member left out because it missed writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaleMember {
+    pub name: String,
+    pub role: usize,
+    pub events: u64,
+    pub events_expected: u64,
+}
+
+/// What assembly decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The freshest superblock: the array's current state.
+    pub superblock: Superblock,
+    /// Per role: index (into the input) of the member used for it, `None` if missing.
+    pub roles: Vec<Option<usize>>,
+    /// Members left out because their events counter is behind.
+    pub stale: Vec<StaleMember>,
+    /// Human-readable notes about members left out and risks taken.
+    pub warnings: Vec<String>,
+    /// Some role has no member.
+    pub degraded: bool,
+}
+
+/// Why an array was not assembled. No member byte was changed.
+#[derive(Debug)]
+pub enum AssembleError {
+    NoMembers,
+    DuplicateMember {
+        name: String,
+    },
+    Read {
+        name: String,
+        source: std::io::Error,
+    },
+    BadSuperblock {
+        name: String,
+        source: SuperblockError,
+    },
+    ForeignArray {
+        name: String,
+        found: String,
+        expected: String,
+        reference: String,
+    },
+    Disagree {
+        name: String,
+        field: &'static str,
+        found: String,
+        expected: String,
+        reference: String,
+    },
+    SameRole {
+        role: usize,
+        first: String,
+        second: String,
+    },
+    TooFewMembers {
+        array: String,
+        level: Level,
+        missing: Vec<usize>,
+        stale: Vec<String>,
+    },
+    WriteHole {
+        array: String,
+        level: Level,
+        missing: Vec<usize>,
+    },
+    Engine(String),
+}
+
+impl fmt::Display for AssembleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use AssembleError::*;
+        match self {
+            NoMembers => write!(f, "no members given"),
+            DuplicateMember { name } => write!(f, "member {name}: given more than once"),
+            Read { name, source } => write!(f, "member {name}: cannot read the superblock: {source}"),
+            BadSuperblock { name, source } => write!(f, "member {name}: {source}"),
+            ForeignArray { name, found, expected, reference } => write!(
+                f,
+                "member {name}: belongs to another array ({found}), not {expected} like {reference}"
+            ),
+            Disagree { name, field, found, expected, reference } => write!(
+                f,
+                "member {name}: superblock field {field} is {found} but {reference} says {expected}"
+            ),
+            SameRole { role, first, second } => write!(
+                f,
+                "members {first} and {second} both claim role {role}"
+            ),
+            TooFewMembers { array, level, missing, stale } => {
+                write!(f, "array {array}: too few members for {level}: missing roles {missing:?}")?;
+                if !stale.is_empty() {
+                    write!(f, " (left out as stale: {})", stale.join(", "))?;
+                }
+                Ok(())
+            }
+            WriteHole { array, level, missing } => write!(
+                f,
+                "array {array}: {level} was not shut down cleanly and roles {missing:?} are missing: \
+                 parity may be wrong (write hole); use force to start it anyway"
+            ),
+            Engine(reason) => write!(f, "cannot start the array: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for AssembleError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AssembleError::Read { source, .. } => Some(source),
+            AssembleError::BadSuperblock { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+fn describe_array(sb: &Superblock) -> String {
+    format!("\"{}\" {}", sb.name, sb.array_uuid)
+}
+
+/// Decides roles and freshness from `(member name, superblock)` pairs given in any order.
+pub fn plan(found: &[(String, Superblock)], opts: &AssembleOptions) -> Result<Plan, AssembleError> {
+    if found.is_empty() {
+        return Err(AssembleError::NoMembers);
+    }
+    check_same_array(found)?;
+    let fresh_index = freshest(found);
+    let reference = &found[fresh_index];
+    for (name, sb) in found {
+        check_agrees(name, sb, reference)?;
+    }
+    let mut plan = Plan {
+        superblock: reference.1.clone(),
+        roles: vec![None; reference.1.member_count as usize],
+        stale: Vec::new(),
+        warnings: Vec::new(),
+        degraded: false,
+    };
+    assign_roles(found, &mut plan)?;
+    check_survives(&mut plan, opts)?;
+    Ok(plan)
+}
+
+/// The array UUID held by most members (ties: the one seen first); any other member is foreign.
+fn check_same_array(found: &[(String, Superblock)]) -> Result<(), AssembleError> {
+    let count = |uuid: Uuid| found.iter().filter(|(_, sb)| sb.array_uuid == uuid).count();
+    let best = found
+        .iter()
+        .max_by_key(|(_, sb)| {
+            (
+                count(sb.array_uuid),
+                std::cmp::Reverse(first_seen(found, sb.array_uuid)),
+            )
+        })
+        .map(|(name, sb)| (name, sb));
+    let Some((ref_name, ref_sb)) = best else {
+        return Err(AssembleError::NoMembers);
+    };
+    match found
+        .iter()
+        .find(|(_, sb)| sb.array_uuid != ref_sb.array_uuid)
+    {
+        Some((name, sb)) => Err(AssembleError::ForeignArray {
+            name: name.clone(),
+            found: describe_array(sb),
+            expected: describe_array(ref_sb),
+            reference: ref_name.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn first_seen(found: &[(String, Superblock)], uuid: Uuid) -> usize {
+    found
+        .iter()
+        .position(|(_, sb)| sb.array_uuid == uuid)
+        .unwrap_or(usize::MAX)
+}
+
+/// Index of the member with the highest events counter (ties: the first given).
+fn freshest(found: &[(String, Superblock)]) -> usize {
+    let max = found.iter().map(|(_, sb)| sb.events).max().unwrap_or(0);
+    let index = found.iter().position(|(_, sb)| sb.events == max);
+    index.unwrap_or(0)
+}
+
+/// Fields that never change after creation must be the same on every member.
+fn check_agrees(
+    name: &str,
+    sb: &Superblock,
+    reference: &(String, Superblock),
+) -> Result<(), AssembleError> {
+    let r = &reference.1;
+    let fields: [(&'static str, String, String); 8] = [
+        ("level", sb.level.to_string(), r.level.to_string()),
+        ("layout", sb.layout.to_string(), r.layout.to_string()),
+        (
+            "chunk_bytes",
+            sb.chunk_bytes.to_string(),
+            r.chunk_bytes.to_string(),
+        ),
+        (
+            "member_count",
+            sb.member_count.to_string(),
+            r.member_count.to_string(),
+        ),
+        (
+            "array_size_bytes",
+            sb.array_size_bytes.to_string(),
+            r.array_size_bytes.to_string(),
+        ),
+        (
+            "data_offset_bytes",
+            sb.data_offset_bytes.to_string(),
+            r.data_offset_bytes.to_string(),
+        ),
+        (
+            "ctime_secs",
+            sb.ctime_secs.to_string(),
+            r.ctime_secs.to_string(),
+        ),
+        (
+            "feature_incompat",
+            sb.feature_incompat.to_string(),
+            r.feature_incompat.to_string(),
+        ),
+    ];
+    if let Some((field, found, expected)) = fields.into_iter().find(|(_, a, b)| a != b) {
+        return Err(AssembleError::Disagree {
+            name: name.to_string(),
+            field,
+            found,
+            expected,
+            reference: reference.0.clone(),
+        });
+    }
+    check_role_identity(name, sb, reference)
+}
+
+/// The member's own role must be recorded for it (uuid, data size) in the freshest role table,
+/// and every role's data size must agree.
+fn check_role_identity(
+    name: &str,
+    sb: &Superblock,
+    reference: &(String, Superblock),
+) -> Result<(), AssembleError> {
+    let r = &reference.1;
+    let disagree = |field, found: String, expected: String| AssembleError::Disagree {
+        name: name.to_string(),
+        field,
+        found,
+        expected,
+        reference: reference.0.clone(),
+    };
+    let count = r.member_count as usize;
+    for role in 0..count {
+        let (mine, theirs) = (sb.roles[role].data_bytes, r.roles[role].data_bytes);
+        if mine != theirs {
+            return Err(disagree(
+                "roles.data_bytes",
+                format!("{mine} for role {role}"),
+                theirs.to_string(),
+            ));
+        }
+    }
+    if let Some(role) = sb.role_index() {
+        let recorded = r.roles[role].member_uuid;
+        if recorded != sb.member_uuid {
+            return Err(disagree(
+                "member_uuid",
+                format!("{} for role {role}", sb.member_uuid),
+                recorded.to_string(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn assign_roles(found: &[(String, Superblock)], plan: &mut Plan) -> Result<(), AssembleError> {
+    let max_events = plan.superblock.events;
+    let mut claimed: Vec<Option<usize>> = vec![None; plan.roles.len()];
+    for (index, (name, sb)) in found.iter().enumerate() {
+        let Role::Active(role) = sb.role else {
+            plan.warnings.push(format!(
+                "member {name}: is a spare; spares are not used yet"
+            ));
+            continue;
+        };
+        let role = role as usize;
+        if let Some(first) = claimed[role] {
+            return Err(AssembleError::SameRole {
+                role,
+                first: found[first].0.clone(),
+                second: name.clone(),
+            });
+        }
+        claimed[role] = Some(index);
+        if sb.events < max_events {
+            plan.warnings.push(format!(
+                "member {name}: stale (events {} < {max_events}): it missed writes and is left out",
+                sb.events
+            ));
+            plan.stale.push(StaleMember {
+                name: name.clone(),
+                role,
+                events: sb.events,
+                events_expected: max_events,
+            });
+            continue;
+        }
+        let recorded = plan.superblock.roles[role].state;
+        if recorded != RoleState::Active {
+            plan.warnings.push(format!(
+                "member {name}: role {role} is recorded as {recorded:?}; left out"
+            ));
+            continue;
+        }
+        plan.roles[role] = Some(index);
+    }
+    Ok(())
+}
+
+fn check_survives(plan: &mut Plan, opts: &AssembleOptions) -> Result<(), AssembleError> {
+    let sb = &plan.superblock;
+    let array = describe_array(sb);
+    let missing: Vec<usize> = (0..plan.roles.len())
+        .filter(|r| plan.roles[*r].is_none())
+        .collect();
+    let sizes: Vec<u64> = (0..plan.roles.len())
+        .map(|r| sb.roles[r].data_bytes)
+        .collect();
+    let geometry = Geometry::new(sb.level, sb.chunk_bytes, &sizes)
+        .map_err(|e| AssembleError::Engine(format!("array {array}: {e}")))?;
+    if geometry.size_bytes() != sb.array_size_bytes {
+        return Err(AssembleError::Engine(format!(
+            "array {array}: recorded size {} differs from the computed {}",
+            sb.array_size_bytes,
+            geometry.size_bytes()
+        )));
+    }
+    let present: Vec<bool> = plan.roles.iter().map(Option::is_some).collect();
+    if !geometry.survives(&present) {
+        let stale = plan.stale.iter().map(|s| s.name.clone()).collect();
+        return Err(AssembleError::TooFewMembers {
+            array,
+            level: sb.level,
+            missing,
+            stale,
+        });
+    }
+    plan.degraded = !missing.is_empty();
+    if plan.degraded && sb.state == ArrayState::Dirty && sb.level.has_parity() {
+        if !opts.force {
+            return Err(AssembleError::WriteHole {
+                array,
+                level: sb.level,
+                missing,
+            });
+        }
+        plan.warnings.push(format!(
+            "array {array}: started dirty and degraded by force: data in stripes written at the crash may be wrong"
+        ));
+    } else if sb.state == ArrayState::Dirty && sb.level != Level::Linear && sb.level != Level::Raid0
+    {
+        plan.warnings.push(format!(
+            "array {array}: was not shut down cleanly; redundancy of stripes written at the crash may be inconsistent"
+        ));
+    }
+    Ok(())
+}

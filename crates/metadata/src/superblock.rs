@@ -1,0 +1,601 @@
+//! The on-disk superblock: one 4 KiB block at byte [`SUPERBLOCK_OFFSET`] of every member.
+//! docs/FORMAT.md documents it byte by byte; the offsets below are the same table.
+
+use std::fmt;
+
+use layout::Level;
+use uuid::Uuid;
+
+/// Identifies a raidkit superblock.
+pub const MAGIC: [u8; 8] = *b"RAIDKSB\0";
+/// The format version this code writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Where the superblock starts on each member.
+pub const SUPERBLOCK_OFFSET: u64 = 4096;
+/// Length of the superblock.
+pub const SUPERBLOCK_BYTES: usize = 4096;
+/// Default start of the data area on each member.
+pub const DATA_OFFSET_DEFAULT: u64 = 1 << 20;
+/// Most members (roles plus spares) one array can have: the size of the role table.
+pub const MAX_MEMBERS: usize = 64;
+/// Longest array name, in bytes of UTF-8.
+pub const NAME_BYTES_MAX: usize = 32;
+/// Role value stored for a spare member.
+const ROLE_SPARE: u32 = u32::MAX;
+/// Recovery offset stored when no recovery is in progress.
+const RECOVERY_NONE: u64 = u64::MAX;
+
+// Field offsets (see docs/FORMAT.md).
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_SB_BYTES: usize = 12;
+const OFF_FEATURE_COMPAT: usize = 16;
+const OFF_FEATURE_INCOMPAT: usize = 24;
+const OFF_ARRAY_UUID: usize = 32;
+const OFF_MEMBER_UUID: usize = 48;
+const OFF_NAME: usize = 64;
+const OFF_LEVEL: usize = 96;
+const OFF_LAYOUT: usize = 100;
+const OFF_CHUNK: usize = 104;
+const OFF_MEMBER_COUNT: usize = 112;
+const OFF_ROLE: usize = 116;
+const OFF_DATA_OFFSET: usize = 120;
+const OFF_DATA_BYTES: usize = 128;
+const OFF_ARRAY_SIZE: usize = 136;
+const OFF_MEMBER_BYTES: usize = 144;
+const OFF_CTIME: usize = 152;
+const OFF_UTIME: usize = 160;
+const OFF_EVENTS: usize = 168;
+const OFF_STATE: usize = 176;
+const OFF_RECOVERY: usize = 184;
+const OFF_BITMAP_OFFSET: usize = 192;
+const OFF_BITMAP_BYTES: usize = 200;
+const OFF_BITMAP_REGION: usize = 208;
+const OFF_JOURNAL_UUID: usize = 216;
+const OFF_JOURNAL_KIND: usize = 232;
+const OFF_ROLE_TABLE: usize = 256;
+const ROLE_ENTRY_BYTES: usize = 32;
+const OFF_CHECKSUM: usize = SUPERBLOCK_BYTES - 4;
+
+/// Feature flags a reader must understand to use the array; none are defined in version 1.
+pub const FEATURE_INCOMPAT_KNOWN: u64 = 0;
+
+/// Whether the array was shut down cleanly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArrayState {
+    /// Every write reached every member and was flushed; redundancy is consistent.
+    Clean,
+    /// Writes may have been in flight: parity/mirrors may disagree with data.
+    Dirty,
+}
+
+/// This member's place in the array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Holds role `n` of `0..member_count`.
+    Active(u32),
+    /// A hot spare waiting to replace a failed member.
+    Spare,
+}
+
+/// State of one slot in the role table, as last recorded by the array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleState {
+    /// A slot past `member_count` with no spare.
+    Unused,
+    /// The role's member is present and in sync.
+    Active,
+    /// The role's member failed and was taken out.
+    Faulty,
+    /// The role's member was absent (or stale) when the array was last written.
+    Missing,
+    /// A slot past `member_count` naming a spare.
+    Spare,
+}
+
+/// One slot of the role table: which member holds it, how much of it the array uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoleEntry {
+    pub member_uuid: Uuid,
+    pub data_bytes: u64,
+    pub state: RoleState,
+}
+
+/// Where a write-intent bitmap lives (reserved; not used by version 1 code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BitmapRef {
+    /// From the member start.
+    pub offset_bytes: u64,
+    pub bytes: u64,
+    /// Array bytes covered by one bit.
+    pub region_bytes: u64,
+}
+
+/// Which journal protects the array (reserved; not used by version 1 code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalRef {
+    pub uuid: Uuid,
+    pub kind: u32,
+}
+
+/// A decoded superblock. Every field is validated by [`Superblock::decode`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub version: u32,
+    pub feature_compat: u64,
+    pub feature_incompat: u64,
+    pub array_uuid: Uuid,
+    pub member_uuid: Uuid,
+    pub name: String,
+    pub level: Level,
+    /// 0: the level's only layout (md left-symmetric for 5/6, near-2 for 10).
+    pub layout: u32,
+    pub chunk_bytes: u64,
+    pub member_count: u32,
+    pub role: Role,
+    pub data_offset_bytes: u64,
+    /// Bytes of this member's data area the array uses.
+    pub data_bytes: u64,
+    pub array_size_bytes: u64,
+    /// Size of the whole member when the array was created.
+    pub member_bytes: u64,
+    pub ctime_secs: u64,
+    pub utime_secs: u64,
+    pub events: u64,
+    pub state: ArrayState,
+    /// Data before this offset of the member's data area is rebuilt; `None`: fully in sync.
+    pub recovery_offset_bytes: Option<u64>,
+    pub bitmap: Option<BitmapRef>,
+    pub journal: Option<JournalRef>,
+    /// `MAX_MEMBERS` slots; slot `r < member_count` describes role `r`.
+    pub roles: Vec<RoleEntry>,
+}
+
+/// Why bytes are not a valid superblock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SuperblockError {
+    /// No raidkit magic: not a raidkit member.
+    NoMagic,
+    /// The stored checksum does not match the contents.
+    Checksum { stored: u32, computed: u32 },
+    /// A format version this code does not read.
+    Version { found: u32 },
+    /// Incompatible features this code does not know.
+    Features { unknown: u64 },
+    /// A field holds an impossible value.
+    Field { field: &'static str, reason: String },
+}
+
+impl fmt::Display for SuperblockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SuperblockError::NoMagic => write!(f, "no raidkit superblock (magic not found)"),
+            SuperblockError::Checksum { stored, computed } => write!(
+                f,
+                "superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+            ),
+            SuperblockError::Version { found } => write!(
+                f,
+                "superblock format version {found} is not supported (this raidkit reads version {FORMAT_VERSION})"
+            ),
+            SuperblockError::Features { unknown } => write!(
+                f,
+                "superblock uses unknown incompatible features {unknown:#x}"
+            ),
+            SuperblockError::Field { field, reason } => {
+                write!(f, "superblock field {field} is invalid: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SuperblockError {}
+
+fn field_err(field: &'static str, reason: impl Into<String>) -> SuperblockError {
+    SuperblockError::Field {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// Level ⇄ on-disk code.
+pub fn level_code(level: Level) -> u32 {
+    match level {
+        Level::Linear => 0,
+        Level::Raid0 => 1,
+        Level::Raid1 => 2,
+        Level::Raid10 => 3,
+        Level::Raid5 => 4,
+        Level::Raid6 => 5,
+    }
+}
+
+fn level_from_code(code: u32) -> Option<Level> {
+    Level::ALL.into_iter().find(|l| level_code(*l) == code)
+}
+
+fn role_state_code(state: RoleState) -> u8 {
+    match state {
+        RoleState::Unused => 0,
+        RoleState::Active => 1,
+        RoleState::Faulty => 2,
+        RoleState::Missing => 3,
+        RoleState::Spare => 4,
+    }
+}
+
+fn role_state_from_code(code: u8) -> Option<RoleState> {
+    use RoleState::*;
+    [Unused, Active, Faulty, Missing, Spare]
+        .into_iter()
+        .find(|s| role_state_code(*s) == code)
+}
+
+/// Checks an array name: 1..=32 bytes of UTF-8 with no control characters.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the array name is empty".into());
+    }
+    if name.len() > NAME_BYTES_MAX {
+        return Err(format!(
+            "the array name {name:?} is {} bytes long; the most is {NAME_BYTES_MAX}",
+            name.len()
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!(
+            "the array name {name:?} contains control characters"
+        ));
+    }
+    Ok(())
+}
+
+struct Buf<'a>(&'a mut [u8; SUPERBLOCK_BYTES]);
+
+impl Buf<'_> {
+    fn put(&mut self, at: usize, bytes: &[u8]) {
+        self.0[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+    fn u32(&mut self, at: usize, v: u32) {
+        self.put(at, &v.to_le_bytes());
+    }
+    fn u64(&mut self, at: usize, v: u64) {
+        self.put(at, &v.to_le_bytes());
+    }
+}
+
+fn get<const N: usize>(b: &[u8; SUPERBLOCK_BYTES], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&b[at..at + N]);
+    out
+}
+fn get_u32(b: &[u8; SUPERBLOCK_BYTES], at: usize) -> u32 {
+    u32::from_le_bytes(get(b, at))
+}
+fn get_u64(b: &[u8; SUPERBLOCK_BYTES], at: usize) -> u64 {
+    u64::from_le_bytes(get(b, at))
+}
+
+/// crc32c of a superblock's bytes before the checksum field.
+pub fn checksum(bytes: &[u8; SUPERBLOCK_BYTES]) -> u32 {
+    crc32c::crc32c(&bytes[..OFF_CHECKSUM])
+}
+
+impl Superblock {
+    /// The role number, or `None` for a spare.
+    pub fn role_index(&self) -> Option<usize> {
+        match self.role {
+            Role::Active(r) => Some(r as usize),
+            Role::Spare => None,
+        }
+    }
+
+    /// Encodes to the on-disk bytes, checksum included. Asserts the superblock is valid: an
+    /// invalid one is a bug in the caller, and must never reach a disk.
+    pub fn encode(&self) -> Box<[u8; SUPERBLOCK_BYTES]> {
+        if let Err(e) = self.validate() {
+            panic!("refusing to encode an invalid superblock: {e}");
+        }
+        let mut bytes = Box::new([0u8; SUPERBLOCK_BYTES]);
+        let mut b = Buf(&mut bytes);
+        self.encode_header(&mut b);
+        self.encode_reserved_refs(&mut b);
+        for (slot, entry) in self.roles.iter().enumerate() {
+            let at = OFF_ROLE_TABLE + slot * ROLE_ENTRY_BYTES;
+            b.put(at, entry.member_uuid.as_bytes());
+            b.u64(at + 16, entry.data_bytes);
+            b.put(at + 24, &[role_state_code(entry.state)]);
+        }
+        let crc = checksum(&bytes);
+        bytes[OFF_CHECKSUM..].copy_from_slice(&crc.to_le_bytes());
+        let decoded = Superblock::decode(&bytes);
+        assert_eq!(
+            decoded.as_ref(),
+            Ok(self),
+            "superblock encode/decode roundtrip"
+        );
+        bytes
+    }
+
+    fn encode_header(&self, b: &mut Buf<'_>) {
+        b.put(OFF_MAGIC, &MAGIC);
+        b.u32(OFF_VERSION, self.version);
+        b.u32(OFF_SB_BYTES, SUPERBLOCK_BYTES as u32);
+        b.u64(OFF_FEATURE_COMPAT, self.feature_compat);
+        b.u64(OFF_FEATURE_INCOMPAT, self.feature_incompat);
+        b.put(OFF_ARRAY_UUID, self.array_uuid.as_bytes());
+        b.put(OFF_MEMBER_UUID, self.member_uuid.as_bytes());
+        b.put(OFF_NAME, self.name.as_bytes());
+        b.u32(OFF_LEVEL, level_code(self.level));
+        b.u32(OFF_LAYOUT, self.layout);
+        b.u64(OFF_CHUNK, self.chunk_bytes);
+        b.u32(OFF_MEMBER_COUNT, self.member_count);
+        let role = match self.role {
+            Role::Active(r) => r,
+            Role::Spare => ROLE_SPARE,
+        };
+        b.u32(OFF_ROLE, role);
+        b.u64(OFF_DATA_OFFSET, self.data_offset_bytes);
+        b.u64(OFF_DATA_BYTES, self.data_bytes);
+        b.u64(OFF_ARRAY_SIZE, self.array_size_bytes);
+        b.u64(OFF_MEMBER_BYTES, self.member_bytes);
+        b.u64(OFF_CTIME, self.ctime_secs);
+        b.u64(OFF_UTIME, self.utime_secs);
+        b.u64(OFF_EVENTS, self.events);
+        let state = match self.state {
+            ArrayState::Clean => 0,
+            ArrayState::Dirty => 1,
+        };
+        b.u32(OFF_STATE, state);
+    }
+
+    fn encode_reserved_refs(&self, b: &mut Buf<'_>) {
+        b.u64(
+            OFF_RECOVERY,
+            self.recovery_offset_bytes.unwrap_or(RECOVERY_NONE),
+        );
+        if let Some(bitmap) = self.bitmap {
+            b.u64(OFF_BITMAP_OFFSET, bitmap.offset_bytes);
+            b.u64(OFF_BITMAP_BYTES, bitmap.bytes);
+            b.u64(OFF_BITMAP_REGION, bitmap.region_bytes);
+        }
+        if let Some(journal) = self.journal {
+            b.put(OFF_JOURNAL_UUID, journal.uuid.as_bytes());
+            b.u32(OFF_JOURNAL_KIND, journal.kind);
+        }
+    }
+
+    /// Decodes and validates on-disk bytes.
+    pub fn decode(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<Superblock, SuperblockError> {
+        if get::<8>(bytes, OFF_MAGIC) != MAGIC {
+            return Err(SuperblockError::NoMagic);
+        }
+        let stored = get_u32(bytes, OFF_CHECKSUM);
+        let computed = checksum(bytes);
+        if stored != computed {
+            return Err(SuperblockError::Checksum { stored, computed });
+        }
+        let version = get_u32(bytes, OFF_VERSION);
+        if version != FORMAT_VERSION {
+            return Err(SuperblockError::Version { found: version });
+        }
+        let feature_incompat = get_u64(bytes, OFF_FEATURE_INCOMPAT);
+        if feature_incompat & !FEATURE_INCOMPAT_KNOWN != 0 {
+            return Err(SuperblockError::Features {
+                unknown: feature_incompat & !FEATURE_INCOMPAT_KNOWN,
+            });
+        }
+        let sb = Superblock::decode_fields(bytes, version, feature_incompat)?;
+        sb.validate()?;
+        Ok(sb)
+    }
+
+    fn decode_fields(
+        bytes: &[u8; SUPERBLOCK_BYTES],
+        version: u32,
+        feature_incompat: u64,
+    ) -> Result<Superblock, SuperblockError> {
+        let sb_bytes = get_u32(bytes, OFF_SB_BYTES);
+        if sb_bytes as usize != SUPERBLOCK_BYTES {
+            return Err(field_err(
+                "superblock_bytes",
+                format!("{sb_bytes}, expected 4096"),
+            ));
+        }
+        let level_raw = get_u32(bytes, OFF_LEVEL);
+        let level = level_from_code(level_raw)
+            .ok_or_else(|| field_err("level", format!("unknown level code {level_raw}")))?;
+        let role = match get_u32(bytes, OFF_ROLE) {
+            ROLE_SPARE => Role::Spare,
+            r => Role::Active(r),
+        };
+        let state = match get_u32(bytes, OFF_STATE) {
+            0 => ArrayState::Clean,
+            1 => ArrayState::Dirty,
+            s => return Err(field_err("state", format!("unknown state code {s}"))),
+        };
+        Ok(Superblock {
+            version,
+            feature_compat: get_u64(bytes, OFF_FEATURE_COMPAT),
+            feature_incompat,
+            array_uuid: Uuid::from_bytes(get(bytes, OFF_ARRAY_UUID)),
+            member_uuid: Uuid::from_bytes(get(bytes, OFF_MEMBER_UUID)),
+            name: decode_name(bytes)?,
+            level,
+            layout: get_u32(bytes, OFF_LAYOUT),
+            chunk_bytes: get_u64(bytes, OFF_CHUNK),
+            member_count: get_u32(bytes, OFF_MEMBER_COUNT),
+            role,
+            data_offset_bytes: get_u64(bytes, OFF_DATA_OFFSET),
+            data_bytes: get_u64(bytes, OFF_DATA_BYTES),
+            array_size_bytes: get_u64(bytes, OFF_ARRAY_SIZE),
+            member_bytes: get_u64(bytes, OFF_MEMBER_BYTES),
+            ctime_secs: get_u64(bytes, OFF_CTIME),
+            utime_secs: get_u64(bytes, OFF_UTIME),
+            events: get_u64(bytes, OFF_EVENTS),
+            state,
+            recovery_offset_bytes: match get_u64(bytes, OFF_RECOVERY) {
+                RECOVERY_NONE => None,
+                r => Some(r),
+            },
+            bitmap: decode_bitmap(bytes),
+            journal: decode_journal(bytes),
+            roles: decode_roles(bytes)?,
+        })
+    }
+
+    /// Checks every invariant of a superblock (used before encoding and after decoding).
+    pub fn validate(&self) -> Result<(), SuperblockError> {
+        validate_name(&self.name).map_err(|r| field_err("name", r))?;
+        if self.layout != 0 {
+            return Err(field_err(
+                "layout",
+                format!("unknown layout {}", self.layout),
+            ));
+        }
+        let chunk = self.chunk_bytes;
+        if !chunk.is_power_of_two()
+            || !(layout::CHUNK_BYTES_MIN..=layout::CHUNK_BYTES_MAX).contains(&chunk)
+        {
+            return Err(field_err(
+                "chunk_bytes",
+                format!("{chunk} is not a power of two in 4 KiB..4 MiB"),
+            ));
+        }
+        let count = self.member_count as usize;
+        if count < self.level.min_members() || count > MAX_MEMBERS {
+            return Err(field_err(
+                "member_count",
+                format!("{count} members for {}", self.level),
+            ));
+        }
+        if let Role::Active(r) = self.role {
+            if r as usize >= count {
+                return Err(field_err(
+                    "role",
+                    format!("role {r} but only {count} members"),
+                ));
+            }
+        }
+        let data_end = self.data_offset_bytes.checked_add(self.data_bytes);
+        let sb_end = SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
+        if self.data_offset_bytes < sb_end || !self.data_offset_bytes.is_multiple_of(4096) {
+            return Err(field_err(
+                "data_offset",
+                format!(
+                    "{} is not a 4 KiB-aligned offset past the superblock",
+                    self.data_offset_bytes
+                ),
+            ));
+        }
+        if data_end.is_none_or(|end| end > self.member_bytes) || self.data_bytes == 0 {
+            return Err(field_err(
+                "data_bytes",
+                format!(
+                    "{} bytes at {} do not fit a member of {} bytes",
+                    self.data_bytes, self.data_offset_bytes, self.member_bytes
+                ),
+            ));
+        }
+        self.validate_refs()?;
+        self.validate_roles()
+    }
+
+    fn validate_refs(&self) -> Result<(), SuperblockError> {
+        if self.bitmap.is_some_and(|b| b.offset_bytes == 0) {
+            return Err(field_err("bitmap", "a bitmap at offset 0"));
+        }
+        if self.journal.is_some_and(|j| j.kind == 0) {
+            return Err(field_err("journal", "a journal of kind 0"));
+        }
+        if self
+            .recovery_offset_bytes
+            .is_some_and(|r| r > self.data_bytes)
+        {
+            return Err(field_err("recovery_offset", "past the data area"));
+        }
+        Ok(())
+    }
+
+    fn validate_roles(&self) -> Result<(), SuperblockError> {
+        if self.roles.len() != MAX_MEMBERS {
+            return Err(field_err(
+                "roles",
+                format!("{} slots, expected {MAX_MEMBERS}", self.roles.len()),
+            ));
+        }
+        let count = self.member_count as usize;
+        for (slot, entry) in self.roles.iter().enumerate() {
+            let ok = match entry.state {
+                RoleState::Active | RoleState::Faulty | RoleState::Missing => slot < count,
+                RoleState::Unused | RoleState::Spare => slot >= count,
+            };
+            if !ok {
+                return Err(field_err(
+                    "roles",
+                    format!("slot {slot} is {:?} in an array of {count}", entry.state),
+                ));
+            }
+        }
+        if let Some(r) = self.role_index() {
+            let entry = &self.roles[r];
+            if entry.member_uuid != self.member_uuid || entry.data_bytes != self.data_bytes {
+                return Err(field_err(
+                    "roles",
+                    format!("slot {r} does not describe this member"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn decode_name(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<String, SuperblockError> {
+    let raw = &bytes[OFF_NAME..OFF_NAME + NAME_BYTES_MAX];
+    let len = raw.iter().position(|&c| c == 0).unwrap_or(NAME_BYTES_MAX);
+    if raw[len..].iter().any(|&c| c != 0) {
+        return Err(field_err("name", "bytes after the terminating NUL"));
+    }
+    String::from_utf8(raw[..len].to_vec()).map_err(|_| field_err("name", "not UTF-8"))
+}
+
+fn decode_bitmap(bytes: &[u8; SUPERBLOCK_BYTES]) -> Option<BitmapRef> {
+    let offset_bytes = get_u64(bytes, OFF_BITMAP_OFFSET);
+    (offset_bytes != 0).then(|| BitmapRef {
+        offset_bytes,
+        bytes: get_u64(bytes, OFF_BITMAP_BYTES),
+        region_bytes: get_u64(bytes, OFF_BITMAP_REGION),
+    })
+}
+
+fn decode_journal(bytes: &[u8; SUPERBLOCK_BYTES]) -> Option<JournalRef> {
+    let kind = get_u32(bytes, OFF_JOURNAL_KIND);
+    (kind != 0).then(|| JournalRef {
+        uuid: Uuid::from_bytes(get(bytes, OFF_JOURNAL_UUID)),
+        kind,
+    })
+}
+
+fn decode_roles(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<Vec<RoleEntry>, SuperblockError> {
+    (0..MAX_MEMBERS)
+        .map(|slot| {
+            let at = OFF_ROLE_TABLE + slot * ROLE_ENTRY_BYTES;
+            let code = bytes[at + 24];
+            let state = role_state_from_code(code).ok_or_else(|| {
+                field_err("roles", format!("slot {slot}: unknown state code {code}"))
+            })?;
+            Ok(RoleEntry {
+                member_uuid: Uuid::from_bytes(get(bytes, at)),
+                data_bytes: get_u64(bytes, at + 16),
+                state,
+            })
+        })
+        .collect()
+}
+
+/// An unused role-table slot.
+pub const UNUSED_ROLE: RoleEntry = RoleEntry {
+    member_uuid: Uuid::nil(),
+    data_bytes: 0,
+    state: RoleState::Unused,
+};

@@ -1,0 +1,90 @@
+//! Helpers shared by the metadata tests: file members in a temporary directory, hashing.
+
+#![allow(dead_code)]
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use member::{Member, OpenOptions};
+use metadata::{create, CreateOptions, Superblock, SUPERBLOCK_OFFSET};
+
+pub const MEMBER_BYTES: u64 = 4 << 20;
+
+/// Creates `count` sparse member files named `prefix0..` in `dir`.
+pub fn files(dir: &Path, prefix: &str, count: usize) -> Vec<PathBuf> {
+    (0..count)
+        .map(|i| {
+            let path = dir.join(format!("{prefix}{i}"));
+            let f = std::fs::File::create(&path).unwrap();
+            f.set_len(MEMBER_BYTES).unwrap();
+            path
+        })
+        .collect()
+}
+
+pub fn open_all(paths: &[PathBuf]) -> Vec<Arc<dyn Member>> {
+    paths
+        .iter()
+        .map(|p| member::open(p.to_str().unwrap(), &OpenOptions::default()).unwrap())
+        .collect()
+}
+
+/// Creates an array of `level` over new files; returns the paths.
+pub fn new_array(dir: &Path, prefix: &str, level: &str, count: usize) -> Vec<PathBuf> {
+    let paths = files(dir, prefix, count);
+    let mut opts = CreateOptions::new(level.parse().unwrap(), prefix);
+    opts.chunk_bytes = 64 * 1024;
+    create(&open_all(&paths), &opts).unwrap();
+    paths
+}
+
+pub fn hash_files(paths: &[PathBuf]) -> Vec<u64> {
+    paths
+        .iter()
+        .map(|p| {
+            let mut h = DefaultHasher::new();
+            std::fs::read(p).unwrap().hash(&mut h);
+            h.finish()
+        })
+        .collect()
+}
+
+pub fn read_sb(path: &Path) -> Superblock {
+    let m = member::open(path.to_str().unwrap(), &OpenOptions::default()).unwrap();
+    metadata::read_superblock(m.as_ref()).unwrap()
+}
+
+/// Re-encodes a changed superblock onto the member at `path` (a valid checksum).
+pub fn write_sb(path: &Path, sb: &Superblock) {
+    let m = member::open(path.to_str().unwrap(), &OpenOptions::default()).unwrap();
+    m.write_at(&sb.encode()[..], SUPERBLOCK_OFFSET).unwrap();
+}
+
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The seed for randomised tests: `RAIDKIT_SEED` or the time; printed so a failure replays.
+pub fn seed() -> u64 {
+    let seed = std::env::var("RAIDKIT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("RAIDKIT_SEED={seed}");
+    seed
+}

@@ -1,0 +1,222 @@
+//! Superblock encoding: roundtrip, corruption detection, version and field checks, and create's
+//! refusals.
+
+mod common;
+
+use common::*;
+use member::{Member, OpenOptions};
+use metadata::{
+    create, read_superblock, ArrayState, CreateOptions, Role, RoleState, Superblock,
+    SuperblockError, DATA_OFFSET_DEFAULT, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET,
+};
+
+fn mem_members(count: usize, size: &str) -> Vec<std::sync::Arc<dyn Member>> {
+    (0..count)
+        .map(|_| member::open(&format!("mem:{size}"), &OpenOptions::default()).unwrap())
+        .collect()
+}
+
+fn raw(m: &dyn Member) -> Box<[u8; SUPERBLOCK_BYTES]> {
+    let mut b = Box::new([0u8; SUPERBLOCK_BYTES]);
+    m.read_at(&mut b[..], SUPERBLOCK_OFFSET).unwrap();
+    b
+}
+
+#[test]
+fn create_writes_decodable_superblocks() {
+    let members = mem_members(4, "8M");
+    let mut opts = CreateOptions::new("raid6".parse().unwrap(), "sb-test");
+    opts.chunk_bytes = 256 * 1024;
+    let written = create(&members, &opts).unwrap();
+    for (role, m) in members.iter().enumerate() {
+        let sb = read_superblock(m.as_ref()).unwrap();
+        assert_eq!(sb, written[role]);
+        assert_eq!(sb.role, Role::Active(role as u32));
+        assert_eq!(sb.events, 1);
+        assert_eq!(sb.state, ArrayState::Clean);
+        assert_eq!(sb.data_offset_bytes, DATA_OFFSET_DEFAULT);
+        assert_eq!(
+            sb.data_bytes,
+            7 << 20,
+            "8 MiB - 1 MiB, a whole number of chunks"
+        );
+        assert_eq!(sb.array_size_bytes, 2 * (7 << 20));
+        assert_eq!(sb.roles[role].member_uuid, sb.member_uuid);
+        assert_eq!(sb.roles[role].state, RoleState::Active);
+        assert_eq!(sb.roles[4].state, RoleState::Unused);
+        let bytes = sb.encode();
+        assert_eq!(Superblock::decode(&bytes), Ok(sb.clone()));
+        assert_eq!(
+            &bytes[..],
+            &raw(m.as_ref())[..],
+            "encoding is deterministic"
+        );
+    }
+    let uuids: std::collections::HashSet<_> = written.iter().map(|s| s.member_uuid).collect();
+    assert_eq!(uuids.len(), 4, "member UUIDs are unique");
+}
+
+#[test]
+fn every_flipped_byte_is_detected() {
+    let members = mem_members(2, "2M");
+    create(
+        &members,
+        &CreateOptions::new("raid1".parse().unwrap(), "flip"),
+    )
+    .unwrap();
+    let good = raw(members[0].as_ref());
+    let seed = seed();
+    let mut x = seed | 1;
+    for _ in 0..2000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let at = (x % SUPERBLOCK_BYTES as u64) as usize;
+        let mut bad = good.clone();
+        bad[at] ^= 1 << ((x >> 60) % 8);
+        let err = Superblock::decode(&bad).unwrap_err();
+        let expected = at >= 8 || matches!(err, SuperblockError::NoMagic);
+        assert!(
+            matches!(err, SuperblockError::Checksum { .. }) || (at < 8 && expected),
+            "byte {at}: {err} (seed {seed})"
+        );
+    }
+}
+
+#[test]
+fn newer_version_and_unknown_features_are_refused() {
+    let members = mem_members(1, "2M");
+    create(
+        &members,
+        &CreateOptions::new("linear".parse().unwrap(), "ver"),
+    )
+    .unwrap();
+    let good = raw(members[0].as_ref());
+    let recrc = |b: &mut [u8; SUPERBLOCK_BYTES]| {
+        let crc = metadata::checksum(b);
+        b[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+    };
+    let mut v2 = good.clone();
+    v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+    recrc(&mut v2);
+    let err = Superblock::decode(&v2).unwrap_err();
+    assert_eq!(err, SuperblockError::Version { found: 2 });
+    assert!(err.to_string().contains("version 2"), "{err}");
+    let mut feat = good.clone();
+    feat[24] = 0x4;
+    recrc(&mut feat);
+    assert!(matches!(
+        Superblock::decode(&feat),
+        Err(SuperblockError::Features { unknown: 4 })
+    ));
+    let mut level = good.clone();
+    level[96] = 9;
+    recrc(&mut level);
+    let err = Superblock::decode(&level).unwrap_err();
+    assert!(err.to_string().contains("level"), "{err}");
+    let zero = Box::new([0u8; SUPERBLOCK_BYTES]);
+    assert_eq!(Superblock::decode(&zero), Err(SuperblockError::NoMagic));
+}
+
+#[test]
+fn create_refuses_members_in_use_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "used", "raid1", 2);
+    let members = open_all(&paths);
+    let before = hash_files(&paths);
+    let opts = CreateOptions::new("raid0".parse().unwrap(), "again");
+    let err = create(&members, &opts).unwrap_err().to_string();
+    assert!(err.contains(paths[0].to_str().unwrap()), "{err}");
+    assert!(err.contains("carries a raidkit superblock"), "{err}");
+    assert_eq!(hash_files(&paths), before, "nothing written");
+    // Non-zero data in the first MiB.
+    let fresh = files(dir.path(), "dirty", 2);
+    let fresh_members = open_all(&fresh);
+    fresh_members[1].write_at(b"x", 777_777).unwrap();
+    let err = create(&fresh_members, &opts).unwrap_err().to_string();
+    assert!(err.contains("dirty1"), "{err}");
+    assert!(
+        err.contains("non-zero data in its first MiB (at byte 777777)"),
+        "{err}"
+    );
+    // Data past the first MiB does not count as in use.
+    fresh_members[1].write_at(&[0], 777_777).unwrap();
+    fresh_members[0].write_at(b"y", 3 << 20).unwrap();
+    // Force overwrites and zeroes.
+    let mut forced = opts.clone();
+    forced.force = true;
+    create(&members, &forced).unwrap();
+    assert_eq!(read_sb(&paths[0]).level, "raid0".parse().unwrap());
+    create(&fresh_members, &opts).unwrap();
+    let mut buf = [1u8; 1];
+    fresh_members[0].read_at(&mut buf, 3 << 20).unwrap();
+    assert_eq!(buf, [0], "create zeroes the data area");
+}
+
+#[test]
+fn create_validates_options() {
+    let cases: [(&str, usize, u64, &str, &str); 6] = [
+        (
+            "raid5",
+            2,
+            128 << 10,
+            "ok",
+            "raid5 needs at least 3 members, 2 given",
+        ),
+        (
+            "raid6",
+            3,
+            128 << 10,
+            "ok",
+            "raid6 needs at least 4 members, 3 given",
+        ),
+        ("raid0", 2, 100_000, "ok", "chunk size 100000"),
+        ("raid0", 2, 8 << 20, "ok", "chunk size 8388608"),
+        ("raid1", 2, 128 << 10, "", "name is empty"),
+        (
+            "raid1",
+            2,
+            128 << 10,
+            "a-name-that-is-longer-than-32-bytes",
+            "the most is 32",
+        ),
+    ];
+    for (level, count, chunk, name, needle) in cases {
+        let members = mem_members(count, "4M");
+        let mut opts = CreateOptions::new(level.parse().unwrap(), name);
+        opts.chunk_bytes = chunk;
+        let err = create(&members, &opts).unwrap_err().to_string();
+        assert!(
+            err.contains(needle),
+            "{level}/{count}/{chunk}/{name}: {err}"
+        );
+        assert!(
+            read_superblock(members[0].as_ref()).is_err(),
+            "nothing written"
+        );
+    }
+    let small = vec![member::open("mem:1M", &OpenOptions::default()).unwrap()];
+    let err = create(&small, &CreateOptions::new("linear".parse().unwrap(), "s")).unwrap_err();
+    assert!(err.to_string().contains("too small"), "{err}");
+    let one = member::open("mem:4M", &OpenOptions::default()).unwrap();
+    let twice = vec![one.clone(), one];
+    let err = create(&twice, &CreateOptions::new("raid1".parse().unwrap(), "d")).unwrap_err();
+    assert!(err.to_string().contains("given more than once"), "{err}");
+}
+
+#[test]
+fn members_of_different_sizes() {
+    let members: Vec<_> = ["mem:3M", "mem:5M", "mem:4100K"]
+        .iter()
+        .map(|s| member::open(s, &OpenOptions::default()).unwrap())
+        .collect();
+    let mut opts = CreateOptions::new("linear".parse().unwrap(), "lin");
+    let sbs = create(&members, &opts).unwrap();
+    let sizes: Vec<u64> = sbs.iter().map(|s| s.data_bytes).collect();
+    assert_eq!(sizes, [2 << 20, 4 << 20, (4100 << 10) - (1 << 20)]);
+    opts.level = "raid5".parse().unwrap();
+    opts.force = true;
+    let sbs = create(&members, &opts).unwrap();
+    assert!(sbs.iter().all(|s| s.data_bytes == 2 << 20));
+    assert_eq!(sbs[0].array_size_bytes, 4 << 20);
+}

@@ -52,7 +52,8 @@ pub fn with_seed(test_name: &str, seed: u64, body: impl FnOnce(&mut Rng)) {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut Rng(seed))));
     if let Err(panic) = result {
         eprintln!(
-            "{test_name} failed with seed {seed}; replay: RAIDKIT_SEED={seed} cargo test --release -p engine --test <file> {test_name}"
+            "{test_name} failed with seed {seed}; replay: RAIDKIT_SEED={seed} cargo test --release -p engine --test {} {test_name}",
+            env!("CARGO_CRATE_NAME")
         );
         std::panic::resume_unwind(panic);
     }

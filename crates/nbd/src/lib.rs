@@ -1,4 +1,32 @@
 //! NBD (Network Block Device) wire codec and server.
 //!
-//! WIP.
+//! - [`codec`]: bytes ⇄ typed messages, no I/O (fuzzable alone).
+//! - [`Export`]: the block device being served (implemented by the RAID volume); blocking
+//!   calls, run on a bounded thread pool.
+//! - [`serve`]: a tokio server on a [`Listener`] (TCP or Unix socket) with a
+//!   [`ServerConfig`]; it returns after its shutdown future completes and requests in flight
+//!   have been answered, so the caller can then flush and mark the array clean.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! # async fn demo(export: Arc<dyn nbd::Export>) -> Result<(), Box<dyn std::error::Error>> {
+//! let listener = nbd::Listener::bind_unix("/tmp/raid.sock")?;
+//! let config = nbd::ServerConfig { export_name: "raid".into(), ..Default::default() };
+//! println!("serving at {}", listener.uri("raid"));
+//! nbd::serve(listener, export, config, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Protocol coverage: fixed newstyle handshake with NO_ZEROES; options EXPORT_NAME, ABORT,
+//! LIST, INFO, GO, STRUCTURED_REPLY, LIST/SET_META_CONTEXT (`base:allocation`); STARTTLS,
+//! EXTENDED_HEADERS and unknown options get `NBD_REP_ERR_UNSUP`. Commands READ, WRITE (FUA),
+//! FLUSH, TRIM, WRITE_ZEROES (NO_HOLE, FAST_ZERO), CACHE, DISC, BLOCK_STATUS (REQ_ONE).
+
 pub mod codec;
+mod errno;
+mod export;
+mod server;
+
+pub use errno::nbd_errno;
+pub use export::{Export, Extent};
+pub use server::{serve, ConfigError, Listener, ServerConfig, Stream};

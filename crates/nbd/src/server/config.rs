@@ -1,0 +1,113 @@
+//! Server limits and identity.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::codec::consts::MAX_STRING_BYTES;
+
+/// Configuration of [`serve`](super::serve). Every resource has a bound here.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The export's name; the empty (default) name also selects it.
+    pub export_name: String,
+    /// Shown by `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`.
+    pub description: String,
+    /// Refuse writes (`NBD_EPERM`) and advertise `NBD_FLAG_READ_ONLY`.
+    pub read_only: bool,
+    /// Largest READ/WRITE payload (advertised as the maximum block size). Default 32 MiB.
+    pub max_request_bytes: u32,
+    /// Requests in flight per connection; at the limit the server stops reading. Default 64.
+    pub max_in_flight_per_conn: usize,
+    /// Open connections; more are accepted and closed at once. Default 64.
+    pub max_connections: usize,
+    /// Export calls running at once, over all connections. Default 32.
+    pub max_blocking_calls: usize,
+    /// Bytes of request and reply buffers held at once, over all connections. Default 1 GiB.
+    pub max_buffer_bytes: u64,
+    /// Largest option data accepted during the handshake; more closes it. Default 64 KiB.
+    pub max_option_bytes: u32,
+    /// Options one connection may send before it is closed. Default 1024.
+    pub max_options_per_conn: u32,
+    /// Time allowed for the whole handshake. Default 30 s.
+    pub handshake_timeout: Duration,
+    /// After shutdown, time allowed for connections to finish before they are cut. Default 60 s.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            export_name: String::new(),
+            description: String::new(),
+            read_only: false,
+            max_request_bytes: 32 << 20,
+            max_in_flight_per_conn: 64,
+            max_connections: 64,
+            max_blocking_calls: 32,
+            max_buffer_bytes: 1 << 30,
+            max_option_bytes: 64 << 10,
+            max_options_per_conn: 1024,
+            handshake_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Granularity of the buffer budget (see [`ServerConfig::max_buffer_bytes`]).
+pub(crate) const BUFFER_UNIT_BYTES: u64 = 4096;
+
+impl ServerConfig {
+    /// Checks every field; [`serve`](super::serve) calls this first.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field: &'static str, reason: &'static str| Err(ConfigError { field, reason });
+        if self.export_name.len() > MAX_STRING_BYTES || self.export_name.contains('\0') {
+            return bad("export_name", "must be at most 4096 bytes without NUL");
+        }
+        if self.description.len() > MAX_STRING_BYTES || self.description.contains('\0') {
+            return bad("description", "must be at most 4096 bytes without NUL");
+        }
+        if self.max_request_bytes < 1 << 20 {
+            return bad("max_request_bytes", "must be at least 1 MiB");
+        }
+        if self.max_in_flight_per_conn == 0 || self.max_connections == 0 {
+            return bad(
+                "max_in_flight_per_conn/max_connections",
+                "must be at least 1",
+            );
+        }
+        if self.max_blocking_calls == 0 {
+            return bad("max_blocking_calls", "must be at least 1");
+        }
+        let units = self.max_buffer_bytes / BUFFER_UNIT_BYTES;
+        let request_units = u64::from(self.max_request_bytes).div_ceil(BUFFER_UNIT_BYTES);
+        if units < request_units || units > u64::from(u32::MAX) {
+            return bad(
+                "max_buffer_bytes",
+                "must hold one maximum request and be below 16 TiB",
+            );
+        }
+        if self.max_option_bytes < 8192 {
+            return bad("max_option_bytes", "must be at least 8 KiB");
+        }
+        Ok(())
+    }
+}
+
+/// A [`ServerConfig`] field with an unusable value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: &'static str,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid NBD server configuration: {} {}",
+            self.field, self.reason
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}

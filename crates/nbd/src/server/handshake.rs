@@ -1,0 +1,291 @@
+//! Fixed newstyle handshake: greeting, client flags, then option haggling until the client
+//! picks the export (EXPORT_NAME or GO), aborts, or misbehaves.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::connection::ConnError;
+use super::request::{Session, BASE_ALLOCATION_ID};
+use super::shared::Shared;
+use crate::codec::consts::*;
+use crate::codec::{
+    ClientFlags, ClientOption, ExportNameReply, Greeting, Info, InfoRequest, MetaContextRequest,
+    OptionHeader, OptionReply,
+};
+
+/// How option haggling ended.
+pub(crate) enum Outcome {
+    Transmission(Session),
+    /// The client aborted (or vanished) cleanly.
+    Closed,
+}
+
+/// Per-connection negotiation state.
+#[derive(Default)]
+struct Haggle {
+    no_zeroes: bool,
+    structured: bool,
+    base_allocation: bool,
+}
+
+pub(crate) async fn run<R, W>(
+    r: &mut R,
+    w: &mut W,
+    shared: &Shared,
+    stop: &watch::Receiver<bool>,
+) -> Result<Outcome, ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let greeting = Greeting {
+        handshake_flags: FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES,
+    };
+    w.write_all(&greeting.encode()).await?;
+    w.flush().await?;
+    let mut flags = [0u8; ClientFlags::SIZE];
+    r.read_exact(&mut flags).await?;
+    let ClientFlags(client) = ClientFlags::decode(&flags)?;
+    if client & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(ConnError::Protocol(format!(
+            "unknown client flags {client:#x}"
+        )));
+    }
+    let mut state = Haggle {
+        no_zeroes: client & FLAG_C_NO_ZEROES != 0,
+        ..Haggle::default()
+    };
+    for _ in 0..shared.config.max_options_per_conn {
+        let (code, data) = read_option(r, shared).await?;
+        if *stop.borrow() && code != OPT_ABORT {
+            send(w, code, &err(REP_ERR_SHUTDOWN, "server is shutting down")).await?;
+            continue;
+        }
+        if let Some(outcome) = handle_option(w, shared, &mut state, code, &data).await? {
+            return Ok(outcome);
+        }
+    }
+    Err(ConnError::Protocol("too many options".into()))
+}
+
+async fn read_option<R: AsyncRead + Unpin>(
+    r: &mut R,
+    shared: &Shared,
+) -> Result<(u32, Vec<u8>), ConnError> {
+    let mut header = [0u8; OptionHeader::SIZE];
+    r.read_exact(&mut header).await?;
+    let header = OptionHeader::decode(&header)?;
+    if header.length > shared.config.max_option_bytes {
+        return Err(ConnError::Protocol(format!(
+            "option {} with {} bytes of data (maximum {})",
+            header.option, header.length, shared.config.max_option_bytes
+        )));
+    }
+    let mut data = vec![0u8; header.length as usize];
+    r.read_exact(&mut data).await?;
+    Ok((header.option, data))
+}
+
+async fn handle_option<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    shared: &Shared,
+    state: &mut Haggle,
+    code: u32,
+    data: &[u8],
+) -> Result<Option<Outcome>, ConnError> {
+    let option = match ClientOption::decode(code, data) {
+        Ok(option) => option,
+        Err(e) if code == OPT_EXPORT_NAME => return Err(e.into()),
+        Err(e) => {
+            send(w, code, &err(REP_ERR_INVALID, &e.to_string())).await?;
+            return Ok(None);
+        }
+    };
+    let replies = match option {
+        ClientOption::ExportName(name) => return export_name(w, shared, state, &name).await,
+        ClientOption::Abort => {
+            // The client may already have closed: a failed reply is not an error.
+            let _ = send(w, code, &[OptionReply::Ack]).await;
+            return Ok(Some(Outcome::Closed));
+        }
+        ClientOption::Go(request) => {
+            let replies = info_replies(shared, state, &request);
+            send(w, code, &replies).await?;
+            return Ok(matches!(replies.last(), Some(OptionReply::Ack))
+                .then(|| Outcome::Transmission(session(shared, state))));
+        }
+        ClientOption::Info(request) => info_replies(shared, state, &request),
+        ClientOption::List { has_data } => list_replies(shared, has_data),
+        ClientOption::StructuredReply { has_data } => structured(state, has_data),
+        ClientOption::ListMetaContext(request) => list_meta(shared, state, &request),
+        ClientOption::SetMetaContext(request) => set_meta(shared, state, &request),
+        ClientOption::StartTls { .. } => err(REP_ERR_UNSUP, "TLS is not supported"),
+        ClientOption::ExtendedHeaders | ClientOption::Unknown(_) => {
+            err(REP_ERR_UNSUP, "option not supported")
+        }
+    };
+    send(w, code, &replies).await?;
+    Ok(None)
+}
+
+async fn export_name<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    shared: &Shared,
+    state: &Haggle,
+    name: &str,
+) -> Result<Option<Outcome>, ConnError> {
+    if !shared.is_our_export(name) {
+        // EXPORT_NAME cannot return an error: the spec says to close.
+        return Err(ConnError::Protocol(format!("unknown export {name:?}")));
+    }
+    let session = session(shared, state);
+    let reply = ExportNameReply {
+        size: session.size,
+        transmission_flags: session.transmission_flags,
+        no_zeroes: state.no_zeroes,
+    };
+    w.write_all(&reply.encode()).await?;
+    w.flush().await?;
+    Ok(Some(Outcome::Transmission(session)))
+}
+
+fn session(shared: &Shared, state: &Haggle) -> Session {
+    Session {
+        size: shared.size,
+        transmission_flags: shared.transmission_flags(state.structured),
+        structured: state.structured,
+        base_allocation: state.base_allocation,
+        max_request_bytes: shared.config.max_request_bytes,
+        can_fast_zero: shared.export.can_fast_zero(),
+    }
+}
+
+fn err(reply_type: u32, message: &str) -> Vec<OptionReply> {
+    vec![OptionReply::Error {
+        reply_type,
+        message: message.to_owned(),
+    }]
+}
+
+fn unknown_export(name: &str) -> Vec<OptionReply> {
+    err(REP_ERR_UNKNOWN, &format!("no export named {name:?}"))
+}
+
+fn info_replies(shared: &Shared, state: &Haggle, request: &InfoRequest) -> Vec<OptionReply> {
+    if !shared.is_our_export(&request.name) {
+        return unknown_export(&request.name);
+    }
+    let (minimum, preferred, maximum) = shared.block_sizes();
+    let transmission_flags = shared.transmission_flags(state.structured);
+    let mut replies = vec![
+        OptionReply::Info(Info::Export {
+            size: shared.size,
+            transmission_flags,
+        }),
+        OptionReply::Info(Info::BlockSize {
+            minimum,
+            preferred,
+            maximum,
+        }),
+    ];
+    if request.requests.contains(&INFO_NAME) {
+        replies.push(OptionReply::Info(Info::Name(
+            shared.config.export_name.clone(),
+        )));
+    }
+    if request.requests.contains(&INFO_DESCRIPTION) && !shared.config.description.is_empty() {
+        replies.push(OptionReply::Info(Info::Description(
+            shared.config.description.clone(),
+        )));
+    }
+    replies.push(OptionReply::Ack);
+    replies
+}
+
+fn list_replies(shared: &Shared, has_data: bool) -> Vec<OptionReply> {
+    if has_data {
+        return err(REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
+    }
+    let name = shared.config.export_name.clone();
+    let details = shared.config.description.clone();
+    vec![OptionReply::Server { name, details }, OptionReply::Ack]
+}
+
+fn structured(state: &mut Haggle, has_data: bool) -> Vec<OptionReply> {
+    if has_data {
+        return err(REP_ERR_INVALID, "NBD_OPT_STRUCTURED_REPLY takes no data");
+    }
+    if state.structured {
+        return err(REP_ERR_INVALID, "structured replies already negotiated");
+    }
+    state.structured = true;
+    vec![OptionReply::Ack]
+}
+
+/// True if `query` names `base:allocation` (exactly, or as the `base:` wildcard if allowed).
+fn selects_base_allocation(query: &str, wildcard: bool) -> bool {
+    query == META_BASE_ALLOCATION || (wildcard && query == "base:")
+}
+
+fn list_meta(shared: &Shared, state: &Haggle, request: &MetaContextRequest) -> Vec<OptionReply> {
+    if !state.structured {
+        return err(REP_ERR_INVALID, "negotiate structured replies first");
+    }
+    if !shared.is_our_export(&request.name) {
+        return unknown_export(&request.name);
+    }
+    let listed = request.queries.is_empty()
+        || request
+            .queries
+            .iter()
+            .any(|q| selects_base_allocation(q, true));
+    let mut replies = Vec::new();
+    if listed {
+        replies.push(OptionReply::MetaContext {
+            id: 0,
+            name: META_BASE_ALLOCATION.into(),
+        });
+    }
+    replies.push(OptionReply::Ack);
+    replies
+}
+
+fn set_meta(shared: &Shared, state: &mut Haggle, request: &MetaContextRequest) -> Vec<OptionReply> {
+    // Replaces the previous selection, even when it fails.
+    state.base_allocation = false;
+    if !state.structured {
+        return err(REP_ERR_INVALID, "negotiate structured replies first");
+    }
+    if !shared.is_our_export(&request.name) {
+        return unknown_export(&request.name);
+    }
+    let mut replies = Vec::new();
+    if request
+        .queries
+        .iter()
+        .any(|q| selects_base_allocation(q, false))
+    {
+        state.base_allocation = true;
+        let name = META_BASE_ALLOCATION.into();
+        replies.push(OptionReply::MetaContext {
+            id: BASE_ALLOCATION_ID,
+            name,
+        });
+    }
+    replies.push(OptionReply::Ack);
+    replies
+}
+
+async fn send<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    option: u32,
+    replies: &[OptionReply],
+) -> Result<(), ConnError> {
+    let mut bytes = Vec::new();
+    for reply in replies {
+        bytes.extend_from_slice(&reply.encode(option));
+    }
+    w.write_all(&bytes).await?;
+    w.flush().await?;
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! The NBD server: accept loop, per-connection handshake and transmission.
+//!
+//! [`serve`] runs until its `shutdown` future completes; then it stops accepting, every
+//! connection stops reading new requests, requests in flight finish and their replies are
+//! sent, and `serve` returns (after at most [`ServerConfig::shutdown_grace`]).
+
+mod config;
+mod connection;
+mod handshake;
+mod listener;
+mod request;
+mod shared;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+pub use config::{ConfigError, ServerConfig};
+pub use listener::{Listener, Stream};
+
+use crate::export::Export;
+use shared::Shared;
+
+/// Serves `export` on `listener` until `shutdown` completes, then drains (see module doc).
+/// Fails only on an invalid configuration; per-connection errors are logged and end that
+/// connection only.
+pub async fn serve(
+    listener: Listener,
+    export: Arc<dyn Export>,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ConfigError> {
+    config.validate()?;
+    let grace = config.shutdown_grace;
+    let connection_slots = Arc::new(Semaphore::new(config.max_connections));
+    let shared = Arc::new(Shared::new(export, config));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(stream) => {
+                    let Ok(slot) = connection_slots.clone().try_acquire_owned() else {
+                        log::warn!("nbd: connection refused: {} connections open (the maximum)",
+                            shared.config.max_connections);
+                        continue;
+                    };
+                    let (shared, stop) = (shared.clone(), stop_rx.clone());
+                    connections.spawn(async move {
+                        connection::run(stream, shared, stop).await;
+                        drop(slot);
+                    });
+                }
+                Err(e) => {
+                    log::warn!("nbd: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            },
+            Some(done) = connections.join_next(), if !connections.is_empty() => log_join(done),
+        }
+    }
+    drop(listener);
+    // Receivers may all be gone already; that is fine.
+    let _ = stop_tx.send(true);
+    drain(&mut connections, grace).await;
+    Ok(())
+}
+
+async fn drain(connections: &mut JoinSet<()>, grace: std::time::Duration) {
+    let all_done = async {
+        while let Some(done) = connections.join_next().await {
+            log_join(done);
+        }
+    };
+    if tokio::time::timeout(grace, all_done).await.is_err() {
+        log::warn!(
+            "nbd: {} connection(s) still open after the {grace:?} shutdown grace; closing them",
+            connections.len()
+        );
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    }
+}
+
+fn log_join(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            log::error!("nbd: connection task panicked: {e}");
+        }
+    }
+}

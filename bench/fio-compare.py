@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Compare `raidkit serve` with nbdkit on the same backing, using the same fio jobs (nbd engine).
+
+Jobs (each time-based, --runtime seconds, after a sequential prefill of the working set):
+  seq-write  1 MiB sequential write, iodepth 16      (MB/s)
+  seq-read   1 MiB sequential read,  iodepth 16      (MB/s)
+  rand-read  4 KiB random read,      iodepth 32      (IOPS)
+  rand-write 4 KiB random write,     iodepth 32      (IOPS)
+
+Configurations (raidkit vs reference):
+  linear-file   single-member linear on a file        vs nbdkit file (same size, same filesystem)
+  linear-ram    single-member linear on mem:          vs nbdkit memory
+  raid0-ram4    RAID 0 over 4 mem: members            vs nbdkit memory
+  raid5-file4   RAID 5 over 4 files                   vs nbdkit file on a single file
+                (the goal there is 1 MiB sequential read; all jobs are measured)
+
+Prints markdown tables (figures, raidkit/reference ratios, peak server memory = VmHWM) ready to
+paste into docs/PERFORMANCE.md.
+
+Usage: bench/fio-compare.py [--runtime 10] [--size 1G] [--dir /var/tmp/raidkit-bench]
+                            [--raidkit target/release/raidkit] [--configs linear-file,raid0-ram4]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MIB = 1024 * 1024
+
+JOBS = [
+    ("seq-write", ["--rw=write", "--bs=1m", "--iodepth=16"], "write", "MB/s"),
+    ("seq-read", ["--rw=read", "--bs=1m", "--iodepth=16"], "read", "MB/s"),
+    ("rand-read", ["--rw=randread", "--bs=4k", "--iodepth=32"], "read", "IOPS"),
+    ("rand-write", ["--rw=randwrite", "--bs=4k", "--iodepth=32"], "write", "IOPS"),
+]
+
+# name -> (raidkit level, member specs kind, member count, reference kind)
+CONFIGS = {
+    "linear-file": ("linear", "file", 1, "file"),
+    "linear-ram": ("linear", "mem", 1, "memory"),
+    "raid0-ram4": ("0", "mem", 4, "memory"),
+    "raid5-file4": ("5", "file", 4, "file"),
+}
+
+
+def parse_size(text):
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = text[-1] if text[-1] in units else ""
+    return int(text[: len(text) - len(unit)]) * units[unit]
+
+
+class Proc:
+    """A server process; ready when its socket accepts (and, for raidkit, it printed its line)."""
+
+    def __init__(self, cmd, sock, ready_line=None):
+        self.cmd = cmd
+        self.sock = sock
+        if os.path.exists(sock):
+            os.unlink(sock)
+        self.lines = []
+        self.ready = threading.Event()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._pump, args=(ready_line,), daemon=True).start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{cmd[0]} exited {self.proc.returncode}: {''.join(self.lines)}")
+            if (ready_line is None or self.ready.is_set()) and os.path.exists(sock):
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{' '.join(cmd)} not ready after 60 s")
+
+    def _pump(self, ready_line):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if ready_line is None or ready_line in line:
+                self.ready.set()
+
+    def peak_rss_bytes(self):
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def fio(uri, args, runtime, size, extra):
+    cmd = ["fio", "--name=bench", "--ioengine=nbd", f"--uri={uri}", f"--size={size}",
+           "--output-format=json", *args, *extra]
+    if runtime:
+        cmd += ["--time_based", f"--runtime={runtime}", "--ramp_time=1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=runtime * 3 + 600)
+    if out.returncode != 0:
+        raise RuntimeError(f"fio failed: {' '.join(cmd)}\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    text = out.stdout[out.stdout.index("{"):]
+    return json.loads(text)["jobs"][0]
+
+
+def run_jobs(uri, runtime, size):
+    """Prefill the working set, then run every job; returns {job: (value, unit)}."""
+    fio(uri, ["--rw=write", "--bs=1m", "--iodepth=16"], 0, size, [])
+    results = {}
+    for name, args, direction, unit in JOBS:
+        job = fio(uri, args, runtime, size, [])
+        side = job[direction]
+        value = side["bw_bytes"] / 1e6 if unit == "MB/s" else side["iops"]
+        results[name] = (value, unit)
+        print(f"    {name:<10} {value:12.1f} {unit}", file=sys.stderr)
+    return results
+
+
+def start_raidkit(args, config, workdir, sock):
+    level, kind, count, _ = CONFIGS[config]
+    per_member = args.size_bytes if level == "linear" else args.size_bytes // (count - (level == "5"))
+    # A little more than the working set, for the superblock area.
+    per_member += 64 * MIB
+    if kind == "mem":
+        members = [f"mem:{per_member}"] * count
+    else:
+        members = [str(workdir / f"{config}-member{i}.img") for i in range(count)]
+        for m in members:
+            if os.path.exists(m):
+                os.unlink(m)
+    cmd = [args.raidkit, "serve", "--create", "--level", level, "--size", str(per_member),
+           "--name", config, "--unix", sock, *members]
+    return Proc(cmd, sock, ready_line="raidkit: serving"), f"nbd+unix:///{config}?socket={sock}"
+
+
+def start_nbdkit(args, config, workdir, sock):
+    kind = CONFIGS[config][3]
+    size = args.size_bytes + 64 * MIB
+    if kind == "memory":
+        plugin = ["memory", str(size)]
+    else:
+        image = workdir / f"{config}-nbdkit.img"
+        if image.exists():
+            image.unlink()
+        with open(image, "wb") as f:
+            f.truncate(size)
+        plugin = ["file", str(image)]
+    cmd = ["nbdkit", "--foreground", "--unix", sock, *plugin]
+    return Proc(cmd, sock), f"nbd+unix:///?socket={sock}"
+
+
+def measure(args, config, which, workdir):
+    sock = str(workdir / f"{which}.sock")
+    start = start_raidkit if which == "raidkit" else start_nbdkit
+    print(f"== {config}: {which}", file=sys.stderr)
+    server, uri = start(args, config, workdir, sock)
+    try:
+        results = run_jobs(uri, args.runtime, args.size)
+        peak = server.peak_rss_bytes()
+    finally:
+        rc = server.stop()
+    if which == "raidkit" and rc != 0:
+        raise RuntimeError(f"raidkit serve exited {rc} after SIGTERM: {''.join(server.lines)}")
+    return results, peak
+
+
+def fmt(value, unit):
+    return f"{value:,.0f}" if unit == "IOPS" else f"{value:,.0f}"
+
+
+def print_tables(rows, peaks, args):
+    print(f"fio nbd engine over a Unix socket; working set {args.size}, {args.runtime} s per job "
+          "after a sequential prefill; one fio job per run.\n")
+    print("| configuration | job | unit | raidkit | reference | ratio |")
+    print("|---|---|---|---:|---:|---:|")
+    for config, job, unit, ours, ref, ref_name in rows:
+        ratio = f"{ours / ref:.2f}" if ours is not None and ref else "n/a"
+        ours_text = fmt(ours, unit) if ours is not None else "n/a"
+        print(f"| {config} | {job} | {unit} | {ours_text} | {fmt(ref, unit)} ({ref_name}) | {ratio} |")
+    print("\n| configuration | raidkit peak RSS (VmHWM) | reference peak RSS |")
+    print("|---|---:|---:|")
+    for config, (ours, ref) in peaks.items():
+        mib = lambda b: f"{b / MIB:,.0f} MiB" if b else "n/a"  # noqa: E731
+        print(f"| {config} | {mib(ours)} | {mib(ref)} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runtime", type=int, default=10, help="seconds per job (default 10)")
+    parser.add_argument("--size", default="1G", help="working set per configuration (default 1G)")
+    parser.add_argument("--dir", default="/var/tmp/raidkit-bench", help="backing files go here")
+    parser.add_argument("--raidkit", default=os.environ.get(
+        "RAIDKIT_BIN", str(REPO / "target" / "release" / "raidkit")))
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    args = parser.parse_args()
+    args.size_bytes = parse_size(args.size)
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown configurations: {unknown}; known: {list(CONFIGS)}")
+    for tool in ("fio", "nbdkit"):
+        if shutil.which(tool) is None:
+            parser.error(f"{tool} is not installed (scripts/install-deps.sh installs it)")
+    have_raidkit = os.access(args.raidkit, os.X_OK)
+    if not have_raidkit:
+        print(f"warning: {args.raidkit} not found; measuring the reference only", file=sys.stderr)
+    workdir = Path(args.dir)
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    rows, peaks = [], {}
+    for config in configs:
+        ref, ref_peak = measure(args, config, "nbdkit", workdir)
+        ours, our_peak = (measure(args, config, "raidkit", workdir) if have_raidkit
+                          else ({}, None))
+        ref_name = f"nbdkit {CONFIGS[config][3]}"
+        for job, _, _, unit in JOBS:
+            rows.append((config, job, unit, ours.get(job, (None,))[0], ref[job][0], ref_name))
+        peaks[config] = (our_peak, ref_peak)
+        for f in workdir.glob(f"{config}-*.img"):
+            f.unlink()
+    print_tables(rows, peaks, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,310 @@
+//! Assembly: every refusal names the member and the reason and changes no member byte; members
+//! in any order give the same array; stale members are left out; the RAID 5 write hole needs
+//! force; the Volume keeps dirty/clean and events on disk.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common::*;
+use member::OpenOptions;
+use metadata::{assemble, ArrayState, AssembleOptions, RoleState, Volume};
+
+fn try_assemble(paths: &[PathBuf], force: bool) -> Result<Volume, metadata::AssembleError> {
+    assemble(open_all(paths), &AssembleOptions { force })
+}
+
+/// Asserts assembly of `paths` fails with a message containing every needle, and that no byte
+/// of any member changed.
+fn assert_refused(paths: &[PathBuf], needles: &[&str]) {
+    let before = hash_files(paths);
+    let err = try_assemble(paths, false).unwrap_err().to_string();
+    for needle in needles {
+        assert!(err.contains(needle), "expected {needle:?} in: {err}");
+    }
+    assert_eq!(hash_files(paths), before, "refusal changed member bytes");
+}
+
+fn name(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn refuses_member_of_another_array() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = new_array(dir.path(), "a", "raid5", 3);
+    let b = new_array(dir.path(), "b", "raid5", 3);
+    let mixed = vec![a[0].clone(), b[1].clone(), a[2].clone()];
+    assert_refused(&mixed, &[name(&b[1]), "belongs to another array"]);
+}
+
+#[test]
+fn refuses_two_members_with_the_same_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = new_array(dir.path(), "r", "raid1", 2);
+    let copy = dir.path().join("r0-copy");
+    std::fs::copy(&a[0], &copy).unwrap();
+    let paths = vec![a[0].clone(), a[1].clone(), copy.clone()];
+    assert_refused(&paths, &[name(&a[0]), name(&copy), "both claim role 0"]);
+}
+
+#[test]
+fn refuses_too_few_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let r5 = new_array(dir.path(), "five", "raid5", 4);
+    assert_refused(
+        &r5[..2],
+        &["too few members for raid5", "missing roles [2, 3]"],
+    );
+    let r0 = new_array(dir.path(), "zero", "raid0", 3);
+    assert_refused(
+        &[r0[0].clone(), r0[2].clone()],
+        &["too few members for raid0", "[1]"],
+    );
+    let lin = new_array(dir.path(), "lin", "linear", 2);
+    assert_refused(&lin[1..], &["too few members for linear", "[0]"]);
+    let r6 = new_array(dir.path(), "six", "raid6", 5);
+    assert_refused(&r6[..2], &["too few members for raid6", "[2, 3, 4]"]);
+}
+
+#[test]
+fn refuses_bad_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = new_array(dir.path(), "crc", "raid1", 3);
+    let m = member::open(name(&a[1]), &OpenOptions::default()).unwrap();
+    m.write_at(&[0x55], 4096 + 300).unwrap();
+    assert_refused(&a, &[name(&a[1]), "checksum mismatch"]);
+}
+
+#[test]
+fn refuses_disagreeing_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = new_array(dir.path(), "dis", "raid0", 2);
+    let mut sb = read_sb(&a[1]);
+    sb.chunk_bytes = 128 * 1024;
+    write_sb(&a[1], &sb);
+    assert_refused(&a, &[name(&a[1]), "chunk_bytes is 131072", "65536"]);
+    let b = new_array(dir.path(), "lvl", "raid1", 2);
+    let mut sb = read_sb(&b[0]);
+    sb.level = "raid0".parse().unwrap();
+    write_sb(&b[0], &sb);
+    assert_refused(
+        &b,
+        &["superblock field level is", "says raid0", name(&b[1])],
+    );
+}
+
+#[test]
+fn refuses_non_member_and_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = new_array(dir.path(), "nm", "raid1", 2);
+    let blank = files(dir.path(), "blank", 1);
+    let paths = vec![a[0].clone(), blank[0].clone()];
+    assert_refused(&paths, &[name(&blank[0]), "no raidkit superblock"]);
+    let twice = vec![a[0].clone(), a[0].clone()];
+    assert_refused(&twice, &[name(&a[0]), "given more than once"]);
+}
+
+#[test]
+fn any_order_gives_the_same_array() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "ord", "raid6", 5);
+    let data = pattern(300_000, 1);
+    {
+        let v = try_assemble(&paths, false).unwrap();
+        v.write(12_345, &data).unwrap();
+        v.close().unwrap();
+    }
+    let seed = seed();
+    let mut x = seed | 1;
+    for _ in 0..6 {
+        let mut order = paths.clone();
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let v = try_assemble(&order, false).unwrap();
+        assert_eq!(v.size_bytes(), 3 * (3 << 20), "seed {seed}");
+        assert_eq!(v.name(), "ord");
+        let mut got = vec![0u8; data.len()];
+        v.read(12_345, &mut got).unwrap();
+        assert!(got == data, "order {order:?} (seed {seed})");
+        let names: Vec<_> = v
+            .member_status()
+            .into_iter()
+            .map(|s| s.name.unwrap())
+            .collect();
+        let want: Vec<_> = paths.iter().map(|p| name(p).to_string()).collect();
+        assert_eq!(names, want, "roles come from superblocks (seed {seed})");
+    }
+}
+
+#[test]
+fn stale_member_is_left_out_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "st", "raid1", 3);
+    let old = pattern(100_000, 2);
+    let new = pattern(100_000, 3);
+    {
+        let v = try_assemble(&paths, false).unwrap();
+        v.write(0, &old).unwrap();
+        v.close().unwrap();
+    }
+    {
+        // Member 2 is away while the array is written.
+        let v = try_assemble(&paths[..2], false).unwrap();
+        v.write(0, &new).unwrap();
+        v.close().unwrap();
+    }
+    let v = try_assemble(&paths, false).unwrap();
+    assert_eq!(v.stale().len(), 1);
+    assert_eq!(v.stale()[0].name, name(&paths[2]));
+    assert_eq!(v.stale()[0].role, 2);
+    assert!(
+        v.warnings().iter().any(|w| w.contains("stale")),
+        "{:?}",
+        v.warnings()
+    );
+    let status = v.member_status();
+    assert_eq!(status[2].state, RoleState::Missing);
+    assert_eq!(status[2].name, None, "the stale member is not used");
+    let mut got = vec![0u8; new.len()];
+    v.read(0, &mut got).unwrap();
+    assert!(got == new, "reads come from fresh members only");
+}
+
+/// Writes through a volume and drops it without `close`: a crash while dirty.
+fn crash_after_write(paths: &[PathBuf], data: &[u8]) {
+    let v = try_assemble(paths, false).unwrap();
+    v.write(4096, data).unwrap();
+    v.flush().unwrap();
+    drop(v);
+    assert_eq!(read_sb(&paths[0]).state, ArrayState::Dirty);
+}
+
+#[test]
+fn dirty_degraded_raid5_needs_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "wh", "raid5", 3);
+    let data = pattern(200_000, 4);
+    crash_after_write(&paths, &data);
+    let degraded = vec![paths[0].clone(), paths[2].clone()];
+    assert_refused(
+        &degraded,
+        &["raid5 was not shut down cleanly", "[1]", "write hole"],
+    );
+    let v = try_assemble(&degraded, true).unwrap();
+    assert!(
+        v.warnings().iter().any(|w| w.contains("force")),
+        "{:?}",
+        v.warnings()
+    );
+    let mut got = vec![0u8; data.len()];
+    v.read(4096, &mut got).unwrap();
+    assert!(got == data, "degraded read reconstructs the data");
+}
+
+#[test]
+fn dirty_healthy_raid5_starts_with_a_warning_and_resync_makes_it_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "rs", "raid5", 3);
+    crash_after_write(&paths, &pattern(10_000, 5));
+    let v = try_assemble(&paths, false).unwrap();
+    assert!(v
+        .warnings()
+        .iter()
+        .any(|w| w.contains("not shut down cleanly")));
+    v.write(0, b"x").unwrap();
+    v.close().unwrap();
+    assert_eq!(
+        read_sb(&paths[0]).state,
+        ArrayState::Dirty,
+        "not resynced: stays dirty"
+    );
+    v.resync().unwrap();
+    v.close().unwrap();
+    assert_eq!(read_sb(&paths[0]).state, ArrayState::Clean);
+    assert!(v.array().check().unwrap().is_consistent());
+}
+
+#[test]
+fn volume_marks_dirty_before_writes_and_clean_on_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "dc", "raid10", 3);
+    let v = try_assemble(&paths, false).unwrap();
+    let before = hash_files(&paths);
+    let mut buf = vec![0u8; 4096];
+    v.read(0, &mut buf).unwrap();
+    v.close().unwrap();
+    assert_eq!(
+        hash_files(&paths),
+        before,
+        "assembly, reads and a clean close write nothing"
+    );
+    assert_eq!(v.events(), 1);
+    v.write(1000, b"hello").unwrap();
+    for p in &paths {
+        let sb = read_sb(p);
+        assert_eq!((sb.state, sb.events), (ArrayState::Dirty, 2), "{}", name(p));
+    }
+    v.write(2000, b"again").unwrap();
+    assert_eq!(
+        read_sb(&paths[1]).events,
+        2,
+        "one transition, not one per write"
+    );
+    v.close().unwrap();
+    for p in &paths {
+        let sb = read_sb(p);
+        assert_eq!((sb.state, sb.events), (ArrayState::Clean, 3), "{}", name(p));
+    }
+    assert!(!v.is_dirty());
+}
+
+#[test]
+fn degraded_write_records_missing_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "mr", "raid6", 4);
+    let v = try_assemble(
+        &[paths[0].clone(), paths[1].clone(), paths[3].clone()],
+        false,
+    )
+    .unwrap();
+    v.write(0, &pattern(1 << 20, 6)).unwrap();
+    v.close().unwrap();
+    let sb = read_sb(&paths[0]);
+    assert_eq!(sb.roles[2].state, RoleState::Missing);
+    assert_eq!(sb.roles[3].state, RoleState::Active);
+    assert_eq!(
+        read_sb(&paths[2]).events,
+        1,
+        "the absent member is untouched"
+    );
+}
+
+#[test]
+fn many_threads_write_through_a_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "mt", "raid5", 4);
+    let v = Arc::new(try_assemble(&paths, false).unwrap());
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let v = Arc::clone(&v);
+            std::thread::spawn(move || v.write(t * 1_000_000, &pattern(500_000, t)).unwrap())
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    v.close().unwrap();
+    let v = try_assemble(&paths, false).unwrap();
+    for t in 0..4u64 {
+        let mut got = vec![0u8; 500_000];
+        v.read(t * 1_000_000, &mut got).unwrap();
+        assert!(got == pattern(500_000, t));
+    }
+    assert_eq!(read_sb(&paths[0]).events, 3);
+}

@@ -113,7 +113,7 @@ impl Export for MemExport {
         Ok(out)
     }
     fn preferred_block_size(&self) -> u32 {
-        3 * 64 << 10 // A 3-data-member stripe: advertised rounded up to 256 KiB.
+        (3 * 64) << 10 // A 3-data-member stripe: advertised rounded up to 256 KiB.
     }
     fn can_multi_conn(&self) -> bool {
         self.multi_conn

@@ -4,7 +4,8 @@ The server under test is chosen by the environment:
 
 - ``RAIDKIT_BIN``: path of the raidkit binary (default: ``target/release/raidkit``).
 - ``RAIDKIT_TEST_SERVER``: ``raidkit`` (default), or ``nbdkit`` / ``qemu-nbd`` to run the same
-  tests against a reference server on one flat file (used to validate the harness itself; the
+  tests against a reference server on one flat file (or ``memserve``, the nbd crate's RAM example
+  named by ``MEMSERVE_BIN``, for the tests that need no restart) (used to validate the harness itself; the
   level parameter is then ignored and raidkit-only expectations are skipped).
 - ``RAIDKIT_SEED``: seed for every random choice (printed in the header and on each failure).
 - ``RAIDKIT_SOAK=1``: larger sizes and longer runs.
@@ -104,7 +105,7 @@ class Server:
         self.member_bytes = member_bytes
         self.kind = kind
         self.read_only = read_only
-        self.name = f"e2e-raid{level}" if kind == "raidkit" else ""
+        self.name = {"raidkit": f"e2e-raid{level}", "memserve": "mem"}.get(kind, "")
         count, self.data_members = LEVELS[level]
         self.members = [str(self.workdir / f"member{i}.img") for i in range(count)]
         self.sock = str(self.workdir / "nbd.sock")
@@ -155,6 +156,12 @@ class Server:
                 ["--ipaddr", "127.0.0.1", "--port", str(self.port)]
             ro = ["--readonly"] if self.read_only else []
             return ["nbdkit", "--foreground", *ro, *net, "file", image]
+        if self.kind == "memserve":  # crates/nbd/examples/memserve: RAM, no persistence
+            net = ["--unix", self.sock] if self.transport == "unix" else \
+                ["--tcp", f"127.0.0.1:{self.port}"]
+            ro = ["--read-only"] if self.read_only else []
+            mib = self.member_bytes * (self.data_members or len(self.members)) // 2**20
+            return [os.environ["MEMSERVE_BIN"], *net, "--size", str(mib), *ro]
         if self.kind == "qemu-nbd":
             net = ["--socket", self.sock] if self.transport == "unix" else \
                 ["--bind", "127.0.0.1", "--port", str(self.port)]
@@ -224,7 +231,8 @@ class Server:
     def stop(self):
         """SIGTERM; the server must finish, flush, and exit 0."""
         assert self.proc is not None, "server not running"
-        self.proc.send_signal(signal.SIGTERM)
+        # memserve (an example) stops on SIGINT only.
+        self.proc.send_signal(signal.SIGINT if self.kind == "memserve" else signal.SIGTERM)
         try:
             rc = self.proc.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:

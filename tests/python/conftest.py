@@ -190,8 +190,6 @@ class Server:
 
     def start(self):
         assert self.proc is None, "server already running"
-        if self.transport == "unix" and os.path.exists(self.sock) and self.kind != "raidkit":
-            os.unlink(self.sock)
         self.serving.clear()
         self.starts += 1
         log = open(self.workdir / f"server-{self.starts}.stderr", "w")
@@ -242,10 +240,14 @@ class Server:
             pytest.fail(f"server exited with status {rc} after SIGTERM (expected 0)\n{self.logs()}")
 
     def kill9(self):
+        """SIGKILL. The Unix socket file stays behind; it is removed as an operator would (the
+        servers under test refuse to bind over an existing path)."""
         assert self.proc is not None, "server not running"
         self.proc.kill()
         self.proc.wait()
         self.proc = None
+        if self.transport == "unix" and os.path.exists(self.sock):
+            os.unlink(self.sock)
 
     def restart(self):
         self.stop()

@@ -5,8 +5,12 @@ use crate::io::MemOp;
 use crate::locks::StripeLocks;
 use layout::{Geometry, Level};
 use member::Member;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Default per-member share of one batch (bytes) from which member I/O runs on parallel
+/// threads; measured in docs/PERFORMANCE.md ("engine").
+pub const FANOUT_MIN_BYTES_DEFAULT: u64 = 1 << 20;
 
 /// What an array is made of; `member_data_bytes[role]` is the size of that member's data area.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +30,8 @@ pub struct Array {
     pub(crate) present: Vec<AtomicBool>,
     pub(crate) in_flight: Vec<AtomicUsize>,
     pub(crate) locks: StripeLocks,
+    /// Per-member share of a batch from which member I/O fans out to threads.
+    pub(crate) fanout_min_bytes: AtomicU64,
 }
 
 impl std::fmt::Debug for Array {
@@ -79,6 +85,7 @@ impl Array {
             present: present.into_iter().map(AtomicBool::new).collect(),
             in_flight: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             locks: StripeLocks::new(),
+            fanout_min_bytes: AtomicU64::new(FANOUT_MIN_BYTES_DEFAULT),
         })
     }
 

@@ -1,8 +1,9 @@
 //! Member I/O: every byte the engine moves to or from a member goes through
 //! [`Array::member_io`], the one place where member errors surface (issue 4's fault handling —
 //! reconstruct and rewrite on a read error, mark faulty on a write error — plugs in there).
-//! [`Array::run`] executes a batch of operations with one thread per member involved, so a
-//! large request keeps all its members busy at once (at most `member_count` threads).
+//! `Array::run` executes a batch of operations, fanning out to one scoped thread per member
+//! with a large share (at most `member_count` threads), so a large request keeps all its
+//! members busy at once.
 
 use crate::error::{IoError, Op};
 use crate::Array;
@@ -88,30 +89,35 @@ impl Array {
         })
     }
 
-    /// Runs a batch: operations on the same member in order, different members in parallel.
-    /// Returns the first error (by role) after every operation has finished.
+    /// Runs a batch: operations on the same member in order. Members whose share is large
+    /// (at least the fan-out threshold, see [`Array::set_fanout_min_bytes`]) run in parallel on
+    /// scoped threads, the rest on the calling thread: for page-cache-speed members a thread
+    /// costs more than the copy it would overlap, while flushes and large transfers gain.
+    /// Returns the first error once every started operation has finished (inline groups after
+    /// a failure are not started).
     pub(crate) fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
         let mut groups: Vec<Vec<MemOp<'_>>> = (0..self.members.len()).map(|_| Vec::new()).collect();
         for op in ops {
             groups[op.role()].push(op);
         }
-        let mut groups: Vec<Vec<MemOp<'_>>> = groups
+        let threshold = self.fanout_min_bytes.load(Ordering::Relaxed);
+        let (big, small): (Vec<_>, Vec<_>) = groups
             .into_iter()
             .filter(|g| !g.is_empty())
             .map(coalesce)
-            .collect();
-        let Some(last) = groups.pop() else {
-            return Ok(());
-        };
-        if groups.is_empty() {
-            return self.run_group(last);
+            .partition(|g| group_cost(g) >= threshold);
+        if big.len() < 2 {
+            return big
+                .into_iter()
+                .chain(small)
+                .try_for_each(|g| self.run_group(g));
         }
         std::thread::scope(|scope| {
-            let handles: Vec<_> = groups
+            let handles: Vec<_> = big
                 .into_iter()
                 .map(|group| scope.spawn(move || self.run_group(group)))
                 .collect();
-            let mine = self.run_group(last);
+            let mine = small.into_iter().try_for_each(|g| self.run_group(g));
             let mut first = Ok(());
             for handle in handles {
                 let result = handle
@@ -123,12 +129,33 @@ impl Array {
         })
     }
 
+    /// Sets the per-member share (bytes) from which a batch fans out to parallel threads.
+    /// 0 makes every multi-member batch parallel; `u64::MAX` runs everything inline except
+    /// flushes.
+    pub fn set_fanout_min_bytes(&self, bytes: u64) {
+        self.fanout_min_bytes.store(bytes, Ordering::Relaxed);
+    }
+
     fn run_group(&self, group: Vec<MemOp<'_>>) -> Result<(), IoError> {
         for op in group {
             self.member_io(op)?;
         }
         Ok(())
     }
+}
+
+/// Bytes a group moves; a flush (milliseconds on real disks) always counts as large.
+fn group_cost(group: &[MemOp<'_>]) -> u64 {
+    group.iter().fold(0u64, |cost, op| {
+        let bytes = match op {
+            MemOp::Read { buf, .. } => buf.len() as u64,
+            MemOp::Write { buf, .. } => buf.len() as u64,
+            MemOp::Zero { len, .. } => *len,
+            MemOp::Trim { .. } => 0,
+            MemOp::Flush { .. } => u64::MAX,
+        };
+        cost.saturating_add(bytes)
+    })
 }
 
 /// Merges adjacent trims / write-zeroes on the same member into one operation.

@@ -41,7 +41,7 @@ mod locks;
 mod plain;
 mod raid56;
 
-pub use array::{Array, ArrayConfig};
+pub use array::{Array, ArrayConfig, FANOUT_MIN_BYTES_DEFAULT};
 pub use check::{CheckReport, Mismatch, MismatchKind, MISMATCHES_REPORTED_MAX};
 pub use error::{EngineError, IoError, Op};
 pub use layout::{Geometry, Level};

@@ -55,6 +55,7 @@ fn assert_words(buf: &[u8], offset: u64, allowed: &dyn Fn(u64, u64) -> bool, wha
 fn hammer(level: Level, n: usize, missing: &[usize], rng: &mut Rng) {
     let members = mem_members(&member_sizes(n, 4 * KIB, 8));
     let array = array_over(level, 4 * KIB, &members, missing);
+    array.set_fanout_min_bytes(rng.below(2) * u64::MAX);
     let regions = regions(rng, &array);
     let what = format!("{level} n={n} missing {missing:?}");
     let base = rng.next();

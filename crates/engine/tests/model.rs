@@ -82,6 +82,9 @@ fn run(level: Level, n: usize, chunk: u64, scenario: &Scenario, rng: &mut Rng) {
         _ => Vec::new(),
     };
     let array = array_over(level, chunk, &members, &missing);
+    if rng.below(2) == 0 {
+        array.set_fanout_min_bytes(0); // exercise the parallel member I/O path too
+    }
     let mut model = vec![0u8; array.size_bytes() as usize];
     let what = format!("{level} n={n} chunk={chunk} {scenario:?}");
     for i in 0..ops {

@@ -61,24 +61,6 @@ fn stripe(n: usize, chunk: usize) -> Vec<Vec<u8>> {
     blocks
 }
 
-/// Best calls-per-second over `ROUNDS` rounds of `budget / ROUNDS` each (at least 3 calls per
-/// round): the best round is the one least disturbed by other work on a shared machine.
-fn rate(budget: Duration, mut body: impl FnMut()) -> f64 {
-    const ROUNDS: u32 = 5;
-    body();
-    let mut best = 0.0f64;
-    for _ in 0..ROUNDS {
-        let start = Instant::now();
-        let mut calls = 0u64;
-        while calls < 3 || start.elapsed() < budget / ROUNDS {
-            body();
-            calls += 1;
-        }
-        best = best.max(calls as f64 / start.elapsed().as_secs_f64());
-    }
-    best
-}
-
 fn run_kernel(op: Op, imp: Imp, blocks: &mut [Vec<u8>], n: usize) {
     let (data, parity) = blocks.split_at_mut(n);
     let (p, q) = parity.split_at_mut(1);
@@ -109,22 +91,55 @@ fn run_kernel(op: Op, imp: Imp, blocks: &mut [Vec<u8>], n: usize) {
     }
 }
 
-/// GB/s for one cell; also checks the stripe is still consistent afterwards.
-fn measure(op: Op, imp: Imp, n: usize, chunk: usize, budget: Duration) -> f64 {
-    let mut blocks = stripe(n, chunk);
-    let original = blocks.clone();
-    let per_second = match imp {
+/// A prepared call of one implementation on a stripe it is handed.
+type Runner = Box<dyn FnMut(&mut [Vec<u8>])>;
+
+fn runner(op: Op, imp: Imp, n: usize) -> Runner {
+    match imp {
         #[cfg(feature = "compare-rusty-erasure")]
-        Imp::RustyErasure => rusty::rate_of(op, &mut blocks, n, budget),
-        _ => rate(budget, || run_kernel(op, imp, black_box(&mut blocks), n)),
-    };
-    assert!(
-        blocks == original,
-        "{}: stripe changed by {} n={n} chunk={chunk}",
-        imp.name(),
-        op_name(op)
-    );
-    per_second * (n * chunk) as f64 / 1e9
+        Imp::RustyErasure => rusty::runner(op, n),
+        _ => Box::new(move |blocks| run_kernel(op, imp, blocks, n)),
+    }
+}
+
+/// GB/s of every implementation for one cell. Measured in interleaved rounds (each round runs
+/// every implementation for `budget / ROUNDS`, at least 3 calls) so background load on a shared
+/// machine hits all columns alike; each column keeps its best round. Afterwards every stripe
+/// must be unchanged, which checks that each implementation rewrote P, Q or the recovered
+/// blocks byte-identically to the scalar reference.
+fn measure_cell(op: Op, imps: &[Imp], n: usize, chunk: usize, budget: Duration) -> Vec<f64> {
+    const ROUNDS: u32 = 5;
+    let original = stripe(n, chunk);
+    let mut states: Vec<(Runner, Vec<Vec<u8>>)> = imps
+        .iter()
+        .map(|&imp| (runner(op, imp, n), original.clone()))
+        .collect();
+    let mut best = vec![0.0f64; imps.len()];
+    for (run, blocks) in states.iter_mut() {
+        run(blocks);
+    }
+    for _ in 0..ROUNDS {
+        for ((run, blocks), best) in states.iter_mut().zip(best.iter_mut()) {
+            let start = Instant::now();
+            let mut calls = 0u64;
+            while calls < 3 || start.elapsed() < budget / ROUNDS {
+                run(black_box(blocks));
+                calls += 1;
+            }
+            *best = best.max(calls as f64 / start.elapsed().as_secs_f64());
+        }
+    }
+    for (imp, (_, blocks)) in imps.iter().zip(&states) {
+        let what = op_name(op);
+        assert!(
+            blocks == &original,
+            "{}: {what} n={n} chunk={chunk} differs",
+            imp.name()
+        );
+    }
+    best.iter()
+        .map(|calls_per_s| calls_per_s * (n * chunk) as f64 / 1e9)
+        .collect()
 }
 
 fn op_name(op: Op) -> &'static str {
@@ -167,9 +182,9 @@ fn main() {
         }
         for &chunk_kib in chunks_kib {
             for &n in counts {
-                let cells: Vec<String> = imps
+                let cells: Vec<String> = measure_cell(op, &imps, n, chunk_kib * 1024, budget)
                     .iter()
-                    .map(|&imp| format!("{:.1}", measure(op, imp, n, chunk_kib * 1024, budget)))
+                    .map(|gbps| format!("{gbps:.1}"))
                     .collect();
                 println!(
                     "| {} | {chunk_kib} KiB | {n} | {} |",
@@ -187,32 +202,27 @@ mod rusty {
     //! recovery its Reed-Solomon decoder over the P+Q matrix [I; 1..1; g^0..g^(n-1)], with the
     //! decode plan built once outside the timed loop (the favourable case for it).
 
-    use super::{rate, Op};
+    use super::{Op, Runner};
     use rusty_erasure::{raid, Matrix};
-    use std::time::Duration;
 
-    pub fn rate_of(op: Op, blocks: &mut [Vec<u8>], n: usize, budget: Duration) -> f64 {
-        let (data, parity) = blocks.split_at_mut(n);
-        let (p, q) = parity.split_at_mut(1);
-        let (p, q) = (&mut p[0], &mut q[0]);
+    pub fn runner(op: Op, n: usize) -> Runner {
         match op {
-            Op::XorGen => {
+            Op::XorGen => Box::new(move |blocks: &mut [Vec<u8>]| {
+                let (data, parity) = blocks.split_at_mut(n);
                 let data: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-                rate(budget, || {
-                    raid::xor_gen(&data, p).expect("rusty_erasure xor_gen")
-                })
-            }
-            Op::PqGen => {
+                raid::xor_gen(&data, &mut parity[0]).expect("rusty_erasure xor_gen");
+            }),
+            Op::PqGen => Box::new(move |blocks: &mut [Vec<u8>]| {
+                let (data, parity) = blocks.split_at_mut(n);
                 let data: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-                rate(budget, || {
-                    raid::pq_gen(&data, p, q).expect("rusty_erasure pq_gen")
-                })
-            }
-            Op::Recover2 => recover2(data, p, q, n, budget),
+                let (p, q) = parity.split_at_mut(1);
+                raid::pq_gen(&data, &mut p[0], &mut q[0]).expect("rusty_erasure pq_gen");
+            }),
+            Op::Recover2 => recover2(n),
         }
     }
 
-    fn recover2(data: &mut [Vec<u8>], p: &[u8], q: &[u8], n: usize, budget: Duration) -> f64 {
+    fn recover2(n: usize) -> Runner {
         let mut bytes = vec![0u8; (n + 2) * n];
         for i in 0..n {
             bytes[i * n + i] = 1;
@@ -225,17 +235,15 @@ mod rusty {
         present[0] = false;
         present[1] = false;
         let plan = coder.decode_plan(&present, &[0, 1]).expect("decode plan");
-        let (lost, rest) = data.split_at_mut(2);
-        let (d0, d1) = lost.split_at_mut(1);
-        let mut shards: Vec<Option<&[u8]>> = vec![None, None];
-        shards.extend(rest.iter().map(|d| Some(d.as_slice())));
-        shards.push(Some(p));
-        shards.push(Some(q));
-        let mut out: Vec<&mut [u8]> = vec![&mut d0[0], &mut d1[0]];
-        rate(budget, || {
+        Box::new(move |blocks: &mut [Vec<u8>]| {
+            let (lost, rest) = blocks.split_at_mut(2);
+            let (d0, d1) = lost.split_at_mut(1);
+            let mut shards: Vec<Option<&[u8]>> = vec![None, None];
+            shards.extend(rest.iter().map(|d| Some(d.as_slice())));
+            let mut out: Vec<&mut [u8]> = vec![&mut d0[0], &mut d1[0]];
             coder
                 .recover_with(&plan, &shards, &mut out)
-                .expect("recover_with")
+                .expect("recover_with");
         })
     }
 }

@@ -75,7 +75,21 @@ impl Array {
         self.run(ops)
     }
 
+    /// Discards in windows of at most `STRIPE_LOCKS_COUNT` chunks, so a huge trim needs
+    /// bounded memory for its pieces and lock keys.
     pub(crate) fn plain_discard(&self, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
+        let window = self.geometry.chunk_bytes() * crate::STRIPE_LOCKS_COUNT as u64;
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let n = window.min(end - at);
+            self.plain_discard_window(at, n, how)?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    fn plain_discard_window(&self, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
         let pieces = self.geometry.pieces(offset, len);
         let _held = self.locks.lock(self.mirror_keys(&pieces).into_iter());
         let present = self.usable()?;

@@ -1,0 +1,129 @@
+//! Member errors surface as `IoError::Member` naming the member, the operation and the offset;
+//! RAID 1 reads spread over the mirrors.
+
+mod common;
+
+use common::*;
+use engine::{IoError, Level, Op};
+use member::{MemMember, Member};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A RAM member that counts reads and can be told to fail every operation.
+#[derive(Debug)]
+struct Probe {
+    inner: MemMember,
+    reads: AtomicU64,
+    broken: AtomicBool,
+}
+
+impl Probe {
+    fn new(name: &str, len: u64) -> Probe {
+        Probe {
+            inner: MemMember::new(name, len).expect("mem"),
+            reads: AtomicU64::new(0),
+            broken: AtomicBool::new(false),
+        }
+    }
+    fn check(&self) -> io::Result<()> {
+        match self.broken.load(Ordering::Relaxed) {
+            true => Err(io::Error::other("injected failure")),
+            false => Ok(()),
+        }
+    }
+}
+
+impl Member for Probe {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check()?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check()?;
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.check()?;
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check()?;
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check()?;
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+fn probes(n: usize, len: u64) -> (Vec<Arc<Probe>>, Vec<Arc<dyn Member>>) {
+    let probes: Vec<Arc<Probe>> = (0..n)
+        .map(|i| Arc::new(Probe::new(&format!("probe{i}"), len)))
+        .collect();
+    let members = probes
+        .iter()
+        .map(|p| p.clone() as Arc<dyn Member>)
+        .collect();
+    (probes, members)
+}
+
+#[test]
+fn member_failure_names_member_operation_and_offset() {
+    let chunk = 4 * KIB;
+    let (probes, members) = probes(3, 8 * chunk);
+    let array = array_over(Level::Raid5, chunk, &members, &[]);
+    probes[1].broken.store(true, Ordering::Relaxed);
+    // Logical chunk 1 of stripe 0 is data index 1: member (P=2 + 1 + 1) mod 3 = 1.
+    let mut buf = vec![0u8; 100];
+    let err = array.read(chunk + 10, &mut buf).unwrap_err();
+    match &err {
+        IoError::Member {
+            role,
+            op,
+            offset,
+            len,
+            ..
+        } => {
+            assert_eq!((*role, *op, *offset, *len), (1, Op::Read, 10, 100));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("member 1 (probe1)") && text.contains("read of 100 bytes at offset 10"),
+        "{text}"
+    );
+    assert!(text.contains("injected failure"), "{text}");
+    let flush = array.flush().unwrap_err();
+    assert!(flush.to_string().contains("flush"), "{flush}");
+    // Once the member is failed out, the array serves the data from parity.
+    array.fail_member(1);
+    array.read(chunk + 10, &mut buf).expect("degraded read");
+    array.write(0, &[7u8; 9000]).expect("degraded write");
+    array.flush().expect("flush without the failed member");
+}
+
+#[test]
+fn raid1_reads_spread_over_mirrors() {
+    let chunk = 64 * KIB;
+    let (probes, members) = probes(3, 64 * chunk);
+    let array = array_over(Level::Raid1, chunk, &members, &[]);
+    let mut buf = vec![0u8; (30 * chunk) as usize];
+    array.read(0, &mut buf).expect("read");
+    for p in &probes {
+        let reads = p.reads.load(Ordering::Relaxed);
+        assert!(
+            reads >= 5,
+            "{} served only {reads} of 30 chunk reads",
+            p.name()
+        );
+    }
+}

@@ -1,0 +1,9 @@
+//! One module per subcommand.
+
+pub mod create;
+pub mod examine;
+
+/// Parses a size argument (`64K`, `1M`, `2G`…, powers of 1024) for clap.
+pub fn size_arg(text: &str) -> Result<u64, String> {
+    member::parse_size(text).map_err(|e| e.to_string())
+}

@@ -1,0 +1,200 @@
+//! The `raidkit` binary: create then examine (text and JSON), refusals exit non-zero with a
+//! message naming the member, and help texts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn raidkit(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_raidkit"))
+        .args(args)
+        .output()
+        .expect("run raidkit")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn paths(dir: &Path, prefix: &str, count: usize) -> Vec<PathBuf> {
+    (0..count)
+        .map(|i| dir.join(format!("{prefix}{i}")))
+        .collect()
+}
+
+fn strs(paths: &[PathBuf]) -> Vec<&str> {
+    paths.iter().map(|p| p.to_str().unwrap()).collect()
+}
+
+#[test]
+fn create_then_examine_text_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = paths(dir.path(), "m", 4);
+    let mut args = vec![
+        "create", "--level", "raid5", "--chunk", "64K", "--name", "media",
+    ];
+    args.extend(["--size", "10M"]);
+    args.extend(strs(&members));
+    let out = raidkit(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("created raid5 array \"media\""),
+        "{}",
+        stdout(&out)
+    );
+    for m in &members {
+        let meta = std::fs::metadata(m).unwrap();
+        assert_eq!(meta.len(), 10 << 20);
+        use std::os::unix::fs::MetadataExt;
+        assert!(
+            meta.blocks() * 512 <= 64 << 10,
+            "sparse: {} blocks",
+            meta.blocks()
+        );
+    }
+
+    let out = raidkit(&["examine", members[2].to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for needle in [
+        "array name      media",
+        "level           raid5",
+        "role            2 of 4",
+        "state           clean",
+        "chunk bytes     65536",
+    ] {
+        assert!(text.contains(needle), "{needle:?} in:\n{text}");
+    }
+
+    let mut args = vec!["examine", "--json"];
+    args.extend(strs(&members));
+    let out = raidkit(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 4);
+    for (role, sb) in list.iter().enumerate() {
+        assert_eq!(sb["member"], members[role].to_str().unwrap());
+        assert_eq!(sb["role"], role);
+        assert_eq!(sb["level"], "raid5");
+        assert_eq!(sb["array_name"], "media");
+        assert_eq!(sb["chunk_bytes"], 65536);
+        assert_eq!(sb["member_count"], 4);
+        assert_eq!(sb["data_offset_bytes"], 1 << 20);
+        assert_eq!(sb["data_bytes"], 9 << 20);
+        assert_eq!(sb["array_size_bytes"], 3 * (9 << 20));
+        assert_eq!(sb["events"], 1);
+        assert_eq!(sb["state"], "clean");
+        assert_eq!(sb["format_version"], 1);
+        assert_eq!(sb["array_uuid"], list[0]["array_uuid"]);
+        assert_eq!(sb["roles"].as_array().unwrap().len(), 4);
+        assert_eq!(sb["roles"][role]["member_uuid"], sb["member_uuid"]);
+    }
+}
+
+#[test]
+fn level_aliases_and_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    for (alias, level) in [
+        ("concat", "linear"),
+        ("0", "raid0"),
+        ("1", "raid1"),
+        ("10", "raid10"),
+        ("6", "raid6"),
+    ] {
+        let members = paths(dir.path(), alias, 4);
+        let mut args = vec!["create", "-l", alias, "-s", "2M"];
+        args.extend(strs(&members));
+        let out = raidkit(&args);
+        assert!(out.status.success(), "{alias}: {}", stderr(&out));
+        let out = raidkit(&["examine", "--json", members[0].to_str().unwrap()]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(v[0]["level"], level);
+        assert_eq!(v[0]["chunk_bytes"], 128 << 10, "default chunk");
+        assert_eq!(v[0]["array_name"], "raidkit", "default name");
+    }
+}
+
+fn assert_fails(args: &[&str], needles: &[&str]) {
+    let out = raidkit(args);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    let err = stderr(&out);
+    assert!(err.starts_with("raidkit: error: "), "{err}");
+    for needle in needles {
+        assert!(err.contains(needle), "{needle:?} in: {err}");
+    }
+}
+
+#[test]
+fn refusals_exit_non_zero_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = paths(dir.path(), "r", 3);
+    let m = strs(&members);
+    let out = raidkit(&["create", "-l", "raid1", "-s", "4M", m[0], m[1]]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before: Vec<Vec<u8>> = members[..2]
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    assert_fails(
+        &["create", "-l", "raid0", m[0], m[1]],
+        &[m[0], "carries a raidkit superblock", "--force"],
+    );
+    let after: Vec<Vec<u8>> = members[..2]
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    assert!(before == after, "refused create wrote nothing");
+    assert_fails(
+        &["create", "-l", "raid5", "-s", "4M", m[2]],
+        &["raid5 needs at least 3 members, 1 given"],
+    );
+    assert!(!members[2].exists(), "nothing created on a refusal");
+    assert_fails(
+        &["create", "-l", "raid1", "/nonexistent-dir/x", m[2]],
+        &["/nonexistent-dir/x"],
+    );
+    std::fs::write(&members[2], vec![0u8; 2 << 20]).unwrap();
+    assert_fails(&["examine", m[2]], &[m[2], "no raidkit superblock"]);
+    assert_fails(
+        &["examine", "/nonexistent/member"],
+        &["/nonexistent/member", "does not exist"],
+    );
+    let out = raidkit(&["create", "-l", "raid7", m[2]]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unknown RAID level"),
+        "{}",
+        stderr(&out)
+    );
+    let out = raidkit(&["create", "-l", "raid1", "--chunk", "3X", m[2]]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("not a number"), "{}", stderr(&out));
+    let out = raidkit(&["create", "-l", "raid0", "-f", m[0], m[1]]);
+    assert!(out.status.success(), "--force overwrites: {}", stderr(&out));
+}
+
+#[test]
+fn help_texts() {
+    for args in [
+        &["--help"][..],
+        &["create", "--help"],
+        &["examine", "--help"],
+    ] {
+        let out = raidkit(args);
+        assert!(out.status.success(), "{args:?}");
+        let text = stdout(&out);
+        assert!(text.contains("Usage: raidkit"), "{text}");
+    }
+    let text = stdout(&raidkit(&["create", "--help"]));
+    for needle in [
+        "--level", "--chunk", "--name", "--size", "--force", "concat", "MEMBER",
+    ] {
+        assert!(text.contains(needle), "{needle} in {text}");
+    }
+    assert!(stdout(&raidkit(&["examine", "--help"])).contains("--json"));
+    assert!(!raidkit(&[]).status.success(), "no subcommand is an error");
+}

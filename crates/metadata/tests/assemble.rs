@@ -224,7 +224,15 @@ fn dirty_healthy_raid5_starts_with_a_warning_and_resync_makes_it_clean() {
         ArrayState::Dirty,
         "not resynced: stays dirty"
     );
+    // Damage redundancy behind the array's back, as a torn write would.
+    let m = member::open(name(&paths[1]), &OpenOptions::default()).unwrap();
+    m.write_at(&[0xEE; 512], (1 << 20) + 8192).unwrap();
+    assert!(!v.array().check().unwrap().is_consistent());
     v.resync().unwrap();
+    assert!(
+        v.array().check().unwrap().is_consistent(),
+        "resync recomputed parity"
+    );
     v.close().unwrap();
     assert_eq!(read_sb(&paths[0]).state, ArrayState::Clean);
     assert!(v.array().check().unwrap().is_consistent());

@@ -20,12 +20,14 @@ struct Cli {
 enum Command {
     Create(cmd::create::Args),
     Examine(cmd::examine::Args),
+    Serve(cmd::serve::Args),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Create(args) => cmd::create::run(args),
         Command::Examine(args) => cmd::examine::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     }
 }
 

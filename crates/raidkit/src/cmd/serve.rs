@@ -1,0 +1,306 @@
+//! `raidkit serve`: assemble (or create) an array and serve it over NBD until SIGINT/SIGTERM.
+//!
+//! Shutdown order: stop accepting, stop reading requests, answer those in flight
+//! (`nbd::serve` returns), then `Volume::close` flushes every member and marks the array clean.
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use layout::Level;
+use member::{Member, OpenOptions};
+use metadata::{ArrayState, AssembleOptions, CreateOptions, Volume};
+
+/// NBD's registered port.
+const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
+
+/// Serve an array over NBD (Network Block Device) until SIGINT or SIGTERM.
+///
+/// Assembles the array from MEMBER... (any order) and serves it to NBD clients (nbdinfo,
+/// qemu-img, nbdcopy, nbdfuse, nbd-client). With --create it first creates a new array on the
+/// members, which is the only way to use RAM members (mem:SIZE). Listens on 127.0.0.1:10809
+/// unless --unix or --listen says otherwise; it never binds a non-loopback address unless
+/// --listen names one. Prints one line with the NBD URI when ready. On SIGINT/SIGTERM it
+/// finishes requests in flight, flushes, marks the array clean and exits 0. An array found
+/// dirty (after a crash) is resynced in the background while it is served.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Listen on a Unix socket at PATH (it must not exist) instead of TCP.
+    #[arg(long, value_name = "PATH", conflicts_with = "listen")]
+    unix: Option<PathBuf>,
+
+    /// Listen on TCP HOST:PORT (default 127.0.0.1:10809; port 0 picks a free port).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
+
+    /// Export name clients ask for (default: the array name). The empty default name also
+    /// selects the export.
+    #[arg(long, value_name = "NAME")]
+    export: Option<String>,
+
+    /// Refuse writes (clients get EPERM); members are opened read-only.
+    #[arg(long, conflicts_with = "create")]
+    read_only: bool,
+
+    /// Create a new array on the members first (destroys nothing unless --force).
+    #[arg(long, requires = "level")]
+    create: bool,
+
+    /// With --create: RAID level (linear, 0, 1, 10, 5, 6).
+    #[arg(long, short = 'l', value_name = "LEVEL", requires = "create", value_parser = parse_level)]
+    level: Option<Level>,
+
+    /// With --create: chunk (stripe unit) size, a power of two from 4K to 4M.
+    #[arg(long, short = 'c', value_name = "SIZE", requires = "create", value_parser = super::size_arg)]
+    chunk: Option<u64>,
+
+    /// With --create: create missing member files, sparse, with this size.
+    #[arg(long, short = 's', value_name = "SIZE", requires = "create", value_parser = super::size_arg)]
+    size: Option<u64>,
+
+    /// With --create: array name stored in the superblocks (default "raidkit").
+    #[arg(long, short = 'n', value_name = "NAME", requires = "create")]
+    name: Option<String>,
+
+    /// With --create: overwrite members that carry a superblock or data.
+    #[arg(long, short = 'f', requires = "create")]
+    force: bool,
+
+    /// Member files, block devices or (with --create) RAM (mem:SIZE); role order for --create.
+    #[arg(value_name = "MEMBER", required = true)]
+    members: Vec<String>,
+}
+
+fn parse_level(text: &str) -> Result<Level, String> {
+    text.parse::<Level>().map_err(|e| e.to_string())
+}
+
+/// Where to listen, decided before anything is opened.
+enum Endpoint {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let endpoint = endpoint(&args)?;
+    let (volume, needs_resync) = open_volume(&args)?;
+    let volume = Arc::new(volume);
+    if needs_resync {
+        start_resync(&volume);
+    }
+    let export_name = args
+        .export
+        .clone()
+        .unwrap_or_else(|| volume.name().to_string());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let served = runtime.block_on(serve(&volume, endpoint, &export_name, args.read_only));
+    // Close even if serving failed: requests already answered must be flushed.
+    let closed = volume
+        .close()
+        .with_context(|| format!("closing array \"{}\" (flush and mark clean)", volume.name()));
+    served?;
+    closed?;
+    eprintln!("raidkit: array \"{}\" closed cleanly", volume.name());
+    Ok(())
+}
+
+fn endpoint(args: &Args) -> anyhow::Result<Endpoint> {
+    if let Some(path) = &args.unix {
+        return Ok(Endpoint::Unix(path.clone()));
+    }
+    let text = args.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let addr = text
+        .to_socket_addrs()
+        .with_context(|| format!("--listen {text:?}: not a HOST:PORT address"))?
+        .next()
+        .with_context(|| format!("--listen {text:?}: the host has no address"))?;
+    Ok(Endpoint::Tcp(addr))
+}
+
+/// The assembled volume, and whether it needs a resync (it was found dirty).
+fn open_volume(args: &Args) -> anyhow::Result<(Volume, bool)> {
+    let opts = OpenOptions {
+        create_size: args.size,
+        read_only: args.read_only,
+    };
+    let members = args
+        .members
+        .iter()
+        .map(|spec| member::open(spec, &opts).map_err(anyhow::Error::from))
+        .collect::<anyhow::Result<Vec<Arc<dyn Member>>>>()?;
+    if args.create {
+        create(args, &members)?;
+    } else if members
+        .iter()
+        .any(|m| m.name().starts_with(member::MEM_PREFIX))
+    {
+        bail!("RAM members (mem:SIZE) start empty: use --create to make a new array on them");
+    }
+    let was_dirty = metadata::read_superblock(members[0].as_ref())
+        .map(|sb| sb.state == ArrayState::Dirty)
+        .unwrap_or(false);
+    let volume =
+        metadata::assemble(members, &AssembleOptions::default()).context("assembling the array")?;
+    for warning in volume.warnings() {
+        eprintln!("raidkit: warning: {warning}");
+    }
+    Ok((volume, was_dirty && !args.read_only))
+}
+
+/// Makes redundancy consistent after an unclean shutdown while the array is served; until it
+/// finishes, `close` keeps the array marked dirty.
+fn start_resync(volume: &Arc<Volume>) {
+    eprintln!(
+        "raidkit: array \"{}\" was not shut down cleanly: resyncing in the background",
+        volume.name()
+    );
+    let volume = Arc::clone(volume);
+    std::thread::spawn(move || match volume.resync() {
+        Ok(()) => eprintln!("raidkit: resync of \"{}\" finished", volume.name()),
+        Err(e) => eprintln!("raidkit: resync of \"{}\" failed: {e}", volume.name()),
+    });
+}
+
+fn create(args: &Args, members: &[Arc<dyn Member>]) -> anyhow::Result<()> {
+    let level = args.level.context("--create needs --level")?;
+    let name = args.name.as_deref().unwrap_or("raidkit");
+    let defaults = CreateOptions::new(level, name);
+    let opts = CreateOptions {
+        chunk_bytes: args.chunk.unwrap_or(defaults.chunk_bytes),
+        force: args.force,
+        ..defaults
+    };
+    metadata::create(members, &opts)
+        .with_context(|| format!("creating {level} array \"{name}\""))?;
+    Ok(())
+}
+
+async fn serve(
+    volume: &Arc<Volume>,
+    endpoint: Endpoint,
+    export_name: &str,
+    read_only: bool,
+) -> anyhow::Result<()> {
+    let listener = match &endpoint {
+        Endpoint::Unix(path) => nbd::Listener::bind_unix(path)
+            .with_context(|| format!("cannot listen on Unix socket {}", path.display()))?,
+        Endpoint::Tcp(addr) => nbd::Listener::bind_tcp(*addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?,
+    };
+    let config = nbd::ServerConfig {
+        export_name: export_name.to_string(),
+        description: describe(volume),
+        read_only,
+        ..nbd::ServerConfig::default()
+    };
+    let uri = listener.uri(export_name);
+    println!(
+        "raidkit: serving \"{export_name}\" ({}) at {uri}",
+        describe(volume)
+    );
+    std::io::stdout().flush().context("writing to stdout")?;
+    let export = Arc::new(VolumeExport(Arc::clone(volume)));
+    nbd::serve(listener, export, config, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Completes on the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        eprintln!("raidkit: cannot install signal handlers; serving until killed");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("raidkit: shutting down: finishing requests in flight");
+}
+
+/// "raid5, 4 members, 3.0 GiB"
+fn describe(volume: &Volume) -> String {
+    let members = volume.member_status().len();
+    let plural = if members == 1 { "" } else { "s" };
+    format!(
+        "{}, {members} member{plural}, {}",
+        volume.level(),
+        human_bytes(volume.size_bytes())
+    )
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, size) in UNITS {
+        if bytes >= size {
+            return format!("{:.1} {unit}", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+/// `metadata::Volume` as an NBD export.
+struct VolumeExport(Arc<Volume>);
+
+impl nbd::Export for VolumeExport {
+    fn size(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        Ok(self.0.read(offset, buf)?)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> std::io::Result<()> {
+        self.0.write(offset, data)?;
+        if fua {
+            self.0.flush()?;
+        }
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(self.0.flush()?)
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        Ok(self.0.trim(offset, len)?)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, _may_trim: bool) -> std::io::Result<()> {
+        Ok(self.0.write_zeroes(offset, len)?)
+    }
+    fn preferred_block_size(&self) -> u32 {
+        full_stripe_bytes(
+            self.0.level(),
+            self.0.chunk_bytes(),
+            self.0.member_status().len(),
+        )
+    }
+    /// Flush flushes every member, and nothing is cached per connection: a flush on any
+    /// connection covers writes completed on all of them.
+    fn can_multi_conn(&self) -> bool {
+        true
+    }
+}
+
+/// Data bytes in one full stripe (no read-modify-write at this size); 4 KiB for the levels
+/// that never read to write (linear, RAID 1).
+fn full_stripe_bytes(level: Level, chunk_bytes: u64, members: usize) -> u32 {
+    let data_members = match level {
+        Level::Linear | Level::Raid1 => return 4096,
+        Level::Raid10 => (members / 2).max(1),
+        _ => members - level.parity_count(),
+    };
+    let bytes = chunk_bytes * data_members as u64;
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}

@@ -22,6 +22,19 @@ pub const fn mul2(a: u8) -> u8 {
     }
 }
 
+/// a * b by shift-and-add (usable in const tables; runtime code uses the log tables).
+pub const fn mul_const(mut a: u8, mut b: u8) -> u8 {
+    let mut product = 0u8;
+    while b != 0 {
+        if b & 1 != 0 {
+            product ^= a;
+        }
+        a = mul2(a);
+        b >>= 1;
+    }
+    product
+}
+
 const fn build_exp() -> [u8; 510] {
     let mut exp = [0u8; 510];
     let mut value: u8 = 1;

@@ -31,12 +31,12 @@ struct Out {
 
 #[target_feature(enable = "avx2")]
 fn mul_of(c: u8) -> Mul {
-    let (low, high) = nibble_tables(c);
-    // SAFETY: both tables are 16 bytes, exactly one unaligned 128-bit load each.
+    let tables = nibble_tables(c);
+    // SAFETY: the table is 32 bytes: two unaligned 16-byte loads at offsets 0 and 16.
     let (low, high) = unsafe {
         (
-            _mm_loadu_si128(low.as_ptr().cast()),
-            _mm_loadu_si128(high.as_ptr().cast()),
+            _mm_loadu_si128(tables.as_ptr().cast()),
+            _mm_loadu_si128(tables.as_ptr().add(16).cast()),
         )
     };
     Mul {

@@ -1,4 +1,5 @@
-//! AVX-512 (F + BW) with GFNI: 64-byte vectors, four per step, GF multiply by `vgf2p8affineqb`.
+//! AVX-512 (F + BW) with GFNI: 64-byte vectors, four per step, GF multiply by `vgf2p8affineqb`;
+//! unaligned head and short tail done with byte-masked loads and stores.
 //! Soundness of the pointer arithmetic is argued in the parent module.
 
 use std::arch::x86_64::*;
@@ -46,7 +47,7 @@ fn apply(m: Mul, v: __m512i) -> __m512i {
     }
 }
 
-/// Runs the plan over its whole 64-byte vectors; returns the number of bytes done.
+/// Runs the whole plan (aligned 64-byte steps, masked head and tail); returns `plan.len`.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW and GFNI.
@@ -73,7 +74,15 @@ pub unsafe fn run(plan: &mut Plan) -> usize {
         .collect();
     assert!(outs.len() <= MAX_OUTPUTS);
     let len = plan.len;
-    let mut off = 0;
+    // Align the loop to the first output (buffers from one allocator usually share their
+    // misalignment, e.g. 16 bytes past a page for large glibc blocks): a 64-byte access that
+    // straddles two cache lines costs two. The unaligned head and the tail are masked steps.
+    let head = outs[0].ptr.align_offset(WIDTH).min(len);
+    if head > 0 {
+        // SAFETY: 0 + head <= len.
+        unsafe { masked_step(&srcs, &outs, 0, head) };
+    }
+    let mut off = head;
     while off + UNROLL * WIDTH <= len {
         // SAFETY: off + UNROLL * WIDTH <= len (parent module: all slices are len bytes).
         unsafe { step::<UNROLL>(&srcs, &outs, off) };
@@ -84,7 +93,46 @@ pub unsafe fn run(plan: &mut Plan) -> usize {
         unsafe { step::<1>(&srcs, &outs, off) };
         off += WIDTH;
     }
-    off
+    if off < len {
+        // SAFETY: off + (len - off) = len.
+        unsafe { masked_step(&srcs, &outs, off, len - off) };
+    }
+    len
+}
+
+/// One vector step over only the `count` (1..=64) bytes at `off`, with byte-masked loads and
+/// stores: masked-off bytes are neither read (AVX-512 suppresses faults for masked-off
+/// elements) nor written.
+///
+/// # Safety
+/// `off + count` must not exceed the length of any source or output.
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+unsafe fn masked_step(srcs: &[Src], outs: &[Out], off: usize, count: usize) {
+    assert!((1..=WIDTH).contains(&count));
+    let mask: __mmask64 = if count == WIDTH {
+        !0
+    } else {
+        (1u64 << count) - 1
+    };
+    let (mut p, mut q) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    for s in srcs {
+        // SAFETY: only the first `count` bytes are read, in bounds by the contract.
+        let v = unsafe { _mm512_maskz_loadu_epi8(mask, s.ptr.add(off).cast()) };
+        if s.to_p {
+            p = _mm512_xor_si512(p, v);
+        }
+        q = _mm512_xor_si512(q, apply(s.q, v));
+    }
+    for o in outs {
+        let mut value = _mm512_xor_si512(apply(o.p, p), apply(o.q, q));
+        let ptr = o.ptr.wrapping_add(off);
+        if o.accumulate {
+            // SAFETY: only the first `count` bytes are read, in bounds by the contract.
+            value = _mm512_xor_si512(value, unsafe { _mm512_maskz_loadu_epi8(mask, ptr.cast()) });
+        }
+        // SAFETY: only the first `count` bytes are written; the output is exclusively borrowed.
+        unsafe { _mm512_mask_storeu_epi8(ptr.cast(), mask, value) };
+    }
 }
 
 /// One step of `L` vectors at byte offset `off`.

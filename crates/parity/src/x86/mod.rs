@@ -14,7 +14,9 @@
 pub mod avx2;
 pub mod avx512;
 
+#[cfg(test)]
 use crate::gf::gf_mul;
+use crate::gf::mul_const;
 
 /// How a source or an output is multiplied, decided once per plan.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -35,34 +37,62 @@ impl Factor {
     }
 }
 
-/// The GF2P8AFFINEQB matrix that multiplies a byte by `c` in GF(2^8)/0x11d. Multiplying by a
-/// constant is linear over GF(2), so it is an 8x8 bit matrix whatever the polynomial (the
-/// instruction's own multiply, GF2P8MULB, uses the AES polynomial 0x11b and cannot be used).
-/// Output bit i of the product takes its row from byte 7 - i of the matrix; bit k of that row
-/// is bit i of c * x^k.
+/// The GF2P8AFFINEQB matrix that multiplies a byte by `c` in GF(2^8)/0x11d (table lookup).
 pub fn affine_matrix(c: u8) -> u64 {
-    let mut matrix = 0u64;
-    for out_bit in 0..8 {
-        let mut row = 0u8;
-        for in_bit in 0..8 {
-            if gf_mul(c, 1 << in_bit) & (1 << out_bit) != 0 {
-                row |= 1 << in_bit;
-            }
-        }
-        matrix |= u64::from(row) << (8 * (7 - out_bit));
-    }
-    matrix
+    AFFINE[c as usize]
 }
 
-/// Split-nibble product tables for `vpshufb`: (c * low_nibble, c * (high_nibble << 4)).
-pub fn nibble_tables(c: u8) -> ([u8; 16], [u8; 16]) {
-    let mut low = [0u8; 16];
-    let mut high = [0u8; 16];
-    for nibble in 0..16u8 {
-        low[nibble as usize] = gf_mul(c, nibble);
-        high[nibble as usize] = gf_mul(c, nibble << 4);
+/// Split-nibble product tables for `vpshufb` (table lookup): bytes 0..16 hold c * nibble,
+/// bytes 16..32 hold c * (nibble << 4).
+pub fn nibble_tables(c: u8) -> &'static [u8; 32] {
+    &NIBBLES[c as usize]
+}
+
+/// Built at compile time: computing a matrix per call cost more than the work on small blocks.
+static AFFINE: [u64; 256] = build_affine();
+static NIBBLES: [[u8; 32]; 256] = build_nibbles();
+
+/// Multiplying by a constant is linear over GF(2), so it is an 8x8 bit matrix whatever the
+/// polynomial (the instruction set's own multiply, GF2P8MULB, uses the AES polynomial 0x11b
+/// and cannot be used). Output bit i of the product takes its row from byte 7 - i of the
+/// matrix; bit k of that row is bit i of c * x^k.
+const fn build_affine() -> [u64; 256] {
+    let mut table = [0u64; 256];
+    let mut c = 0;
+    while c < 256 {
+        let mut matrix = 0u64;
+        let mut out_bit = 0;
+        while out_bit < 8 {
+            let mut row = 0u64;
+            let mut in_bit = 0;
+            while in_bit < 8 {
+                if mul_const(c as u8, 1 << in_bit) & (1 << out_bit) != 0 {
+                    row |= 1 << in_bit;
+                }
+                in_bit += 1;
+            }
+            matrix |= row << (8 * (7 - out_bit));
+            out_bit += 1;
+        }
+        table[c] = matrix;
+        c += 1;
     }
-    (low, high)
+    table
+}
+
+const fn build_nibbles() -> [[u8; 32]; 256] {
+    let mut table = [[0u8; 32]; 256];
+    let mut c = 0;
+    while c < 256 {
+        let mut nibble = 0;
+        while nibble < 16 {
+            table[c][nibble] = mul_const(c as u8, nibble as u8);
+            table[c][16 + nibble] = mul_const(c as u8, (nibble as u8) << 4);
+            nibble += 1;
+        }
+        c += 1;
+    }
+    table
 }
 
 #[cfg(test)]
@@ -85,11 +115,12 @@ mod tests {
     fn affine_matrix_and_nibble_tables_multiply_like_the_field() {
         for c in 0..=255u8 {
             let matrix = affine_matrix(c);
-            let (low, high) = nibble_tables(c);
+            let tables = nibble_tables(c);
             for x in 0..=255u8 {
                 let want = gf_mul(c, x);
                 assert_eq!(apply_affine(matrix, x), want, "affine c={c:#x} x={x:#x}");
-                assert_eq!(low[(x & 15) as usize] ^ high[(x >> 4) as usize], want);
+                let (low, high) = (tables[(x & 15) as usize], tables[16 + (x >> 4) as usize]);
+                assert_eq!(low ^ high, want);
             }
         }
     }

@@ -145,11 +145,12 @@ async fn read_requests<R: AsyncRead + Unpin>(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ConnError> {
     loop {
-        let permit = in_flight
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
+        // At the in-flight limit this waits (back-pressure), but still honours shutdown.
+        let permit = tokio::select! {
+            biased;
+            _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
+            permit = in_flight.clone().acquire_owned() => permit.expect("never closed"),
+        };
         let mut header = [0u8; Request::SIZE];
         tokio::select! {
             biased;

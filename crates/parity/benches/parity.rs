@@ -167,6 +167,10 @@ fn main() {
     imps.extend(Kernel::available().into_iter().map(Imp::Kernel));
     #[cfg(feature = "compare-rusty-erasure")]
     imps.push(Imp::RustyErasure);
+    // RAIDKIT_BENCH_IMPLS=avx512gfni,rusty_erasure keeps only the named columns.
+    if let Ok(keep) = std::env::var("RAIDKIT_BENCH_IMPLS") {
+        imps.retain(|imp| keep.split(',').any(|name| name == imp.name()));
+    }
     println!("dispatch picks: {}\n", Kernel::best().name());
     let names: Vec<&str> = imps.iter().map(|i| i.name()).collect();
     println!("| op | chunk | data blocks | {} |", names.join(" | "));

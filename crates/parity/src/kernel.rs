@@ -18,6 +18,8 @@ pub enum Kernel {
     Portable,
     /// 32-byte vectors; GF multiply by split-nibble `vpshufb` table lookups.
     Avx2,
+    /// 32-byte vectors; GF multiply as one `vgf2p8affineqb` bit-matrix product.
+    Avx2Gfni,
     /// 64-byte vectors; GF multiply as one `vgf2p8affineqb` bit-matrix product.
     Avx512Gfni,
 }
@@ -27,13 +29,19 @@ pub const KERNEL_ENV: &str = "RAIDKIT_PARITY_KERNEL";
 
 impl Kernel {
     /// All kernels, slowest first.
-    pub const ALL: [Kernel; 3] = [Kernel::Portable, Kernel::Avx2, Kernel::Avx512Gfni];
+    pub const ALL: [Kernel; 4] = [
+        Kernel::Portable,
+        Kernel::Avx2,
+        Kernel::Avx2Gfni,
+        Kernel::Avx512Gfni,
+    ];
 
     /// Short lowercase name, as accepted by [`KERNEL_ENV`].
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Portable => "portable",
             Kernel::Avx2 => "avx2",
+            Kernel::Avx2Gfni => "avx2gfni",
             Kernel::Avx512Gfni => "avx512gfni",
         }
     }
@@ -44,6 +52,11 @@ impl Kernel {
             Kernel::Portable => true,
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2Gfni => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("gfni")
+            }
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512Gfni => {
                 std::arch::is_x86_feature_detected!("avx512f")
@@ -93,6 +106,9 @@ impl Kernel {
             // SAFETY: `is_available` asserted above that the CPU has AVX2.
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => unsafe { crate::x86::avx2::run(&mut plan) },
+            // SAFETY: `is_available` asserted above that the CPU has AVX2 and GFNI.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2Gfni => unsafe { crate::x86::avx2::run_gfni(&mut plan) },
             // SAFETY: `is_available` asserted above that the CPU has AVX-512F/BW and GFNI.
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512Gfni => unsafe { crate::x86::avx512::run(&mut plan) },

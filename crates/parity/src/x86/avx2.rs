@@ -1,19 +1,23 @@
-//! AVX2: 32-byte vectors, four per step, GF multiply by split-nibble `vpshufb` lookups.
-//! Soundness of the pointer arithmetic is argued in the parent module.
+//! AVX2: 32-byte vectors, four per step. Two entry points share one loop: [`run`] multiplies by
+//! split-nibble `vpshufb` lookups (AVX2 only), [`run_gfni`] by one `vgf2p8affineqb` (AVX2 +
+//! GFNI). Soundness of the pointer arithmetic is argued in the parent module; the shared loop is
+//! `#[inline(always)]` so it is compiled inside each entry point with that entry's features.
 
 use std::arch::x86_64::*;
 
-use super::{nibble_tables, Factor};
+use super::{affine_matrix, nibble_tables, Factor};
 use crate::plan::{Plan, MAX_OUTPUTS};
 
 const WIDTH: usize = 32;
 const UNROLL: usize = 4;
 
+/// A constant multiplier: with GFNI, `a` holds the affine matrix; without, `a` and `b` hold the
+/// low- and high-nibble product tables.
 #[derive(Clone, Copy)]
 struct Mul {
     factor: Factor,
-    low: __m256i,
-    high: __m256i,
+    a: __m256i,
+    b: __m256i,
 }
 
 struct Src {
@@ -29,8 +33,19 @@ struct Out {
     accumulate: bool,
 }
 
-#[target_feature(enable = "avx2")]
-fn mul_of(c: u8) -> Mul {
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+unsafe fn mul_of<const GFNI: bool>(c: u8) -> Mul {
+    let factor = Factor::of(c);
+    if GFNI {
+        let matrix = _mm256_set1_epi64x(affine_matrix(c) as i64);
+        return Mul {
+            factor,
+            a: matrix,
+            b: matrix,
+        };
+    }
     let tables = nibble_tables(c);
     // SAFETY: the table is 32 bytes: two unaligned 16-byte loads at offsets 0 and 16.
     let (low, high) = unsafe {
@@ -40,53 +55,79 @@ fn mul_of(c: u8) -> Mul {
         )
     };
     Mul {
-        factor: Factor::of(c),
-        low: _mm256_broadcastsi128_si256(low),
-        high: _mm256_broadcastsi128_si256(high),
+        factor,
+        a: _mm256_broadcastsi128_si256(low),
+        b: _mm256_broadcastsi128_si256(high),
     }
 }
 
-#[target_feature(enable = "avx2")]
-#[inline]
-fn apply(m: Mul, v: __m256i) -> __m256i {
+/// # Safety
+/// The CPU must support AVX2, and GFNI when `GFNI`.
+#[inline(always)]
+unsafe fn apply<const GFNI: bool>(m: Mul, v: __m256i) -> __m256i {
     match m.factor {
         Factor::Zero => _mm256_setzero_si256(),
         Factor::One => v,
+        // SAFETY: the caller guarantees GFNI support on this branch.
+        Factor::Other(_) if GFNI => unsafe { _mm256_gf2p8affine_epi64_epi8::<0>(v, m.a) },
         Factor::Other(_) => {
             let mask = _mm256_set1_epi8(0x0f);
             let low = _mm256_and_si256(v, mask);
             let high = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
             _mm256_xor_si256(
-                _mm256_shuffle_epi8(m.low, low),
-                _mm256_shuffle_epi8(m.high, high),
+                _mm256_shuffle_epi8(m.a, low),
+                _mm256_shuffle_epi8(m.b, high),
             )
         }
     }
 }
 
-/// Runs the plan over its whole 32-byte vectors; returns the number of bytes done.
+/// Runs the plan over its whole 32-byte vectors (nibble-table multiply); returns the number of
+/// bytes done.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn run(plan: &mut Plan) -> usize {
+    // SAFETY: AVX2 is guaranteed by the caller and enabled here.
+    unsafe { run_body::<false>(plan) }
+}
+
+/// As [`run`], multiplying with GFNI.
+///
+/// # Safety
+/// The CPU must support AVX2 and GFNI.
+#[target_feature(enable = "avx2,gfni")]
+pub unsafe fn run_gfni(plan: &mut Plan) -> usize {
+    // SAFETY: AVX2 and GFNI are guaranteed by the caller and enabled here.
+    unsafe { run_body::<true>(plan) }
+}
+
+/// # Safety
+/// The CPU must support AVX2, and GFNI when `GFNI`.
+#[inline(always)]
+unsafe fn run_body<const GFNI: bool>(plan: &mut Plan) -> usize {
     let srcs: Vec<Src> = plan
         .sources
         .iter()
+        // SAFETY: features as guaranteed by the caller.
         .map(|s| Src {
             ptr: s.data.as_ptr(),
             to_p: s.to_p,
-            q: mul_of(s.q_coef),
+            q: unsafe { mul_of::<GFNI>(s.q_coef) },
         })
         .collect();
     let outs: Vec<Out> = plan
         .outputs
         .iter_mut()
-        .map(|o| Out {
-            ptr: o.data.as_mut_ptr(),
-            p: mul_of(o.p_coef),
-            q: mul_of(o.q_coef),
-            accumulate: o.accumulate,
+        // SAFETY: features as guaranteed by the caller.
+        .map(|o| unsafe {
+            Out {
+                ptr: o.data.as_mut_ptr(),
+                p: mul_of::<GFNI>(o.p_coef),
+                q: mul_of::<GFNI>(o.q_coef),
+                accumulate: o.accumulate,
+            }
         })
         .collect();
     assert!(outs.len() <= MAX_OUTPUTS);
@@ -94,12 +135,12 @@ pub unsafe fn run(plan: &mut Plan) -> usize {
     let mut off = 0;
     while off + UNROLL * WIDTH <= len {
         // SAFETY: off + UNROLL * WIDTH <= len (parent module: all slices are len bytes).
-        unsafe { step::<UNROLL>(&srcs, &outs, off) };
+        unsafe { step::<UNROLL, GFNI>(&srcs, &outs, off) };
         off += UNROLL * WIDTH;
     }
     while off + WIDTH <= len {
         // SAFETY: off + WIDTH <= len.
-        unsafe { step::<1>(&srcs, &outs, off) };
+        unsafe { step::<1, GFNI>(&srcs, &outs, off) };
         off += WIDTH;
     }
     off
@@ -108,10 +149,10 @@ pub unsafe fn run(plan: &mut Plan) -> usize {
 /// One step of `L` vectors at byte offset `off`.
 ///
 /// # Safety
-/// `off + L * WIDTH` must not exceed the length of any source or output.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn step<const L: usize>(srcs: &[Src], outs: &[Out], off: usize) {
+/// `off + L * WIDTH` must not exceed the length of any source or output; the CPU must support
+/// AVX2, and GFNI when `GFNI`.
+#[inline(always)]
+unsafe fn step<const L: usize, const GFNI: bool>(srcs: &[Src], outs: &[Out], off: usize) {
     let zero = _mm256_setzero_si256();
     let mut p = [zero; L];
     let mut q = [zero; L];
@@ -128,13 +169,16 @@ unsafe fn step<const L: usize>(srcs: &[Src], outs: &[Out], off: usize) {
         }
         if s.q.factor != Factor::Zero {
             for k in 0..L {
-                q[k] = _mm256_xor_si256(q[k], apply(s.q, v[k]));
+                // SAFETY: features as guaranteed by this function's contract.
+                q[k] = _mm256_xor_si256(q[k], unsafe { apply::<GFNI>(s.q, v[k]) });
             }
         }
     }
     for o in outs {
         for k in 0..L {
-            let mut value = _mm256_xor_si256(apply(o.p, p[k]), apply(o.q, q[k]));
+            // SAFETY: features as guaranteed by this function's contract.
+            let (from_p, from_q) = unsafe { (apply::<GFNI>(o.p, p[k]), apply::<GFNI>(o.q, q[k])) };
+            let mut value = _mm256_xor_si256(from_p, from_q);
             let ptr = o.ptr.wrapping_add(off + k * WIDTH);
             if o.accumulate {
                 // SAFETY: in bounds by this function's contract; unaligned load.

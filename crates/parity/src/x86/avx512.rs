@@ -29,6 +29,46 @@ struct Out {
     accumulate: bool,
 }
 
+impl Src {
+    /// Sort key grouping sources by what they feed (see [`Groups`]).
+    fn kind(&self) -> u8 {
+        match (self.to_p, self.q.factor) {
+            (true, Factor::Zero) => 0,
+            (false, Factor::One) => 1,
+            (true, Factor::One) => 2,
+            (false, Factor::Other(_)) => 3,
+            (true, Factor::Other(_)) => 4,
+            (false, Factor::Zero) => 5,
+        }
+    }
+}
+
+/// Sources split by what they feed, so each inner loop is branch-free: `p` only; `q` with
+/// coefficient 1; both with 1; `q` with a multiply; both with a multiply. Sources that feed
+/// nothing are dropped.
+struct Groups<'a> {
+    p_only: &'a [Src],
+    q_one: &'a [Src],
+    p_q_one: &'a [Src],
+    q_mul: &'a [Src],
+    p_q_mul: &'a [Src],
+}
+
+impl<'a> Groups<'a> {
+    /// `srcs` must be sorted by [`Src::kind`].
+    fn of(srcs: &'a [Src]) -> Groups<'a> {
+        let end = |kind: u8| srcs.partition_point(|s| s.kind() <= kind);
+        let bounds = [0, end(0), end(1), end(2), end(3), end(4)];
+        Groups {
+            p_only: &srcs[bounds[0]..bounds[1]],
+            q_one: &srcs[bounds[1]..bounds[2]],
+            p_q_one: &srcs[bounds[2]..bounds[3]],
+            q_mul: &srcs[bounds[3]..bounds[4]],
+            p_q_mul: &srcs[bounds[4]..bounds[5]],
+        }
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 fn mul_of(c: u8) -> Mul {
     Mul {
@@ -53,7 +93,7 @@ fn apply(m: Mul, v: __m512i) -> __m512i {
 /// The CPU must support AVX-512F, AVX-512BW and GFNI.
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 pub unsafe fn run(plan: &mut Plan) -> usize {
-    let srcs: Vec<Src> = plan
+    let mut srcs: Vec<Src> = plan
         .sources
         .iter()
         .map(|s| Src {
@@ -73,6 +113,8 @@ pub unsafe fn run(plan: &mut Plan) -> usize {
         })
         .collect();
     assert!(outs.len() <= MAX_OUTPUTS);
+    srcs.sort_unstable_by_key(Src::kind);
+    let groups = Groups::of(&srcs);
     let len = plan.len;
     // Align the loop to the first output (buffers from one allocator usually share their
     // misalignment, e.g. 16 bytes past a page for large glibc blocks): a 64-byte access that
@@ -85,12 +127,12 @@ pub unsafe fn run(plan: &mut Plan) -> usize {
     let mut off = head;
     while off + UNROLL * WIDTH <= len {
         // SAFETY: off + UNROLL * WIDTH <= len (parent module: all slices are len bytes).
-        unsafe { step::<UNROLL>(&srcs, &outs, off) };
+        unsafe { step::<UNROLL>(&groups, &outs, off) };
         off += UNROLL * WIDTH;
     }
     while off + WIDTH <= len {
         // SAFETY: off + WIDTH <= len.
-        unsafe { step::<1>(&srcs, &outs, off) };
+        unsafe { step::<1>(&groups, &outs, off) };
         off += WIDTH;
     }
     if off < len {
@@ -141,26 +183,17 @@ unsafe fn masked_step(srcs: &[Src], outs: &[Out], off: usize, count: usize) {
 /// `off + L * WIDTH` must not exceed the length of any source or output.
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 #[inline]
-unsafe fn step<const L: usize>(srcs: &[Src], outs: &[Out], off: usize) {
+unsafe fn step<const L: usize>(groups: &Groups, outs: &[Out], off: usize) {
     let zero = _mm512_setzero_si512();
     let mut p = [zero; L];
     let mut q = [zero; L];
-    for s in srcs {
-        let mut v = [zero; L];
-        for (k, v) in v.iter_mut().enumerate() {
-            // SAFETY: in bounds by this function's contract; unaligned load.
-            *v = unsafe { _mm512_loadu_si512(s.ptr.add(off + k * WIDTH).cast()) };
-        }
-        if s.to_p {
-            for k in 0..L {
-                p[k] = _mm512_xor_si512(p[k], v[k]);
-            }
-        }
-        if s.q.factor != Factor::Zero {
-            for k in 0..L {
-                q[k] = _mm512_xor_si512(q[k], apply(s.q, v[k]));
-            }
-        }
+    // SAFETY (all five): the same bounds contract as this function's.
+    unsafe {
+        fold::<L, true, 0>(groups.p_only, off, &mut p, &mut q);
+        fold::<L, false, 1>(groups.q_one, off, &mut p, &mut q);
+        fold::<L, true, 1>(groups.p_q_one, off, &mut p, &mut q);
+        fold::<L, false, 2>(groups.q_mul, off, &mut p, &mut q);
+        fold::<L, true, 2>(groups.p_q_mul, off, &mut p, &mut q);
     }
     for o in outs {
         for k in 0..L {
@@ -172,6 +205,35 @@ unsafe fn step<const L: usize>(srcs: &[Src], outs: &[Out], off: usize) {
             }
             // SAFETY: in bounds; the output is exclusively borrowed by the plan.
             unsafe { _mm512_storeu_si512(ptr.cast(), value) };
+        }
+    }
+}
+
+/// Folds `L` vectors at `off` of every source in `group` into the accumulators: into `p` when
+/// `TO_P`; into `q` as-is when `Q == 1`, through the source's multiplier when `Q == 2`.
+///
+/// # Safety
+/// `off + L * WIDTH` must not exceed the length of any source in `group`.
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+#[inline]
+unsafe fn fold<const L: usize, const TO_P: bool, const Q: u8>(
+    group: &[Src],
+    off: usize,
+    p: &mut [__m512i; L],
+    q: &mut [__m512i; L],
+) {
+    for s in group {
+        for k in 0..L {
+            // SAFETY: in bounds by this function's contract; unaligned load.
+            let v = unsafe { _mm512_loadu_si512(s.ptr.add(off + k * WIDTH).cast()) };
+            if TO_P {
+                p[k] = _mm512_xor_si512(p[k], v);
+            }
+            if Q == 1 {
+                q[k] = _mm512_xor_si512(q[k], v);
+            } else if Q == 2 {
+                q[k] = _mm512_xor_si512(q[k], _mm512_gf2p8affine_epi64_epi8::<0>(v, s.q.matrix));
+            }
         }
     }
 }

@@ -18,6 +18,10 @@ pub enum MemberError {
     NotFileOrDevice { name: String, kind: String },
     /// The file does not exist and no size to create it with was given.
     Missing { name: String },
+    /// A remote member URI that does not parse.
+    BadUri { spec: String, reason: String },
+    /// The member was reached but cannot be used as asked.
+    Refused { name: String, reason: String },
     /// An I/O error while opening, creating or sizing the member.
     Io {
         name: String,
@@ -32,6 +36,12 @@ impl fmt::Display for MemberError {
             MemberError::EmptySpec => write!(f, "empty member name"),
             MemberError::BadSpec { spec, source } => {
                 write!(f, "member {spec}: bad RAM member size: {source}")
+            }
+            MemberError::BadUri { spec, reason } => {
+                write!(f, "member {spec}: bad NBD URI: {reason}")
+            }
+            MemberError::Refused { name, reason } => {
+                write!(f, "member {name}: cannot use it: {reason}")
             }
             MemberError::Empty { name } => write!(f, "member {name}: has a size of zero bytes"),
             MemberError::NotFileOrDevice { name, kind } => write!(

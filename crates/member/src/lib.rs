@@ -7,16 +7,22 @@
 //! - [`FileMember`]: a regular file or a block device, with positional I/O.
 //! - [`Window`]: a `[offset, offset + len)` view of another member (e.g. a data area past the
 //!   superblock).
-//! - [`open`] turns what the user typed (`mem:1G`, a path) into an `Arc<dyn Member>`;
+//! - [`NbdMember`]: an export of an NBD server (`nbd://HOST[:PORT]/EXPORT`,
+//!   `nbd+unix:///EXPORT?socket=PATH`), a synchronous pipelined client with per-request deadlines
+//!   ([`RemoteOptions`]) and [`Member::reconnect`].
+//! - [`FaultyMember`] + [`FaultControl`]: wraps a member and injects seeded faults (errors by
+//!   range, every Nth, by probability; delays; vanishing) for fault-handling tests.
+//! - [`SimMember`]: an in-memory member that keeps written apart from durable data and simulates
+//!   a power loss ([`SimMember::crash`]) for crash tests.
+//! - [`open`] turns what the user typed (`mem:1G`, a path, an NBD URI) into an `Arc<dyn Member>`;
 //!   [`parse_size`] is the size parser (`K`, `M`, `G`, `T` suffixes, powers of 1024) shared with
 //!   the command line.
 //!
 //! Contract: `read_at`/`write_at` transfer the whole buffer or fail; an access past the end is an
 //! error naming the member, never a panic; `flush` makes earlier writes durable; after `trim` or
 //! `write_zeroes` the range reads as zeroes (RAID 5/6 parity relies on it: zero data has zero
-//! parity). Later backends (a remote NBD member, a simulated member that separates written from
-//! durable data) fit the same trait: every method may fail with an `io::Error`, and durability is
-//! only promised by `flush`.
+//! parity). Every method may fail with an `io::Error` naming the member, and durability is only
+//! promised by `flush`.
 //!
 //! ```
 //! use member::{open, Member, OpenOptions};
@@ -28,8 +34,12 @@
 //! ```
 
 mod error;
+mod faulty;
 mod file;
 mod mem;
+mod nbd;
+mod rng;
+mod sim;
 mod size;
 mod sys;
 mod window;
@@ -38,8 +48,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use error::{check_range, MemberError};
+pub use faulty::{FaultControl, FaultRule, FaultyMember};
 pub use file::FileMember;
 pub use mem::MemMember;
+pub use nbd::{
+    is_nbd_uri, parse_nbd_uri, NbdAddress, NbdMember, NbdServerError, NbdTarget, RemoteOptions,
+    DEFAULT_PORT, MAX_REQUEST_BYTES,
+};
+pub use rng::SimRng;
+pub use sim::{SimMember, SECTOR_BYTES, SIM_MAX_BYTES};
 pub use size::{parse_size, SizeError};
 pub use window::Window;
 
@@ -59,6 +76,17 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     fn trim(&self, offset: u64, len: u64) -> std::io::Result<()>;
     /// Makes `[offset, offset + len)` read as zeroes.
     fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()>;
+    /// Connects again after a disconnect (remote members); checks the member is unchanged.
+    /// Local members have nothing to reconnect: `ErrorKind::Unsupported`.
+    fn reconnect(&self) -> std::io::Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "member {}: reconnect is only for remote members",
+                self.name()
+            ),
+        ))
+    }
     /// True when the member has no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -77,9 +105,21 @@ pub struct OpenOptions {
 /// The prefix of a RAM member spec: `mem:SIZE`.
 pub const MEM_PREFIX: &str = "mem:";
 
-/// Opens the member the user named: `mem:SIZE` (a new sparse RAM member) or a path to a regular
-/// file or block device.
+/// Opens the member the user named: `mem:SIZE` (a new sparse RAM member), an NBD URI (with the
+/// default [`RemoteOptions`]) or a path to a regular file or block device.
 pub fn open(spec: &str, opts: &OpenOptions) -> Result<Arc<dyn Member>, MemberError> {
+    open_with(spec, opts, &RemoteOptions::default())
+}
+
+/// [`open`] with settings for remote members (request timeout, requests in flight).
+pub fn open_with(
+    spec: &str,
+    opts: &OpenOptions,
+    remote: &RemoteOptions,
+) -> Result<Arc<dyn Member>, MemberError> {
+    if is_nbd_uri(spec) {
+        return Ok(Arc::new(NbdMember::open(spec, opts, remote)?));
+    }
     if let Some(size_text) = spec.strip_prefix(MEM_PREFIX) {
         let size = parse_size(size_text).map_err(|source| MemberError::BadSpec {
             spec: spec.to_string(),

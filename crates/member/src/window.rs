@@ -87,4 +87,8 @@ impl Member for Window {
         check_range(&self.name, "write-zeroes", offset, len, self.len_bytes)?;
         self.inner.write_zeroes(self.offset_bytes + offset, len)
     }
+
+    fn reconnect(&self) -> io::Result<()> {
+        self.inner.reconnect()
+    }
 }

@@ -1,0 +1,254 @@
+//! `FaultyMember`: a member wrapper that injects faults, for the engine's fault-handling tests.
+//!
+//! A [`FaultControl`] handle (cloneable, shared with the member) switches faults on and off while
+//! the member is in use: reads and/or writes fail by a [`FaultRule`] (always, in a byte range,
+//! every Nth, with a seeded probability), every operation is delayed, or the member "vanishes"
+//! (every operation fails). Writes here are `write_at`, `trim`, `write_zeroes` and `flush`.
+//! Decisions are taken under one lock in operation order, so a single-threaded sequence of
+//! operations with the same seed fails the same operations every run.
+
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::rng::SimRng;
+use crate::Member;
+
+/// Which operations of a class fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultRule {
+    /// Every operation.
+    Always,
+    /// Operations touching `[offset, offset + len)`.
+    Range { offset: u64, len: u64 },
+    /// The Nth, 2Nth, ... operation of the class counted from when the rule was set.
+    EveryNth(u64),
+    /// Each operation with probability `per_million` / 1 000 000 (seeded).
+    Probability { per_million: u32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Read,
+    Write,
+}
+
+#[derive(Debug)]
+struct Rule {
+    rule: FaultRule,
+    seen_count: u64,
+}
+
+#[derive(Debug)]
+struct FaultState {
+    reads: Option<Rule>,
+    writes: Option<Rule>,
+    delay: Duration,
+    vanished: bool,
+    rng: SimRng,
+    injected_count: u64,
+}
+
+/// Switches faults of a [`FaultyMember`] on and off; clones share the same state.
+#[derive(Debug, Clone)]
+pub struct FaultControl {
+    state: Arc<Mutex<FaultState>>,
+}
+
+impl FaultControl {
+    fn lock(&self) -> MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check(rule: &FaultRule) {
+        match *rule {
+            FaultRule::EveryNth(n) => assert!(n > 0, "EveryNth(0) never fires"),
+            FaultRule::Probability { per_million } => assert!(per_million <= 1_000_000),
+            FaultRule::Range { offset, len } => assert!(offset.checked_add(len).is_some()),
+            FaultRule::Always => {}
+        }
+    }
+
+    /// Makes reads fail by `rule` (replaces an earlier read rule).
+    pub fn fail_reads(&self, rule: FaultRule) {
+        Self::check(&rule);
+        self.lock().reads = Some(Rule {
+            rule,
+            seen_count: 0,
+        });
+    }
+
+    /// Makes writes (write, trim, write-zeroes, flush) fail by `rule`.
+    pub fn fail_writes(&self, rule: FaultRule) {
+        Self::check(&rule);
+        self.lock().writes = Some(Rule {
+            rule,
+            seen_count: 0,
+        });
+    }
+
+    /// Delays every operation by `delay` before it runs (zero: no delay).
+    pub fn set_delay(&self, delay: Duration) {
+        self.lock().delay = delay;
+    }
+
+    /// Every operation fails from now on, as if the device was unplugged.
+    pub fn vanish(&self) {
+        self.lock().vanished = true;
+    }
+
+    /// Removes every fault: no rules, no delay, not vanished.
+    pub fn heal(&self) {
+        let mut s = self.lock();
+        s.reads = None;
+        s.writes = None;
+        s.delay = Duration::ZERO;
+        s.vanished = false;
+    }
+
+    /// Restarts the random sequence used by `Probability` rules.
+    pub fn reseed(&self, seed: u64) {
+        self.lock().rng = SimRng::new(seed);
+    }
+
+    /// How many operations failed by injection so far.
+    pub fn injected_count(&self) -> u64 {
+        self.lock().injected_count
+    }
+
+    /// Decides one operation: its delay, or the injected error's reason.
+    fn decide(&self, class: Class, offset: u64, len: u64) -> Result<Duration, &'static str> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        if s.vanished {
+            s.injected_count += 1;
+            return Err("device vanished (injected)");
+        }
+        let rule = match class {
+            Class::Read => s.reads.as_mut(),
+            Class::Write => s.writes.as_mut(),
+        };
+        let Some(rule) = rule else {
+            return Ok(s.delay);
+        };
+        rule.seen_count += 1;
+        let fails = match rule.rule {
+            FaultRule::Always => true,
+            FaultRule::Range { offset: r, len: n } => offset < r + n && r < offset + len,
+            FaultRule::EveryNth(n) => rule.seen_count % n == 0,
+            FaultRule::Probability { per_million } => {
+                s.rng.below(1_000_000) < u64::from(per_million)
+            }
+        };
+        if fails {
+            s.injected_count += 1;
+            return Err("injected I/O error");
+        }
+        Ok(s.delay)
+    }
+}
+
+/// A member that passes operations to `inner` unless a fault is switched on.
+#[derive(Debug)]
+pub struct FaultyMember {
+    inner: Arc<dyn Member>,
+    control: FaultControl,
+}
+
+impl FaultyMember {
+    /// Wraps `inner` with no faults and seed 0.
+    pub fn new(inner: Arc<dyn Member>) -> FaultyMember {
+        FaultyMember::with_seed(inner, 0)
+    }
+
+    /// Wraps `inner`; `Probability` rules draw from a generator seeded with `seed`.
+    pub fn with_seed(inner: Arc<dyn Member>, seed: u64) -> FaultyMember {
+        let state = FaultState {
+            reads: None,
+            writes: None,
+            delay: Duration::ZERO,
+            vanished: false,
+            rng: SimRng::new(seed),
+            injected_count: 0,
+        };
+        FaultyMember {
+            inner,
+            control: FaultControl {
+                state: Arc::new(Mutex::new(state)),
+            },
+        }
+    }
+
+    /// The handle that switches faults; clone it freely.
+    pub fn control(&self) -> FaultControl {
+        self.control.clone()
+    }
+
+    /// The wrapped member.
+    pub fn inner(&self) -> &Arc<dyn Member> {
+        &self.inner
+    }
+
+    fn gate(&self, class: Class, op: &str, offset: u64, len: u64) -> io::Result<()> {
+        match self.control.decide(class, offset, len) {
+            Ok(delay) => {
+                if !delay.is_zero() {
+                    std::thread::sleep(delay);
+                }
+                Ok(())
+            }
+            Err(reason) => Err(io::Error::other(format!(
+                "member {}: {op} of {len} bytes at offset {offset}: {reason}",
+                self.inner.name()
+            ))),
+        }
+    }
+}
+
+impl Member for FaultyMember {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.gate(Class::Read, "read", offset, buf.len() as u64)?;
+        self.inner.read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.gate(Class::Write, "write", offset, buf.len() as u64)?;
+        self.inner.write_at(buf, offset)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.gate(Class::Write, "flush", 0, 0)?;
+        self.inner.flush()
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.gate(Class::Write, "trim", offset, len)?;
+        self.inner.trim(offset, len)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.gate(Class::Write, "write-zeroes", offset, len)?;
+        self.inner.write_zeroes(offset, len)
+    }
+
+    fn reconnect(&self) -> io::Result<()> {
+        if self.control.lock().vanished {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!(
+                    "member {}: reconnect: device vanished (injected)",
+                    self.name()
+                ),
+            ));
+        }
+        self.inner.reconnect()
+    }
+}

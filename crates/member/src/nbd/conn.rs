@@ -1,0 +1,447 @@
+//! One NBD connection in the transmission phase, shared by many threads.
+//!
+//! Sending: a thread registers its request (cookie → reply channel) and then sends the whole
+//! request while it holds the send turn (`State::sending`), so requests never interleave on the
+//! wire. Receiving: one reader thread reads simple replies and hands each to the waiter with that
+//! cookie. Bounds: at most `max_in_flight` requests are registered; callers wait for a slot.
+//! Every wait (slot, send turn, reply) ends at the request's deadline; a missed deadline or any
+//! transport error breaks the connection: every waiter fails at once, later requests fail fast.
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::uri::{NbdAddress, NbdTarget};
+use super::wire::{self, ExportInfo};
+
+/// A TCP or Unix stream.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// Connects to `address` within `timeout` (TCP; Unix connects do not block).
+    pub fn connect(address: &NbdAddress, timeout: Duration) -> io::Result<Stream> {
+        match &address.target {
+            NbdTarget::Tcp { host, port } => {
+                let mut last = None;
+                for addr in (host.as_str(), *port).to_socket_addrs()? {
+                    match TcpStream::connect_timeout(&addr, timeout) {
+                        Ok(s) => {
+                            s.set_nodelay(true)?;
+                            return Ok(Stream::Tcp(s));
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.unwrap_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"))
+                }))
+            }
+            NbdTarget::Unix { path } => connect_unix(path).map(Stream::Unix),
+        }
+    }
+
+    pub fn try_clone(&self) -> io::Result<Stream> {
+        match self {
+            Stream::Tcp(s) => s.try_clone().map(Stream::Tcp),
+            Stream::Unix(s) => s.try_clone().map(Stream::Unix),
+        }
+    }
+
+    pub fn set_timeouts(&self, read: Option<Duration>, write: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(read).and(s.set_write_timeout(write)),
+            Stream::Unix(s) => s.set_read_timeout(read).and(s.set_write_timeout(write)),
+        }
+    }
+
+    fn set_write_timeout(&self, write: Duration) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(Some(write)),
+            Stream::Unix(s) => s.set_write_timeout(Some(write)),
+        }
+    }
+
+    fn shutdown(&self) {
+        // Errors mean the socket is already shut down or gone: either way it is closed.
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+
+    fn write_vectored_all(&self, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        while !bufs.is_empty() {
+            let n = match self {
+                Stream::Tcp(s) => (&*s).write_vectored(bufs),
+                Stream::Unix(s) => (&*s).write_vectored(bufs),
+            };
+            match n {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn connect_unix(path: &std::path::Path) -> io::Result<UnixStream> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    match bytes.strip_prefix(b"\0") {
+        Some(name) => {
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+            UnixStream::connect_addr(&addr)
+        }
+        None => UnixStream::connect(path),
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Why a request failed below the member layer.
+#[derive(Debug, Clone)]
+pub enum Failure {
+    /// The server answered with this NBD error number.
+    Errno(u32),
+    /// The connection is broken (or the deadline passed, which broke it).
+    Broken { kind: io::ErrorKind, reason: String },
+}
+
+type Reply = Result<Vec<u8>, Failure>;
+
+struct Pending {
+    /// Payload bytes expected with a successful reply (reads only).
+    read_len: u32,
+    tx: SyncSender<Reply>,
+}
+
+#[derive(Default)]
+struct State {
+    pending: HashMap<u64, Pending>,
+    broken: Option<(io::ErrorKind, String)>,
+    sending: bool,
+}
+
+struct Shared {
+    stream: Stream,
+    state: Mutex<State>,
+    /// Signalled (to all) whenever a slot frees, the send turn is released or the connection
+    /// breaks; one condition variable for all three keeps wake-ups simple and never lost.
+    changed: Condvar,
+    next_cookie: AtomicU64,
+    max_in_flight: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // State stays consistent at every unlock point (a panic mid-update is a bug that has
+        // already stopped the caller), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the connection broken (first reason wins), fails every waiter, closes the socket.
+    fn break_with(&self, kind: io::ErrorKind, reason: String) {
+        let mut state = self.lock();
+        if state.broken.is_none() {
+            state.broken = Some((kind, reason));
+        }
+        let (kind, reason) = state.broken.clone().unwrap_or((kind, String::new()));
+        for (_, p) in state.pending.drain() {
+            let _ = p.tx.try_send(Err(Failure::Broken {
+                kind,
+                reason: reason.clone(),
+            }));
+        }
+        drop(state);
+        self.changed.notify_all();
+        self.stream.shutdown();
+    }
+}
+
+/// A request that was sent and waits for its reply.
+pub struct Ticket {
+    rx: Receiver<Reply>,
+    deadline: Instant,
+}
+
+/// An NBD connection in the transmission phase.
+pub struct Connection {
+    shared: Arc<Shared>,
+    info: ExportInfo,
+    reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("info", &self.info)
+            .field("broken", &self.broken())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects, negotiates and starts the reader thread.
+    pub fn open(address: &NbdAddress, timeout: Duration, max_in_flight: usize) -> io::Result<Self> {
+        assert!(max_in_flight > 0);
+        let mut stream = Stream::connect(address, timeout)?;
+        stream.set_timeouts(Some(timeout), Some(timeout))?;
+        let info = wire::handshake(&mut stream, &address.export)?;
+        stream.set_timeouts(None, Some(timeout))?;
+        let mut reader_stream = stream.try_clone()?;
+        let shared = Arc::new(Shared {
+            stream,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            next_cookie: AtomicU64::new(1),
+            max_in_flight,
+        });
+        let for_reader = Arc::clone(&shared);
+        let reader = std::thread::Builder::new()
+            .name("nbd-member-reader".into())
+            .spawn(move || read_replies(&for_reader, &mut reader_stream))?;
+        Ok(Connection {
+            shared,
+            info,
+            reader: Mutex::new(Some(reader)),
+        })
+    }
+
+    pub fn info(&self) -> &ExportInfo {
+        &self.info
+    }
+
+    /// Why the connection is broken, if it is.
+    pub fn broken(&self) -> Option<(io::ErrorKind, String)> {
+        self.shared.lock().broken.clone()
+    }
+
+    /// Requests in flight (for tests and status).
+    pub fn in_flight(&self) -> usize {
+        self.shared.lock().pending.len()
+    }
+
+    /// Registers and sends one request; `payload` only for writes.
+    pub fn submit(
+        &self,
+        cmd: u16,
+        flags: u16,
+        offset: u64,
+        len: u32,
+        payload: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<Ticket, Failure> {
+        assert_eq!(payload.is_some(), cmd == wire::CMD_WRITE);
+        if let Some(p) = payload {
+            assert_eq!(p.len(), len as usize);
+        }
+        let deadline = Instant::now() + timeout;
+        let read_len = if cmd == wire::CMD_READ { len } else { 0 };
+        let (cookie, rx) = self.register(read_len, deadline)?;
+        let header = wire::request_header(flags, cmd, cookie, offset, len);
+        let sent = self.send(&header, payload.unwrap_or(&[]), deadline);
+        let mut state = self.shared.lock();
+        assert!(state.sending);
+        state.sending = false;
+        drop(state);
+        self.shared.changed.notify_all();
+        if let Err(e) = sent {
+            let kind = match e.kind() {
+                io::ErrorKind::WouldBlock => io::ErrorKind::TimedOut,
+                k => k,
+            };
+            self.shared
+                .break_with(kind, format!("sending a request failed: {e}"));
+        }
+        Ok(Ticket { rx, deadline })
+    }
+
+    /// Waits for a slot and the send turn; registers the reply channel. Returns with the send
+    /// turn held.
+    fn register(
+        &self,
+        read_len: u32,
+        deadline: Instant,
+    ) -> Result<(u64, Receiver<Reply>), Failure> {
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        loop {
+            if let Some((_, reason)) = &state.broken {
+                return Err(Failure::Broken {
+                    kind: io::ErrorKind::NotConnected,
+                    reason: format!("not connected ({reason})"),
+                });
+            }
+            if state.pending.len() < shared.max_in_flight && !state.sending {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(state);
+                let reason = "timed out waiting to send a request".to_string();
+                shared.break_with(io::ErrorKind::TimedOut, reason.clone());
+                return Err(Failure::Broken {
+                    kind: io::ErrorKind::TimedOut,
+                    reason,
+                });
+            }
+            state = shared
+                .changed
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let cookie = shared.next_cookie.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = sync_channel(1);
+        let old = state.pending.insert(cookie, Pending { read_len, tx });
+        assert!(old.is_none(), "cookie {cookie} reused");
+        assert!(state.pending.len() <= shared.max_in_flight);
+        state.sending = true;
+        Ok((cookie, rx))
+    }
+
+    fn send(&self, header: &[u8], payload: &[u8], deadline: Instant) -> io::Result<()> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.shared.stream.set_write_timeout(remaining)?;
+        let mut bufs = [IoSlice::new(header), IoSlice::new(payload)];
+        self.shared.stream.write_vectored_all(&mut bufs)
+    }
+
+    /// Waits for the reply of `ticket` until its deadline; a missed deadline breaks the
+    /// connection.
+    pub fn wait(&self, ticket: Ticket, timeout: Duration) -> Result<Vec<u8>, Failure> {
+        let remaining = ticket.deadline.saturating_duration_since(Instant::now());
+        match ticket.rx.recv_timeout(remaining) {
+            Ok(reply) => reply,
+            Err(RecvTimeoutError::Timeout) => {
+                let reason = format!("no reply within {} ms", timeout.as_millis());
+                self.shared
+                    .break_with(io::ErrorKind::TimedOut, reason.clone());
+                Err(Failure::Broken {
+                    kind: io::ErrorKind::TimedOut,
+                    reason,
+                })
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let (kind, reason) = self.broken().unwrap_or((
+                    io::ErrorKind::ConnectionAborted,
+                    "connection closed".to_string(),
+                ));
+                Err(Failure::Broken { kind, reason })
+            }
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if self.broken().is_none() {
+            // Polite goodbye; best effort, bounded by the write timeout.
+            let header = wire::request_header(0, wire::CMD_DISC, 0, 0, 0);
+            let _ = self.shared.stream.set_write_timeout(Duration::from_secs(1));
+            let _ = self
+                .shared
+                .stream
+                .write_vectored_all(&mut [IoSlice::new(&header)]);
+        }
+        self.shared
+            .break_with(io::ErrorKind::NotConnected, "member closed".to_string());
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(handle) = reader {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// The reader thread: hands each reply to its waiter until the connection breaks.
+fn read_replies(shared: &Shared, stream: &mut Stream) {
+    loop {
+        if let Err((kind, reason)) = read_one_reply(shared, stream) {
+            shared.break_with(kind, reason);
+            return;
+        }
+    }
+}
+
+fn read_one_reply(shared: &Shared, stream: &mut Stream) -> Result<(), (io::ErrorKind, String)> {
+    let lost = |e: io::Error| match e.kind() {
+        io::ErrorKind::UnexpectedEof => (
+            io::ErrorKind::ConnectionAborted,
+            "server closed the connection".to_string(),
+        ),
+        k => (k, format!("connection lost: {e}")),
+    };
+    let mut header = [0u8; 16];
+    stream.read_exact(&mut header).map_err(lost)?;
+    let magic = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    let errno = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+    let cookie = u64::from_be_bytes(header[8..16].try_into().expect("8 bytes"));
+    let bad = |reason: String| (io::ErrorKind::InvalidData, reason);
+    if magic == wire::STRUCTURED_REPLY_MAGIC {
+        return Err(bad(
+            "protocol error: structured reply that was never negotiated".into(),
+        ));
+    }
+    if magic != wire::SIMPLE_REPLY_MAGIC {
+        return Err(bad(format!("protocol error: bad reply magic {magic:#x}")));
+    }
+    let pending = shared.lock().pending.remove(&cookie);
+    shared.changed.notify_all();
+    let Some(pending) = pending else {
+        return Err(bad(format!(
+            "protocol error: reply for unknown cookie {cookie}"
+        )));
+    };
+    if errno != 0 {
+        let _ = pending.tx.try_send(Err(Failure::Errno(errno)));
+        return Ok(());
+    }
+    let mut data = vec![0u8; pending.read_len as usize];
+    if let Err(e) = stream.read_exact(&mut data) {
+        let (kind, reason) = lost(e);
+        let failure = Failure::Broken {
+            kind,
+            reason: reason.clone(),
+        };
+        let _ = pending.tx.try_send(Err(failure));
+        return Err((kind, reason));
+    }
+    // The waiter may have given up (deadline); then the reply is dropped.
+    let _ = pending.tx.try_send(Ok(data));
+    Ok(())
+}

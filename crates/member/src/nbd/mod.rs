@@ -1,0 +1,494 @@
+//! `NbdMember`: a member served by an NBD server, possibly on another machine.
+//!
+//! A synchronous, pipelined client behind the [`Member`] trait: many threads issue requests on
+//! one connection at once (see `conn.rs`), each request has a deadline, and a broken connection
+//! fails every waiter at once and every later request fast until [`NbdMember::reconnect`].
+//! Simple replies only; requests are split at the server's maximum (at most 32 MiB); a server
+//! minimum block size > 1 is honoured by read-modify-write of the edge blocks.
+
+mod conn;
+mod uri;
+mod wire;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use crate::error::{check_range, MemberError};
+use crate::{Member, OpenOptions};
+use conn::{Connection, Failure};
+pub use uri::{is_nbd_uri, parse_nbd_uri, NbdAddress, NbdTarget, DEFAULT_PORT};
+
+/// Largest request sent to a server (the usual NBD maximum payload).
+pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
+/// Requests one member call keeps in flight when it is split into pieces.
+const PIPELINE_DEPTH: usize = 16;
+/// Locks serialising read-modify-write of partial edge blocks (block index mod this).
+const EDGE_LOCK_COUNT: usize = 64;
+/// Zero buffer used when the server cannot write zeroes itself.
+const ZERO_BUFFER_BYTES: usize = 1 << 20;
+static ZEROES: [u8; ZERO_BUFFER_BYTES] = [0; ZERO_BUFFER_BYTES];
+
+/// Settings of remote (NBD) members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteOptions {
+    /// Deadline of every request (and of connecting and the handshake). A request that misses
+    /// it fails with `io::ErrorKind::TimedOut` and breaks the connection.
+    pub io_timeout: Duration,
+    /// Requests in flight on the connection; further callers wait for a slot.
+    pub max_in_flight: usize,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            io_timeout: Duration::from_secs(30),
+            max_in_flight: 64,
+        }
+    }
+}
+
+/// An error the NBD server returned for one request. It is the inner error of the `io::Error`
+/// a member operation returns (`err.get_ref()` + `downcast_ref`), so callers can see the errno.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NbdServerError {
+    pub member: String,
+    pub op: &'static str,
+    pub offset: u64,
+    pub len: u64,
+    /// The NBD error number (`NBD_EIO` = 5, ...; the same values as Linux errno).
+    pub errno: u32,
+}
+
+impl fmt::Display for NbdServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "member {}: {} of {} bytes at offset {}: server returned {} (errno {})",
+            self.member,
+            self.op,
+            self.len,
+            self.offset,
+            wire::errno_name(self.errno),
+            self.errno
+        )
+    }
+}
+
+impl std::error::Error for NbdServerError {}
+
+/// What a member call asks the connection to carry.
+enum Data<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+    /// Writes of zero bytes (the server cannot write zeroes itself).
+    Zeroes,
+    /// No payload (write-zeroes).
+    NoPayload,
+}
+
+/// A member on an NBD server (`nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`).
+pub struct NbdMember {
+    name: String,
+    address: NbdAddress,
+    remote: RemoteOptions,
+    read_only: bool,
+    size_bytes: u64,
+    min_block_bytes: u64,
+    max_request_bytes: u64,
+    conn: RwLock<Arc<Connection>>,
+    edge_locks: Vec<Mutex<()>>,
+}
+
+impl fmt::Debug for NbdMember {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NbdMember")
+            .field("name", &self.name)
+            .field("description", &self.description())
+            .finish()
+    }
+}
+
+impl NbdMember {
+    /// Connects to the export named by the URI `spec`.
+    pub fn open(
+        spec: &str,
+        opts: &OpenOptions,
+        remote: &RemoteOptions,
+    ) -> Result<NbdMember, MemberError> {
+        let address = parse_nbd_uri(spec).map_err(|reason| MemberError::BadUri {
+            spec: spec.to_string(),
+            reason,
+        })?;
+        let refused = |reason: String| MemberError::Refused {
+            name: spec.to_string(),
+            reason,
+        };
+        let conn = Connection::open(&address, remote.io_timeout, remote.max_in_flight).map_err(
+            |source| MemberError::Io {
+                name: spec.to_string(),
+                action: "connect to",
+                source,
+            },
+        )?;
+        let info = *conn.info();
+        if info.size_bytes == 0 {
+            return Err(MemberError::Empty {
+                name: spec.to_string(),
+            });
+        }
+        if info.has(wire::TFLAG_READ_ONLY) && !opts.read_only {
+            return Err(refused("the server exports it read-only".into()));
+        }
+        let min_block_bytes = u64::from(info.min_block_bytes);
+        let server_max = info.max_block_bytes.map_or(MAX_REQUEST_BYTES, u64::from);
+        let max_request_bytes =
+            server_max.min(MAX_REQUEST_BYTES) / min_block_bytes * min_block_bytes;
+        if max_request_bytes == 0 || !info.size_bytes.is_multiple_of(min_block_bytes) {
+            return Err(refused(format!(
+                "unusable block sizes: minimum {min_block_bytes}, maximum {server_max}, size {}",
+                info.size_bytes
+            )));
+        }
+        Ok(NbdMember {
+            name: spec.to_string(),
+            address,
+            remote: *remote,
+            read_only: opts.read_only,
+            size_bytes: info.size_bytes,
+            min_block_bytes,
+            max_request_bytes,
+            conn: RwLock::new(Arc::new(conn)),
+            edge_locks: (0..EDGE_LOCK_COUNT).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    /// The parsed address.
+    pub fn address(&self) -> &NbdAddress {
+        &self.address
+    }
+
+    /// What the server offers, in words; says when durability is not guaranteed.
+    pub fn description(&self) -> String {
+        let info = *self.connection().info();
+        let flush = if info.has(wire::TFLAG_SEND_FLUSH) {
+            "flush: NBD_CMD_FLUSH"
+        } else {
+            "durability NOT guaranteed: the server does not support flush"
+        };
+        let zero = if info.has(wire::TFLAG_SEND_WRITE_ZEROES) {
+            "trim/zero: NBD_CMD_WRITE_ZEROES"
+        } else if info.has(wire::TFLAG_SEND_TRIM) {
+            "trim/zero: written zeroes (server trim does not promise zeroes)"
+        } else {
+            "trim/zero: written zeroes"
+        };
+        format!(
+            "NBD export {} of {} bytes; {flush}; {zero}; minimum block {} bytes, requests up to {} bytes{}",
+            self.address,
+            self.size_bytes,
+            self.min_block_bytes,
+            self.max_request_bytes,
+            if self.read_only { "; read-only" } else { "" }
+        )
+    }
+
+    /// True while the connection works (no disconnect or missed deadline since it was opened).
+    pub fn is_connected(&self) -> bool {
+        self.connection().broken().is_none()
+    }
+
+    /// Requests in flight right now.
+    pub fn in_flight(&self) -> usize {
+        self.connection().in_flight()
+    }
+
+    /// Connects again and redoes the handshake; fails if the export's size or minimum block size
+    /// changed. On success new requests use the new connection.
+    pub fn reconnect(&self) -> io::Result<()> {
+        let conn = Connection::open(
+            &self.address,
+            self.remote.io_timeout,
+            self.remote.max_in_flight,
+        )
+        .map_err(|e| self.annotate("reconnect", 0, 0, e.kind(), e.to_string()))?;
+        let info = *conn.info();
+        let server_max = info.max_block_bytes.map_or(MAX_REQUEST_BYTES, u64::from);
+        if info.size_bytes != self.size_bytes
+            || u64::from(info.min_block_bytes) != self.min_block_bytes
+            || server_max < self.max_request_bytes
+        {
+            let reason = format!(
+                "export changed: size {} (was {}), minimum block {} (was {}), maximum {}",
+                info.size_bytes,
+                self.size_bytes,
+                info.min_block_bytes,
+                self.min_block_bytes,
+                server_max
+            );
+            return Err(self.annotate("reconnect", 0, 0, io::ErrorKind::InvalidData, reason));
+        }
+        *self.conn.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(conn);
+        Ok(())
+    }
+
+    fn connection(&self) -> Arc<Connection> {
+        Arc::clone(&self.conn.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn annotate(
+        &self,
+        op: &str,
+        offset: u64,
+        len: u64,
+        kind: io::ErrorKind,
+        reason: String,
+    ) -> io::Error {
+        io::Error::new(
+            kind,
+            format!(
+                "member {}: {op} of {len} bytes at offset {offset}: {reason}",
+                self.name
+            ),
+        )
+    }
+
+    fn failure(&self, op: &'static str, offset: u64, len: u64, f: Failure) -> io::Error {
+        match f {
+            Failure::Errno(errno) => io::Error::new(
+                wire::errno_kind(errno),
+                NbdServerError {
+                    member: self.name.clone(),
+                    op,
+                    offset,
+                    len,
+                    errno,
+                },
+            ),
+            Failure::Broken { kind, reason } => self.annotate(op, offset, len, kind, reason),
+        }
+    }
+
+    fn check_writable(&self, op: &str, offset: u64, len: u64) -> io::Result<()> {
+        check_range(&self.name, op, offset, len, self.size_bytes)?;
+        if self.read_only {
+            let reason = "refused: opened read-only".to_string();
+            return Err(self.annotate(op, offset, len, io::ErrorKind::PermissionDenied, reason));
+        }
+        Ok(())
+    }
+
+    fn is_aligned(&self, offset: u64, len: u64) -> bool {
+        offset.is_multiple_of(self.min_block_bytes) && len.is_multiple_of(self.min_block_bytes)
+    }
+
+    /// The smallest block-aligned range holding `[offset, offset + len)`.
+    fn aligned_outer(&self, offset: u64, len: u64) -> (u64, u64) {
+        let b = self.min_block_bytes;
+        (offset / b * b, (offset + len).div_ceil(b) * b)
+    }
+
+    /// Sends `[offset, offset + len)` as pieces of at most `piece_max` bytes, keeping up to
+    /// `PIPELINE_DEPTH` in flight, and waits for all of them. The range must be aligned.
+    fn transfer(
+        &self,
+        op: &'static str,
+        cmd: u16,
+        offset: u64,
+        len: u64,
+        mut data: Data<'_>,
+    ) -> io::Result<()> {
+        assert!(
+            self.is_aligned(offset, len),
+            "{op} at {offset}+{len} is not block-aligned"
+        );
+        assert!(offset + len <= self.size_bytes);
+        let piece_max = match data {
+            Data::Zeroes => self.max_request_bytes.min(ZERO_BUFFER_BYTES as u64),
+            _ => self.max_request_bytes,
+        };
+        let conn = self.connection();
+        let timeout = self.remote.io_timeout;
+        let mut queue = VecDeque::with_capacity(PIPELINE_DEPTH);
+        let mut done = 0u64;
+        while done < len || !queue.is_empty() {
+            if done < len && queue.len() < PIPELINE_DEPTH {
+                let piece = (len - done).min(piece_max);
+                let range = done as usize..(done + piece) as usize;
+                let payload = match &data {
+                    Data::Write(buf) => Some(&buf[range.clone()]),
+                    Data::Zeroes => Some(&ZEROES[..range.len()]),
+                    _ => None,
+                };
+                let at = offset + done;
+                let ticket = conn
+                    .submit(cmd, 0, at, piece as u32, payload, timeout)
+                    .map_err(|f| self.failure(op, at, piece, f))?;
+                queue.push_back((ticket, range));
+                done += piece;
+                continue;
+            }
+            let (ticket, range) = queue.pop_front().expect("queue holds the pending pieces");
+            let at = offset + range.start as u64;
+            let reply = conn
+                .wait(ticket, timeout)
+                .map_err(|f| self.failure(op, at, range.len() as u64, f))?;
+            if let Data::Read(buf) = &mut data {
+                assert_eq!(reply.len(), range.len());
+                buf[range].copy_from_slice(&reply);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_unaligned(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let (start, end) = self.aligned_outer(offset, buf.len() as u64);
+        let b = self.min_block_bytes;
+        let mut lock_indices = [
+            (start / b) as usize % EDGE_LOCK_COUNT,
+            ((end - b) / b) as usize % EDGE_LOCK_COUNT,
+        ];
+        lock_indices.sort_unstable();
+        let _first = self.edge_locks[lock_indices[0]]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let _second = (lock_indices[1] != lock_indices[0]).then(|| {
+            self.edge_locks[lock_indices[1]]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+        });
+        let mut tmp = vec![0u8; (end - start) as usize];
+        if offset != start {
+            self.transfer(
+                "write (reading the head block)",
+                wire::CMD_READ,
+                start,
+                b,
+                Data::Read(&mut tmp[..b as usize]),
+            )?;
+        }
+        if (offset + buf.len() as u64) != end {
+            let at = (end - b - start) as usize;
+            self.transfer(
+                "write (reading the tail block)",
+                wire::CMD_READ,
+                end - b,
+                b,
+                Data::Read(&mut tmp[at..]),
+            )?;
+        }
+        let at = (offset - start) as usize;
+        tmp[at..at + buf.len()].copy_from_slice(buf);
+        self.transfer(
+            "write",
+            wire::CMD_WRITE,
+            start,
+            end - start,
+            Data::Write(&tmp),
+        )
+    }
+
+    /// Zeroes an aligned range: NBD_CMD_WRITE_ZEROES (may trim) when the server has it, else
+    /// written zeroes.
+    fn zero_aligned(&self, op: &'static str, offset: u64, len: u64) -> io::Result<()> {
+        let info = *self.connection().info();
+        if info.has(wire::TFLAG_SEND_WRITE_ZEROES) {
+            self.transfer(op, wire::CMD_WRITE_ZEROES, offset, len, Data::NoPayload)
+        } else {
+            self.transfer(op, wire::CMD_WRITE, offset, len, Data::Zeroes)
+        }
+    }
+
+    fn zero(&self, op: &'static str, offset: u64, len: u64) -> io::Result<()> {
+        self.check_writable(op, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if self.is_aligned(offset, len) {
+            return self.zero_aligned(op, offset, len);
+        }
+        let b = self.min_block_bytes;
+        let inner_start = offset.div_ceil(b) * b;
+        let inner_end = (offset + len) / b * b;
+        if inner_start >= inner_end {
+            return self.write_at(&vec![0u8; len as usize], offset);
+        }
+        self.write_at(&vec![0u8; (inner_start - offset) as usize], offset)?;
+        self.write_at(&vec![0u8; (offset + len - inner_end) as usize], inner_end)?;
+        self.zero_aligned(op, inner_start, inner_end - inner_start)
+    }
+}
+
+impl Member for NbdMember {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let len = buf.len() as u64;
+        check_range(&self.name, "read", offset, len, self.size_bytes)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if self.is_aligned(offset, len) {
+            return self.transfer("read", wire::CMD_READ, offset, len, Data::Read(buf));
+        }
+        let (start, end) = self.aligned_outer(offset, len);
+        let mut tmp = vec![0u8; (end - start) as usize];
+        self.transfer(
+            "read",
+            wire::CMD_READ,
+            start,
+            end - start,
+            Data::Read(&mut tmp),
+        )?;
+        let at = (offset - start) as usize;
+        buf.copy_from_slice(&tmp[at..at + buf.len()]);
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let len = buf.len() as u64;
+        self.check_writable("write", offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if self.is_aligned(offset, len) {
+            return self.transfer("write", wire::CMD_WRITE, offset, len, Data::Write(buf));
+        }
+        self.write_unaligned(buf, offset)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let conn = self.connection();
+        if self.read_only || !conn.info().has(wire::TFLAG_SEND_FLUSH) {
+            return Ok(());
+        }
+        let timeout = self.remote.io_timeout;
+        let ticket = conn
+            .submit(wire::CMD_FLUSH, 0, 0, 0, None, timeout)
+            .map_err(|f| self.failure("flush", 0, 0, f))?;
+        conn.wait(ticket, timeout)
+            .map(|_| ())
+            .map_err(|f| self.failure("flush", 0, 0, f))
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        // NBD_CMD_TRIM does not promise zeroes, the member contract does: zero instead.
+        self.zero("trim", offset, len)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.zero("write-zeroes", offset, len)
+    }
+
+    fn reconnect(&self) -> io::Result<()> {
+        NbdMember::reconnect(self)
+    }
+}

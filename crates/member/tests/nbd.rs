@@ -1,0 +1,585 @@
+//! `NbdMember` against real NBD servers started here on Unix sockets and loopback TCP: nbdkit
+//! (memory, file; error, delay and blocksize-policy filters) and qemu-nbd. Covers round trips
+//! (unaligned, trim/write-zeroes leave zeroes), the EXPORT_NAME fallback, concurrent threads on
+//! one connection, splitting at the server's maximum, read-modify-write under a minimum block
+//! size, a killed server (every waiter and every later request fails fast), a stalled server
+//! (TimedOut within the deadline), server errno reporting, and reconnect after a restart.
+//! Random data comes from `RAIDKIT_SEED` (printed; set it to replay).
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use member::{
+    open, open_with, Member, NbdMember, NbdServerError, OpenOptions, RemoteOptions, SimRng,
+};
+
+/// A server process, killed when dropped.
+struct Server {
+    child: Child,
+}
+
+impl Server {
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        println!("SKIPPED: {tool} is not installed");
+    }
+    found
+}
+
+/// Waits until the server wrote its pid file, which both servers do once they listen.
+fn wait_until_ready(pid_file: &Path, child: &mut Child) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if std::fs::metadata(pid_file).is_ok_and(|m| m.len() > 0) {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "server writing {} exited early: {status}",
+                pid_file.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("server did not write {}", pid_file.display());
+}
+
+fn pid_file(sock: &Path) -> PathBuf {
+    let pid = sock.with_extension("pid");
+    let _ = std::fs::remove_file(&pid);
+    pid
+}
+
+/// Starts `nbdkit -U sock ARGS...` and waits until it accepts connections.
+fn nbdkit(sock: &Path, args: &[&str]) -> Server {
+    let _ = std::fs::remove_file(sock);
+    let pid = pid_file(sock);
+    let mut child = Command::new("nbdkit")
+        .args(["-f", "--exit-with-parent", "-P"])
+        .arg(&pid)
+        .arg("-U")
+        .arg(sock)
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start nbdkit");
+    wait_until_ready(&pid, &mut child);
+    Server { child }
+}
+
+fn uri(sock: &Path, export: &str) -> String {
+    format!("nbd+unix:///{export}?socket={}", sock.display())
+}
+
+fn remote(timeout_ms: u64) -> RemoteOptions {
+    RemoteOptions {
+        io_timeout: Duration::from_millis(timeout_ms),
+        ..RemoteOptions::default()
+    }
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("RAIDKIT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    println!("RAIDKIT_SEED={seed}");
+    seed
+}
+
+fn random_bytes(rng: &mut SimRng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.next_u64() as u8).collect()
+}
+
+fn read(m: &dyn Member, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0xAAu8; len];
+    m.read_at(&mut buf, offset).unwrap();
+    buf
+}
+
+/// Round trips every operation, unaligned, on an all-zero member of at least 4 MiB.
+fn exercise(m: &dyn Member, rng: &mut SimRng) {
+    let size = m.len();
+    assert!(size >= 4 << 20);
+    assert_eq!(read(m, 0, 8192), vec![0u8; 8192]);
+    let data = random_bytes(rng, 300_001);
+    let at = 65_536 - 777;
+    m.write_at(&data, at).unwrap();
+    assert_eq!(read(m, at, data.len()), data);
+    assert_eq!(read(m, at - 1, 1), [0], "byte before the write untouched");
+    assert_eq!(
+        read(m, at + data.len() as u64, 1),
+        [0],
+        "byte after untouched"
+    );
+    m.trim(at + 1000, 200_003).unwrap();
+    let mut want = data.clone();
+    want[1000..201_003].fill(0);
+    assert_eq!(
+        read(m, at, data.len()),
+        want,
+        "trim leaves zeroes, neighbours kept"
+    );
+    m.write_zeroes(at + 5, 17).unwrap();
+    want[5..22].fill(0);
+    assert_eq!(read(m, at, data.len()), want);
+    m.flush().unwrap();
+    m.write_at(&[7], size - 1).unwrap();
+    assert_eq!(read(m, size - 1, 1), [7]);
+    let err = m.write_at(&[1, 2], size - 1).unwrap_err();
+    assert!(err.to_string().contains(m.name()), "{err}");
+    let mut two = [0u8; 2];
+    assert!(m.read_at(&mut two, size - 1).is_err());
+    assert!(m.trim(u64::MAX, 2).is_err());
+    m.write_at(&[], size).unwrap();
+}
+
+#[test]
+fn nbdkit_memory_over_unix_socket() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let _server = nbdkit(&sock, &["memory", "64M"]);
+    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    assert_eq!(m.len(), 64 << 20);
+    exercise(m.as_ref(), &mut SimRng::new(seed()));
+}
+
+#[test]
+fn nbdkit_memory_over_tcp_ipv4_and_ipv6() {
+    if !have("nbdkit") {
+        return;
+    }
+    for (bind, host) in [("127.0.0.1", "127.0.0.1"), ("::1", "[::1]")] {
+        let Ok(listener) = std::net::TcpListener::bind((bind, 0)) else {
+            println!("SKIPPED: cannot bind {bind}");
+            continue;
+        };
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let mut child = Command::new("nbdkit")
+            .args([
+                "-f",
+                "--exit-with-parent",
+                "-i",
+                bind,
+                "-p",
+                &port.to_string(),
+            ])
+            .args(["memory", "8M"])
+            .spawn()
+            .unwrap();
+        let spec = format!("nbd://{host}:{port}/");
+        let start = Instant::now();
+        let m = loop {
+            match open(&spec, &OpenOptions::default()) {
+                Ok(m) => break m,
+                Err(e) if start.elapsed() < Duration::from_secs(10) => {
+                    assert!(child.try_wait().unwrap().is_none(), "nbdkit exited: {e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{spec}: {e}"),
+            }
+        };
+        let _server = Server { child };
+        assert_eq!(m.name(), spec);
+        exercise(m.as_ref(), &mut SimRng::new(seed()));
+    }
+}
+
+#[test]
+fn nbdkit_file_plugin_data_lands_in_the_file() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("disk.img");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let sock = dir.path().join("s");
+    let _server = nbdkit(&sock, &["file", file.to_str().unwrap()]);
+    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    exercise(m.as_ref(), &mut SimRng::new(seed()));
+    m.write_at(b"landed", 4096 * 3 + 1).unwrap();
+    m.flush().unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(&bytes[4096 * 3 + 1..4096 * 3 + 7], b"landed");
+    let desc = format!("{m:?}");
+    assert!(desc.contains("NBD_CMD_FLUSH"), "{desc}");
+}
+
+#[test]
+fn qemu_nbd_named_export() {
+    if !have("qemu-nbd") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("disk.img");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let sock = dir.path().join("q");
+    let pid = pid_file(&sock);
+    let mut child = Command::new("qemu-nbd")
+        .args([
+            "-f",
+            "raw",
+            "-x",
+            "disk one",
+            "-t",
+            "--shared=8",
+            "--pid-file",
+        ])
+        .arg(&pid)
+        .arg("-k")
+        .arg(&sock)
+        .arg(&file)
+        .spawn()
+        .unwrap();
+    wait_until_ready(&pid, &mut child);
+    let _server = Server { child };
+    let m = open(&uri(&sock, "disk%20one"), &OpenOptions::default()).unwrap();
+    exercise(m.as_ref(), &mut SimRng::new(seed()));
+    let err = open(&uri(&sock, "nope"), &OpenOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
+}
+
+#[test]
+fn export_name_fallback_without_fixed_newstyle() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    // Masking every global handshake flag leaves plain newstyle: only NBD_OPT_EXPORT_NAME.
+    let _server = nbdkit(&sock, &["--mask-handshake=0", "memory", "4M"]);
+    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    exercise(m.as_ref(), &mut SimRng::new(seed()));
+}
+
+#[test]
+fn oldstyle_server_and_bad_uris_are_refused_clearly() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let _server = nbdkit(&sock, &["-o", "memory", "4M"]);
+    let err = open(&uri(&sock, ""), &OpenOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("oldstyle"), "{err}");
+    let err = open("nbds://h/x", &OpenOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("TLS"), "{err}");
+    let missing = dir.path().join("missing");
+    let err = open(&uri(&missing, ""), &OpenOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("connect"), "{err}");
+}
+
+#[test]
+fn write_zeroes_falls_back_to_written_zeroes() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let _server = nbdkit(&sock, &["--filter=nozero", "memory", "8M", "zeromode=none"]);
+    let m = NbdMember::open(
+        &uri(&sock, ""),
+        &OpenOptions::default(),
+        &RemoteOptions::default(),
+    )
+    .unwrap();
+    assert!(
+        m.description().contains("written zeroes"),
+        "{}",
+        m.description()
+    );
+    m.write_at(&vec![5u8; 3 << 20], 0).unwrap();
+    m.trim(1, 3 << 20).unwrap();
+    assert_eq!(read(&m, 0, 1), [5]);
+    assert_eq!(read(&m, 1, (3 << 20) - 1), vec![0u8; (3 << 20) - 1]);
+}
+
+#[test]
+fn min_block_size_read_modify_write_and_max_split() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    // The policy filter advertises these sizes and fails any request that breaks them (EINVAL).
+    let args = [
+        "--filter=blocksize-policy",
+        "memory",
+        "16M",
+        "blocksize-minimum=4096",
+        "blocksize-preferred=65536",
+        "blocksize-maximum=1048576",
+        "blocksize-error-policy=error",
+    ];
+    let _server = nbdkit(&sock, &args);
+    let m = NbdMember::open(
+        &uri(&sock, ""),
+        &OpenOptions::default(),
+        &RemoteOptions::default(),
+    )
+    .unwrap();
+    assert!(
+        m.description().contains("minimum block 4096"),
+        "{}",
+        m.description()
+    );
+    let mut rng = SimRng::new(seed());
+    exercise(&m, &mut rng);
+    // 5 MiB + a bit, unaligned: split into 1 MiB pieces, edges read-modify-written.
+    let big = random_bytes(&mut rng, (5 << 20) + 3);
+    m.write_at(&big, 8 << 20 | 5).unwrap();
+    assert_eq!(read(&m, 8 << 20 | 5, big.len()), big);
+}
+
+#[test]
+fn concurrent_threads_share_one_connection() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let _server = nbdkit(&sock, &["memory", "64M"]);
+    let m = Arc::new(
+        NbdMember::open(
+            &uri(&sock, ""),
+            &OpenOptions::default(),
+            &RemoteOptions::default(),
+        )
+        .unwrap(),
+    );
+    let seed = seed();
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || {
+                let mut rng = SimRng::new(seed ^ t);
+                let region = t * (8 << 20);
+                for i in 0..40 {
+                    let len = 1 + rng.below(200_000) as usize;
+                    let at = region + rng.below((8 << 20) - len as u64);
+                    let data = random_bytes(&mut rng, len);
+                    m.write_at(&data, at).unwrap();
+                    assert_eq!(read(m.as_ref(), at, len), data, "thread {t} op {i}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(m.in_flight(), 0);
+    // A 40 MiB request is split at 32 MiB.
+    let big = random_bytes(&mut SimRng::new(seed), 40 << 20);
+    m.write_at(&big, 0).unwrap();
+    assert_eq!(read(m.as_ref(), 0, big.len()), big);
+}
+
+#[test]
+fn killed_server_fails_every_request_quickly() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let mut server = nbdkit(&sock, &["--filter=delay", "memory", "8M", "rdelay=3"]);
+    let m = Arc::new(
+        NbdMember::open(&uri(&sock, ""), &OpenOptions::default(), &remote(30_000)).unwrap(),
+    );
+    let readers: Vec<_> = (0..8u64)
+        .map(|t| {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 4096];
+                m.read_at(&mut buf, t * 4096).unwrap_err()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(m.in_flight() > 0, "reads are waiting on the server");
+    let killed = Instant::now();
+    server.kill();
+    for r in readers {
+        let err = r.join().unwrap();
+        assert!(err.to_string().contains(m.name()), "{err}");
+    }
+    let failed_after = killed.elapsed();
+    assert!(
+        failed_after < Duration::from_secs(1),
+        "waiters failed after {failed_after:?}"
+    );
+    assert!(!m.is_connected());
+    let start = Instant::now();
+    let err = m.write_at(&[1], 0).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotConnected, "{err}");
+    assert!(start.elapsed() < Duration::from_millis(100));
+    assert!(err.to_string().contains(m.name()), "{err}");
+}
+
+#[test]
+fn stalled_server_times_out_within_the_deadline() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let _server = nbdkit(&sock, &["--filter=delay", "memory", "8M", "rdelay=5"]);
+    let m = open_with(&uri(&sock, ""), &OpenOptions::default(), &remote(1000)).unwrap();
+    m.write_at(&[1; 4096], 0).unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    let err = m.read_at(&mut buf, 0).unwrap_err();
+    let took = start.elapsed();
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    assert!(err.to_string().contains(m.name()), "{err}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2000),
+        "{took:?}"
+    );
+    let start = Instant::now();
+    assert!(
+        m.write_at(&[1], 0).is_err(),
+        "the connection is broken after a timeout"
+    );
+    assert!(start.elapsed() < Duration::from_millis(100));
+}
+
+fn server_errno(err: &std::io::Error) -> u32 {
+    err.get_ref()
+        .and_then(|e| e.downcast_ref::<NbdServerError>())
+        .unwrap_or_else(|| panic!("not a server error: {err}"))
+        .errno
+}
+
+#[test]
+fn server_errors_carry_errno_op_and_range() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let trigger = dir.path().join("trigger");
+    let trigger_arg = format!("error-file={}", trigger.display());
+    let args = [
+        "--filter=error",
+        "memory",
+        "8M",
+        "error=ENOSPC",
+        "error-rate=1",
+        &trigger_arg,
+    ];
+    let _server = nbdkit(&sock, &args);
+    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    m.write_at(&[3; 4096], 8192).unwrap();
+    std::fs::write(&trigger, b"").unwrap();
+    let err = m.write_at(&[3; 100], 8192).unwrap_err();
+    assert_eq!(server_errno(&err), 28, "{err}");
+    assert_eq!(err.kind(), ErrorKind::StorageFull);
+    let text = err.to_string();
+    for want in [m.name(), "write", "100 bytes", "offset 8192", "ENOSPC"] {
+        assert!(text.contains(want), "{want:?} missing in {text}");
+    }
+    let mut buf = [0u8; 10];
+    let err = m.read_at(&mut buf, 8192).unwrap_err();
+    assert_eq!(server_errno(&err), 28, "{err}");
+    std::fs::remove_file(&trigger).unwrap();
+    m.read_at(&mut buf, 8192).unwrap();
+    assert_eq!(buf, [3; 10], "errors do not break the connection");
+}
+
+#[test]
+fn server_eio_on_reads() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let args = [
+        "--filter=error",
+        "memory",
+        "8M",
+        "error-pread=EIO",
+        "error-pread-rate=1",
+    ];
+    let _server = nbdkit(&sock, &args);
+    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    m.write_at(&[3; 4096], 0).unwrap();
+    let mut buf = [0u8; 4096];
+    let err = m.read_at(&mut buf, 0).unwrap_err();
+    assert_eq!(server_errno(&err), 5, "{err}");
+    assert!(err.to_string().contains("EIO"), "{err}");
+}
+
+fn start_file_server(sock: &Path, file: &Path) -> Server {
+    nbdkit(sock, &["file", file.to_str().unwrap()])
+}
+
+#[test]
+fn reconnect_after_the_server_restarts() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file: PathBuf = dir.path().join("disk.img");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(4 << 20)
+        .unwrap();
+    let sock = dir.path().join("s");
+    let mut server = start_file_server(&sock, &file);
+    let m: Arc<dyn Member> = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    m.write_at(b"before", 100).unwrap();
+    m.flush().unwrap();
+    server.kill();
+    assert!(m.write_at(b"x", 0).is_err());
+    assert!(m.reconnect().is_err(), "nobody listens yet");
+    let _server = start_file_server(&sock, &file);
+    m.reconnect().unwrap();
+    assert_eq!(read(m.as_ref(), 100, 6), b"before");
+    m.write_at(b"after", 200).unwrap();
+    assert_eq!(read(m.as_ref(), 200, 5), b"after");
+    // A server with a different size is refused.
+    drop(_server);
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let _server = start_file_server(&sock, &file);
+    let err = m.reconnect().unwrap_err();
+    assert!(err.to_string().contains("size"), "{err}");
+}

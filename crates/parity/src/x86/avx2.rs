@@ -20,17 +20,14 @@ struct Mul {
     b: __m256i,
 }
 
-struct Src {
-    ptr: *const u8,
-    to_p: bool,
-    q: Mul,
-}
+type Src = super::Src<Mul>;
+type Out = super::Out<Mul>;
+type Groups<'a> = super::Groups<'a, Mul>;
 
-struct Out {
-    ptr: *mut u8,
-    p: Mul,
-    q: Mul,
-    accumulate: bool,
+impl super::Multiplier for Mul {
+    fn factor(&self) -> Factor {
+        self.factor
+    }
 }
 
 /// # Safety
@@ -107,7 +104,7 @@ pub unsafe fn run_gfni(plan: &mut Plan) -> usize {
 /// The CPU must support AVX2, and GFNI when `GFNI`.
 #[inline(always)]
 unsafe fn run_body<const GFNI: bool>(plan: &mut Plan) -> usize {
-    let srcs: Vec<Src> = plan
+    let mut srcs: Vec<Src> = plan
         .sources
         .iter()
         // SAFETY: features as guaranteed by the caller.
@@ -131,16 +128,18 @@ unsafe fn run_body<const GFNI: bool>(plan: &mut Plan) -> usize {
         })
         .collect();
     assert!(outs.len() <= MAX_OUTPUTS);
+    srcs.sort_unstable_by_key(super::Src::kind);
+    let groups = Groups::of(&srcs);
     let len = plan.len;
     let mut off = 0;
     while off + UNROLL * WIDTH <= len {
         // SAFETY: off + UNROLL * WIDTH <= len (parent module: all slices are len bytes).
-        unsafe { step::<UNROLL, GFNI>(&srcs, &outs, off) };
+        unsafe { step::<UNROLL, GFNI>(&groups, &outs, off) };
         off += UNROLL * WIDTH;
     }
     while off + WIDTH <= len {
         // SAFETY: off + WIDTH <= len.
-        unsafe { step::<1, GFNI>(&srcs, &outs, off) };
+        unsafe { step::<1, GFNI>(&groups, &outs, off) };
         off += WIDTH;
     }
     off
@@ -152,27 +151,17 @@ unsafe fn run_body<const GFNI: bool>(plan: &mut Plan) -> usize {
 /// `off + L * WIDTH` must not exceed the length of any source or output; the CPU must support
 /// AVX2, and GFNI when `GFNI`.
 #[inline(always)]
-unsafe fn step<const L: usize, const GFNI: bool>(srcs: &[Src], outs: &[Out], off: usize) {
+unsafe fn step<const L: usize, const GFNI: bool>(groups: &Groups, outs: &[Out], off: usize) {
     let zero = _mm256_setzero_si256();
     let mut p = [zero; L];
     let mut q = [zero; L];
-    for s in srcs {
-        let mut v = [zero; L];
-        for (k, v) in v.iter_mut().enumerate() {
-            // SAFETY: in bounds by this function's contract; unaligned load.
-            *v = unsafe { _mm256_loadu_si256(s.ptr.add(off + k * WIDTH).cast()) };
-        }
-        if s.to_p {
-            for k in 0..L {
-                p[k] = _mm256_xor_si256(p[k], v[k]);
-            }
-        }
-        if s.q.factor != Factor::Zero {
-            for k in 0..L {
-                // SAFETY: features as guaranteed by this function's contract.
-                q[k] = _mm256_xor_si256(q[k], unsafe { apply::<GFNI>(s.q, v[k]) });
-            }
-        }
+    // SAFETY (all five): the same bounds and feature contract as this function's.
+    unsafe {
+        fold::<L, GFNI, true, 0>(groups.p_only, off, &mut p, &mut q);
+        fold::<L, GFNI, false, 1>(groups.q_one, off, &mut p, &mut q);
+        fold::<L, GFNI, true, 1>(groups.p_q_one, off, &mut p, &mut q);
+        fold::<L, GFNI, false, 2>(groups.q_mul, off, &mut p, &mut q);
+        fold::<L, GFNI, true, 2>(groups.p_q_mul, off, &mut p, &mut q);
     }
     for o in outs {
         for k in 0..L {
@@ -186,6 +175,36 @@ unsafe fn step<const L: usize, const GFNI: bool>(srcs: &[Src], outs: &[Out], off
             }
             // SAFETY: in bounds; the output is exclusively borrowed by the plan.
             unsafe { _mm256_storeu_si256(ptr.cast(), value) };
+        }
+    }
+}
+
+/// Folds `L` vectors at `off` of every source in `group` into the accumulators: into `p` when
+/// `TO_P`; into `q` as-is when `Q == 1`, through the source's multiplier when `Q == 2`.
+///
+/// # Safety
+/// `off + L * WIDTH` must not exceed the length of any source in `group`; the CPU must support
+/// AVX2, and GFNI when `GFNI`.
+#[inline(always)]
+unsafe fn fold<const L: usize, const GFNI: bool, const TO_P: bool, const Q: u8>(
+    group: &[Src],
+    off: usize,
+    p: &mut [__m256i; L],
+    q: &mut [__m256i; L],
+) {
+    for s in group {
+        for k in 0..L {
+            // SAFETY: in bounds by this function's contract; unaligned load.
+            let v = unsafe { _mm256_loadu_si256(s.ptr.add(off + k * WIDTH).cast()) };
+            if TO_P {
+                p[k] = _mm256_xor_si256(p[k], v);
+            }
+            if Q == 1 {
+                q[k] = _mm256_xor_si256(q[k], v);
+            } else if Q == 2 {
+                // SAFETY: features as guaranteed by this function's contract.
+                q[k] = _mm256_xor_si256(q[k], unsafe { apply::<GFNI>(s.q, v) });
+            }
         }
     }
 }

@@ -16,56 +16,13 @@ struct Mul {
     matrix: __m512i,
 }
 
-struct Src {
-    ptr: *const u8,
-    to_p: bool,
-    q: Mul,
-}
+type Src = super::Src<Mul>;
+type Out = super::Out<Mul>;
+type Groups<'a> = super::Groups<'a, Mul>;
 
-struct Out {
-    ptr: *mut u8,
-    p: Mul,
-    q: Mul,
-    accumulate: bool,
-}
-
-impl Src {
-    /// Sort key grouping sources by what they feed (see [`Groups`]).
-    fn kind(&self) -> u8 {
-        match (self.to_p, self.q.factor) {
-            (true, Factor::Zero) => 0,
-            (false, Factor::One) => 1,
-            (true, Factor::One) => 2,
-            (false, Factor::Other(_)) => 3,
-            (true, Factor::Other(_)) => 4,
-            (false, Factor::Zero) => 5,
-        }
-    }
-}
-
-/// Sources split by what they feed, so each inner loop is branch-free: `p` only; `q` with
-/// coefficient 1; both with 1; `q` with a multiply; both with a multiply. Sources that feed
-/// nothing are dropped.
-struct Groups<'a> {
-    p_only: &'a [Src],
-    q_one: &'a [Src],
-    p_q_one: &'a [Src],
-    q_mul: &'a [Src],
-    p_q_mul: &'a [Src],
-}
-
-impl<'a> Groups<'a> {
-    /// `srcs` must be sorted by [`Src::kind`].
-    fn of(srcs: &'a [Src]) -> Groups<'a> {
-        let end = |kind: u8| srcs.partition_point(|s| s.kind() <= kind);
-        let bounds = [0, end(0), end(1), end(2), end(3), end(4)];
-        Groups {
-            p_only: &srcs[bounds[0]..bounds[1]],
-            q_one: &srcs[bounds[1]..bounds[2]],
-            p_q_one: &srcs[bounds[2]..bounds[3]],
-            q_mul: &srcs[bounds[3]..bounds[4]],
-            p_q_mul: &srcs[bounds[4]..bounds[5]],
-        }
+impl super::Multiplier for Mul {
+    fn factor(&self) -> Factor {
+        self.factor
     }
 }
 
@@ -113,7 +70,7 @@ pub unsafe fn run(plan: &mut Plan) -> usize {
         })
         .collect();
     assert!(outs.len() <= MAX_OUTPUTS);
-    srcs.sort_unstable_by_key(Src::kind);
+    srcs.sort_unstable_by_key(super::Src::kind);
     let groups = Groups::of(&srcs);
     let len = plan.len;
     // Align the loop to the first output (buffers from one allocator usually share their

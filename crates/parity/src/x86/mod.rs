@@ -18,6 +18,70 @@ pub mod avx512;
 use crate::gf::gf_mul;
 use crate::gf::mul_const;
 
+/// A source of a plan, with its kernel's encoding `M` of its q coefficient.
+pub struct Src<M> {
+    pub ptr: *const u8,
+    pub to_p: bool,
+    pub q: M,
+}
+
+/// An output of a plan, with its kernel's encoding `M` of its coefficients.
+pub struct Out<M> {
+    pub ptr: *mut u8,
+    pub p: M,
+    pub q: M,
+    pub accumulate: bool,
+}
+
+/// A kernel's encoding of a constant multiplier.
+pub trait Multiplier {
+    fn factor(&self) -> Factor;
+}
+
+impl<M: Multiplier> Src<M> {
+    /// Sort key grouping sources by what they feed (see [`Groups`]).
+    pub fn kind(&self) -> u8 {
+        match (self.to_p, self.q.factor()) {
+            (true, Factor::Zero) => 0,
+            (false, Factor::One) => 1,
+            (true, Factor::One) => 2,
+            (false, Factor::Other(_)) => 3,
+            (true, Factor::Other(_)) => 4,
+            (false, Factor::Zero) => 5,
+        }
+    }
+}
+
+/// Sources split by what they feed, so each inner loop is branch-free: `p` only; `q` with
+/// coefficient 1; both with 1; `q` with a multiply; both with a multiply. Sources that feed
+/// nothing are dropped.
+pub struct Groups<'a, M> {
+    pub p_only: &'a [Src<M>],
+    pub q_one: &'a [Src<M>],
+    pub p_q_one: &'a [Src<M>],
+    pub q_mul: &'a [Src<M>],
+    pub p_q_mul: &'a [Src<M>],
+}
+
+impl<'a, M: Multiplier> Groups<'a, M> {
+    /// `srcs` must be sorted by [`Src::kind`].
+    pub fn of(srcs: &'a [Src<M>]) -> Groups<'a, M> {
+        assert!(
+            srcs.is_sorted_by_key(Src::kind),
+            "plan sources must be grouped by kind"
+        );
+        let end = |kind: u8| srcs.partition_point(|s| s.kind() <= kind);
+        let bounds = [0, end(0), end(1), end(2), end(3), end(4)];
+        Groups {
+            p_only: &srcs[bounds[0]..bounds[1]],
+            q_one: &srcs[bounds[1]..bounds[2]],
+            p_q_one: &srcs[bounds[2]..bounds[3]],
+            q_mul: &srcs[bounds[3]..bounds[4]],
+            p_q_mul: &srcs[bounds[4]..bounds[5]],
+        }
+    }
+}
+
 /// How a source or an output is multiplied, decided once per plan.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Factor {

@@ -207,9 +207,17 @@ async fn dispatch<R: AsyncRead + Unpin>(
         Command::Write { length, .. } => read_payload(r, length).await?,
         _ => Vec::new(),
     };
+    // The slot bounds export calls over all connections; waiting for one pushes back here.
+    let slot = shared
+        .blocking
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("never closed");
     let (shared, tx, structured) = (shared.clone(), tx.clone(), session.structured);
-    tokio::spawn(async move {
-        let (head, data) = run_command(&shared, request, command, payload, structured).await;
+    tokio::task::spawn_blocking(move || {
+        let (head, data) = run_command(&shared, request, command, payload, structured);
+        drop(slot);
         let out = Outgoing {
             head,
             data,
@@ -217,39 +225,32 @@ async fn dispatch<R: AsyncRead + Unpin>(
             _buffer: buffer,
         };
         // A send error means the writer is gone with the connection: nothing to do.
-        let _ = tx.send(out).await;
+        let _ = tx.blocking_send(out);
     });
     Ok(())
 }
 
-async fn run_command(
-    shared: &Arc<Shared>,
+/// Runs one command on the export (on a blocking thread) and encodes its reply. A panic in
+/// the export is reported to the client as `NBD_EIO` and logged.
+fn run_command(
+    shared: &Shared,
     request: Request,
     command: Command,
     payload: Vec<u8>,
     structured: bool,
 ) -> (Vec<u8>, Option<Vec<u8>>) {
-    let _slot = shared
-        .blocking
-        .clone()
-        .acquire_owned()
-        .await
-        .expect("never closed");
-    let export = shared.export.clone();
-    let size = shared.size;
-    let joined =
-        tokio::task::spawn_blocking(move || request::execute(&*export, size, command, payload))
-            .await;
+    let export = &*shared.export;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        request::execute(export, shared.size, command, payload)
+    }));
     let cookie = request.cookie;
-    match joined {
+    match result {
         Ok(Ok(done)) => request::success_reply(cookie, request.offset, done, structured),
         Ok(Err(e)) => (request::io_error_reply(cookie, &e, structured), None),
-        Err(e) => {
-            log::error!("nbd: export call for {command:?} failed: {e}");
-            (
-                request::error_reply(cookie, EIO, "internal server error", structured),
-                None,
-            )
+        Err(_) => {
+            log::error!("nbd: export call for {command:?} panicked");
+            let head = request::error_reply(cookie, EIO, "internal server error", structured);
+            (head, None)
         }
     }
 }

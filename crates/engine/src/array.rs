@@ -3,10 +3,11 @@
 use crate::error::{EngineError, IoError};
 use crate::io::MemOp;
 use crate::locks::StripeLocks;
+use crate::state::{FaultCounters, FaultPolicy, MemberHealth};
 use layout::{Geometry, Level};
 use member::Member;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Default per-member share of one batch (bytes) from which member I/O runs on parallel
 /// threads; measured in docs/PERFORMANCE.md ("engine").
@@ -25,9 +26,19 @@ pub struct ArrayConfig {
 /// many threads at once.
 pub struct Array {
     pub(crate) geometry: Geometry,
-    pub(crate) members: Vec<Option<Arc<dyn Member>>>,
-    /// Per role: false once missing or failed. Never goes back to true.
-    pub(crate) present: Vec<AtomicBool>,
+    /// Per role: the member serving it and, during a replace, the member being filled.
+    pub(crate) slots: Vec<RwLock<Slot>>,
+    /// Per role: a [`MemberHealth`] code; changed only by `state::transition`.
+    pub(crate) health: Vec<AtomicU8>,
+    /// Bumped on every health change and member swap (before the change is visible).
+    pub(crate) epoch: AtomicU64,
+    /// Serialises health transitions (survival checks must see a stable set).
+    pub(crate) transitions: Mutex<()>,
+    pub(crate) faults: Vec<FaultCounters>,
+    pub(crate) policy: RwLock<FaultPolicy>,
+    /// Client requests started (reads, writes, trims, flushes): background work backs off
+    /// while this moves.
+    pub(crate) client_requests: AtomicU64,
     pub(crate) in_flight: Vec<AtomicUsize>,
     pub(crate) locks: StripeLocks,
     /// Per-member share of a batch from which member I/O fans out to threads.
@@ -38,8 +49,7 @@ impl std::fmt::Debug for Array {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Array")
             .field("geometry", &self.geometry)
-            .field("members", &self.members)
-            .field("present", &self.present_snapshot())
+            .field("health", &self.health_snapshot())
             .finish()
     }
 }
@@ -79,10 +89,31 @@ impl Array {
                 missing: missing_roles(&present),
             });
         }
+        let health = present.iter().map(|&p| {
+            let h = if p {
+                MemberHealth::InSync
+            } else {
+                MemberHealth::Missing
+            };
+            AtomicU8::new(h.code())
+        });
         Ok(Array {
             geometry,
-            members,
-            present: present.into_iter().map(AtomicBool::new).collect(),
+            slots: members
+                .into_iter()
+                .map(|member| {
+                    RwLock::new(Slot {
+                        member,
+                        replacement: None,
+                    })
+                })
+                .collect(),
+            health: health.collect(),
+            epoch: AtomicU64::new(0),
+            transitions: Mutex::new(()),
+            faults: (0..n).map(|_| FaultCounters::default()).collect(),
+            policy: RwLock::new(FaultPolicy::default()),
+            client_requests: AtomicU64::new(0),
             in_flight: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             locks: StripeLocks::new(),
             fanout_min_bytes: AtomicU64::new(FANOUT_MIN_BYTES_DEFAULT),
@@ -99,21 +130,47 @@ impl Array {
         &self.geometry
     }
 
-    /// Which roles are in use (not missing, not failed).
+    /// Which roles may be read (in sync: not missing, failed or being rebuilt).
     pub fn present_snapshot(&self) -> Vec<bool> {
-        self.present
+        self.health_snapshot()
             .iter()
-            .map(|p| p.load(Ordering::Acquire))
+            .map(|h| h.readable())
             .collect()
     }
 
-    /// Stops using member `role`; the array then behaves as if it were missing.
-    pub fn fail_member(&self, role: usize) {
-        assert!(role < self.members.len(), "no member {role}");
-        self.present[role].store(false, Ordering::Release);
+    /// Which roles every write must reach (in sync or being rebuilt).
+    pub fn writable_snapshot(&self) -> Vec<bool> {
+        self.health_snapshot()
+            .iter()
+            .map(|h| h.writable())
+            .collect()
     }
 
-    /// Present members, or `ArrayFailed` when they no longer hold all the data.
+    /// The health of every role.
+    pub fn health_snapshot(&self) -> Vec<MemberHealth> {
+        self.health
+            .iter()
+            .map(|h| MemberHealth::from_code(h.load(Ordering::Acquire)))
+            .collect()
+    }
+
+    /// Number of members (roles).
+    pub fn member_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Counter bumped on every member state change: compare two readings to learn whether
+    /// anything changed in between.
+    pub fn state_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Client requests started so far (for background throttling).
+    pub fn client_requests(&self) -> u64 {
+        self.client_requests.load(Ordering::Relaxed)
+    }
+
+    /// Readable members, or `ArrayFailed` when they no longer hold all the data.
     pub(crate) fn usable(&self) -> Result<Vec<bool>, IoError> {
         let present = self.present_snapshot();
         if self.geometry.survives(&present) {
@@ -136,37 +193,46 @@ impl Array {
         );
     }
 
-    /// Reads `buf.len()` bytes at `offset`.
+    /// Reads `buf.len()` bytes at `offset`. A member read error is repaired from redundancy
+    /// (see `recover`), so the caller only sees errors for data that cannot be served.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
         self.assert_range(offset, buf.len() as u64);
+        self.client_requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
             return Ok(());
         }
-        if self.geometry.level().has_parity() {
-            self.raid56_read(offset, buf)
-        } else {
-            self.plain_read(offset, buf)
-        }
+        self.recovering(|| {
+            if self.geometry.level().has_parity() {
+                self.raid56_read(offset, &mut *buf)
+            } else {
+                self.plain_read(offset, &mut *buf)
+            }
+        })
     }
 
     /// Writes `buf` at `offset`, keeping every copy and parity block consistent.
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
         self.assert_range(offset, buf.len() as u64);
+        self.client_requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
             return Ok(());
         }
-        if self.geometry.level().has_parity() {
-            self.raid56_write(offset, buf)
-        } else {
-            self.plain_write(offset, buf)
-        }
+        self.recovering(|| {
+            if self.geometry.level().has_parity() {
+                self.raid56_write(offset, buf)
+            } else {
+                self.plain_write(offset, buf)
+            }
+        })
     }
 
-    /// Makes every earlier completed write durable on every present member (in parallel).
+    /// Makes every earlier completed write durable on every writable member (in parallel).
     pub fn flush(&self) -> Result<(), IoError> {
-        let present = self.usable()?;
-        let ops = (0..present.len())
-            .filter(|&role| present[role])
+        self.client_requests.fetch_add(1, Ordering::Relaxed);
+        self.usable()?;
+        let writable = self.writable_snapshot();
+        let ops = (0..writable.len())
+            .filter(|&role| writable[role])
             .map(|role| MemOp::Flush { role })
             .collect();
         self.run(ops)
@@ -184,15 +250,26 @@ impl Array {
 
     fn discard(&self, offset: u64, len: u64, how: crate::Discard) -> Result<(), IoError> {
         self.assert_range(offset, len);
+        self.client_requests.fetch_add(1, Ordering::Relaxed);
         if len == 0 {
             return Ok(());
         }
-        if self.geometry.level().has_parity() {
-            self.raid56_discard(offset, len, how)
-        } else {
-            self.plain_discard(offset, len, how)
-        }
+        self.recovering(|| {
+            if self.geometry.level().has_parity() {
+                self.raid56_discard(offset, len, how)
+            } else {
+                self.plain_discard(offset, len, how)
+            }
+        })
     }
+}
+
+/// The members of one role.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub member: Option<Arc<dyn Member>>,
+    /// During a replace: the member being filled; every write to the role reaches it too.
+    pub replacement: Option<Arc<dyn Member>>,
 }
 
 pub(crate) fn missing_roles(present: &[bool]) -> Vec<usize> {

@@ -19,6 +19,9 @@ pub enum MismatchKind {
     Q,
     /// A mirror copy differs from the first present copy.
     Mirror,
+    /// RAID 6 scrub: P and Q both disagree in the way one bad data block explains (the
+    /// syndrome names the member).
+    Data,
 }
 
 /// One inconsistent block.
@@ -31,6 +34,8 @@ pub struct Mismatch {
     pub role: usize,
     /// Member offset of the first differing byte.
     pub member_offset: u64,
+    /// Array offset of the data the block covers (its stripe's start for P and Q).
+    pub array_offset: u64,
 }
 
 /// Outcome of [`Array::check`].
@@ -52,7 +57,7 @@ impl CheckReport {
         self.mismatch_count == 0
     }
 
-    fn record(&mut self, mismatch: Mismatch) {
+    pub(crate) fn record(&mut self, mismatch: Mismatch) {
         self.mismatch_count += 1;
         if self.mismatches.len() < MISMATCHES_REPORTED_MAX {
             self.mismatches.push(mismatch);
@@ -60,7 +65,7 @@ impl CheckReport {
     }
 }
 
-fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+pub(crate) fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).position(|(x, y)| x != y)
 }
@@ -118,6 +123,7 @@ impl Array {
                     },
                     role: block_role(g, stripe, block),
                     member_offset: columns.member_offset + at as u64,
+                    array_offset: stripe * g.stripe_data_bytes(),
                 });
             }
         }
@@ -157,6 +163,7 @@ impl Array {
                     kind: MismatchKind::Mirror,
                     role: copy.role,
                     member_offset: copy.member_offset + at as u64,
+                    array_offset: unit * self.geometry.chunk_bytes() + at as u64,
                 });
             }
         }

@@ -23,6 +23,13 @@ pub enum EngineError {
     },
     /// More members missing than the level survives.
     TooManyMissing { level: Level, missing: Vec<usize> },
+    /// The level keeps no redundancy, so a member cannot be rebuilt or replaced.
+    NoRedundancy { level: Level },
+    /// The role is not in a state that allows the change.
+    RoleBusy {
+        role: usize,
+        state: crate::MemberHealth,
+    },
 }
 
 impl fmt::Display for EngineError {
@@ -50,6 +57,13 @@ impl fmt::Display for EngineError {
                 f,
                 "{level} array cannot run with members {missing:?} missing: data would be lost"
             ),
+            EngineError::NoRedundancy { level } => write!(
+                f,
+                "{level} keeps no redundancy: a member cannot be rebuilt or replaced"
+            ),
+            EngineError::RoleBusy { role, state } => {
+                write!(f, "member {role} is {state:?}: it cannot be changed now")
+            }
         }
     }
 }

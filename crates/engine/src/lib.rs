@@ -36,16 +36,22 @@
 mod array;
 mod check;
 mod error;
+mod health;
 mod io;
 mod locks;
 mod plain;
 mod raid56;
+mod recover;
+mod scrub;
+mod state;
 
 pub use array::{Array, ArrayConfig, FANOUT_MIN_BYTES_DEFAULT};
 pub use check::{CheckReport, Mismatch, MismatchKind, MISMATCHES_REPORTED_MAX};
 pub use error::{EngineError, IoError, Op};
 pub use layout::{Geometry, Level};
 pub use locks::STRIPE_LOCKS_COUNT;
+pub use scrub::{SyncMode, UnitReport};
+pub use state::{FaultPolicy, FaultReason, FaultStats, MemberHealth};
 
 /// How a discarded range is passed to members.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

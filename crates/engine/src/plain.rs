@@ -60,7 +60,8 @@ impl Array {
     pub(crate) fn plain_write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
         let pieces = self.geometry.pieces(offset, buf.len() as u64);
         let _held = self.locks.lock(self.mirror_keys(&pieces).into_iter());
-        let present = self.usable()?;
+        self.usable()?;
+        let present = self.writable_snapshot();
         let mut ops = Vec::with_capacity(pieces.len() * 2);
         for piece in &pieces {
             let data = &buf[piece.buf_offset as usize..(piece.buf_offset + piece.len) as usize];
@@ -92,7 +93,8 @@ impl Array {
     fn plain_discard_window(&self, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
         let pieces = self.geometry.pieces(offset, len);
         let _held = self.locks.lock(self.mirror_keys(&pieces).into_iter());
-        let present = self.usable()?;
+        self.usable()?;
+        let present = self.writable_snapshot();
         let mut ops = Vec::with_capacity(pieces.len() * 2);
         for piece in &pieces {
             for copy in piece.copies.iter().filter(|c| present[c.role]) {

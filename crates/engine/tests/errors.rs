@@ -76,12 +76,31 @@ fn probes(n: usize, len: u64) -> (Vec<Arc<Probe>>, Vec<Arc<dyn Member>>) {
 }
 
 #[test]
-fn member_failure_names_member_operation_and_offset() {
+fn broken_member_is_failed_out_and_data_still_served() {
     let chunk = 4 * KIB;
     let (probes, members) = probes(3, 8 * chunk);
     let array = array_over(Level::Raid5, chunk, &members, &[]);
+    array.write(0, &[5u8; 8192]).expect("healthy write");
     probes[1].broken.store(true, Ordering::Relaxed);
-    // Logical chunk 1 of stripe 0 is data index 1: member (P=2 + 1 + 1) mod 3 = 1.
+    // Logical chunk 1 of stripe 0 is data index 1: member (P=2 + 1 + 1) mod 3 = 1. Its read
+    // fails, the rewrite from parity fails too: the member is failed out, the read served.
+    let mut buf = vec![0u8; 100];
+    array
+        .read(chunk + 10, &mut buf)
+        .expect("served from parity");
+    assert_eq!(buf, vec![5u8; 100]);
+    assert_eq!(array.health_of(1), engine::MemberHealth::Faulty);
+    assert_eq!(array.fault_stats(1).write_errors, 1);
+    array.write(0, &[7u8; 9000]).expect("degraded write");
+    array.flush().expect("flush without the failed member");
+}
+
+#[test]
+fn error_names_member_operation_and_offset_when_redundancy_is_gone() {
+    let chunk = 4 * KIB;
+    let (probes, members) = probes(3, 8 * chunk);
+    let array = array_over(Level::Raid5, chunk, &members, &[0]);
+    probes[1].broken.store(true, Ordering::Relaxed);
     let mut buf = vec![0u8; 100];
     let err = array.read(chunk + 10, &mut buf).unwrap_err();
     match &err {
@@ -102,13 +121,14 @@ fn member_failure_names_member_operation_and_offset() {
         "{text}"
     );
     assert!(text.contains("injected failure"), "{text}");
+    // The member holds the last copy of some data: it is kept, errors and all.
+    assert_eq!(array.health_of(1), engine::MemberHealth::InSync);
+    // Stripe 1 (P on member 1): data index 0 lives on member 2 and is still served.
+    array
+        .read(2 * chunk, &mut buf)
+        .expect("a range the broken member does not hold");
     let flush = array.flush().unwrap_err();
     assert!(flush.to_string().contains("flush"), "{flush}");
-    // Once the member is failed out, the array serves the data from parity.
-    array.fail_member(1);
-    array.read(chunk + 10, &mut buf).expect("degraded read");
-    array.write(0, &[7u8; 9000]).expect("degraded write");
-    array.flush().expect("flush without the failed member");
 }
 
 #[test]

@@ -19,11 +19,13 @@ impl Array {
     pub(crate) fn raid56_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
         let spans = self.geometry.stripes(offset, buf.len() as u64);
         let all_present = |p: &[bool]| p.iter().all(|x| *x);
+        let epoch = self.state_epoch();
         let snapshot = self.present_snapshot();
         if all_present(&snapshot) {
             self.degraded_read(&spans, buf, &snapshot)?;
-            // No member failed before the read finished, so no write skipped one we read.
-            if all_present(&self.present_snapshot()) {
+            // No member changed state before the read finished, so no write skipped one we
+            // read.
+            if self.state_epoch() == epoch {
                 return Ok(());
             }
         }
@@ -103,10 +105,11 @@ impl Array {
     /// Whole stripes: zero data has zero P and Q, so every member's rows are discarded.
     fn discard_stripes(&self, first: u64, end: u64, how: Discard) -> Result<(), IoError> {
         let _held = self.locks.lock_range(first, end);
-        let present = self.usable()?;
+        self.usable()?;
+        let writable = self.writable_snapshot();
         let chunk = self.geometry.chunk_bytes();
-        let ops = (0..present.len())
-            .filter(|&role| present[role])
+        let ops = (0..writable.len())
+            .filter(|&role| writable[role])
             .map(|role| how.op(role, first * chunk, (end - first) * chunk))
             .collect();
         self.run(ops)

@@ -38,16 +38,30 @@ struct StripeWrite {
     columns: Option<Columns>,
 }
 
-fn choose_mode(g: &Geometry, span: &StripeSpan, present: &[bool]) -> Mode {
+/// `present`: readable members; `writable`: members every write must reach (a superset:
+/// members being rebuilt are written but not read).
+fn choose_mode(g: &Geometry, span: &StripeSpan, present: &[bool], writable: &[bool]) -> Mode {
     let k = g.data_per_stripe();
-    let parity_present = (k..k + g.level().parity_count())
-        .filter(|&b| present[block_role(g, span.stripe, b)])
-        .count() as u64;
-    if parity_present == 0 {
+    let parity = k..k + g.level().parity_count();
+    let parity_role = |b: usize| block_role(g, span.stripe, b);
+    let parity_present = parity.clone().filter(|&b| present[parity_role(b)]).count() as u64;
+    let parity_write_only = parity
+        .clone()
+        .any(|b| writable[parity_role(b)] && !present[parity_role(b)]);
+    if parity_present == 0 && !parity_write_only {
         return Mode::DataOnly;
     }
+    let data_all_readable = (0..k).all(|i| present[g.data_role(span.stripe, i)]);
     if !span.chunks.iter().all(|c| present[c.role]) {
         return Mode::Rebuild;
+    }
+    if parity_write_only {
+        // The old parity cannot be read, so it must be computed from all the data.
+        return if data_all_readable {
+            Mode::Rcw
+        } else {
+            Mode::Rebuild
+        };
     }
     if !(0..k).all(|i| present[g.data_role(span.stripe, i)]) {
         return Mode::Rmw;
@@ -64,11 +78,11 @@ fn choose_mode(g: &Geometry, span: &StripeSpan, present: &[bool]) -> Mode {
 }
 
 impl StripeWrite {
-    fn plan(g: &Geometry, span: StripeSpan, present: &[bool]) -> StripeWrite {
+    fn plan(g: &Geometry, span: StripeSpan, present: &[bool], writable: &[bool]) -> StripeWrite {
         let k = g.data_per_stripe();
         let (lo, hi) = span.parity_range();
         let width = (hi - lo) as usize;
-        let mode = choose_mode(g, &span, present);
+        let mode = choose_mode(g, &span, present, writable);
         let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); g.member_count()];
         let mut columns = None;
         match mode {
@@ -244,9 +258,10 @@ impl Array {
         let spans = g.stripes(offset, buf.len() as u64);
         let _held = self.locks.lock(spans.iter().map(|s| s.stripe));
         let present = self.usable()?;
+        let writable = self.writable_snapshot();
         let mut plans: Vec<StripeWrite> = spans
             .into_iter()
-            .map(|span| StripeWrite::plan(g, span, &present))
+            .map(|span| StripeWrite::plan(g, span, &present, &writable))
             .collect();
         let mut reads = Vec::new();
         for plan in plans.iter_mut() {
@@ -258,7 +273,7 @@ impl Array {
         }
         let mut writes = Vec::new();
         for plan in &plans {
-            plan.write_ops(g, &present, buf, &mut writes);
+            plan.write_ops(g, &writable, buf, &mut writes);
         }
         self.run(writes)
     }

@@ -1,0 +1,348 @@
+//! Recovery from redundancy: what a role's member should hold, computed from the others.
+//!
+//! - [`Array::recovering`] wraps every client request: a member read error is repaired by
+//!   rewriting the range from redundancy (as md does) and the request is retried; the caller
+//!   sees an error only when the data cannot be served.
+//! - [`Array::rebuild_step`] fills a recovering member, [`Array::replace_step`] copies a member
+//!   onto its replacement; both work on member ranges under the stripe locks of those rows, so
+//!   client I/O continues around them.
+
+use crate::error::{IoError, Op};
+use crate::io::MemOp;
+use crate::locks::Held;
+use crate::raid56::block_role;
+use crate::state::{FaultReason, MemberHealth};
+use crate::Array;
+use layout::Level;
+use member::Member;
+use std::sync::Arc;
+
+/// Retries beyond the read-error limit and two per member before a request gives up.
+const RETRIES_EXTRA: usize = 4;
+
+impl Array {
+    /// Runs `attempt`, repairing member read errors and retrying, a bounded number of times.
+    pub(crate) fn recovering<T>(
+        &self,
+        mut attempt: impl FnMut() -> Result<T, IoError>,
+    ) -> Result<T, IoError> {
+        let limit =
+            self.fault_policy().read_errors_max as usize + 2 * self.member_count() + RETRIES_EXTRA;
+        let mut tries = 0;
+        loop {
+            match attempt() {
+                Err(IoError::Member {
+                    role,
+                    name,
+                    op: Op::Read,
+                    offset,
+                    len,
+                    source,
+                }) => {
+                    tries += 1;
+                    if tries > limit || !self.recover_read_error(role, offset, len) {
+                        return Err(IoError::Member {
+                            role,
+                            name,
+                            op: Op::Read,
+                            offset,
+                            len,
+                            source,
+                        });
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// After a read error on `role` at `[offset, offset+len)`: rewrite the range from
+    /// redundancy. True when retrying the request may succeed.
+    fn recover_read_error(&self, role: usize, offset: u64, len: u64) -> bool {
+        if !self.health_of(role).readable() {
+            return true;
+        }
+        match self.rewrite_range(role, offset, len) {
+            Ok(()) => true,
+            // Another member failed while reconstructing: its error was counted; retry.
+            Err(IoError::Member { role: other, .. }) if other != role => true,
+            Err(e) => self.try_fail_member(role, FaultReason::Unrepairable(e.to_string())),
+        }
+    }
+
+    /// Reconstructs `role`'s `[offset, offset+len)` from the other members and writes it back.
+    fn rewrite_range(&self, role: usize, offset: u64, len: u64) -> Result<(), IoError> {
+        let _held = self.lock_member_range(role, offset, len);
+        let mut readable = self.present_snapshot();
+        readable[role] = false;
+        let mut buf = vec![0u8; len as usize];
+        self.reconstruct(role, offset, &mut buf, &readable)?;
+        self.member_io(MemOp::Write {
+            role,
+            offset,
+            buf: &buf,
+        })
+    }
+
+    /// Rebuilds `[offset, offset+len)` of the recovering member of `role` from the others.
+    /// A write error fails the new member (check [`Array::health_of`] afterwards).
+    pub fn rebuild_step(&self, role: usize, offset: u64, len: u64) -> Result<(), IoError> {
+        assert!(offset + len <= self.geometry.member_data_bytes(role));
+        let _held = self.lock_member_range(role, offset, len);
+        if self.health_of(role) != MemberHealth::Recovering {
+            return Ok(());
+        }
+        let readable = self.present_snapshot();
+        assert!(!readable[role]);
+        let mut buf = vec![0u8; len as usize];
+        self.reconstruct(role, offset, &mut buf, &readable)?;
+        self.member_io(MemOp::Write {
+            role,
+            offset,
+            buf: &buf,
+        })
+    }
+
+    /// Copies `[offset, offset+len)` of `role` onto its replacement (reconstructing what the
+    /// old member cannot read). False when the replacement is gone (a write to it failed).
+    pub fn replace_step(&self, role: usize, offset: u64, len: u64) -> Result<bool, IoError> {
+        assert!(offset + len <= self.geometry.member_data_bytes(role));
+        let _held = self.lock_member_range(role, offset, len);
+        let Some(new) = self.slot(role).1 else {
+            return Ok(false);
+        };
+        let mut buf = vec![0u8; len as usize];
+        let read = self.member_io(MemOp::Read {
+            role,
+            offset,
+            buf: &mut buf,
+        });
+        if read.is_err() || !self.health_of(role).readable() {
+            let mut readable = self.present_snapshot();
+            readable[role] = false;
+            self.reconstruct(role, offset, &mut buf, &readable)?;
+        }
+        if let Err(e) = new.write_at(&buf, offset) {
+            self.cancel_replace_with(role, &new, &e);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Lock keys of the rows of `role` in `[offset, offset+len)`, taken at once.
+    pub(crate) fn lock_member_range(&self, role: usize, offset: u64, len: u64) -> Held<'_> {
+        let chunk = self.geometry.chunk_bytes();
+        assert!(len > 0 && self.geometry.level() != Level::Linear);
+        let first_row = offset / chunk;
+        let end_row = (offset + len).div_ceil(chunk);
+        let n = self.member_count() as u64;
+        match self.geometry.level() {
+            Level::Raid10 => self
+                .locks
+                .lock((first_row..end_row).map(|r| (r * n + role as u64) / 2)),
+            _ => self.locks.lock(first_row..end_row),
+        }
+    }
+
+    /// What `role` should hold at `[offset, offset + buf.len())`, from the `readable` members
+    /// (`readable[role]` must be false). The caller holds the rows' locks.
+    pub(crate) fn reconstruct(
+        &self,
+        role: usize,
+        offset: u64,
+        buf: &mut [u8],
+        readable: &[bool],
+    ) -> Result<(), IoError> {
+        assert!(!readable[role]);
+        if !self.geometry.survives(readable) {
+            return Err(IoError::ArrayFailed {
+                level: self.geometry.level(),
+                missing: crate::array::missing_roles(readable),
+            });
+        }
+        match self.geometry.level() {
+            Level::Raid5 | Level::Raid6 => self.reconstruct_parity(role, offset, buf, readable),
+            Level::Raid1 | Level::Raid10 => self.reconstruct_mirror(role, offset, buf, readable),
+            level => panic!("{level} has no redundancy to reconstruct from"),
+        }
+    }
+
+    /// RAID 5/6: one contiguous read per readable member, then each stripe's lost blocks.
+    fn reconstruct_parity(
+        &self,
+        role: usize,
+        offset: u64,
+        buf: &mut [u8],
+        readable: &[bool],
+    ) -> Result<(), IoError> {
+        let g = &self.geometry;
+        let n = self.member_count();
+        let len = buf.len();
+        let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; len]).collect();
+        let ops = bufs
+            .iter_mut()
+            .enumerate()
+            .filter(|(r, _)| readable[*r])
+            .map(|(r, b)| MemOp::Read {
+                role: r,
+                offset,
+                buf: b.as_mut_slice(),
+            })
+            .collect();
+        self.run(ops)?;
+        let chunk = g.chunk_bytes();
+        let mut at = offset;
+        while at < offset + len as u64 {
+            let stripe = at / chunk;
+            let end = ((stripe + 1) * chunk).min(offset + len as u64);
+            let range = (at - offset) as usize..(end - offset) as usize;
+            rebuild_stripe(g, stripe, &mut bufs, range, readable);
+            at = end;
+        }
+        buf.copy_from_slice(&bufs[role]);
+        Ok(())
+    }
+
+    /// RAID 1/10: each row piece from a readable copy of the same logical chunk.
+    fn reconstruct_mirror(
+        &self,
+        role: usize,
+        offset: u64,
+        buf: &mut [u8],
+        readable: &[bool],
+    ) -> Result<(), IoError> {
+        let g = &self.geometry;
+        let chunk = g.chunk_bytes();
+        let n = self.member_count() as u64;
+        let mut ops = Vec::new();
+        let mut rest: &mut [u8] = buf;
+        let mut at = offset;
+        while !rest.is_empty() {
+            let row = at / chunk;
+            let within = at % chunk;
+            let piece = (chunk - within).min(rest.len() as u64) as usize;
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece);
+            rest = tail;
+            at += piece as u64;
+            let logical = match g.level() {
+                Level::Raid10 => (row * n + role as u64) / 2,
+                _ => row,
+            };
+            if logical >= g.logical_chunk_count() {
+                head.fill(0); // the unused last slot of an odd RAID 10
+                continue;
+            }
+            let copy = g
+                .chunk_copies(logical)
+                .into_iter()
+                .find(|c| c.role != role && readable[c.role])
+                .expect("survives() promised a readable copy");
+            ops.push(MemOp::Read {
+                role: copy.role,
+                offset: copy.member_offset + within,
+                buf: head,
+            });
+        }
+        self.run(ops)
+    }
+
+    /// Starts filling `new` (a data-area view) with `role`'s data; from now on every write to
+    /// the role reaches it too. The role stays in sync throughout.
+    pub fn start_replace(
+        &self,
+        role: usize,
+        new: Arc<dyn Member>,
+    ) -> Result<(), crate::EngineError> {
+        let needed_bytes = self.geometry.member_data_bytes(role);
+        if new.len() < needed_bytes {
+            return Err(crate::EngineError::MemberTooSmall {
+                role,
+                name: new.name().to_string(),
+                len_bytes: new.len(),
+                needed_bytes,
+            });
+        }
+        if !self.geometry.level().has_parity() && !self.is_mirrored() {
+            return Err(crate::EngineError::NoRedundancy {
+                level: self.geometry.level(),
+            });
+        }
+        let _all = self.locks.lock_range(0, crate::STRIPE_LOCKS_COUNT as u64);
+        let state = self.health_of(role);
+        let mut slot = self.slot_mut(role);
+        if state != MemberHealth::InSync || slot.replacement.is_some() {
+            return Err(crate::EngineError::RoleBusy { role, state });
+        }
+        slot.replacement = Some(new);
+        Ok(())
+    }
+
+    /// The replacement being filled for `role`, if any.
+    pub fn replacement(&self, role: usize) -> Option<Arc<dyn Member>> {
+        self.slot(role).1
+    }
+
+    /// Makes the replacement of `role` its member (under every stripe lock, so no write is
+    /// half-way); returns the old member.
+    pub fn finish_replace(&self, role: usize) -> Option<Arc<dyn Member>> {
+        let _all = self.locks.lock_range(0, crate::STRIPE_LOCKS_COUNT as u64);
+        let mut slot = self.slot_mut(role);
+        let new = slot.replacement.take()?;
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.faults[role].reset();
+        slot.member.replace(new)
+    }
+
+    /// Abandons the replace of `role`; returns the replacement.
+    pub fn cancel_replace(&self, role: usize) -> Option<Arc<dyn Member>> {
+        self.slot_mut(role).replacement.take()
+    }
+
+    fn cancel_replace_with(&self, role: usize, new: &Arc<dyn Member>, e: &std::io::Error) {
+        let mut slot = self.slot_mut(role);
+        if slot
+            .replacement
+            .as_ref()
+            .is_some_and(|r| Arc::ptr_eq(r, new))
+        {
+            slot.replacement = None;
+            drop(slot);
+            *self.faults[role]
+                .last_fault
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(FaultReason::WriteError(format!(
+                "replacement {}: {e}",
+                new.name()
+            )));
+        }
+    }
+}
+
+/// Rebuilds the lost blocks of `stripe` over `range` of the per-role buffers.
+fn rebuild_stripe(
+    g: &layout::Geometry,
+    stripe: u64,
+    bufs: &mut [Vec<u8>],
+    range: std::ops::Range<usize>,
+    readable: &[bool],
+) {
+    let count = g.member_count();
+    let mut by_role: Vec<Option<&mut [u8]>> = bufs
+        .iter_mut()
+        .map(|b| Some(&mut b[range.clone()]))
+        .collect();
+    let mut blocks: Vec<&mut [u8]> = (0..count)
+        .map(|b| {
+            by_role[block_role(g, stripe, b)]
+                .take()
+                .expect("each role holds one block")
+        })
+        .collect();
+    let lost: Vec<usize> = (0..count)
+        .filter(|&b| !readable[block_role(g, stripe, b)])
+        .collect();
+    assert!(lost.len() <= g.level().parity_count());
+    if !lost.is_empty() {
+        parity::reconstruct(&mut blocks, g.q_role(stripe).is_some(), &lost);
+    }
+}

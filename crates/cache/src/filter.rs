@@ -1,0 +1,334 @@
+//! [`ReadCache`]: the filter. It changes reads (served from memory when it can, with
+//! read-ahead), wraps writes, trims and write-zeroes in the invalidation protocol, and
+//! forwards everything else unchanged.
+
+use std::fmt;
+use std::io;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use nbd::{Export, Extent};
+
+use crate::config::{CacheConfig, ConfigError, ReadAhead};
+use crate::prefetch::Pool;
+use crate::shard::Snapshot;
+use crate::stats::{add, CacheStats};
+use crate::store::Store;
+use crate::stream::Streams;
+
+/// What the workers share with the filter.
+#[derive(Debug)]
+pub(crate) struct Shared<E> {
+    pub inner: E,
+    /// `None` when the cache is disabled (pass-through).
+    pub store: Option<Store>,
+}
+
+/// Why a cache could not be built.
+#[derive(Debug)]
+pub enum CacheError {
+    /// The configuration is refused.
+    Config(ConfigError),
+    /// A read-ahead worker thread could not be started.
+    Spawn(io::Error),
+}
+
+impl fmt::Display for CacheError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CacheError::Config(e) => write!(f, "read cache: {e}"),
+            CacheError::Spawn(e) => write!(f, "read cache: starting a read-ahead thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CacheError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CacheError::Config(e) => Some(e),
+            CacheError::Spawn(e) => Some(e),
+        }
+    }
+}
+
+impl From<ConfigError> for CacheError {
+    fn from(e: ConfigError) -> Self {
+        CacheError::Config(e)
+    }
+}
+
+/// A read cache with read-ahead in front of an [`Export`]; itself an `Export`. One instance
+/// serves every connection. Dropping it stops the read-ahead workers.
+pub struct ReadCache<E: Export> {
+    shared: Arc<Shared<E>>,
+    streams: Option<Mutex<Streams>>,
+    pool: Option<Pool>,
+    config: CacheConfig,
+}
+
+impl<E: Export> fmt::Debug for ReadCache<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadCache")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: Export> ReadCache<E> {
+    /// Puts a cache configured by `config` in front of `inner`. With `size_bytes == 0` every
+    /// call is forwarded and no memory or thread is used.
+    pub fn new(inner: E, config: CacheConfig) -> Result<Self, CacheError> {
+        config.validate()?;
+        let export_bytes = inner.size();
+        let store = config.enabled().then(|| Store::new(&config, export_bytes));
+        let shared = Arc::new(Shared { inner, store });
+        let read_ahead =
+            config.enabled() && config.read_ahead != ReadAhead::Off && export_bytes > 0;
+        let mut cache = ReadCache {
+            shared,
+            streams: None,
+            pool: None,
+            config,
+        };
+        if read_ahead {
+            cache.start_read_ahead(export_bytes)?;
+        }
+        Ok(cache)
+    }
+
+    fn start_read_ahead(&mut self, export_bytes: u64) -> Result<(), CacheError> {
+        let c = &self.config;
+        let streams = Streams::new(c.streams, c.read_ahead, c.window_bytes, export_bytes);
+        // A window that starts and ends mid-block touches two extra blocks.
+        let job_blocks_max = c.window_bytes / c.block_bytes + 2;
+        let pool = Pool::start(
+            &self.shared,
+            c.prefetch_workers,
+            c.prefetch_queue,
+            job_blocks_max,
+        )
+        .map_err(CacheError::Spawn)?;
+        self.streams = Some(Mutex::new(streams));
+        self.pool = Some(pool);
+        Ok(())
+    }
+
+    /// The export below.
+    pub fn inner(&self) -> &E {
+        &self.shared.inner
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    /// Counters since start (all zero, capacity 0, when the cache is disabled).
+    pub fn stats(&self) -> CacheStats {
+        match &self.shared.store {
+            Some(store) => store.stats(),
+            None => CacheStats::default(),
+        }
+    }
+
+    /// Offers the bytes `range` to the read-ahead queue; false if the queue is full.
+    fn submit(&self, store: &Store, range: Range<u64>) -> bool {
+        let pool = self.pool.as_ref().expect("read-ahead is running");
+        let bb = store.block_bytes();
+        let blocks = range.start / bb..range.end.div_ceil(bb);
+        let queued = pool.try_submit(blocks);
+        let counter = if queued {
+            &store.counters.prefetch_jobs
+        } else {
+            &store.counters.prefetch_dropped
+        };
+        add(counter, 1);
+        queued
+    }
+
+    fn read_ahead(&self, store: &Store, offset: u64, len: u64) {
+        if let Some(streams) = &self.streams {
+            let mut streams = streams.lock().expect("stream table lock poisoned");
+            streams.observe(offset, len, |range| self.submit(store, range));
+        }
+    }
+
+    /// Serves `buf` from cached blocks, then reads each run of missing blocks below in one
+    /// request and caches it.
+    fn read_cached(&self, store: &Store, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let bb = store.block_bytes();
+        let end = offset + buf.len() as u64;
+        let mut misses: Vec<(u64, Snapshot)> = Vec::new();
+        for block in offset / bb..end.div_ceil(bb) {
+            let (within, dst) = piece(bb, block, offset, end);
+            if let Some(snapshot) = store.lookup(block, within, &mut buf[dst]) {
+                misses.push((block, snapshot));
+            }
+        }
+        let mut rest = &misses[..];
+        while !rest.is_empty() {
+            let run = rest
+                .iter()
+                .enumerate()
+                .take_while(|&(i, &(b, _))| b == rest[0].0 + i as u64)
+                .count();
+            self.fill_run(store, offset, buf, &rest[..run])?;
+            rest = &rest[run..];
+        }
+        Ok(())
+    }
+
+    /// Reads the consecutive missing blocks `run` below, copies the requested part into
+    /// `buf` (the client's read at `offset`) and caches the blocks.
+    fn fill_run(
+        &self,
+        store: &Store,
+        offset: u64,
+        buf: &mut [u8],
+        run: &[(u64, Snapshot)],
+    ) -> io::Result<()> {
+        let bb = store.block_bytes();
+        let start = run[0].0 * bb;
+        let len: usize = run.iter().map(|&(b, _)| store.block_len(b)).sum();
+        let end = start + len as u64;
+        let covered = start >= offset && end <= offset + buf.len() as u64;
+        let mut scratch = Vec::new();
+        let data: &[u8] = if covered {
+            let dst = &mut buf[(start - offset) as usize..(end - offset) as usize];
+            self.shared.inner.read(start, dst)?;
+            dst
+        } else {
+            scratch.resize(len, 0);
+            self.shared.inner.read(start, &mut scratch)?;
+            let lo = start.max(offset);
+            let hi = end.min(offset + buf.len() as u64);
+            buf[(lo - offset) as usize..(hi - offset) as usize]
+                .copy_from_slice(&scratch[(lo - start) as usize..(hi - start) as usize]);
+            &scratch
+        };
+        let mut at = 0;
+        for &(block, snapshot) in run {
+            let block_len = store.block_len(block);
+            store.insert(block, &data[at..at + block_len], snapshot, false);
+            at += block_len;
+        }
+        Ok(())
+    }
+
+    /// Runs `op` (a change to `[offset, offset + len)` below) inside the invalidation
+    /// protocol: overlapping blocks are dropped before it and no read that overlapped it can
+    /// cache what it read. Success or failure, the cache claims nothing about the range.
+    fn changing<T>(&self, offset: u64, len: u64, op: impl FnOnce(&E) -> T) -> T {
+        let inner = &self.shared.inner;
+        match &self.shared.store {
+            Some(store) if len > 0 => {
+                let _guard = WriteGuard::begin(store, offset, len);
+                op(inner)
+            }
+            _ => op(inner),
+        }
+    }
+}
+
+/// The part of `block` inside the read `[offset, end)`: bytes within the block and the
+/// matching range of the client's buffer.
+fn piece(bb: u64, block: u64, offset: u64, end: u64) -> (Range<usize>, Range<usize>) {
+    let block_start = block * bb;
+    let lo = offset.max(block_start);
+    let hi = end.min(block_start + bb);
+    assert!(lo < hi, "block {block} outside the read");
+    let within = (lo - block_start) as usize..(hi - block_start) as usize;
+    (within, (lo - offset) as usize..(hi - offset) as usize)
+}
+
+/// Pairs `begin_write` with `end_write`, even if the export below panics.
+struct WriteGuard<'a> {
+    store: &'a Store,
+    offset: u64,
+    len: u64,
+}
+
+impl<'a> WriteGuard<'a> {
+    fn begin(store: &'a Store, offset: u64, len: u64) -> Self {
+        store.begin_write(offset, len);
+        WriteGuard { store, offset, len }
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.store.end_write(self.offset, self.len);
+    }
+}
+
+impl<E: Export> Export for ReadCache<E> {
+    fn size(&self) -> u64 {
+        self.shared.inner.size()
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let store = match &self.shared.store {
+            Some(store) if !buf.is_empty() => store,
+            _ => return self.shared.inner.read(offset, buf),
+        };
+        let len = buf.len() as u64;
+        assert!(offset + len <= self.size(), "read past the export");
+        self.read_ahead(store, offset, len);
+        self.read_cached(store, offset, buf)
+    }
+
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        self.changing(offset, data.len() as u64, |e| e.write(offset, data, fua))
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.shared.inner.flush()
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.changing(offset, len, |e| e.trim(offset, len))
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> io::Result<()> {
+        self.changing(offset, len, |e| e.write_zeroes(offset, len, may_trim))
+    }
+
+    fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<Extent>> {
+        self.shared.inner.block_status(offset, len)
+    }
+
+    fn preferred_block_size(&self) -> u32 {
+        self.shared.inner.preferred_block_size()
+    }
+
+    /// One cache serves every connection and is coherent with all their writes, so what
+    /// holds below holds here.
+    fn can_multi_conn(&self) -> bool {
+        self.shared.inner.can_multi_conn()
+    }
+
+    fn can_fast_zero(&self) -> bool {
+        self.shared.inner.can_fast_zero()
+    }
+
+    /// `NBD_CMD_CACHE`: queues read-ahead of the range (window by window, until the queue
+    /// is full); without read-ahead workers the hint goes below.
+    fn cache(&self, offset: u64, len: u64) -> io::Result<()> {
+        let (Some(store), Some(pool)) = (&self.shared.store, &self.pool) else {
+            return self.shared.inner.cache(offset, len);
+        };
+        let bb = store.block_bytes();
+        let end = offset.saturating_add(len).min(self.size());
+        let mut block = offset / bb;
+        let end_block = end.div_ceil(bb);
+        while block < end_block {
+            let next = end_block.min(block + pool.job_blocks_max());
+            if !self.submit(store, block * bb..(next * bb).min(end)) {
+                break;
+            }
+            block = next;
+        }
+        Ok(())
+    }
+}

@@ -583,3 +583,121 @@ fn reconnect_after_the_server_restarts() {
     let err = m.reconnect().unwrap_err();
     assert!(err.to_string().contains("size"), "{err}");
 }
+
+#[test]
+fn requests_in_flight_stay_bounded() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let _server = nbdkit(&sock, &["--filter=delay", "memory", "8M", "rdelay=200ms"]);
+    let opts = RemoteOptions {
+        max_in_flight: 2,
+        ..RemoteOptions::default()
+    };
+    let m = Arc::new(NbdMember::open(&uri(&sock, ""), &OpenOptions::default(), &opts).unwrap());
+    let start = Instant::now();
+    let readers: Vec<_> = (0..6u64)
+        .map(|t| {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || read(m.as_ref(), t * 4096, 4096))
+        })
+        .collect();
+    let mut max_seen = 0;
+    while readers.iter().any(|r| !r.is_finished()) {
+        max_seen = max_seen.max(m.in_flight());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for r in readers {
+        assert_eq!(r.join().unwrap(), vec![0u8; 4096]);
+    }
+    assert_eq!(max_seen, 2, "two slots, both used, never more");
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(550),
+        "6 reads through 2 slots took {took:?}"
+    );
+}
+
+#[test]
+fn qemu_nbd_with_4k_alignment() {
+    if !have("qemu-nbd") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("disk.img");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let sock = dir.path().join("q");
+    let pid = pid_file(&sock);
+    let image = format!(
+        "driver=blkdebug,align=4096,image.driver=file,image.filename={}",
+        file.display()
+    );
+    let mut child = Command::new("qemu-nbd")
+        .args(["--image-opts", &image, "-t", "--shared=8", "--pid-file"])
+        .arg(&pid)
+        .arg("-k")
+        .arg(&sock)
+        .spawn()
+        .unwrap();
+    wait_until_ready(&pid, &mut child);
+    let _server = Server { child };
+    let m = NbdMember::open(
+        &uri(&sock, ""),
+        &OpenOptions::default(),
+        &RemoteOptions::default(),
+    )
+    .unwrap();
+    assert!(
+        m.description().contains("minimum block 4096"),
+        "{}",
+        m.description()
+    );
+    exercise(&m, &mut SimRng::new(seed()));
+}
+
+#[test]
+fn server_without_flush_is_described_as_not_durable() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("disk.img");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let sock = dir.path().join("s");
+    let f = file.display();
+    let get_size = "get_size=echo 1048576".to_string();
+    let pread =
+        format!("pread=dd if={f} skip=$4 count=$3 iflag=skip_bytes,count_bytes status=none");
+    let pwrite = format!("pwrite=dd of={f} seek=$4 conv=notrunc oflag=seek_bytes status=none");
+    let args = [
+        "eval",
+        &get_size,
+        &pread,
+        &pwrite,
+        "can_flush=exit 3",
+        "can_write=exit 0",
+    ];
+    let _server = nbdkit(&sock, &args);
+    let m = NbdMember::open(
+        &uri(&sock, ""),
+        &OpenOptions::default(),
+        &RemoteOptions::default(),
+    )
+    .unwrap();
+    assert!(
+        m.description().contains("NOT guaranteed"),
+        "{}",
+        m.description()
+    );
+    m.write_at(b"kept", 10).unwrap();
+    m.flush().unwrap();
+    assert_eq!(read(&m, 10, 4), b"kept");
+}

@@ -285,3 +285,129 @@ pub fn errno_kind(errno: u32) -> io::ErrorKind {
         _ => io::ErrorKind::Other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// A scripted server: sends the greeting, then runs `script` on its end.
+    fn scripted(
+        flags: u16,
+        script: impl FnOnce(&mut UnixStream) + Send + 'static,
+    ) -> (UnixStream, std::thread::JoinHandle<()>) {
+        let (client, mut server) = UnixStream::pair().unwrap();
+        let handle = std::thread::spawn(move || {
+            let mut hello = Vec::new();
+            hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
+            hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
+            hello.extend_from_slice(&flags.to_be_bytes());
+            server.write_all(&hello).unwrap();
+            let client_flags = read_u32(&mut server).unwrap();
+            assert_eq!(client_flags, u32::from(flags));
+            script(&mut server);
+        });
+        (client, handle)
+    }
+
+    /// Reads one option request; returns (option, data).
+    fn read_option(s: &mut UnixStream) -> (u32, Vec<u8>) {
+        assert_eq!(read_u64(s).unwrap(), IHAVEOPT);
+        let option = read_u32(s).unwrap();
+        let mut data = vec![0u8; read_u32(s).unwrap() as usize];
+        s.read_exact(&mut data).unwrap();
+        (option, data)
+    }
+
+    fn reply(s: &mut UnixStream, option: u32, reply_type: u32, data: &[u8]) {
+        let mut m = Vec::new();
+        m.extend_from_slice(&OPT_REPLY_MAGIC.to_be_bytes());
+        m.extend_from_slice(&option.to_be_bytes());
+        m.extend_from_slice(&reply_type.to_be_bytes());
+        m.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        m.extend_from_slice(data);
+        s.write_all(&m).unwrap();
+    }
+
+    #[test]
+    fn go_unsupported_falls_back_to_export_name() {
+        let (mut client, server) = scripted(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES, |s| {
+            let (option, data) = read_option(s);
+            assert_eq!(option, OPT_GO);
+            assert_eq!(&data[0..4], &3u32.to_be_bytes());
+            assert_eq!(&data[4..7], b"exp");
+            reply(s, OPT_GO, REP_ERR_UNSUP, b"");
+            let (option, data) = read_option(s);
+            assert_eq!((option, data.as_slice()), (OPT_EXPORT_NAME, &b"exp"[..]));
+            s.write_all(&(1u64 << 20).to_be_bytes()).unwrap();
+            s.write_all(&(TFLAG_HAS_FLAGS | TFLAG_SEND_FLUSH).to_be_bytes())
+                .unwrap();
+        });
+        let info = handshake(&mut client, "exp").unwrap();
+        server.join().unwrap();
+        assert_eq!(info.size_bytes, 1 << 20);
+        assert!(info.has(TFLAG_SEND_FLUSH));
+        assert!(!info.has(TFLAG_READ_ONLY));
+        assert_eq!(info.min_block_bytes, 1);
+    }
+
+    #[test]
+    fn go_with_block_sizes() {
+        let (mut client, server) = scripted(FLAG_FIXED_NEWSTYLE, |s| {
+            read_option(s);
+            let mut export = INFO_EXPORT.to_be_bytes().to_vec();
+            export.extend_from_slice(&(1u64 << 30).to_be_bytes());
+            export.extend_from_slice(&TFLAG_HAS_FLAGS.to_be_bytes());
+            reply(s, OPT_GO, REP_INFO, &export);
+            let mut sizes = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+            for v in [512u32, 4096, 1 << 20] {
+                sizes.extend_from_slice(&v.to_be_bytes());
+            }
+            reply(s, OPT_GO, REP_INFO, &sizes);
+            reply(s, OPT_GO, REP_INFO, &[0, 99, 1, 2]); // unknown info: ignored
+            reply(s, OPT_GO, REP_ACK, b"");
+        });
+        let info = handshake(&mut client, "").unwrap();
+        server.join().unwrap();
+        assert_eq!(info.size_bytes, 1 << 30);
+        assert_eq!(
+            (info.min_block_bytes, info.max_block_bytes),
+            (512, Some(1 << 20))
+        );
+    }
+
+    #[test]
+    fn refusals_and_bad_block_sizes_say_why() {
+        let (mut client, server) = scripted(FLAG_FIXED_NEWSTYLE, |s| {
+            read_option(s);
+            reply(s, OPT_GO, (1 << 31) | 6, b"no such export");
+        });
+        let err = handshake(&mut client, "missing").unwrap_err();
+        server.join().unwrap();
+        let text = err.to_string();
+        assert!(
+            text.contains("missing") && text.contains("no such export"),
+            "{text}"
+        );
+
+        let (mut client, server) = scripted(FLAG_FIXED_NEWSTYLE, |s| {
+            read_option(s);
+            let mut sizes = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+            for v in [3u32, 4096, 1 << 20] {
+                sizes.extend_from_slice(&v.to_be_bytes());
+            }
+            reply(s, OPT_GO, REP_INFO, &sizes);
+        });
+        let err = handshake(&mut client, "").unwrap_err();
+        server.join().unwrap();
+        assert!(err.to_string().contains("block sizes"), "{err}");
+
+        let (mut client, server) = scripted(FLAG_FIXED_NEWSTYLE, |s| {
+            read_option(s);
+            reply(s, OPT_GO, REP_ACK, b"");
+        });
+        let err = handshake(&mut client, "").unwrap_err();
+        server.join().unwrap();
+        assert!(err.to_string().contains("without export info"), "{err}");
+    }
+}

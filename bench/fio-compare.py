@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compare `raidkit serve` with nbdkit on the same backing, using the same fio jobs (nbd engine).
 
-Jobs (each time-based, --runtime seconds, after a sequential prefill of the working set):
+Jobs (each time-based, --runtime seconds, after a sequential prefill of the working set; each job
+runs on the reference and then on raidkit, both servers up, so outside load falls on both alike):
   seq-write  1 MiB sequential write, iodepth 16      (MB/s)
   seq-read   1 MiB sequential read,  iodepth 16      (MB/s)
   rand-read  4 KiB random read,      iodepth 32      (IOPS)
@@ -119,17 +120,10 @@ def fio(uri, args, runtime, size, extra):
     return json.loads(text)["jobs"][0]
 
 
-def run_jobs(uri, runtime, size):
-    """Prefill the working set, then run every job; returns {job: (value, unit)}."""
-    fio(uri, ["--rw=write", "--bs=1m", "--iodepth=16"], 0, size, [])
-    results = {}
-    for name, args, direction, unit in JOBS:
-        job = fio(uri, args, runtime, size, [])
-        side = job[direction]
-        value = side["bw_bytes"] / 1e6 if unit == "MB/s" else side["iops"]
-        results[name] = (value, unit)
-        print(f"    {name:<10} {value:12.1f} {unit}", file=sys.stderr)
-    return results
+def run_job(uri, job, runtime, size):
+    name, args, direction, unit = job
+    side = fio(uri, args, runtime, size, [])[direction]
+    return side["bw_bytes"] / 1e6 if unit == "MB/s" else side["iops"]
 
 
 def start_raidkit(args, config, workdir, sock):
@@ -165,28 +159,42 @@ def start_nbdkit(args, config, workdir, sock):
     return Proc(cmd, sock), f"nbd+unix:///?socket={sock}"
 
 
-def measure(args, config, which, workdir):
-    sock = str(workdir / f"{which}.sock")
-    start = start_raidkit if which == "raidkit" else start_nbdkit
-    print(f"== {config}: {which}", file=sys.stderr)
-    server, uri = start(args, config, workdir, sock)
+def measure(args, config, workdir, have_raidkit):
+    """Both servers up at once; each job runs on the reference, then on raidkit, so that load
+    from elsewhere on the machine falls on both alike. Returns ({job: (ours, ref)}, peaks)."""
+    print(f"== {config}", file=sys.stderr)
+    ref, ref_uri = start_nbdkit(args, config, workdir, str(workdir / "nbdkit.sock"))
+    ours = None
     try:
-        results = run_jobs(uri, args.runtime, args.size)
-        peak = server.peak_rss_bytes()
+        if have_raidkit:
+            ours, our_uri = start_raidkit(args, config, workdir, str(workdir / "raidkit.sock"))
+        prefill = ("prefill", ["--rw=write", "--bs=1m", "--iodepth=16"], "write", "MB/s")
+        for server_uri in [ref_uri] + ([our_uri] if ours else []):
+            run_job(server_uri, prefill, 0, args.size)
+        results = {}
+        for job in JOBS:
+            r = run_job(ref_uri, job, args.runtime, args.size)
+            o = run_job(our_uri, job, args.runtime, args.size) if ours else None
+            results[job[0]] = (o, r)
+            print(f"    {job[0]:<10} raidkit {o or 0:12.1f}  nbdkit {r:12.1f} {job[3]}",
+                  file=sys.stderr)
+        peaks = (ours.peak_rss_bytes() if ours else None, ref.peak_rss_bytes())
     finally:
-        rc = server.stop()
-    if which == "raidkit" and rc != 0:
-        raise RuntimeError(f"raidkit serve exited {rc} after SIGTERM: {''.join(server.lines)}")
-    return results, peak
+        ref.stop()
+        rc = ours.stop() if ours else 0
+    if rc != 0:
+        raise RuntimeError(f"raidkit serve exited {rc} after SIGTERM: {''.join(ours.lines)}")
+    return results, peaks
 
 
 def fmt(value, unit):
-    return f"{value:,.0f}" if unit == "IOPS" else f"{value:,.0f}"
+    return f"{value:,.0f}"
 
 
 def print_tables(rows, peaks, args):
     print(f"fio nbd engine over a Unix socket; working set {args.size}, {args.runtime} s per job "
-          "after a sequential prefill; one fio job per run.\n")
+          "(+1 s ramp) after a sequential prefill; one fio job per run; each job runs on the "
+          "reference, then on raidkit, both servers up.\n")
     print("| configuration | job | unit | raidkit | reference | ratio |")
     print("|---|---|---|---:|---:|---:|")
     for config, job, unit, ours, ref, ref_name in rows:
@@ -225,13 +233,11 @@ def main():
 
     rows, peaks = [], {}
     for config in configs:
-        ref, ref_peak = measure(args, config, "nbdkit", workdir)
-        ours, our_peak = (measure(args, config, "raidkit", workdir) if have_raidkit
-                          else ({}, None))
+        results, peaks[config] = measure(args, config, workdir, have_raidkit)
         ref_name = f"nbdkit {CONFIGS[config][3]}"
         for job, _, _, unit in JOBS:
-            rows.append((config, job, unit, ours.get(job, (None,))[0], ref[job][0], ref_name))
-        peaks[config] = (our_peak, ref_peak)
+            ours, ref = results[job]
+            rows.append((config, job, unit, ours, ref, ref_name))
         for f in workdir.glob(f"{config}-*.img"):
             f.unlink()
     print_tables(rows, peaks, args)

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::check_range;
 use crate::rng::SimRng;
@@ -26,10 +26,13 @@ pub const SIM_UNFLUSHED_MAX_BYTES: u64 = 256 << 20;
 /// Allocation unit of the sparse images.
 const PAGE_BYTES: u64 = 4096;
 
-/// A sparse byte image in pages; absent pages read as zeroes.
+type Page = [u8; PAGE_BYTES as usize];
+
+/// A sparse byte image in pages; absent pages read as zeroes. Pages are shared copy-on-write,
+/// so cloning an image (flush, crash) copies only the page table.
 #[derive(Debug, Clone, Default)]
 struct Image {
-    pages: HashMap<u64, Box<[u8]>>,
+    pages: HashMap<u64, Arc<Page>>,
 }
 
 impl Image {
@@ -66,8 +69,8 @@ impl Image {
             let p = self
                 .pages
                 .entry(page)
-                .or_insert_with(|| vec![0u8; PAGE_BYTES as usize].into_boxed_slice());
-            p[at..at + range.len()].copy_from_slice(&data[range]);
+                .or_insert_with(|| Arc::new([0u8; PAGE_BYTES as usize]));
+            Arc::make_mut(p)[at..at + range.len()].copy_from_slice(&data[range]);
         });
     }
 
@@ -76,7 +79,7 @@ impl Image {
             if range.len() as u64 == PAGE_BYTES {
                 self.pages.remove(&page);
             } else if let Some(p) = self.pages.get_mut(&page) {
-                p[at..at + range.len()].fill(0);
+                Arc::make_mut(p)[at..at + range.len()].fill(0);
             }
         });
     }

@@ -701,3 +701,16 @@ fn server_without_flush_is_described_as_not_durable() {
     m.flush().unwrap();
     assert_eq!(read(&m, 10, 4), b"kept");
 }
+
+#[test]
+fn silent_server_times_out_the_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("silent");
+    // Accepts connections (the kernel does, into the backlog) but never says anything.
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let start = Instant::now();
+    let err = open_with(&uri(&sock, ""), &OpenOptions::default(), &remote(300)).unwrap_err();
+    let took = start.elapsed();
+    assert!(err.to_string().contains("handshake took longer"), "{err}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+}

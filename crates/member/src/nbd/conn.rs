@@ -218,7 +218,14 @@ impl Connection {
         assert!(max_in_flight > 0);
         let mut stream = Stream::connect(address, timeout)?;
         stream.set_timeouts(Some(timeout), Some(timeout))?;
-        let info = wire::handshake(&mut stream, &address.export)?;
+        let info = wire::handshake(&mut stream, &address.export).map_err(|e| match e.kind() {
+            // A socket timeout shows as EAGAIN; say what it is.
+            io::ErrorKind::WouldBlock => io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("handshake took longer than {} ms", timeout.as_millis()),
+            ),
+            _ => e,
+        })?;
         stream.set_timeouts(None, Some(timeout))?;
         let mut reader_stream = stream.try_clone()?;
         let shared = Arc::new(Shared {

@@ -119,6 +119,15 @@ impl<E: Export> ReadCache<E> {
         &self.shared.inner
     }
 
+    /// Stops read-ahead (queued jobs run first) and returns the export below.
+    pub fn into_inner(mut self) -> E {
+        self.pool = None; // joins the workers, which hold the only other references
+        match Arc::try_unwrap(self.shared) {
+            Ok(shared) => shared.inner,
+            Err(_) => unreachable!("read-ahead workers outlived their pool"),
+        }
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &CacheConfig {
         &self.config

@@ -1,0 +1,144 @@
+//! A failing export below: failed writes (clean or torn) must leave the cache claiming
+//! nothing about the range, failed reads must cache nothing, failed read-ahead must release
+//! the blocks it claimed (no reader waits forever), and under seeded random faults every read
+//! that succeeds equals what the export below holds. Replay with `RAIDKIT_SEED=N`.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use cache::{CacheConfig, ReadAhead, ReadCache};
+use common::{seeds, MemExport, Rng, SeedGuard};
+use nbd::Export;
+
+const BLOCK: u64 = 4096;
+const SIZE: u64 = 128 * 1024;
+
+fn config(mode: ReadAhead) -> CacheConfig {
+    CacheConfig {
+        size_bytes: 16 * BLOCK,
+        block_bytes: BLOCK,
+        read_ahead: mode,
+        window_bytes: 4 * BLOCK,
+        prefetch_workers: 2,
+        prefetch_queue: 4,
+        streams: 4,
+    }
+}
+
+fn filled(seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    (0..SIZE).map(|_| rng.next() as u8).collect()
+}
+
+/// Reads `[offset, offset + len)` through the cache and compares with the export below.
+fn agrees(cache: &ReadCache<MemExport>, offset: u64, len: u64) {
+    let mut buf = vec![0; len as usize];
+    cache.read(offset, &mut buf).expect("read with faults off");
+    let truth = cache.inner().contents();
+    let want = &truth[offset as usize..(offset + len) as usize];
+    assert!(
+        buf == want,
+        "cache disagrees with the export in [{offset}, +{len})"
+    );
+}
+
+#[test]
+fn a_failed_write_leaves_nothing_claimed() {
+    for tear in [false, true] {
+        let cache = ReadCache::new(MemExport::with_data(filled(1)), config(ReadAhead::Off))
+            .expect("valid config");
+        agrees(&cache, 0, SIZE); // the whole export is now cached (and evicting)
+        agrees(&cache, 8 * BLOCK, 8 * BLOCK);
+        let inner = cache.inner();
+        inner.tear_writes.store(tear, Ordering::SeqCst);
+        inner.fail_writes.store(true, Ordering::SeqCst);
+        let new = vec![0xAB; (6 * BLOCK) as usize];
+        assert!(cache.write(9 * BLOCK + 100, &new, false).is_err());
+        assert!(cache.write_zeroes(12 * BLOCK, BLOCK, false).is_err());
+        assert!(cache.trim(10 * BLOCK, 3 * BLOCK).is_err());
+        inner.fail_writes.store(false, Ordering::SeqCst);
+        agrees(&cache, 0, SIZE);
+        assert!(cache.stats().invalidations > 0);
+    }
+}
+
+#[test]
+fn a_failed_read_caches_nothing() {
+    let cache = ReadCache::new(MemExport::with_data(filled(2)), config(ReadAhead::Off))
+        .expect("valid config");
+    cache.inner().fail_reads.store(true, Ordering::SeqCst);
+    let mut buf = vec![0; (3 * BLOCK) as usize];
+    assert!(cache.read(BLOCK, &mut buf).is_err());
+    assert_eq!(cache.stats().resident_blocks, 0);
+    cache.inner().fail_reads.store(false, Ordering::SeqCst);
+    agrees(&cache, BLOCK, 3 * BLOCK);
+    assert_eq!(cache.stats().resident_blocks, 3);
+}
+
+#[test]
+fn failed_read_ahead_releases_its_blocks() {
+    let cache = ReadCache::new(MemExport::with_data(filled(3)), config(ReadAhead::On))
+        .expect("valid config");
+    cache.inner().fail_reads.store(true, Ordering::SeqCst);
+    let mut buf = vec![0; BLOCK as usize];
+    assert!(cache.read(0, &mut buf).is_err());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cache.stats().prefetch_errors == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(cache.stats().prefetch_errors > 0, "{:?}", cache.stats());
+    cache.inner().fail_reads.store(false, Ordering::SeqCst);
+    // The blocks read-ahead failed on are readable (no reader waits on a stale claim).
+    agrees(&cache, 0, 8 * BLOCK);
+}
+
+/// One random operation, run with faults on when `faulty`; errors are expected then.
+fn step(cache: &ReadCache<MemExport>, rng: &mut Rng, faulty: bool) {
+    let inner = cache.inner();
+    inner
+        .fail_reads
+        .store(faulty && rng.chance(50), Ordering::SeqCst);
+    inner.fail_writes.store(faulty, Ordering::SeqCst);
+    inner.tear_writes.store(rng.chance(50), Ordering::SeqCst);
+    let offset = rng.below(SIZE);
+    let len = 1 + rng.below((8 * BLOCK).min(SIZE - offset));
+    let result = match rng.below(10) {
+        0..=4 => cache.read(offset, &mut vec![0; len as usize]),
+        5..=7 => {
+            let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            cache.write(offset, &data, false)
+        }
+        8 => cache.trim(offset, len),
+        _ => cache.write_zeroes(offset, len, false),
+    };
+    inner.fail_reads.store(false, Ordering::SeqCst);
+    inner.fail_writes.store(false, Ordering::SeqCst);
+    if !faulty {
+        result.expect("operation without faults");
+    }
+}
+
+#[test]
+fn random_faults_never_make_the_cache_disagree() {
+    for seed in seeds(500, 8) {
+        let _guard = SeedGuard(seed, "fault test");
+        for mode in [ReadAhead::Off, ReadAhead::Adaptive] {
+            let mut rng = Rng::new(seed);
+            let cache = ReadCache::new(MemExport::with_data(filled(seed)), config(mode))
+                .expect("valid config");
+            for _ in 0..1500 {
+                let faulty = rng.chance(15);
+                step(&cache, &mut rng, faulty);
+                let offset = rng.below(SIZE);
+                agrees(
+                    &cache,
+                    offset,
+                    1 + rng.below((4 * BLOCK).min(SIZE - offset)),
+                );
+            }
+            agrees(&cache, 0, SIZE);
+        }
+    }
+}

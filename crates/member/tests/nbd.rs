@@ -415,7 +415,8 @@ fn killed_server_fails_every_request_quickly() {
     }
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s");
-    let mut server = nbdkit(&sock, &["--filter=delay", "memory", "8M", "rdelay=3"]);
+    let args = ["--filter=delay", "memory", "8M", "rdelay=3", "wdelay=3"];
+    let mut server = nbdkit(&sock, &args);
     let m = Arc::new(
         NbdMember::open(&uri(&sock, ""), &OpenOptions::default(), &remote(30_000)).unwrap(),
     );
@@ -424,12 +425,20 @@ fn killed_server_fails_every_request_quickly() {
             let m = Arc::clone(&m);
             std::thread::spawn(move || {
                 let mut buf = vec![0u8; 4096];
-                m.read_at(&mut buf, t * 4096).unwrap_err()
+                if t % 2 == 0 {
+                    m.read_at(&mut buf, t * 4096).unwrap_err()
+                } else {
+                    m.write_at(&buf, t * 4096).unwrap_err()
+                }
             })
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    assert!(m.in_flight() > 0, "reads are waiting on the server");
+    assert_eq!(
+        m.in_flight(),
+        8,
+        "reads and writes are waiting on the server"
+    );
     let killed = Instant::now();
     server.kill();
     for r in readers {

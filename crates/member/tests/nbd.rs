@@ -415,7 +415,7 @@ fn killed_server_fails_every_request_quickly() {
     }
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s");
-    let args = ["--filter=delay", "memory", "8M", "rdelay=3", "wdelay=3"];
+    let args = ["--filter=delay", "memory", "8M", "rdelay=10", "wdelay=10"];
     let mut server = nbdkit(&sock, &args);
     let m = Arc::new(
         NbdMember::open(&uri(&sock, ""), &OpenOptions::default(), &remote(30_000)).unwrap(),
@@ -433,7 +433,10 @@ fn killed_server_fails_every_request_quickly() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    while m.in_flight() < 8 && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(
         m.in_flight(),
         8,

@@ -1,0 +1,628 @@
+//! [`Journal`]: appends records durably with group commit, tracks which records are complete
+//! (their in-place writes done), and checkpoints (flush the array, then advance the tail in
+//! the superblock) so ring space is reused.
+//!
+//! Group commit: appenders encode their records into a queue under one mutex (which assigns
+//! consecutive sequence numbers and ring positions); whichever appender finds no commit in
+//! progress becomes the leader, writes the whole queue and issues one flush, then wakes the
+//! followers whose records it made durable. Locking: `ring` is the only lock; the flusher is
+//! called with no lock held.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use member::Member;
+use uuid::Uuid;
+
+use crate::format::{
+    align_up, Mode, Record, Superblock, RECORD_ALIGN, RING_BYTES_MIN, RING_OFFSET,
+};
+use crate::scan::ScanSummary;
+use crate::JournalError;
+
+/// Flushes the array the journal protects (makes every completed in-place write durable).
+pub type Flusher = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;
+
+/// Checkpoint at least this often while records are complete.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The sequence numbers of one append: `first..=last`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    pub first: u64,
+    pub last: u64,
+}
+
+/// Counters for status and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    pub array_write_bytes: u64,
+    pub records_live: u64,
+    pub commits: u64,
+    pub checkpoints: u64,
+    pub durable_seq: u64,
+}
+
+struct Live {
+    seq: u64,
+    pos: u64,
+    bytes: u64,
+    complete: bool,
+    logical: bool,
+}
+
+struct Ring {
+    head: u64,
+    next_seq: u64,
+    used_bytes: u64,
+    /// Ring bytes of write-back records after the tail (bounded by `logical_max`).
+    logical_bytes: u64,
+    live: VecDeque<Live>,
+    queue: Vec<(u64, Vec<u8>)>,
+    queued_last: u64,
+    committing: bool,
+    /// Every record with a smaller sequence number is durable.
+    durable_next: u64,
+    failed: Option<String>,
+    checkpoint_wanted: bool,
+    shutdown: bool,
+    stats: JournalStats,
+}
+
+struct Shared {
+    member: Arc<dyn Member>,
+    name: String,
+    sb: Mutex<Superblock>,
+    ring: Mutex<Ring>,
+    cond: Condvar,
+    flusher: Flusher,
+    /// One checkpoint at a time.
+    checkpoint_lock: Mutex<()>,
+    capacity: u64,
+    logical_max: u64,
+    max_record: u64,
+}
+
+/// An open journal. Thread-safe; cheap to share in an `Arc`.
+pub struct Journal {
+    shared: Arc<Shared>,
+    checkpointer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("name", &self.shared.name)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// Writes a new, empty journal for the array `array_uuid` over the whole member.
+pub fn format(
+    member: &dyn Member,
+    array_uuid: Uuid,
+    mode: Mode,
+) -> Result<Superblock, JournalError> {
+    let ring_bytes = member.len().saturating_sub(RING_OFFSET) / 4096 * 4096;
+    if ring_bytes < RING_BYTES_MIN {
+        return Err(JournalError::BadSize {
+            name: member.name().to_string(),
+            reason: format!(
+                "{} bytes is too small for a journal (at least {} bytes)",
+                member.len(),
+                RING_OFFSET + RING_BYTES_MIN
+            ),
+        });
+    }
+    let sb = Superblock {
+        mode,
+        array_uuid,
+        journal_uuid: Uuid::new_v4(),
+        ring_bytes,
+        generation: 1,
+        tail_offset: 0,
+        tail_seq: 1,
+        nonce: random_u64(),
+    };
+    let io = |what, r: io::Result<()>| {
+        r.map_err(|source| JournalError::Io {
+            name: member.name().to_string(),
+            what,
+            source,
+        })
+    };
+    io("clear the superblocks", member.write_zeroes(0, RING_OFFSET))?;
+    io(
+        "clear the ring start",
+        member.write_zeroes(RING_OFFSET, RECORD_ALIGN),
+    )?;
+    io(
+        "write the superblock",
+        member.write_at(&sb.encode()[..], sb.copy_offset()),
+    )?;
+    io("flush", member.flush())?;
+    Ok(sb)
+}
+
+fn random_u64() -> u64 {
+    Uuid::new_v4().as_u64_pair().0
+}
+
+impl Journal {
+    /// Starts a new session after replay: `summary` is what [`crate::scan`] found and the
+    /// caller has applied every record and flushed the array. Writes a superblock whose tail
+    /// is the end of the replayed records (so they are not replayed again) and a new nonce.
+    pub fn start(
+        member: Arc<dyn Member>,
+        mut sb: Superblock,
+        summary: &ScanSummary,
+        flusher: Flusher,
+    ) -> Result<Arc<Journal>, JournalError> {
+        sb.generation += 1;
+        sb.tail_offset = summary.end_offset;
+        sb.tail_seq = summary.next_seq;
+        sb.nonce = random_u64();
+        let name = member.name().to_string();
+        write_superblock(member.as_ref(), &sb)?;
+        let capacity = sb.ring_bytes;
+        let ring = Ring {
+            head: sb.tail_offset,
+            next_seq: sb.tail_seq,
+            used_bytes: 0,
+            logical_bytes: 0,
+            live: VecDeque::new(),
+            queue: Vec::new(),
+            queued_last: 0,
+            committing: false,
+            durable_next: sb.tail_seq,
+            failed: None,
+            checkpoint_wanted: false,
+            shutdown: false,
+            stats: JournalStats {
+                capacity_bytes: capacity,
+                ..JournalStats::default()
+            },
+        };
+        let shared = Arc::new(Shared {
+            max_record: sb.max_record_bytes(),
+            logical_max: capacity / 8,
+            capacity,
+            member,
+            name,
+            sb: Mutex::new(sb),
+            ring: Mutex::new(ring),
+            cond: Condvar::new(),
+            flusher,
+            checkpoint_lock: Mutex::new(()),
+        });
+        let worker = Arc::clone(&shared);
+        let handle = std::thread::Builder::new()
+            .name("journal-checkpoint".into())
+            .spawn(move || worker.checkpoint_loop())
+            .map_err(|source| JournalError::Io {
+                name: shared.name.clone(),
+                what: "start the checkpoint thread",
+                source,
+            })?;
+        Ok(Arc::new(Journal {
+            shared,
+            checkpointer: Mutex::new(Some(handle)),
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    pub fn superblock(&self) -> Superblock {
+        lock(&self.shared.sb).clone()
+    }
+
+    /// Largest record the ring takes.
+    pub fn max_record_bytes(&self) -> u64 {
+        self.shared.max_record
+    }
+
+    /// Largest data of one write-back record.
+    pub fn max_array_write_bytes(&self) -> u64 {
+        (self.shared.max_record - RECORD_ALIGN).min(self.shared.logical_max / 2)
+    }
+
+    /// Ring bytes write-back records may hold at once (an eighth of the ring, so the
+    /// write-through records of applying them always find room: see docs/DESIGN.md).
+    pub fn array_write_bytes_max(&self) -> u64 {
+        self.shared.logical_max
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        let ring = lock(&self.shared.ring);
+        JournalStats {
+            used_bytes: ring.used_bytes,
+            array_write_bytes: ring.logical_bytes,
+            records_live: ring.live.len() as u64,
+            durable_seq: ring.durable_next.saturating_sub(1),
+            ..ring.stats
+        }
+    }
+
+    /// Appends `records` and returns once they are durable.
+    pub fn append(&self, records: &[Record<'_>]) -> Result<Ticket, JournalError> {
+        let ticket = self.submit(records)?;
+        self.wait(ticket)?;
+        Ok(ticket)
+    }
+
+    /// Queues `records` (consecutive sequence numbers, in order); waits for ring space first.
+    /// Durable only after [`Journal::wait`].
+    pub fn submit(&self, records: &[Record<'_>]) -> Result<Ticket, JournalError> {
+        assert!(!records.is_empty());
+        let s = &self.shared;
+        for r in records {
+            assert!(
+                !matches!(r, Record::Wrap),
+                "wrap records are the journal's own"
+            );
+            if r.ring_bytes() > s.max_record {
+                return Err(JournalError::RecordTooLarge {
+                    name: s.name.clone(),
+                    record_bytes: r.ring_bytes(),
+                    max_bytes: s.max_record,
+                });
+            }
+        }
+        let mut ring = s.wait_for_space(records)?;
+        let nonce = lock(&s.sb).nonce;
+        let mut first = None;
+        for r in records {
+            let seq = s.place(&mut ring, r, nonce);
+            first.get_or_insert(seq);
+        }
+        let last = ring.next_seq - 1;
+        let first = first.expect("at least one record");
+        Ok(Ticket { first, last })
+    }
+
+    /// Returns once every record up to `ticket.last` is durable (leading a group commit if
+    /// none is in progress).
+    pub fn wait(&self, ticket: Ticket) -> Result<(), JournalError> {
+        self.shared.wait_durable(ticket.last)
+    }
+
+    /// Marks the records of `ticket` complete: their effect is on the array (in place).
+    /// (Wrap markers inside the ticket are complete from the start.)
+    pub fn complete(&self, ticket: Ticket) {
+        let mut ring = lock(&self.shared.ring);
+        for seq in ticket.first..=ticket.last {
+            complete_one(&mut ring, seq);
+        }
+        if ring.checkpoint_wanted {
+            self.shared.cond.notify_all();
+        }
+    }
+
+    /// Marks one record complete.
+    pub fn complete_seq(&self, seq: u64) {
+        self.complete(Ticket {
+            first: seq,
+            last: seq,
+        });
+    }
+
+    /// Flushes the array and advances the tail past every complete, durable record at the
+    /// front of the ring. Returns the number of records released.
+    pub fn checkpoint(&self) -> Result<u64, JournalError> {
+        self.shared.checkpoint()
+    }
+
+    /// Clean shutdown: checkpoints (every record should be complete by now) and stops the
+    /// checkpoint thread. Returns the records still live (0 after a clean drain).
+    pub fn close(&self) -> Result<u64, JournalError> {
+        let released = self.shared.checkpoint();
+        {
+            let mut ring = lock(&self.shared.ring);
+            ring.shutdown = true;
+            self.shared.cond.notify_all();
+        }
+        if let Some(handle) = lock(&self.checkpointer).take() {
+            let _ = handle.join();
+        }
+        released?;
+        Ok(lock(&self.shared.ring).live.len() as u64)
+    }
+
+    /// The sticky failure, if any.
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.shared.ring).failed.clone()
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        lock(&self.shared.ring).shutdown = true;
+        self.shared.cond.notify_all();
+        if let Some(handle) = lock(&self.checkpointer).take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn complete_one(ring: &mut Ring, seq: u64) {
+    let front = ring
+        .live
+        .front()
+        .map(|l| l.seq)
+        .expect("completing a record not live");
+    assert!(seq >= front, "record {seq} completed twice");
+    let entry = &mut ring.live[(seq - front) as usize];
+    assert_eq!(entry.seq, seq);
+    if !entry.complete {
+        entry.complete = true;
+        if entry.logical {
+            ring.logical_bytes -= entry.bytes;
+        }
+    }
+}
+
+fn write_superblock(member: &dyn Member, sb: &Superblock) -> Result<(), JournalError> {
+    let io = |what, r: io::Result<()>| {
+        r.map_err(|source| JournalError::Io {
+            name: member.name().to_string(),
+            what,
+            source,
+        })
+    };
+    io(
+        "write the superblock",
+        member.write_at(&sb.encode()[..], sb.copy_offset()),
+    )?;
+    io("flush the superblock", member.flush())
+}
+
+impl Shared {
+    fn failed(&self, ring: &Ring) -> Result<(), JournalError> {
+        match &ring.failed {
+            Some(reason) => Err(JournalError::Failed {
+                name: self.name.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Ring bytes `records` need placed at `head`, including a wrap's waste.
+    fn bytes_needed(&self, mut head: u64, records: &[Record<'_>]) -> u64 {
+        let mut total = 0;
+        for r in records {
+            let size = r.ring_bytes();
+            if head + size > self.capacity {
+                total += self.capacity - head;
+                head = 0;
+            }
+            total += size;
+            head = (head + size) % self.capacity;
+        }
+        total
+    }
+
+    fn wait_for_space(&self, records: &[Record<'_>]) -> Result<MutexGuard<'_, Ring>, JournalError> {
+        let logical: u64 = records
+            .iter()
+            .filter(|r| r.is_logical())
+            .map(|r| r.ring_bytes())
+            .sum();
+        let mut ring = lock(&self.ring);
+        loop {
+            self.failed(&ring)?;
+            let needed = self.bytes_needed(ring.head, records);
+            let fits = ring.used_bytes + needed <= self.capacity;
+            let logical_fits = logical == 0 || ring.logical_bytes + logical <= self.logical_max;
+            if fits && logical_fits {
+                return Ok(ring);
+            }
+            ring.checkpoint_wanted = true;
+            self.cond.notify_all();
+            ring = self.cond.wait(ring).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Assigns the next sequence number and ring position to `r`, encodes it and queues it.
+    /// Returns the record's sequence number (a wrap marker before it gets its own).
+    fn place(&self, ring: &mut Ring, r: &Record<'_>, nonce: u64) -> u64 {
+        let size = r.ring_bytes();
+        if ring.head + size > self.capacity {
+            let waste = self.capacity - ring.head;
+            self.enqueue(ring, &Record::Wrap, waste, nonce);
+            assert_eq!(ring.head, 0);
+        }
+        let seq = ring.next_seq;
+        self.enqueue(ring, r, size, nonce);
+        seq
+    }
+
+    fn enqueue(&self, ring: &mut Ring, r: &Record<'_>, bytes: u64, nonce: u64) {
+        let seq = ring.next_seq;
+        let mut buf = Vec::with_capacity(r.ring_bytes() as usize);
+        r.encode_into(seq, nonce, &mut buf);
+        assert_eq!(buf.len() as u64, align_up(buf.len() as u64));
+        let pos = ring.head;
+        ring.queue.push((pos, buf));
+        ring.queued_last = seq;
+        let logical = r.is_logical();
+        ring.live.push_back(Live {
+            seq,
+            pos,
+            bytes,
+            complete: matches!(r, Record::Wrap),
+            logical,
+        });
+        if logical {
+            ring.logical_bytes += bytes;
+        }
+        ring.used_bytes += bytes;
+        assert!(ring.used_bytes <= self.capacity, "ring overfilled");
+        ring.head = (pos + bytes) % self.capacity;
+        ring.next_seq += 1;
+    }
+
+    fn wait_durable(&self, last: u64) -> Result<(), JournalError> {
+        let mut ring = lock(&self.ring);
+        loop {
+            if ring.durable_next > last {
+                return Ok(());
+            }
+            self.failed(&ring)?;
+            if ring.committing {
+                ring = self.cond.wait(ring).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            ring.committing = true;
+            let batch = std::mem::take(&mut ring.queue);
+            let upto = ring.queued_last;
+            drop(ring);
+            let written = self.write_batch(&batch);
+            ring = lock(&self.ring);
+            ring.committing = false;
+            match written {
+                Ok(()) => {
+                    ring.durable_next = ring.durable_next.max(upto + 1);
+                    ring.stats.commits += 1;
+                }
+                Err(e) => ring.failed = Some(e.to_string()),
+            }
+            let half_full = ring.used_bytes * 2 > self.capacity;
+            ring.checkpoint_wanted |= half_full;
+            self.cond.notify_all();
+        }
+    }
+
+    /// Writes queued records (contiguous runs as one write each) and flushes once.
+    fn write_batch(&self, batch: &[(u64, Vec<u8>)]) -> Result<(), JournalError> {
+        let io = |what, r: io::Result<()>| {
+            r.map_err(|source| JournalError::Io {
+                name: self.name.clone(),
+                what,
+                source,
+            })
+        };
+        let mut i = 0;
+        while i < batch.len() {
+            let start = batch[i].0;
+            let mut end = i + 1;
+            while end < batch.len()
+                && batch[end].0 == batch[end - 1].0 + batch[end - 1].1.len() as u64
+            {
+                end += 1;
+            }
+            if end - i == 1 {
+                io(
+                    "write records",
+                    self.member.write_at(&batch[i].1, RING_OFFSET + start),
+                )?;
+            } else {
+                let joined: Vec<u8> = batch[i..end]
+                    .iter()
+                    .flat_map(|(_, b)| b.iter().copied())
+                    .collect();
+                io(
+                    "write records",
+                    self.member.write_at(&joined, RING_OFFSET + start),
+                )?;
+            }
+            i = end;
+        }
+        io("flush records", self.member.flush())
+    }
+
+    fn checkpoint(&self) -> Result<u64, JournalError> {
+        let _one = lock(&self.checkpoint_lock);
+        let (count, tail, tail_seq) = {
+            let mut ring = lock(&self.ring);
+            ring.checkpoint_wanted = false;
+            self.failed(&ring)?;
+            let durable_next = ring.durable_next;
+            let count = ring
+                .live
+                .iter()
+                .take_while(|l| l.complete && l.seq < durable_next)
+                .count();
+            if count == 0 {
+                return Ok(0);
+            }
+            let (tail, tail_seq) = match ring.live.get(count) {
+                Some(l) => (l.pos, l.seq),
+                None => (
+                    ring.live[count - 1].pos + ring.live[count - 1].bytes,
+                    ring.live[count - 1].seq + 1,
+                ),
+            };
+            (count, tail % self.capacity, tail_seq)
+        };
+        let result = self.write_checkpoint(tail, tail_seq);
+        let mut ring = lock(&self.ring);
+        if let Err(e) = &result {
+            ring.failed = Some(e.to_string());
+            self.cond.notify_all();
+            return Err(JournalError::Failed {
+                name: self.name.clone(),
+                reason: e.to_string(),
+            });
+        }
+        for _ in 0..count {
+            let l = ring.live.pop_front().expect("counted");
+            assert!(l.complete);
+            ring.used_bytes -= l.bytes;
+        }
+        ring.stats.checkpoints += 1;
+        self.cond.notify_all();
+        Ok(count as u64)
+    }
+
+    fn write_checkpoint(&self, tail: u64, tail_seq: u64) -> Result<(), JournalError> {
+        (self.flusher)().map_err(|source| JournalError::Io {
+            name: self.name.clone(),
+            what: "flush the array before a checkpoint",
+            source,
+        })?;
+        let mut sb = lock(&self.sb);
+        let mut next = sb.clone();
+        next.generation += 1;
+        next.tail_offset = tail;
+        next.tail_seq = tail_seq;
+        write_superblock(self.member.as_ref(), &next)?;
+        *sb = next;
+        Ok(())
+    }
+
+    fn checkpoint_loop(&self) {
+        loop {
+            {
+                let ring = lock(&self.ring);
+                let (ring, _) = self
+                    .cond
+                    .wait_timeout_while(ring, CHECKPOINT_INTERVAL, |r| {
+                        !r.shutdown && !r.checkpoint_wanted
+                    })
+                    .unwrap_or_else(|p| p.into_inner());
+                if ring.shutdown {
+                    return;
+                }
+                if ring.failed.is_some() {
+                    drop(ring);
+                    std::thread::sleep(CHECKPOINT_INTERVAL);
+                    continue;
+                }
+            }
+            let _ = self.checkpoint();
+        }
+    }
+}

@@ -111,7 +111,8 @@ pub fn open(spec: &str, opts: &OpenOptions) -> Result<Arc<dyn Member>, MemberErr
     open_with(spec, opts, &RemoteOptions::default())
 }
 
-/// [`open`] with settings for remote members (request timeout, requests in flight).
+/// [`open`] with settings for remote members (request timeout, requests in flight). An NBD
+/// export already exists: `opts.create_size` does not apply to it, `opts.read_only` does.
 pub fn open_with(
     spec: &str,
     opts: &OpenOptions,

@@ -43,6 +43,8 @@ pub struct Array {
     pub(crate) locks: StripeLocks,
     /// Per-member share of a batch from which member I/O fans out to threads.
     pub(crate) fanout_min_bytes: AtomicU64,
+    /// Issue 5's journal: RAID 5/6 member writes are logged here first (see `write_log`).
+    pub(crate) write_log: RwLock<Option<Arc<dyn crate::WriteLog>>>,
 }
 
 impl std::fmt::Debug for Array {
@@ -117,6 +119,7 @@ impl Array {
             in_flight: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             locks: StripeLocks::new(),
             fanout_min_bytes: AtomicU64::new(FANOUT_MIN_BYTES_DEFAULT),
+            write_log: RwLock::new(None),
         })
     }
 

@@ -119,6 +119,8 @@ pub enum IoError {
     },
     /// Too many members are missing or failed: the data is no longer all there.
     ArrayFailed { level: Level, missing: Vec<usize> },
+    /// The write-ahead log (journal) could not record a write; nothing was written in place.
+    Journal { source: std::io::Error },
 }
 
 impl fmt::Display for IoError {
@@ -139,6 +141,7 @@ impl fmt::Display for IoError {
                 f,
                 "array failed: {level} cannot serve data with members {missing:?} missing"
             ),
+            IoError::Journal { source } => write!(f, "the write was not logged: {source}"),
         }
     }
 }
@@ -148,6 +151,7 @@ impl std::error::Error for IoError {
         match self {
             IoError::Member { source, .. } => Some(source),
             IoError::ArrayFailed { .. } => None,
+            IoError::Journal { source } => Some(source),
         }
     }
 }

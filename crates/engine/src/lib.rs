@@ -44,6 +44,7 @@ mod raid56;
 mod recover;
 mod scrub;
 mod state;
+mod write_log;
 
 pub use array::{Array, ArrayConfig, FANOUT_MIN_BYTES_DEFAULT};
 pub use check::{CheckReport, Mismatch, MismatchKind, MISMATCHES_REPORTED_MAX};
@@ -52,6 +53,7 @@ pub use layout::{Geometry, Level};
 pub use locks::STRIPE_LOCKS_COUNT;
 pub use scrub::{SyncMode, UnitReport};
 pub use state::{FaultPolicy, FaultReason, FaultStats, MemberHealth};
+pub use write_log::{LogTicket, LoggedOp, WriteLog};
 
 /// How a discarded range is passed to members.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

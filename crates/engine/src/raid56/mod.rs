@@ -111,8 +111,9 @@ impl Array {
         let ops = (0..writable.len())
             .filter(|&role| writable[role])
             .map(|role| how.op(role, first * chunk, (end - first) * chunk))
-            .collect();
-        self.run(ops)
+            .collect::<Vec<_>>();
+        let group_end = [ops.len()];
+        self.run_logged(ops, &group_end)
     }
 
     /// Partial stripes: zeroes through the write path, so parity follows.

@@ -272,9 +272,11 @@ impl Array {
             plan.compute(g, buf);
         }
         let mut writes = Vec::new();
+        let mut group_ends = Vec::with_capacity(plans.len());
         for plan in &plans {
             plan.write_ops(g, &writable, buf, &mut writes);
+            group_ends.push(writes.len());
         }
-        self.run(writes)
+        self.run_logged(writes, &group_ends)
     }
 }

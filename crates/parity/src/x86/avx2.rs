@@ -5,40 +5,27 @@
 
 use std::arch::x86_64::*;
 
-use super::{affine_matrix, nibble_tables, Factor};
-use crate::plan::{Plan, MAX_OUTPUTS};
+use super::{affine_matrix, nibble_tables, Factor, Groups, Out, Prepared, Src};
+use crate::plan::Plan;
 
 const WIDTH: usize = 32;
 const UNROLL: usize = 4;
 
-/// A constant multiplier: with GFNI, `a` holds the affine matrix; without, `a` and `b` hold the
-/// low- and high-nibble product tables.
+/// A constant multiplier in registers: with GFNI, `a` holds the affine matrix; without, `a` and
+/// `b` hold the low- and high-nibble product tables.
 #[derive(Clone, Copy)]
 struct Mul {
-    factor: Factor,
     a: __m256i,
     b: __m256i,
-}
-
-type Src = super::Src<Mul>;
-type Out = super::Out<Mul>;
-type Groups<'a> = super::Groups<'a, Mul>;
-
-impl super::Multiplier for Mul {
-    fn factor(&self) -> Factor {
-        self.factor
-    }
 }
 
 /// # Safety
 /// The CPU must support AVX2.
 #[inline(always)]
 unsafe fn mul_of<const GFNI: bool>(c: u8) -> Mul {
-    let factor = Factor::of(c);
     if GFNI {
         let matrix = _mm256_set1_epi64x(affine_matrix(c) as i64);
         return Mul {
-            factor,
             a: matrix,
             b: matrix,
         };
@@ -52,7 +39,6 @@ unsafe fn mul_of<const GFNI: bool>(c: u8) -> Mul {
         )
     };
     Mul {
-        factor,
         a: _mm256_broadcastsi128_si256(low),
         b: _mm256_broadcastsi128_si256(high),
     }
@@ -61,21 +47,29 @@ unsafe fn mul_of<const GFNI: bool>(c: u8) -> Mul {
 /// # Safety
 /// The CPU must support AVX2, and GFNI when `GFNI`.
 #[inline(always)]
-unsafe fn apply<const GFNI: bool>(m: Mul, v: __m256i) -> __m256i {
-    match m.factor {
+unsafe fn mul<const GFNI: bool>(m: Mul, v: __m256i) -> __m256i {
+    if GFNI {
+        // SAFETY: the caller guarantees GFNI support.
+        return unsafe { _mm256_gf2p8affine_epi64_epi8::<0>(v, m.a) };
+    }
+    let mask = _mm256_set1_epi8(0x0f);
+    let low = _mm256_and_si256(v, mask);
+    let high = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
+    _mm256_xor_si256(
+        _mm256_shuffle_epi8(m.a, low),
+        _mm256_shuffle_epi8(m.b, high),
+    )
+}
+
+/// # Safety
+/// The CPU must support AVX2, and GFNI when `GFNI`.
+#[inline(always)]
+unsafe fn apply<const GFNI: bool>(factor: Factor, v: __m256i) -> __m256i {
+    match factor {
         Factor::Zero => _mm256_setzero_si256(),
         Factor::One => v,
-        // SAFETY: the caller guarantees GFNI support on this branch.
-        Factor::Other(_) if GFNI => unsafe { _mm256_gf2p8affine_epi64_epi8::<0>(v, m.a) },
-        Factor::Other(_) => {
-            let mask = _mm256_set1_epi8(0x0f);
-            let low = _mm256_and_si256(v, mask);
-            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask);
-            _mm256_xor_si256(
-                _mm256_shuffle_epi8(m.a, low),
-                _mm256_shuffle_epi8(m.b, high),
-            )
-        }
+        // SAFETY: features as guaranteed by the caller.
+        Factor::Other(c) => unsafe { mul::<GFNI>(mul_of::<GFNI>(c), v) },
     }
 }
 
@@ -104,42 +98,18 @@ pub unsafe fn run_gfni(plan: &mut Plan) -> usize {
 /// The CPU must support AVX2, and GFNI when `GFNI`.
 #[inline(always)]
 unsafe fn run_body<const GFNI: bool>(plan: &mut Plan) -> usize {
-    let mut srcs: Vec<Src> = plan
-        .sources
-        .iter()
-        // SAFETY: features as guaranteed by the caller.
-        .map(|s| Src {
-            ptr: s.data.as_ptr(),
-            to_p: s.to_p,
-            q: unsafe { mul_of::<GFNI>(s.q_coef) },
-        })
-        .collect();
-    let outs: Vec<Out> = plan
-        .outputs
-        .iter_mut()
-        // SAFETY: features as guaranteed by the caller.
-        .map(|o| unsafe {
-            Out {
-                ptr: o.data.as_mut_ptr(),
-                p: mul_of::<GFNI>(o.p_coef),
-                q: mul_of::<GFNI>(o.q_coef),
-                accumulate: o.accumulate,
-            }
-        })
-        .collect();
-    assert!(outs.len() <= MAX_OUTPUTS);
-    srcs.sort_unstable_by_key(super::Src::kind);
-    let groups = Groups::of(&srcs);
+    let prepared = Prepared::new(plan);
+    let (outs, groups) = (prepared.outs(), prepared.groups());
     let len = plan.len;
     let mut off = 0;
     while off + UNROLL * WIDTH <= len {
         // SAFETY: off + UNROLL * WIDTH <= len (parent module: all slices are len bytes).
-        unsafe { step::<UNROLL, GFNI>(&groups, &outs, off) };
+        unsafe { step::<UNROLL, GFNI>(&groups, outs, off) };
         off += UNROLL * WIDTH;
     }
     while off + WIDTH <= len {
         // SAFETY: off + WIDTH <= len.
-        unsafe { step::<1, GFNI>(&groups, &outs, off) };
+        unsafe { step::<1, GFNI>(&groups, outs, off) };
         off += WIDTH;
     }
     off
@@ -193,6 +163,14 @@ unsafe fn fold<const L: usize, const GFNI: bool, const TO_P: bool, const Q: u8>(
     q: &mut [__m256i; L],
 ) {
     for s in group {
+        let m = match s.q {
+            // SAFETY: features as guaranteed by this function's contract.
+            Factor::Other(c) => unsafe { mul_of::<GFNI>(c) },
+            _ => Mul {
+                a: _mm256_setzero_si256(),
+                b: _mm256_setzero_si256(),
+            },
+        };
         for k in 0..L {
             // SAFETY: in bounds by this function's contract; unaligned load.
             let v = unsafe { _mm256_loadu_si256(s.ptr.add(off + k * WIDTH).cast()) };
@@ -203,7 +181,7 @@ unsafe fn fold<const L: usize, const GFNI: bool, const TO_P: bool, const Q: u8>(
                 q[k] = _mm256_xor_si256(q[k], v);
             } else if Q == 2 {
                 // SAFETY: features as guaranteed by this function's contract.
-                q[k] = _mm256_xor_si256(q[k], unsafe { apply::<GFNI>(s.q, v) });
+                q[k] = _mm256_xor_si256(q[k], unsafe { mul::<GFNI>(m, v) });
             }
         }
     }

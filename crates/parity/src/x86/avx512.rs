@@ -1,100 +1,63 @@
-//! AVX-512 (F + BW) with GFNI: 64-byte vectors, four per step, GF multiply by `vgf2p8affineqb`;
-//! unaligned head and short tail done with byte-masked loads and stores.
-//! Soundness of the pointer arithmetic is argued in the parent module.
+//! AVX-512 (F + BW) with GFNI: 64-byte vectors, eight per step, GF multiply by `vgf2p8affineqb`;
+//! the loop is aligned to the first output, and the unaligned head and the short tail are done
+//! with byte-masked loads and stores. Soundness of the pointer arithmetic is argued in the
+//! parent module.
 
 use std::arch::x86_64::*;
 
-use super::{affine_matrix, Factor};
-use crate::plan::{Plan, MAX_OUTPUTS};
+use super::{affine_matrix, Factor, Groups, Out, Prepared, Src};
+use crate::plan::Plan;
 
 const WIDTH: usize = 64;
-const UNROLL: usize = 4;
-
-#[derive(Clone, Copy)]
-struct Mul {
-    factor: Factor,
-    matrix: __m512i,
-}
-
-type Src = super::Src<Mul>;
-type Out = super::Out<Mul>;
-type Groups<'a> = super::Groups<'a, Mul>;
-
-impl super::Multiplier for Mul {
-    fn factor(&self) -> Factor {
-        self.factor
-    }
-}
+const UNROLL: usize = 8;
 
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
-fn mul_of(c: u8) -> Mul {
-    Mul {
-        factor: Factor::of(c),
-        matrix: _mm512_set1_epi64(affine_matrix(c) as i64),
-    }
+#[inline]
+fn matrix(c: u8) -> __m512i {
+    _mm512_set1_epi64(affine_matrix(c) as i64)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 #[inline]
-fn apply(m: Mul, v: __m512i) -> __m512i {
-    match m.factor {
+fn apply(factor: Factor, v: __m512i) -> __m512i {
+    match factor {
         Factor::Zero => _mm512_setzero_si512(),
         Factor::One => v,
-        Factor::Other(_) => _mm512_gf2p8affine_epi64_epi8::<0>(v, m.matrix),
+        Factor::Other(c) => _mm512_gf2p8affine_epi64_epi8::<0>(v, matrix(c)),
     }
 }
 
-/// Runs the whole plan (aligned 64-byte steps, masked head and tail); returns `plan.len`.
+/// Runs the whole plan; returns `plan.len`.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW and GFNI.
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 pub unsafe fn run(plan: &mut Plan) -> usize {
-    let mut srcs: Vec<Src> = plan
-        .sources
-        .iter()
-        .map(|s| Src {
-            ptr: s.data.as_ptr(),
-            to_p: s.to_p,
-            q: mul_of(s.q_coef),
-        })
-        .collect();
-    let outs: Vec<Out> = plan
-        .outputs
-        .iter_mut()
-        .map(|o| Out {
-            ptr: o.data.as_mut_ptr(),
-            p: mul_of(o.p_coef),
-            q: mul_of(o.q_coef),
-            accumulate: o.accumulate,
-        })
-        .collect();
-    assert!(outs.len() <= MAX_OUTPUTS);
-    srcs.sort_unstable_by_key(super::Src::kind);
-    let groups = Groups::of(&srcs);
+    let prepared = Prepared::new(plan);
+    let (srcs, outs, groups) = (prepared.srcs(), prepared.outs(), prepared.groups());
     let len = plan.len;
-    // Align the loop to the first output (buffers from one allocator usually share their
+    // Align the loop to the first output (buffers from one allocator often share their
     // misalignment, e.g. 16 bytes past a page for large glibc blocks): a 64-byte access that
-    // straddles two cache lines costs two. The unaligned head and the tail are masked steps.
+    // straddles two cache lines costs two.
     let head = outs[0].ptr.align_offset(WIDTH).min(len);
     if head > 0 {
         // SAFETY: 0 + head <= len.
-        unsafe { masked_step(&srcs, &outs, 0, head) };
+        unsafe { masked_step(srcs, outs, 0, head) };
     }
     let mut off = head;
     while off + UNROLL * WIDTH <= len {
         // SAFETY: off + UNROLL * WIDTH <= len (parent module: all slices are len bytes).
-        unsafe { step::<UNROLL>(&groups, &outs, off) };
+        unsafe { step::<UNROLL>(&groups, outs, off) };
         off += UNROLL * WIDTH;
     }
     while off + WIDTH <= len {
         // SAFETY: off + WIDTH <= len.
-        unsafe { step::<1>(&groups, &outs, off) };
+        unsafe { step::<1>(&groups, outs, off) };
         off += WIDTH;
     }
     if off < len {
         // SAFETY: off + (len - off) = len.
-        unsafe { masked_step(&srcs, &outs, off, len - off) };
+        unsafe { masked_step(srcs, outs, off, len - off) };
     }
     len
 }
@@ -153,15 +116,58 @@ unsafe fn step<const L: usize>(groups: &Groups, outs: &[Out], off: usize) {
         fold::<L, true, 2>(groups.p_q_mul, off, &mut p, &mut q);
     }
     for o in outs {
-        for k in 0..L {
-            let mut value = _mm512_xor_si512(apply(o.p, p[k]), apply(o.q, q[k]));
-            let ptr = o.ptr.wrapping_add(off + k * WIDTH);
-            if o.accumulate {
-                // SAFETY: in bounds by this function's contract; unaligned load.
-                value = _mm512_xor_si512(value, unsafe { _mm512_loadu_si512(ptr.cast()) });
+        // SAFETY (all arms): the same bounds contract as this function's.
+        unsafe {
+            match (o.p, o.q, o.accumulate) {
+                (Factor::One, Factor::Zero, false) => emit::<L, false>(o, &p, off),
+                (Factor::One, Factor::Zero, true) => emit::<L, true>(o, &p, off),
+                (Factor::Zero, Factor::One, false) => emit::<L, false>(o, &q, off),
+                (Factor::Zero, Factor::One, true) => emit::<L, true>(o, &q, off),
+                _ => emit_combined::<L>(o, &p, &q, off),
             }
-            // SAFETY: in bounds; the output is exclusively borrowed by the plan.
-            unsafe { _mm512_storeu_si512(ptr.cast(), value) };
+        }
+    }
+}
+
+/// Writes `value` (XORed into the old contents when `ACCUMULATE`) to output `o` at `off`.
+///
+/// # Safety
+/// `off + L * WIDTH` must not exceed the output's length.
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+#[inline]
+unsafe fn emit<const L: usize, const ACCUMULATE: bool>(o: &Out, value: &[__m512i; L], off: usize) {
+    for (k, &value) in value.iter().enumerate() {
+        let ptr = o.ptr.wrapping_add(off + k * WIDTH);
+        // SAFETY: in bounds by this function's contract; unaligned load and store; the output
+        // is exclusively borrowed by the plan.
+        unsafe {
+            let value = if ACCUMULATE {
+                _mm512_xor_si512(value, _mm512_loadu_si512(ptr.cast()))
+            } else {
+                value
+            };
+            _mm512_storeu_si512(ptr.cast(), value);
+        }
+    }
+}
+
+/// Writes `o.p * p ^ o.q * q` (XORed into the old contents when `o.accumulate`) at `off`.
+///
+/// # Safety
+/// `off + L * WIDTH` must not exceed the output's length.
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+#[inline]
+unsafe fn emit_combined<const L: usize>(o: &Out, p: &[__m512i; L], q: &[__m512i; L], off: usize) {
+    let mut value = [_mm512_setzero_si512(); L];
+    for k in 0..L {
+        value[k] = _mm512_xor_si512(apply(o.p, p[k]), apply(o.q, q[k]));
+    }
+    // SAFETY: the same contract as this function's.
+    unsafe {
+        if o.accumulate {
+            emit::<L, true>(o, &value, off);
+        } else {
+            emit::<L, false>(o, &value, off);
         }
     }
 }
@@ -180,6 +186,10 @@ unsafe fn fold<const L: usize, const TO_P: bool, const Q: u8>(
     q: &mut [__m512i; L],
 ) {
     for s in group {
+        let m = match s.q {
+            Factor::Other(c) => matrix(c),
+            _ => _mm512_setzero_si512(),
+        };
         for k in 0..L {
             // SAFETY: in bounds by this function's contract; unaligned load.
             let v = unsafe { _mm512_loadu_si512(s.ptr.add(off + k * WIDTH).cast()) };
@@ -189,7 +199,7 @@ unsafe fn fold<const L: usize, const TO_P: bool, const Q: u8>(
             if Q == 1 {
                 q[k] = _mm512_xor_si512(q[k], v);
             } else if Q == 2 {
-                q[k] = _mm512_xor_si512(q[k], _mm512_gf2p8affine_epi64_epi8::<0>(v, s.q.matrix));
+                q[k] = _mm512_xor_si512(q[k], _mm512_gf2p8affine_epi64_epi8::<0>(v, m));
             }
         }
     }

@@ -17,31 +17,38 @@ pub mod avx512;
 #[cfg(test)]
 use crate::gf::gf_mul;
 use crate::gf::mul_const;
+use crate::plan::{Plan, Source, MAX_OUTPUTS};
 
-/// A source of a plan, with its kernel's encoding `M` of its q coefficient.
-pub struct Src<M> {
+/// Plans with at most this many sources are prepared without touching the heap.
+const STACK_SOURCES: usize = 32;
+
+/// A plan source as the loops see it.
+#[derive(Clone, Copy)]
+pub struct Src {
     pub ptr: *const u8,
     pub to_p: bool,
-    pub q: M,
+    pub q: Factor,
 }
 
-/// An output of a plan, with its kernel's encoding `M` of its coefficients.
-pub struct Out<M> {
+/// A plan output as the loops see it.
+#[derive(Clone, Copy)]
+pub struct Out {
     pub ptr: *mut u8,
-    pub p: M,
-    pub q: M,
+    pub p: Factor,
+    pub q: Factor,
     pub accumulate: bool,
 }
 
-/// A kernel's encoding of a constant multiplier.
-pub trait Multiplier {
-    fn factor(&self) -> Factor;
-}
+impl Src {
+    const NONE: Src = Src {
+        ptr: std::ptr::null(),
+        to_p: false,
+        q: Factor::Zero,
+    };
 
-impl<M: Multiplier> Src<M> {
     /// Sort key grouping sources by what they feed (see [`Groups`]).
     pub fn kind(&self) -> u8 {
-        match (self.to_p, self.q.factor()) {
+        match (self.to_p, self.q) {
             (true, Factor::Zero) => 0,
             (false, Factor::One) => 1,
             (true, Factor::One) => 2,
@@ -52,20 +59,94 @@ impl<M: Multiplier> Src<M> {
     }
 }
 
+impl Out {
+    const NONE: Out = Out {
+        ptr: std::ptr::null_mut(),
+        p: Factor::Zero,
+        q: Factor::Zero,
+        accumulate: false,
+    };
+}
+
+/// A plan's sources (sorted by [`Src::kind`]) and outputs as raw pointers, on the stack for up
+/// to [`STACK_SOURCES`] sources, so a small call costs no allocation.
+pub struct Prepared {
+    stack: [Src; STACK_SOURCES],
+    heap: Vec<Src>,
+    source_count: usize,
+    outs: [Out; MAX_OUTPUTS],
+    output_count: usize,
+}
+
+impl Prepared {
+    /// The raw pointers stay valid while the plan's borrows are held (the caller keeps `plan`).
+    pub fn new(plan: &mut Plan) -> Prepared {
+        let mut outs = [Out::NONE; MAX_OUTPUTS];
+        assert!(plan.outputs.len() <= MAX_OUTPUTS);
+        for (slot, o) in outs.iter_mut().zip(plan.outputs.iter_mut()) {
+            let (p, q) = (Factor::of(o.p_coef), Factor::of(o.q_coef));
+            *slot = Out {
+                ptr: o.data.as_mut_ptr(),
+                p,
+                q,
+                accumulate: o.accumulate,
+            };
+        }
+        let to_src = |s: &Source| Src {
+            ptr: s.data.as_ptr(),
+            to_p: s.to_p,
+            q: Factor::of(s.q_coef),
+        };
+        let mut prepared = Prepared {
+            stack: [Src::NONE; STACK_SOURCES],
+            heap: Vec::new(),
+            source_count: plan.sources.len(),
+            outs,
+            output_count: plan.outputs.len(),
+        };
+        if plan.sources.len() <= STACK_SOURCES {
+            for (slot, s) in prepared.stack.iter_mut().zip(plan.sources) {
+                *slot = to_src(s);
+            }
+            prepared.stack[..plan.sources.len()].sort_unstable_by_key(Src::kind);
+        } else {
+            prepared.heap = plan.sources.iter().map(to_src).collect();
+            prepared.heap.sort_unstable_by_key(Src::kind);
+        }
+        prepared
+    }
+
+    pub fn srcs(&self) -> &[Src] {
+        if self.heap.is_empty() {
+            &self.stack[..self.source_count]
+        } else {
+            &self.heap
+        }
+    }
+
+    pub fn outs(&self) -> &[Out] {
+        &self.outs[..self.output_count]
+    }
+
+    pub fn groups(&self) -> Groups<'_> {
+        Groups::of(self.srcs())
+    }
+}
+
 /// Sources split by what they feed, so each inner loop is branch-free: `p` only; `q` with
 /// coefficient 1; both with 1; `q` with a multiply; both with a multiply. Sources that feed
 /// nothing are dropped.
-pub struct Groups<'a, M> {
-    pub p_only: &'a [Src<M>],
-    pub q_one: &'a [Src<M>],
-    pub p_q_one: &'a [Src<M>],
-    pub q_mul: &'a [Src<M>],
-    pub p_q_mul: &'a [Src<M>],
+pub struct Groups<'a> {
+    pub p_only: &'a [Src],
+    pub q_one: &'a [Src],
+    pub p_q_one: &'a [Src],
+    pub q_mul: &'a [Src],
+    pub p_q_mul: &'a [Src],
 }
 
-impl<'a, M: Multiplier> Groups<'a, M> {
+impl<'a> Groups<'a> {
     /// `srcs` must be sorted by [`Src::kind`].
-    pub fn of(srcs: &'a [Src<M>]) -> Groups<'a, M> {
+    fn of(srcs: &'a [Src]) -> Groups<'a> {
         assert!(
             srcs.is_sorted_by_key(Src::kind),
             "plan sources must be grouped by kind"
@@ -83,11 +164,11 @@ impl<'a, M: Multiplier> Groups<'a, M> {
 }
 
 /// How a source or an output is multiplied, decided once per plan.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Factor {
     Zero,
     One,
-    /// Any other constant; the kernel's own encoding is precomputed beside it.
+    /// Any other constant; kernels look up its multiply matrix or tables when they use it.
     Other(u8),
 }
 

@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use crate::gf::{gf_inv, gf_pow2, two_data_coefficients};
-use crate::plan::{Output, Plan, Source};
+use crate::plan::{Output, Plan, Source, Sources};
 use crate::stripe::{check_data_count, classify, common_len, Lost};
 
 /// An implementation of the parity operations. [`Kernel::best`] is what the top-level functions
@@ -137,35 +137,34 @@ impl Kernel {
     /// dst = XOR of all srcs (all equal length, at least one src).
     pub fn xor_gen(self, srcs: &[&[u8]], dst: &mut [u8]) {
         assert!(!srcs.is_empty(), "xor_gen: at least one source is required");
-        let sources: Vec<Source> = srcs
-            .iter()
-            .map(|&data| Source {
+        let mut sources = Sources::new();
+        for &data in srcs {
+            sources.push(Source {
                 data,
                 to_p: true,
                 q_coef: 0,
-            })
-            .collect();
+            });
+        }
         let mut outputs = [Output {
             data: dst,
             p_coef: 1,
             q_coef: 0,
             accumulate: false,
         }];
-        self.run(Plan::new(&sources, &mut outputs));
+        self.run(Plan::new(sources.as_slice(), &mut outputs));
     }
 
     /// P = XOR of data; Q = sum over i of g^i * data[i] (as Linux md).
     pub fn pq_gen(self, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
         check_data_count(data.len());
-        let sources: Vec<Source> = data
-            .iter()
-            .enumerate()
-            .map(|(i, &data)| Source {
+        let mut sources = Sources::new();
+        for (i, &data) in data.iter().enumerate() {
+            sources.push(Source {
                 data,
                 to_p: true,
                 q_coef: gf_pow2(i),
-            })
-            .collect();
+            });
+        }
         let mut outputs = [
             Output {
                 data: p,
@@ -180,7 +179,7 @@ impl Kernel {
                 accumulate: false,
             },
         ];
-        self.run(Plan::new(&sources, &mut outputs));
+        self.run(Plan::new(sources.as_slice(), &mut outputs));
     }
 
     /// p ^= delta; q ^= g^data_index * delta.
@@ -240,12 +239,12 @@ impl Kernel {
     /// Computes the recipe's lost blocks from the surviving ones.
     fn solve(self, blocks: &mut [&mut [u8]], n: usize, recipe: &Recipe) {
         let lost = &recipe.lost[..recipe.lost_count];
-        let mut targets: Vec<(usize, &mut [u8])> = lost
-            .iter()
-            .map(|&(index, _, _)| (index, std::mem::take(&mut blocks[index])))
-            .collect();
+        let mut taken: [&mut [u8]; 2] = [&mut [], &mut []];
+        for (slot, &(index, _, _)) in taken.iter_mut().zip(lost) {
+            *slot = std::mem::take(&mut blocks[index]);
+        }
         let is_lost = |index: usize| lost.iter().any(|&(l, _, _)| l == index);
-        let mut sources: Vec<Source> = Vec::with_capacity(n + 2);
+        let mut sources = Sources::new();
         for (i, block) in blocks[..n].iter().enumerate().filter(|(i, _)| !is_lost(*i)) {
             let q_coef = if recipe.data_q { gf_pow2(i) } else { 0 };
             sources.push(Source {
@@ -268,20 +267,19 @@ impl Kernel {
                 q_coef: 1,
             });
         }
-        let mut outputs: Vec<Output> = targets
-            .iter_mut()
-            .zip(lost)
-            .map(|((_, data), &(_, p_coef, q_coef))| Output {
-                data,
-                p_coef,
-                q_coef,
-                accumulate: false,
-            })
-            .collect();
-        self.run(Plan::new(&sources, &mut outputs));
-        drop(outputs);
-        drop(sources);
-        for (index, data) in targets {
+        let [first, second] = &mut taken;
+        let output = |data, &(_, p_coef, q_coef): &(usize, u8, u8)| Output {
+            data,
+            p_coef,
+            q_coef,
+            accumulate: false,
+        };
+        let mut outputs = [
+            output(&mut **first, &recipe.lost[0]),
+            output(&mut **second, &recipe.lost[1]),
+        ];
+        self.run(Plan::new(sources.as_slice(), &mut outputs[..lost.len()]));
+        for (data, &(index, _, _)) in taken.into_iter().zip(lost) {
             blocks[index] = data;
         }
     }

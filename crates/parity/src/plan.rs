@@ -13,12 +13,63 @@ use crate::stripe::common_len;
 pub const MAX_OUTPUTS: usize = 2;
 
 /// A block read by a plan.
+#[derive(Clone, Copy)]
 pub struct Source<'a> {
     pub data: &'a [u8],
     /// Whether it is XORed into the running `p`.
     pub to_p: bool,
     /// Its coefficient in the running `q` (0: not part of q).
     pub q_coef: u8,
+}
+
+impl Source<'_> {
+    const NONE: Source<'static> = Source {
+        data: &[],
+        to_p: false,
+        q_coef: 0,
+    };
+}
+
+/// Plans with at most this many sources collect them without touching the heap.
+const STACK_SOURCES: usize = 32;
+
+/// A growing list of sources kept on the stack while it is short (a small parity call then
+/// costs no allocation), moved to the heap beyond [`STACK_SOURCES`].
+pub struct Sources<'a> {
+    stack: [Source<'a>; STACK_SOURCES],
+    heap: Vec<Source<'a>>,
+    count: usize,
+}
+
+impl<'a> Sources<'a> {
+    pub fn new() -> Sources<'a> {
+        Sources {
+            stack: [Source::NONE; STACK_SOURCES],
+            heap: Vec::new(),
+            count: 0,
+        }
+    }
+
+    pub fn push(&mut self, source: Source<'a>) {
+        if self.count < STACK_SOURCES {
+            self.stack[self.count] = source;
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.stack);
+            }
+            self.heap.push(source);
+        }
+        self.count += 1;
+    }
+
+    pub fn as_slice(&self) -> &[Source<'a>] {
+        if self.count <= STACK_SOURCES {
+            &self.stack[..self.count]
+        } else {
+            assert_eq!(self.heap.len(), self.count);
+            &self.heap
+        }
+    }
 }
 
 /// A block written by a plan.

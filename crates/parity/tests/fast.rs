@@ -88,3 +88,16 @@ fn the_largest_stripe_is_recovered() {
         }
     });
 }
+
+#[test]
+fn many_sources_spill_from_the_stack_correctly() {
+    with_seed("many_sources_spill_from_the_stack_correctly", |rng| {
+        for imp in kernels() {
+            for n in [31, 32, 33, 64, parity::MAX_DATA_BLOCKS] {
+                let len = random_len(rng).min(700);
+                check::check_generation(imp, rng, n, len);
+                check::check_update(imp, rng, n, len.max(1));
+            }
+        }
+    });
+}

@@ -15,6 +15,8 @@
 //!   meanwhile), tracks completion and checkpoints (flush the array, advance the tail).
 //! - [`WriteBack`] over a [`Backing`]: a bounded buffer overlaid on reads, applied in the
 //!   background with contiguous writes merged.
+//! - [`WriteThroughLog`]: the `engine::WriteLog` hook (RAID 5/6 stripes logged before they are
+//!   written in place); [`recover`] replays a journal into an `engine::Array` at assembly.
 //!
 //! ```
 //! use journal::{format, read_superblock, scan, Journal, Mode, Record};
@@ -38,6 +40,7 @@
 
 mod error;
 mod format;
+mod hook;
 mod scan;
 mod writeback;
 mod writer;
@@ -47,6 +50,7 @@ pub use format::{
     align_up, decode_record, Header, MemberOp, Mode, Record, Superblock, HEADER_BYTES,
     JOURNAL_VERSION, RECORD_ALIGN, RING_BYTES_MIN, RING_OFFSET, SUPERBLOCK_BYTES,
 };
+pub use hook::{recover, WriteThroughLog};
 pub use scan::{read_superblock, scan, ScanSummary};
 pub use writeback::{
     replay_array_write, Backing, WriteBack, APPLY_BYTES_MAX, BUFFER_BYTES_DEFAULT,

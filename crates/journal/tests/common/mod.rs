@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use member::Member;
 
@@ -51,75 +51,123 @@ pub fn pattern(tag: u64, len: usize) -> Vec<u8> {
     (0..len).map(|_| rng.next() as u8).collect()
 }
 
+#[derive(Default)]
 struct SimState {
     current: Vec<u8>,
     durable: Vec<u8>,
     pending: Vec<(usize, Vec<u8>)>,
 }
 
-#[derive(Debug)]
+/// Members that share one lock, so a power loss cuts all of them at the same instant.
+#[derive(Default)]
+pub struct World {
+    states: Mutex<Vec<SimState>>,
+}
+
 pub struct SimMember {
     name: String,
-    state: Mutex<SimState>,
+    world: Arc<World>,
+    index: usize,
 }
 
-impl std::fmt::Debug for SimState {
+impl std::fmt::Debug for SimMember {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} pending writes", self.pending.len())
+        write!(f, "SimMember({})", self.name)
     }
 }
 
-impl SimMember {
-    pub fn new(name: &str, len: usize) -> SimMember {
-        SimMember {
-            name: name.to_string(),
-            state: Mutex::new(SimState {
-                current: vec![0; len],
-                durable: vec![0; len],
-                pending: Vec::new(),
-            }),
-        }
+impl World {
+    pub fn new() -> Arc<World> {
+        Arc::new(World::default())
     }
 
-    /// What a power loss now could leave: durable data plus a seeded subset of the unflushed
-    /// writes, in order, each torn at sector granularity.
-    pub fn crash(&self, seed: u64) -> SimMember {
-        let s = self.state.lock().unwrap();
+    /// A new member of `len` zero bytes in this world.
+    pub fn member(self: &Arc<World>, name: &str, len: usize) -> Arc<SimMember> {
+        let mut states = self.states.lock().unwrap();
+        states.push(SimState {
+            current: vec![0; len],
+            durable: vec![0; len],
+            pending: Vec::new(),
+        });
+        Arc::new(SimMember {
+            name: name.to_string(),
+            world: Arc::clone(self),
+            index: states.len() - 1,
+        })
+    }
+
+    /// What a power loss now could leave on every member: durable data plus a seeded subset
+    /// of the unflushed writes, in order, each torn at sector granularity. Returns a new world
+    /// with the members in the same order.
+    pub fn crash(&self, seed: u64, names: &[&str]) -> (Arc<World>, Vec<Arc<SimMember>>) {
+        let states = self.states.lock().unwrap();
+        assert_eq!(names.len(), states.len());
         let mut rng = Rng::new(seed);
-        let mut image = s.durable.clone();
-        for (offset, data) in &s.pending {
-            match rng.below(3) {
-                0 => continue,
-                1 => image[*offset..*offset + data.len()].copy_from_slice(data),
-                _ => {
-                    for (i, sector) in data.chunks(SECTOR).enumerate() {
-                        if rng.below(2) == 0 {
-                            let at = offset + i * SECTOR;
-                            image[at..at + sector.len()].copy_from_slice(sector);
-                        }
+        let world = World::new();
+        let members = states
+            .iter()
+            .zip(names)
+            .map(|(s, name)| {
+                let image = torn_image(s, &mut rng);
+                let m = world.member(name, image.len());
+                m.poke(0, &image);
+                m
+            })
+            .collect();
+        (world, members)
+    }
+}
+
+fn torn_image(s: &SimState, rng: &mut Rng) -> Vec<u8> {
+    let mut image = s.durable.clone();
+    for (offset, data) in &s.pending {
+        match rng.below(3) {
+            0 => continue,
+            1 => image[*offset..*offset + data.len()].copy_from_slice(data),
+            _ => {
+                for (i, sector) in data.chunks(SECTOR).enumerate() {
+                    if rng.below(2) == 0 {
+                        let at = offset + i * SECTOR;
+                        image[at..at + sector.len()].copy_from_slice(sector);
                     }
                 }
             }
         }
+    }
+    image
+}
+
+impl SimMember {
+    /// A member alone in its own world.
+    pub fn new(name: &str, len: usize) -> SimMember {
+        let world = World::new();
+        let m = world.member(name, len);
         SimMember {
-            name: self.name.clone(),
-            state: Mutex::new(SimState {
-                current: image.clone(),
-                durable: image,
-                pending: Vec::new(),
-            }),
+            name: m.name.clone(),
+            world,
+            index: 0,
         }
+    }
+
+    /// This member's image after a power loss now (see [`World::crash`]).
+    pub fn crash(&self, seed: u64) -> SimMember {
+        let states = self.world.states.lock().unwrap();
+        let image = torn_image(&states[self.index], &mut Rng::new(seed));
+        let m = SimMember::new(&self.name, image.len());
+        m.poke(0, &image);
+        m
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut SimState) -> T) -> T {
+        f(&mut self.world.states.lock().unwrap()[self.index])
     }
 
     /// Direct access for damaging bytes in tests (durable at once).
     pub fn poke(&self, offset: usize, bytes: &[u8]) {
-        let mut s = self.state.lock().unwrap();
-        s.current[offset..offset + bytes.len()].copy_from_slice(bytes);
-        s.durable[offset..offset + bytes.len()].copy_from_slice(bytes);
-    }
-
-    pub fn peek(&self, offset: usize, len: usize) -> Vec<u8> {
-        self.state.lock().unwrap().current[offset..offset + len].to_vec()
+        self.with(|s| {
+            s.current[offset..offset + bytes.len()].copy_from_slice(bytes);
+            s.durable[offset..offset + bytes.len()].copy_from_slice(bytes);
+        })
     }
 
     fn check(&self, offset: u64, len: usize, total: usize) -> io::Result<usize> {
@@ -139,27 +187,29 @@ impl Member for SimMember {
         &self.name
     }
     fn len(&self) -> u64 {
-        self.state.lock().unwrap().current.len() as u64
+        self.with(|s| s.current.len() as u64)
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let s = self.state.lock().unwrap();
-        let at = self.check(offset, buf.len(), s.current.len())?;
-        buf.copy_from_slice(&s.current[at..at + buf.len()]);
-        Ok(())
+        self.with(|s| {
+            let at = self.check(offset, buf.len(), s.current.len())?;
+            buf.copy_from_slice(&s.current[at..at + buf.len()]);
+            Ok(())
+        })
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let mut s = self.state.lock().unwrap();
-        let at = self.check(offset, buf.len(), s.current.len())?;
-        s.current[at..at + buf.len()].copy_from_slice(buf);
-        s.pending.push((at, buf.to_vec()));
-        Ok(())
+        self.with(|s| {
+            let at = self.check(offset, buf.len(), s.current.len())?;
+            s.current[at..at + buf.len()].copy_from_slice(buf);
+            s.pending.push((at, buf.to_vec()));
+            Ok(())
+        })
     }
     fn flush(&self) -> io::Result<()> {
-        let mut s = self.state.lock().unwrap();
-        let s = &mut *s;
-        s.durable.copy_from_slice(&s.current);
-        s.pending.clear();
-        Ok(())
+        self.with(|s| {
+            s.durable.copy_from_slice(&s.current);
+            s.pending.clear();
+            Ok(())
+        })
     }
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         self.write_at(&vec![0; len as usize], offset)

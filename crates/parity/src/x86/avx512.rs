@@ -10,6 +10,7 @@ use crate::plan::Plan;
 
 const WIDTH: usize = 64;
 const UNROLL: usize = 8;
+const _: () = assert!(UNROLL == 8, "the remainder steps below assume 8");
 
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 #[inline]
@@ -50,7 +51,18 @@ pub unsafe fn run(plan: &mut Plan) -> usize {
         unsafe { step::<UNROLL>(&groups, outs, off) };
         off += UNROLL * WIDTH;
     }
-    while off + WIDTH <= len {
+    // Fewer than UNROLL whole vectors remain: at most one step each of 4, 2 and 1.
+    if off + 4 * WIDTH <= len {
+        // SAFETY: off + 4 * WIDTH <= len.
+        unsafe { step::<4>(&groups, outs, off) };
+        off += 4 * WIDTH;
+    }
+    if off + 2 * WIDTH <= len {
+        // SAFETY: off + 2 * WIDTH <= len.
+        unsafe { step::<2>(&groups, outs, off) };
+        off += 2 * WIDTH;
+    }
+    if off + WIDTH <= len {
         // SAFETY: off + WIDTH <= len.
         unsafe { step::<1>(&groups, outs, off) };
         off += WIDTH;

@@ -42,7 +42,11 @@ impl Array {
             "survives() promised a copy of chunk {}",
             piece.chunk
         );
-        let start = (piece.chunk % live.len() as u64) as usize;
+        // Rotate by chunk, shifted every `member_count` chunks: with near-2 RAID 10 on an
+        // even member count, plain `chunk mod copies` would always pick the same member of
+        // each pair.
+        let n = self.member_count() as u64;
+        let start = ((piece.chunk + piece.chunk / n) % live.len() as u64) as usize;
         (0..live.len())
             .map(|i| live[(start + i) % live.len()])
             .min_by_key(|c| self.in_flight[c.role].load(Ordering::Relaxed))

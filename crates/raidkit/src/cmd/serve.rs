@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use cache::{CacheConfig, ReadAhead, ReadCache};
 use layout::Level;
 use member::{Member, OpenOptions};
 use metadata::{ArrayState, AssembleOptions, CreateOptions, Volume};
@@ -68,6 +69,21 @@ pub struct Args {
     #[arg(long, short = 'f', requires = "create")]
     force: bool,
 
+    /// Read cache in memory, shared by all clients and kept coherent with their writes
+    /// (0 = no cache).
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = super::size_arg)]
+    cache_size: u64,
+
+    /// Read-ahead: off, on (after every read) or adaptive (once a client reads sequentially,
+    /// until its reads turn random).
+    #[arg(long, value_name = "MODE", default_value = "adaptive", value_parser = parse_read_ahead)]
+    read_ahead: ReadAhead,
+
+    /// Bytes kept read ahead of each sequential client: a multiple of 64K, at most half the
+    /// cache (default 1M, or half a smaller cache).
+    #[arg(long, value_name = "SIZE", value_parser = super::size_arg)]
+    read_ahead_window: Option<u64>,
+
     /// Member files, block devices or (with --create) RAM (mem:SIZE); role order for --create.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -75,6 +91,36 @@ pub struct Args {
 
 fn parse_level(text: &str) -> Result<Level, String> {
     text.parse::<Level>().map_err(|e| e.to_string())
+}
+
+fn parse_read_ahead(text: &str) -> Result<ReadAhead, String> {
+    text.parse::<ReadAhead>().map_err(|e| e.to_string())
+}
+
+/// The read cache the flags ask for, checked before anything is opened.
+fn cache_config(args: &Args) -> anyhow::Result<CacheConfig> {
+    let defaults = CacheConfig::default();
+    let block = defaults.block_bytes;
+    let half_cache = args.cache_size / block / 2 * block;
+    let config = CacheConfig {
+        size_bytes: args.cache_size,
+        read_ahead: args.read_ahead,
+        window_bytes: args
+            .read_ahead_window
+            .unwrap_or_else(|| defaults.window_bytes.min(half_cache)),
+        ..defaults
+    };
+    config
+        .validate()
+        .context("--cache-size, --read-ahead, --read-ahead-window")?;
+    Ok(config)
+}
+
+/// The volume as an NBD export behind the read cache (a pass-through with --cache-size 0).
+fn cached_export(volume: &Arc<Volume>, cache: CacheConfig) -> anyhow::Result<Arc<dyn nbd::Export>> {
+    let export = ReadCache::new(VolumeExport(Arc::clone(volume)), cache)
+        .context("starting the read cache")?;
+    Ok(Arc::new(export))
 }
 
 /// Where to listen, decided before anything is opened.
@@ -85,6 +131,7 @@ enum Endpoint {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let endpoint = endpoint(&args)?;
+    let cache = cache_config(&args)?;
     let (volume, needs_resync) = open_volume(&args)?;
     let volume = Arc::new(volume);
     if needs_resync {
@@ -98,7 +145,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let served = runtime.block_on(serve(&volume, endpoint, &export_name, args.read_only));
+    let served = runtime.block_on(serve(
+        &volume,
+        endpoint,
+        &export_name,
+        args.read_only,
+        cache,
+    ));
     // Close even if serving failed: requests already answered must be flushed.
     let closed = volume
         .close()
@@ -185,6 +238,7 @@ async fn serve(
     endpoint: Endpoint,
     export_name: &str,
     read_only: bool,
+    cache: CacheConfig,
 ) -> anyhow::Result<()> {
     let listener = match &endpoint {
         Endpoint::Unix(path) => nbd::Listener::bind_unix(path)
@@ -205,7 +259,7 @@ async fn serve(
         describe(volume)
     );
     std::io::stdout().flush().context("writing to stdout")?;
-    let export = Arc::new(VolumeExport(Arc::clone(volume)));
+    let export = cached_export(volume, cache)?;
     nbd::serve(listener, export, config, shutdown_signal()).await?;
     Ok(())
 }

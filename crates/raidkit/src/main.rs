@@ -1,7 +1,13 @@
 //! `raidkit`: the command line. One module per subcommand under `cmd/`; errors print one line
 //! plus their cause chain to stderr and exit non-zero.
+//!
+//! The operator commands (`status`, `fail`, `remove`, `add`, `replace`, `scrub`,
+//! `speed-limit`) talk to a running `raidkit serve --admin PATH` through `admin::client`;
+//! `admin::server` is the other end, run inside `serve`.
 
+mod admin;
 mod cmd;
+mod progress;
 
 use std::process::ExitCode;
 
@@ -21,6 +27,14 @@ enum Command {
     Create(cmd::create::Args),
     Examine(cmd::examine::Args),
     Serve(cmd::serve::Args),
+    Status(cmd::status::Args),
+    Fail(cmd::manage::FailArgs),
+    Remove(cmd::manage::RemoveArgs),
+    Add(cmd::manage::AddArgs),
+    Replace(cmd::manage::ReplaceArgs),
+    Scrub(cmd::manage::ScrubArgs),
+    #[command(name = "speed-limit")]
+    SpeedLimit(cmd::manage::SpeedArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -28,6 +42,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Create(args) => cmd::create::run(args),
         Command::Examine(args) => cmd::examine::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::Status(args) => cmd::status::run(args),
+        Command::Fail(args) => cmd::manage::fail(args),
+        Command::Remove(args) => cmd::manage::remove(args),
+        Command::Add(args) => cmd::manage::add(args),
+        Command::Replace(args) => cmd::manage::replace(args),
+        Command::Scrub(args) => cmd::manage::scrub(args),
+        Command::SpeedLimit(args) => cmd::manage::speed(args),
     }
 }
 

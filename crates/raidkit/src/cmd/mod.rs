@@ -2,7 +2,9 @@
 
 pub mod create;
 pub mod examine;
+pub mod manage;
 pub mod serve;
+pub mod status;
 
 /// Parses a size argument (`64K`, `1M`, `2G`…, powers of 1024) for clap.
 pub fn size_arg(text: &str) -> Result<u64, String> {

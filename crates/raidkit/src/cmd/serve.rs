@@ -7,12 +7,17 @@ use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use cache::{CacheConfig, ReadAhead, ReadCache};
 use layout::Level;
-use member::{Member, OpenOptions};
-use metadata::{ArrayState, AssembleOptions, CreateOptions, Volume};
+use member::{Member, OpenOptions, RemoteOptions};
+use metadata::{ArrayState, AssembleOptions, CreateOptions, FaultPolicy, SpeedLimits, Volume};
+
+use crate::admin;
+use crate::admin::control::VolumeControl;
+use crate::admin::server::{AdminSocket, Control};
 
 /// NBD's registered port.
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
@@ -26,6 +31,15 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 /// --listen names one. Prints one line with the NBD URI when ready. On SIGINT/SIGTERM it
 /// finishes requests in flight, flushes, marks the array clean and exits 0. An array found
 /// dirty (after a crash) is resynced in the background while it is served.
+///
+/// Faults: a member with a write error, more than --read-errors-max read errors within
+/// --read-error-window, or a request slower than --io-timeout is marked faulty and the array
+/// continues degraded; a read error is repaired from redundancy. A member that cannot be
+/// opened at start (a remote server that is down) is left out: the array starts degraded if
+/// it can. When a member fails and a spare is present, the rebuild starts by itself,
+/// throttled between --speed-min and --speed-max; its progress is kept in the superblocks and
+/// resumes after a restart. With --admin PATH the operator commands (raidkit status, fail,
+/// remove, add, replace, scrub, speed-limit) control the running array.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Listen on a Unix socket at PATH (it must not exist) instead of TCP.
@@ -68,6 +82,43 @@ pub struct Args {
     /// With --create: overwrite members that carry a superblock or data.
     #[arg(long, short = 'f', requires = "create")]
     force: bool,
+
+    /// With --create: skip the initial sync of members that cannot be zeroed cheaply (block
+    /// devices, remote members): you promise they are zeroed or otherwise consistent.
+    #[arg(long, requires = "create")]
+    assume_clean: bool,
+
+    /// A hot spare (repeatable): it receives a spare superblock of this array (or already
+    /// carries one) and takes the place of the first member that fails.
+    #[arg(long, value_name = "MEMBER")]
+    spare: Vec<String>,
+
+    /// Serve the admin API (HTTP + JSON) on a Unix socket at PATH (created mode 0600, removed
+    /// at exit), used by `raidkit status`, `fail`, `add`, `replace`, `scrub`…
+    #[arg(long, value_name = "PATH", conflicts_with = "read_only")]
+    admin: Option<PathBuf>,
+
+    /// A member with more read errors than this within --read-error-window is marked faulty.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    read_errors_max: u32,
+
+    /// The window over which read errors are counted, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    read_error_window: u64,
+
+    /// A member request slower than this (seconds) marks the member faulty; remote members
+    /// also use it as their connect and request deadline. No client waits on a member longer.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    io_timeout: u64,
+
+    /// Background work (rebuild, resync, scrub) keeps at least this rate per member, even
+    /// under client load (bytes per second, K/M/G suffixes).
+    #[arg(long, value_name = "SIZE/s", default_value = "1M", value_parser = super::manage::rate_arg)]
+    speed_min: u64,
+
+    /// Background work never exceeds this rate per member (bytes per second, K/M/G suffixes).
+    #[arg(long, value_name = "SIZE/s", default_value = "200M", value_parser = super::manage::rate_arg)]
+    speed_max: u64,
 
     /// Read cache in memory, shared by all clients and kept coherent with their writes
     /// (0 = no cache).
@@ -145,13 +196,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let admin = match &args.admin {
+        Some(path) => Some(
+            AdminSocket::bind(path)
+                .with_context(|| format!("cannot create the admin socket {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let control = Arc::new(VolumeControl::new(
+        Arc::clone(&volume),
+        open_options(&args),
+        remote_options(&args),
+    ));
     let served = runtime.block_on(serve(
         &volume,
         endpoint,
         &export_name,
         args.read_only,
         cache,
+        admin
+            .as_ref()
+            .map(|socket| (socket, control as Arc<dyn Control>)),
     ));
+    drop(admin);
     // Close even if serving failed: requests already answered must be flushed.
     let closed = volume
         .close()
@@ -175,38 +242,111 @@ fn endpoint(args: &Args) -> anyhow::Result<Endpoint> {
     Ok(Endpoint::Tcp(addr))
 }
 
-/// The assembled volume, and whether it needs a resync (it was found dirty).
-fn open_volume(args: &Args) -> anyhow::Result<(Volume, bool)> {
-    let opts = OpenOptions {
+fn open_options(args: &Args) -> OpenOptions {
+    OpenOptions {
         create_size: args.size,
         read_only: args.read_only,
-    };
-    let members = args
-        .members
-        .iter()
-        .map(|spec| member::open(spec, &opts).map_err(anyhow::Error::from))
-        .collect::<anyhow::Result<Vec<Arc<dyn Member>>>>()?;
+    }
+}
+
+fn remote_options(args: &Args) -> RemoteOptions {
+    RemoteOptions {
+        io_timeout: Duration::from_secs(args.io_timeout),
+        ..RemoteOptions::default()
+    }
+}
+
+fn fault_policy(args: &Args) -> FaultPolicy {
+    FaultPolicy {
+        read_errors_max: args.read_errors_max,
+        read_error_window: Duration::from_secs(args.read_error_window),
+        io_timeout: Duration::from_secs(args.io_timeout),
+    }
+}
+
+fn speed_limits(args: &Args) -> anyhow::Result<SpeedLimits> {
+    if args.speed_min > args.speed_max {
+        bail!(
+            "--speed-min ({} bytes/s) is above --speed-max ({} bytes/s)",
+            args.speed_min,
+            args.speed_max
+        );
+    }
+    Ok(SpeedLimits {
+        min_bytes_per_sec: args.speed_min,
+        max_bytes_per_sec: args.speed_max,
+    })
+}
+
+/// Opens the members. With --create every member must open; otherwise a member that cannot be
+/// opened (a remote server that is down) is left out with a warning and assembly decides
+/// whether the array can start degraded.
+fn open_members(args: &Args, specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
+    let (opts, remote) = (open_options(args), remote_options(args));
+    let mut members = Vec::with_capacity(specs.len());
+    for spec in specs {
+        match member::open_with(spec, &opts, &remote) {
+            Ok(m) => members.push(m),
+            Err(e) if args.create => return Err(e.into()),
+            Err(e) => eprintln!("raidkit: warning: member {spec} left out: {e}"),
+        }
+    }
+    if members.is_empty() {
+        bail!("no member could be opened");
+    }
+    Ok(members)
+}
+
+/// The assembled volume, and whether it needs a resync (it was found dirty).
+fn open_volume(args: &Args) -> anyhow::Result<(Volume, bool)> {
+    let mut members = open_members(args, &args.members)?;
+    let spares = open_members_all(args, &args.spare)?;
     if args.create {
-        create(args, &members)?;
+        create(args, &members, &spares)?;
     } else if members
         .iter()
         .any(|m| m.name().starts_with(member::MEM_PREFIX))
     {
         bail!("RAM members (mem:SIZE) start empty: use --create to make a new array on them");
     }
-    let was_dirty = metadata::read_superblock(members[0].as_ref())
-        .map(|sb| sb.state == ArrayState::Dirty)
-        .unwrap_or(false);
-    let volume =
-        metadata::assemble(members, &AssembleOptions::default()).context("assembling the array")?;
+    let first = metadata::read_superblock(members[0].as_ref()).ok();
+    let was_dirty = first
+        .as_ref()
+        .is_some_and(|sb| sb.state == ArrayState::Dirty);
+    // Spares that already belong to this array (from an earlier start) are members to
+    // assemble; blank ones get a spare superblock.
+    let uuid = first.as_ref().map(|sb| sb.array_uuid);
+    let (known, blank): (Vec<_>, Vec<_>) = spares.into_iter().partition(|m| {
+        metadata::read_superblock(m.as_ref()).is_ok_and(|sb| Some(sb.array_uuid) == uuid)
+    });
+    members.extend(known);
+    let opts = AssembleOptions {
+        spares: if args.create { Vec::new() } else { blank },
+        fault_policy: fault_policy(args),
+        speed_limits: speed_limits(args)?,
+        ..AssembleOptions::default()
+    };
+    let volume = metadata::assemble(members, &opts).context("assembling the array")?;
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");
     }
     Ok((volume, was_dirty && !args.read_only))
 }
 
+/// Opens members that must all be there (spares).
+fn open_members_all(args: &Args, specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
+    let (opts, remote) = (open_options(args), remote_options(args));
+    specs
+        .iter()
+        .map(|spec| {
+            member::open_with(spec, &opts, &remote)
+                .with_context(|| format!("cannot open spare {spec}"))
+        })
+        .collect()
+}
+
 /// Makes redundancy consistent after an unclean shutdown while the array is served; until it
-/// finishes, `close` keeps the array marked dirty.
+/// finishes, `close` leaves the array marked dirty.
 fn start_resync(volume: &Arc<Volume>) {
     eprintln!(
         "raidkit: array \"{}\" was not shut down cleanly: resyncing in the background",
@@ -219,13 +359,19 @@ fn start_resync(volume: &Arc<Volume>) {
     });
 }
 
-fn create(args: &Args, members: &[Arc<dyn Member>]) -> anyhow::Result<()> {
+fn create(
+    args: &Args,
+    members: &[Arc<dyn Member>],
+    spares: &[Arc<dyn Member>],
+) -> anyhow::Result<()> {
     let level = args.level.context("--create needs --level")?;
     let name = args.name.as_deref().unwrap_or("raidkit");
     let defaults = CreateOptions::new(level, name);
     let opts = CreateOptions {
         chunk_bytes: args.chunk.unwrap_or(defaults.chunk_bytes),
         force: args.force,
+        spares: spares.to_vec(),
+        assume_clean: args.assume_clean,
         ..defaults
     };
     metadata::create(members, &opts)
@@ -239,6 +385,7 @@ async fn serve(
     export_name: &str,
     read_only: bool,
     cache: CacheConfig,
+    admin: Option<(&AdminSocket, Arc<dyn Control>)>,
 ) -> anyhow::Result<()> {
     let listener = match &endpoint {
         Endpoint::Unix(path) => nbd::Listener::bind_unix(path)
@@ -254,14 +401,46 @@ async fn serve(
         ..nbd::ServerConfig::default()
     };
     let uri = listener.uri(export_name);
+    // One stop flag for both servers: set by SIGINT/SIGTERM, or when the NBD server ends.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let on_signal = Arc::clone(&stop_tx);
+    let signal_task = tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = on_signal.send(true);
+    });
+    if let Some((socket, _)) = &admin {
+        eprintln!("raidkit: admin API on {}", socket.path().display());
+    }
     println!(
         "raidkit: serving \"{export_name}\" ({}) at {uri}",
         describe(volume)
     );
     std::io::stdout().flush().context("writing to stdout")?;
     let export = cached_export(volume, cache)?;
-    nbd::serve(listener, export, config, shutdown_signal()).await?;
+    let nbd_served = async {
+        let result = nbd::serve(listener, export, config, stopped(stop_rx.clone())).await;
+        let _ = stop_tx.send(true);
+        result
+    };
+    let admin_served = async {
+        match admin {
+            Some((socket, control)) => {
+                admin::server::serve(socket, control, stopped(stop_rx.clone())).await
+            }
+            None => Ok(()),
+        }
+    };
+    let (nbd_result, admin_result) = tokio::join!(nbd_served, admin_served);
+    signal_task.abort();
+    nbd_result?;
+    admin_result.context("admin socket")?;
     Ok(())
+}
+
+/// Completes when the stop flag is set.
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 /// Completes on the first SIGINT or SIGTERM.

@@ -1,0 +1,113 @@
+//! The admin client: one HTTP request per call over the server's Unix socket.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+/// Largest reply accepted (a status with many members and mismatches is far smaller).
+const REPLY_BYTES_MAX: usize = 16 << 20;
+/// Longest time one request may take (a wait request blocks at most `api::WAIT_SECS_MAX`).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A connection target: the admin socket of one `raidkit serve`.
+#[derive(Debug)]
+pub struct Client {
+    socket: PathBuf,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Client {
+    pub fn new(socket: &Path) -> anyhow::Result<Client> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        Ok(Client {
+            socket: socket.to_path_buf(),
+            runtime,
+        })
+    }
+
+    pub fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.call("GET", path, None)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.call("POST", path, Some(body))
+    }
+
+    /// Sends one request; a non-2xx reply becomes an error carrying the server's message.
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let body = body.map(Value::to_string).unwrap_or_default();
+        let fut = send(&self.socket, method, path, body);
+        let (status, bytes) = self
+            .runtime
+            .block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, fut).await })
+            .map_err(|_| {
+                anyhow!(
+                    "admin socket {}: no reply to {method} {path} within {REQUEST_TIMEOUT:?}",
+                    self.socket.display()
+                )
+            })??;
+        let value: Value = serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "admin socket {}: {method} {path}: the reply (HTTP {status}) is not JSON",
+                self.socket.display()
+            )
+        })?;
+        if !(200..300).contains(&status) {
+            let message = value
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
+            return Err(anyhow!("{message}"));
+        }
+        Ok(value)
+    }
+}
+
+async fn send(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: String,
+) -> anyhow::Result<(u16, Bytes)> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach the admin socket {} (is `raidkit serve --admin {}` running?)",
+                socket.display(),
+                socket.display()
+            )
+        })?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .with_context(|| format!("admin socket {}: HTTP handshake", socket.display()))?;
+    let driver = tokio::spawn(conn);
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, "raidkit")
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .context("building the admin request")?;
+    let response = sender
+        .send_request(request)
+        .await
+        .with_context(|| format!("admin socket {}: {method} {path}", socket.display()))?;
+    let status = response.status().as_u16();
+    let bytes = Limited::new(response.into_body(), REPLY_BYTES_MAX)
+        .collect()
+        .await
+        .map_err(|e| anyhow!("admin socket {}: reading the reply: {e}", socket.display()))?
+        .to_bytes();
+    driver.abort();
+    Ok((status, bytes))
+}

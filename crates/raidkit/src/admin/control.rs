@@ -1,0 +1,101 @@
+//! [`VolumeControl`]: the admin API's actions on a running `metadata::Volume`.
+
+use std::sync::Arc;
+
+use member::{OpenOptions, RemoteOptions};
+use metadata::{SpeedLimits, Volume, VolumeError};
+use serde_json::{json, Value};
+
+use super::api::{ApiError, Request};
+use super::server::Control;
+
+/// Acts on one volume; members named by `add`/`replace` are opened here, on the server, with
+/// the same options as the array's members.
+pub struct VolumeControl {
+    volume: Arc<Volume>,
+    open: OpenOptions,
+    remote: RemoteOptions,
+}
+
+impl VolumeControl {
+    pub fn new(volume: Arc<Volume>, open: OpenOptions, remote: RemoteOptions) -> VolumeControl {
+        assert!(!open.read_only, "a read-only array has no admin actions");
+        VolumeControl {
+            volume,
+            open,
+            remote,
+        }
+    }
+
+    fn open_member(&self, spec: &str) -> Result<Arc<dyn member::Member>, ApiError> {
+        member::open_with(spec, &self.open, &self.remote)
+            .map_err(|e| ApiError::bad_request(format!("cannot open member {spec}: {e}")))
+    }
+
+    fn speed(&self, min: Option<u64>, max: Option<u64>) -> Result<Value, ApiError> {
+        let old = self.volume.speed_limits();
+        let limits = SpeedLimits {
+            min_bytes_per_sec: min.unwrap_or(old.min_bytes_per_sec),
+            max_bytes_per_sec: max.unwrap_or(old.max_bytes_per_sec),
+        };
+        if limits.min_bytes_per_sec > limits.max_bytes_per_sec {
+            return Err(ApiError::bad_request(format!(
+                "speed limits: min {} bytes/s would be above max {} bytes/s",
+                limits.min_bytes_per_sec, limits.max_bytes_per_sec
+            )));
+        }
+        self.volume.set_speed_limits(limits);
+        Ok(json!({ "ok": true, "speed_limits": limits }))
+    }
+}
+
+fn done(message: String) -> Result<Value, ApiError> {
+    eprintln!("raidkit: admin: {message}");
+    Ok(json!({ "ok": true, "message": message }))
+}
+
+/// The HTTP status for each kind of volume error.
+fn volume_error(e: VolumeError) -> ApiError {
+    let status = match &e {
+        VolumeError::NoSuchMember { .. } => 404,
+        VolumeError::Refused { .. } => 409,
+        VolumeError::BadMember { .. } => 400,
+        VolumeError::Busy { .. } => 503,
+        VolumeError::Array(_) | VolumeError::Superblock { .. } => 500,
+    };
+    ApiError::new(status, e.to_string())
+}
+
+impl Control for VolumeControl {
+    fn handle(&self, request: Request) -> Result<Value, ApiError> {
+        let v = &self.volume;
+        match request {
+            Request::Status => serde_json::to_value(v.status())
+                .map_err(|e| ApiError::new(500, format!("cannot encode the status: {e}"))),
+            Request::Fail { member } => {
+                v.fail(&member).map_err(volume_error)?;
+                done(format!("member {member} marked faulty"))
+            }
+            Request::Remove { member } => {
+                v.remove(&member).map_err(volume_error)?;
+                done(format!("member {member} removed"))
+            }
+            Request::Add { member } => {
+                v.add(self.open_member(&member)?).map_err(volume_error)?;
+                done(format!("member {member} added"))
+            }
+            Request::Replace { member, with } => {
+                let new = self.open_member(&with)?;
+                v.replace(&member, new).map_err(volume_error)?;
+                done(format!("replacing member {member} with {with}"))
+            }
+            Request::Scrub { repair } => {
+                v.scrub(repair).map_err(volume_error)?;
+                let what = if repair { "scrub with repair" } else { "scrub" };
+                done(format!("{what} started"))
+            }
+            Request::Speed { min, max } => self.speed(min, max),
+            Request::Wait { timeout } => Ok(json!({ "idle": v.wait_idle(timeout) })),
+        }
+    }
+}

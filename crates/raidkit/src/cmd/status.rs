@@ -1,0 +1,315 @@
+//! `raidkit status`: the array as the server sees it, via the admin socket.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::admin::client::Client;
+
+/// Show a running array's state (asks `raidkit serve --admin PATH`).
+///
+/// Prints the array name, level, chunk, size and health (clean, active, degraded, resyncing,
+/// rebuilding, failed), a /proc/mdstat style summary (`[4/3] [UU_U]`: roles / in-sync roles,
+/// U = in sync), every member with its role, state and error counts (read errors, write
+/// errors, timeouts), the background task with progress, speed and ETA, the speed limits and
+/// the last scrub's result.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The admin socket of the server (`raidkit serve --admin PATH`).
+    #[arg(long, value_name = "PATH")]
+    admin: PathBuf,
+
+    /// Print the server's JSON status unchanged (field names are stable).
+    #[arg(long, conflicts_with = "watch")]
+    json: bool,
+
+    /// Keep showing the status (every second) until no background task is left; in a terminal
+    /// the task is a progress bar with speed and ETA.
+    #[arg(long)]
+    watch: bool,
+}
+
+/// The status as the server sends it (see `metadata::VolumeStatus`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Status {
+    pub name: String,
+    pub uuid: String,
+    pub level: String,
+    pub chunk_bytes: u64,
+    pub size_bytes: u64,
+    pub health: String,
+    pub members: Vec<MemberStatus>,
+    pub task: Option<Task>,
+    pub speed_limits: Limits,
+    pub last_scrub: Option<Scrub>,
+    pub events: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct MemberStatus {
+    pub role: Option<usize>,
+    pub name: String,
+    pub state: String,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub timeouts: u64,
+    pub rebuild_offset_bytes: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Task {
+    pub kind: String,
+    pub role: Option<usize>,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub bytes_per_sec: u64,
+    pub eta_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    pub min_bytes_per_sec: u64,
+    pub max_bytes_per_sec: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Scrub {
+    pub stripes_checked: u64,
+    pub mismatches: u64,
+    pub repaired: u64,
+    pub first_mismatches: Vec<Mismatch>,
+    pub finished: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Mismatch {
+    pub stripe: u64,
+    pub array_offset: u64,
+    pub role: usize,
+    pub member: String,
+    pub member_offset: u64,
+    pub kind: String,
+}
+
+/// Fetches and decodes the status.
+pub fn fetch(client: &Client) -> anyhow::Result<Status> {
+    let value = client.get("/v1/status")?;
+    Ok(serde_json::from_value(value)?)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let client = Client::new(&args.admin)?;
+    if args.json {
+        let value = client.get("/v1/status")?;
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    if args.watch {
+        return watch(&client);
+    }
+    print!("{}", render(&fetch(&client)?));
+    Ok(())
+}
+
+/// Shows the status every second until no task is left. In a terminal the task is a progress
+/// bar; otherwise one task line per second.
+fn watch(client: &Client) -> anyhow::Result<()> {
+    let status = fetch(client)?;
+    print!("{}", render(&status));
+    if status.task.is_none() {
+        return Ok(());
+    }
+    if std::io::stdout().is_terminal() {
+        crate::progress::follow(client, "background task")?;
+    } else {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let status = fetch(client)?;
+            let Some(task) = &status.task else { break };
+            println!("{}", task_line(task));
+        }
+    }
+    print!("{}", render(&fetch(client)?));
+    Ok(())
+}
+
+/// `[4/3] [UU_U]`: roles, roles in sync, and one letter per role.
+pub fn mdstat(members: &[MemberStatus]) -> String {
+    let roles: Vec<&MemberStatus> = members
+        .iter()
+        .filter(|m| m.role.is_some() && m.state != "replacement_target")
+        .collect();
+    let in_sync = |m: &MemberStatus| m.state == "active" || m.state == "replacing";
+    let up = roles.iter().filter(|m| in_sync(m)).count();
+    let letters: String = roles
+        .iter()
+        .map(|m| if in_sync(m) { 'U' } else { '_' })
+        .collect();
+    format!("[{}/{up}] [{letters}]", roles.len())
+}
+
+/// The whole status as text.
+pub fn render(s: &Status) -> String {
+    let mut out = format!(
+        "{}: {}, chunk {}, {}, {} {}\n",
+        s.name,
+        s.level,
+        human_bytes(s.chunk_bytes),
+        human_bytes(s.size_bytes),
+        s.health,
+        mdstat(&s.members)
+    );
+    out += &format!("  uuid {}, events {}\n", s.uuid, s.events);
+    for m in &s.members {
+        out += &member_line(m);
+    }
+    if let Some(task) = &s.task {
+        out += &format!("  {}\n", task_line(task));
+    }
+    out += &format!(
+        "  speed limits: min {}/s, max {}/s per member\n",
+        human_bytes(s.speed_limits.min_bytes_per_sec),
+        human_bytes(s.speed_limits.max_bytes_per_sec)
+    );
+    if let Some(scrub) = &s.last_scrub {
+        out += &scrub_report(scrub);
+    }
+    out
+}
+
+fn member_line(m: &MemberStatus) -> String {
+    let role = match (m.role, m.state.as_str()) {
+        (Some(r), "replacement_target") => format!("new {r}"),
+        (Some(r), _) => format!("role {r}"),
+        (None, _) => "spare".to_string(),
+    };
+    let name = if m.name.is_empty() { "-" } else { &m.name };
+    let mut line = format!("  {role:<7} {:<18} {name}", m.state);
+    if m.read_errors + m.write_errors + m.timeouts > 0 {
+        line += &format!(
+            "  (errors: {} read, {} write, {} timeouts)",
+            m.read_errors, m.write_errors, m.timeouts
+        );
+    }
+    if let Some(offset) = m.rebuild_offset_bytes {
+        line += &format!("  rebuilt {}", human_bytes(offset));
+    }
+    line + "\n"
+}
+
+/// `rebuild role 2: 45.0% (1.2 GiB of 2.7 GiB) at 150.0 MiB/s, ETA 0:00:12`
+pub fn task_line(t: &Task) -> String {
+    let role = t.role.map(|r| format!(" role {r}")).unwrap_or_default();
+    let percent = if t.total_bytes == 0 {
+        100.0
+    } else {
+        t.done_bytes as f64 * 100.0 / t.total_bytes as f64
+    };
+    let eta = t.eta_secs.map(hms).unwrap_or_else(|| "unknown".to_string());
+    format!(
+        "{}{role}: {percent:.1}% ({} of {}) at {}/s, ETA {eta}",
+        t.kind,
+        human_bytes(t.done_bytes),
+        human_bytes(t.total_bytes),
+        human_bytes(t.bytes_per_sec)
+    )
+}
+
+/// The scrub result, with every listed mismatch location.
+pub fn scrub_report(s: &Scrub) -> String {
+    let state = if s.finished { "finished" } else { "running" };
+    let mut out = format!(
+        "  scrub ({state}): {} stripes checked, {} mismatches, {} repaired\n",
+        s.stripes_checked, s.mismatches, s.repaired
+    );
+    for m in &s.first_mismatches {
+        out += &format!(
+            "    mismatch ({}) stripe {} array offset {}: role {} {} at data offset {}\n",
+            m.kind, m.stripe, m.array_offset, m.role, m.member, m.member_offset
+        );
+    }
+    if s.mismatches > s.first_mismatches.len() as u64 {
+        out += &format!(
+            "    ... and {} more\n",
+            s.mismatches - s.first_mismatches.len() as u64
+        );
+    }
+    out
+}
+
+fn hms(secs: u64) -> String {
+    format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// 1536 → "1.5 KiB"
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, size) in UNITS {
+        if bytes >= size {
+            return format!("{:.1} {unit}", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(role: Option<usize>, state: &str) -> MemberStatus {
+        MemberStatus {
+            role,
+            state: state.to_string(),
+            ..MemberStatus::default()
+        }
+    }
+
+    #[test]
+    fn mdstat_counts_roles_in_sync() {
+        let members = [
+            member(Some(0), "active"),
+            member(Some(1), "active"),
+            member(Some(2), "faulty"),
+            member(Some(3), "replacing"),
+            member(Some(3), "replacement_target"),
+            member(None, "spare"),
+        ];
+        assert_eq!(mdstat(&members), "[4/3] [UU_U]");
+    }
+
+    #[test]
+    fn renders_a_degraded_array_with_a_rebuild() {
+        let json = r#"{"name":"demo","uuid":"u","level":"raid5","chunk_bytes":65536,
+          "size_bytes":3221225472,"health":"rebuilding","events":7,
+          "members":[{"role":0,"name":"a","state":"active","read_errors":0,"write_errors":0,"timeouts":0,"rebuild_offset_bytes":null},
+                     {"role":1,"name":"b","state":"rebuilding","read_errors":0,"write_errors":0,"timeouts":0,"rebuild_offset_bytes":1048576},
+                     {"role":null,"name":"c","state":"spare","read_errors":0,"write_errors":0,"timeouts":0,"rebuild_offset_bytes":null}],
+          "task":{"kind":"rebuild","role":1,"done_bytes":1048576,"total_bytes":4194304,"bytes_per_sec":1048576,"eta_secs":3},
+          "speed_limits":{"min_bytes_per_sec":1048576,"max_bytes_per_sec":209715200},
+          "last_scrub":null}"#;
+        let status: Status = serde_json::from_str(json).unwrap();
+        let text = render(&status);
+        assert!(
+            text.starts_with("demo: raid5, chunk 64.0 KiB, 3.0 GiB, rebuilding [2/1] [U_]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rebuild role 1: 25.0% (1.0 MiB of 4.0 MiB) at 1.0 MiB/s, ETA 0:00:03"),
+            "{text}"
+        );
+        assert!(text.contains("spare   spare"), "{text}");
+    }
+}

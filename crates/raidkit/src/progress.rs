@@ -1,0 +1,57 @@
+//! Waiting for the server's background work, with a progress bar in a terminal.
+//!
+//! The wait itself is the server's `/v1/wait` (it returns as soon as no work runs or is due,
+//! or after one second); between waits the status gives the bar its position, speed and ETA.
+//! When stdout is not a terminal nothing is drawn.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use crate::admin::client::Client;
+use crate::cmd::status::{fetch, Task};
+
+/// Each `/v1/wait` request blocks at most this long, so the bar moves.
+const POLL_SECS: u64 = 1;
+
+/// Waits until the server has no background work left, drawing the task in a terminal.
+pub fn follow(client: &Client, label: &str) -> anyhow::Result<()> {
+    let bar = std::io::stdout().is_terminal().then(|| new_bar(label));
+    loop {
+        let idle = client.post("/v1/wait", &json!({ "timeout_secs": POLL_SECS }))?;
+        if idle.get("idle").and_then(|v| v.as_bool()) == Some(true) {
+            break;
+        }
+        if let Some(bar) = &bar {
+            if let Some(task) = fetch(client)?.task {
+                show(bar, &task);
+            }
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(())
+}
+
+fn new_bar(label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    let style = ProgressStyle::with_template(
+        "{msg:<16} [{bar:40}] {percent:>3}% {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_message(label.to_string());
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar
+}
+
+fn show(bar: &ProgressBar, task: &Task) {
+    let role = task.role.map(|r| format!(" role {r}")).unwrap_or_default();
+    bar.set_message(format!("{}{role}", task.kind));
+    bar.set_length(task.total_bytes);
+    bar.set_position(task.done_bytes.min(task.total_bytes));
+}

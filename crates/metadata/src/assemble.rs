@@ -1,5 +1,6 @@
 //! `assemble`: read every member's superblock, decide with [`plan`], start a [`Volume`].
-//! Nothing is written: a refusal leaves every member byte as it was.
+//! Nothing is written by a refusal: every member byte stays as it was. (Spares given in the
+//! options receive their spare superblock once the array has started.)
 
 use std::sync::Arc;
 
@@ -38,5 +39,16 @@ pub fn assemble(
     }
     let decided = plan(&found, opts)?;
     let own: Vec<_> = found.into_iter().map(|(_, sb)| sb).collect();
-    Volume::start(decided, members, own)
+    let volume = Volume::start(decided, members, own)?;
+    volume.set_fault_policy(opts.fault_policy);
+    volume.set_speed_limits(opts.speed_limits);
+    for spare in &opts.spares {
+        volume
+            .add(Arc::clone(spare))
+            .map_err(|e| AssembleError::Spare {
+                name: spare.name().to_string(),
+                reason: e.to_string(),
+            })?;
+    }
+    Ok(volume)
 }

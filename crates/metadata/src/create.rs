@@ -19,7 +19,7 @@ use crate::{now_secs, read_superblock, ReadSuperblockError};
 pub const IN_USE_CHECK_BYTES: u64 = 1 << 20;
 
 /// What to create.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct CreateOptions {
     pub level: Level,
     pub chunk_bytes: u64,
@@ -28,6 +28,11 @@ pub struct CreateOptions {
     pub force: bool,
     /// Start of the data area on every member (4 KiB-aligned, past the superblock).
     pub data_offset_bytes: u64,
+    /// Hot spares: they receive a spare superblock of the new array.
+    pub spares: Vec<Arc<dyn Member>>,
+    /// Members that are not cheap to zero (block devices, remote members) are trusted to be
+    /// consistent already: no initial sync (as mdadm's --assume-clean).
+    pub assume_clean: bool,
 }
 
 impl CreateOptions {
@@ -39,6 +44,8 @@ impl CreateOptions {
             name: name.to_string(),
             force: false,
             data_offset_bytes: DATA_OFFSET_DEFAULT,
+            spares: Vec::new(),
+            assume_clean: false,
         }
     }
 }
@@ -96,28 +103,87 @@ impl std::error::Error for CreateError {
     }
 }
 
-/// Creates a new array on `members` (role = position): checks the options and every member,
-/// then zeroes each member (so redundancy is consistent with no initial sync: zero data has zero
-/// parity) and writes and flushes its superblock. Returns the superblocks written, by role.
+/// Creates a new array on `members` (role = position) with `opts.spares` as hot spares:
+/// checks the options and every member, then writes and flushes the superblocks. Members that
+/// are cheap to zero (files, RAM) are zeroed whole, so redundancy is consistent at once (zero
+/// data has zero parity). Otherwise only the metadata area is zeroed and the array records a
+/// resync offset of 0: assembly then runs a background initial sync — unless
+/// `opts.assume_clean`. Returns the superblocks written: roles in order, then spares.
 pub fn create(
     members: &[Arc<dyn Member>],
     opts: &CreateOptions,
 ) -> Result<Vec<Superblock>, CreateError> {
+    let all: Vec<Arc<dyn Member>> = members.iter().chain(&opts.spares).cloned().collect();
     check_options(members, opts)?;
+    check_distinct(&all)?;
     let geometry = geometry_for(members, opts)?;
+    check_spares(&opts.spares, opts, &geometry)?;
     if !opts.force {
-        for member in members {
+        for member in &all {
             check_unused(member.as_ref())?;
         }
     }
-    let superblocks = build_superblocks(members, opts, &geometry);
-    for (member, sb) in members.iter().zip(&superblocks) {
-        write_new(member.as_ref(), sb)?;
+    let zero_all = all.iter().all(|m| cheap_to_zero(m.as_ref()));
+    let mut superblocks = build_superblocks(&all, members.len(), opts, &geometry);
+    if !zero_all && !opts.assume_clean && opts.level != Level::Linear && opts.level != Level::Raid0
+    {
+        for sb in &mut superblocks {
+            sb.set_resync_offset(Some(0));
+        }
     }
-    for member in members {
+    for (member, sb) in all.iter().zip(&superblocks) {
+        write_new(member.as_ref(), sb, zero_all)?;
+    }
+    for member in &all {
         member.flush().map_err(io_err(member.name(), "flush"))?;
     }
     Ok(superblocks)
+}
+
+/// Files (hole punch) and RAM members are zeroed instantly; block devices and remote members
+/// may not be.
+fn cheap_to_zero(member: &dyn Member) -> bool {
+    member.name().starts_with(member::MEM_PREFIX)
+        || std::fs::metadata(member.name()).is_ok_and(|m| m.is_file())
+}
+
+fn check_distinct(all: &[Arc<dyn Member>]) -> Result<(), CreateError> {
+    for (i, m) in all.iter().enumerate() {
+        if all[..i].iter().any(|other| crate::same_member(other, m)) {
+            return Err(CreateError::DuplicateMember {
+                name: m.name().to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn check_spares(
+    spares: &[Arc<dyn Member>],
+    opts: &CreateOptions,
+    geometry: &Geometry,
+) -> Result<(), CreateError> {
+    if !spares.is_empty() && matches!(opts.level, Level::Linear | Level::Raid0) {
+        return Err(CreateError::Invalid(format!(
+            "{} keeps no redundancy: spares are of no use",
+            opts.level
+        )));
+    }
+    if geometry.member_count() + spares.len() > MAX_MEMBERS {
+        return Err(CreateError::Invalid(format!(
+            "{} members and spares given; the most is {MAX_MEMBERS}",
+            geometry.member_count() + spares.len()
+        )));
+    }
+    let need = opts.data_offset_bytes + geometry.member_data_bytes(0);
+    match spares.iter().find(|s| s.len() < need) {
+        Some(s) => Err(CreateError::MemberTooSmall {
+            name: s.name().to_string(),
+            bytes: s.len(),
+            need,
+        }),
+        None => Ok(()),
+    }
 }
 
 fn io_err<'a>(name: &'a str, action: &'static str) -> impl FnOnce(io::Error) -> CreateError + 'a {
@@ -242,20 +308,30 @@ fn check_unused(member: &dyn Member) -> Result<(), CreateError> {
     Ok(())
 }
 
+/// Superblocks for `all` members: the first `count` hold roles, the rest are spares.
 fn build_superblocks(
-    members: &[Arc<dyn Member>],
+    all: &[Arc<dyn Member>],
+    count: usize,
     opts: &CreateOptions,
     geometry: &Geometry,
 ) -> Vec<Superblock> {
     let now = now_secs();
     let array_uuid = Uuid::new_v4();
-    let member_uuids: Vec<Uuid> = members.iter().map(|_| Uuid::new_v4()).collect();
+    let member_uuids: Vec<Uuid> = all.iter().map(|_| Uuid::new_v4()).collect();
+    let data_bytes = |i: usize| match i < count {
+        true => geometry.member_data_bytes(i),
+        false => all[i].len() - opts.data_offset_bytes,
+    };
     let mut roles = vec![UNUSED_ROLE; MAX_MEMBERS];
-    for (role, uuid) in member_uuids.iter().enumerate() {
-        roles[role] = RoleEntry {
+    for (i, uuid) in member_uuids.iter().enumerate() {
+        roles[i] = RoleEntry {
             member_uuid: *uuid,
-            data_bytes: geometry.member_data_bytes(role),
-            state: RoleState::Active,
+            data_bytes: data_bytes(i),
+            state: if i < count {
+                RoleState::Active
+            } else {
+                RoleState::Spare
+            },
         };
     }
     let make = |role: usize| Superblock {
@@ -268,29 +344,35 @@ fn build_superblocks(
         level: opts.level,
         layout: 0,
         chunk_bytes: opts.chunk_bytes,
-        member_count: members.len() as u32,
-        role: Role::Active(role as u32),
+        member_count: count as u32,
+        role: match role < count {
+            true => Role::Active(role as u32),
+            false => Role::Spare,
+        },
         data_offset_bytes: opts.data_offset_bytes,
-        data_bytes: geometry.member_data_bytes(role),
+        data_bytes: data_bytes(role),
         array_size_bytes: geometry.size_bytes(),
-        member_bytes: members[role].len(),
+        member_bytes: all[role].len(),
         ctime_secs: now,
         utime_secs: now,
         events: 1,
         state: ArrayState::Clean,
         recovery_offset_bytes: None,
+        resync_offset_bytes: None,
         bitmap: None,
         journal: None,
         roles: roles.clone(),
     };
-    (0..members.len()).map(make).collect()
+    (0..all.len()).map(make).collect()
 }
 
-/// Zeroes the whole member, then writes its superblock.
-fn write_new(member: &dyn Member, sb: &Superblock) -> Result<(), CreateError> {
-    member
-        .trim(0, member.len())
-        .map_err(io_err(member.name(), "zero"))?;
+/// Zeroes the whole member (or only its metadata area), then writes its superblock.
+fn write_new(member: &dyn Member, sb: &Superblock, whole: bool) -> Result<(), CreateError> {
+    let zeroed = match whole {
+        true => member.trim(0, member.len()),
+        false => member.write_zeroes(0, sb.data_offset_bytes),
+    };
+    zeroed.map_err(io_err(member.name(), "zero"))?;
     member
         .write_at(&sb.encode()[..], SUPERBLOCK_OFFSET)
         .map_err(io_err(member.name(), "write the superblock to"))

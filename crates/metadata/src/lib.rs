@@ -27,8 +27,11 @@
 
 mod assemble;
 mod create;
+mod manage;
 mod plan;
+mod status;
 mod superblock;
+mod tasks;
 mod volume;
 
 use std::fmt;
@@ -38,13 +41,18 @@ use std::sync::Arc;
 pub use assemble::assemble;
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use plan::{plan, AssembleError, AssembleOptions, Plan, StaleMember};
+pub use status::{
+    ArrayHealth, FaultPolicy, MemberState, MemberStatus, MismatchLocation, ScrubReport,
+    SpeedLimits, TaskKind, TaskStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
+};
 pub use superblock::{
     checksum, level_code, validate_name, ArrayState, BitmapRef, JournalRef, Role, RoleEntry,
-    RoleState, Superblock, SuperblockError, DATA_OFFSET_DEFAULT, FORMAT_VERSION, MAGIC,
-    MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
+    RoleState, Superblock, SuperblockError, DATA_OFFSET_DEFAULT, FEATURE_COMPAT_RESYNC_OFFSET,
+    FORMAT_VERSION, MAGIC, MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET,
+    UNUSED_ROLE,
 };
 pub use uuid::Uuid;
-pub use volume::{MemberStatus, Volume, VolumeError};
+pub use volume::{Volume, VolumeCore, VolumeError};
 
 use member::Member;
 

@@ -9,10 +9,17 @@ use uuid::Uuid;
 use crate::superblock::{ArrayState, Role, RoleState, Superblock, SuperblockError};
 
 /// How to assemble.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct AssembleOptions {
     /// Start a RAID 5/6 array that is both dirty and degraded (risking the write hole).
     pub force: bool,
+    /// Members to use as spares: blank ones receive a spare superblock; members already
+    /// carrying this array's spare superblock may also be passed among the members.
+    pub spares: Vec<std::sync::Arc<dyn member::Member>>,
+    /// When members are declared faulty.
+    pub fault_policy: engine::FaultPolicy,
+    /// Background (rebuild, resync, scrub) rate limits.
+    pub speed_limits: crate::SpeedLimits,
 }
 
 /// A member left out because it missed writes.
@@ -37,6 +44,8 @@ pub struct Plan {
     pub warnings: Vec<String>,
     /// Some role has no member.
     pub degraded: bool,
+    /// Indices (into the input) of this array's spares.
+    pub spares: Vec<usize>,
 }
 
 /// Why an array was not assembled. No member byte was changed.
@@ -84,6 +93,11 @@ pub enum AssembleError {
         missing: Vec<usize>,
     },
     Engine(String),
+    /// A spare given at assembly cannot be used.
+    Spare {
+        name: String,
+        reason: String,
+    },
 }
 
 impl fmt::Display for AssembleError {
@@ -119,6 +133,7 @@ impl fmt::Display for AssembleError {
                  parity may be wrong (write hole); use force to start it anyway"
             ),
             Engine(reason) => write!(f, "cannot start the array: {reason}"),
+            Spare { name, reason } => write!(f, "spare {name}: {reason}"),
         }
     }
 }
@@ -154,6 +169,7 @@ pub fn plan(found: &[(String, Superblock)], opts: &AssembleOptions) -> Result<Pl
         stale: Vec::new(),
         warnings: Vec::new(),
         degraded: false,
+        spares: Vec::new(),
     };
     assign_roles(found, &mut plan)?;
     check_survives(&mut plan, opts)?;
@@ -282,7 +298,7 @@ fn check_role_identity(
             ));
         }
     }
-    if let Some(role) = sb.role_index() {
+    if let (Some(role), true) = (sb.role_index(), sb.events == r.events) {
         let recorded = r.roles[role].member_uuid;
         if recorded != sb.member_uuid {
             return Err(disagree(
@@ -300,12 +316,30 @@ fn assign_roles(found: &[(String, Superblock)], plan: &mut Plan) -> Result<(), A
     let mut claimed: Vec<Option<usize>> = vec![None; plan.roles.len()];
     for (index, (name, sb)) in found.iter().enumerate() {
         let Role::Active(role) = sb.role else {
-            plan.warnings.push(format!(
-                "member {name}: is a spare; spares are not used yet"
-            ));
+            let listed = plan
+                .superblock
+                .roles
+                .iter()
+                .any(|e| e.state == RoleState::Spare && e.member_uuid == sb.member_uuid);
+            if listed {
+                plan.spares.push(index);
+            } else {
+                plan.warnings.push(format!(
+                    "member {name}: a spare no longer listed by the array; left out"
+                ));
+            }
             continue;
         };
         let role = role as usize;
+        let holder = plan.superblock.roles[role].member_uuid;
+        if sb.member_uuid != holder {
+            // A former member (replaced, or rebuilt onto another): the freshest role table
+            // names someone else. Never a claimant of the role.
+            plan.warnings.push(format!(
+                "member {name}: no longer holds role {role} (now {holder}); left out"
+            ));
+            continue;
+        }
         if let Some(first) = claimed[role] {
             return Err(AssembleError::SameRole {
                 role,

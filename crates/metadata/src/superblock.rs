@@ -53,12 +53,15 @@ const OFF_BITMAP_BYTES: usize = 200;
 const OFF_BITMAP_REGION: usize = 208;
 const OFF_JOURNAL_UUID: usize = 216;
 const OFF_JOURNAL_KIND: usize = 232;
+const OFF_RESYNC: usize = 240;
 const OFF_ROLE_TABLE: usize = 256;
 const ROLE_ENTRY_BYTES: usize = 32;
 const OFF_CHECKSUM: usize = SUPERBLOCK_BYTES - 4;
 
 /// Feature flags a reader must understand to use the array; none are defined in version 1.
 pub const FEATURE_INCOMPAT_KNOWN: u64 = 0;
+/// `feature_compat` bit: `resync_offset_bytes` (byte 240) is meaningful.
+pub const FEATURE_COMPAT_RESYNC_OFFSET: u64 = 1;
 
 /// Whether the array was shut down cleanly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,6 +148,10 @@ pub struct Superblock {
     pub state: ArrayState,
     /// Data before this offset of the member's data area is rebuilt; `None`: fully in sync.
     pub recovery_offset_bytes: Option<u64>,
+    /// Array bytes before this offset have consistent redundancy; the rest awaits a resync
+    /// (initial sync, or a resync stopped by a clean shutdown). `None`: all in sync. Present
+    /// exactly when `feature_compat` has [`FEATURE_COMPAT_RESYNC_OFFSET`].
+    pub resync_offset_bytes: Option<u64>,
     pub bitmap: Option<BitmapRef>,
     pub journal: Option<JournalRef>,
     /// `MAX_MEMBERS` slots; slot `r < member_count` describes role `r`.
@@ -290,6 +297,15 @@ impl Superblock {
         }
     }
 
+    /// Sets (or clears) the resync offset together with its feature bit.
+    pub fn set_resync_offset(&mut self, offset: Option<u64>) {
+        self.resync_offset_bytes = offset;
+        match offset {
+            Some(_) => self.feature_compat |= FEATURE_COMPAT_RESYNC_OFFSET,
+            None => self.feature_compat &= !FEATURE_COMPAT_RESYNC_OFFSET,
+        }
+    }
+
     /// Encodes to the on-disk bytes, checksum included. Asserts the superblock is valid: an
     /// invalid one is a bug in the caller, and must never reach a disk.
     pub fn encode(&self) -> Box<[u8; SUPERBLOCK_BYTES]> {
@@ -358,6 +374,9 @@ impl Superblock {
             b.u64(OFF_BITMAP_OFFSET, bitmap.offset_bytes);
             b.u64(OFF_BITMAP_BYTES, bitmap.bytes);
             b.u64(OFF_BITMAP_REGION, bitmap.region_bytes);
+        }
+        if let Some(resync) = self.resync_offset_bytes {
+            b.u64(OFF_RESYNC, resync);
         }
         if let Some(journal) = self.journal {
             b.put(OFF_JOURNAL_UUID, journal.uuid.as_bytes());
@@ -438,6 +457,10 @@ impl Superblock {
                 RECOVERY_NONE => None,
                 r => Some(r),
             },
+            resync_offset_bytes: (get_u64(bytes, OFF_FEATURE_COMPAT)
+                & FEATURE_COMPAT_RESYNC_OFFSET
+                != 0)
+                .then(|| get_u64(bytes, OFF_RESYNC)),
             bitmap: decode_bitmap(bytes),
             journal: decode_journal(bytes),
             roles: decode_roles(bytes)?,
@@ -513,6 +536,19 @@ impl Superblock {
             .is_some_and(|r| r > self.data_bytes)
         {
             return Err(field_err("recovery_offset", "past the data area"));
+        }
+        let has_bit = self.feature_compat & FEATURE_COMPAT_RESYNC_OFFSET != 0;
+        if has_bit != self.resync_offset_bytes.is_some() {
+            return Err(field_err(
+                "resync_offset",
+                "present without its feature bit, or the bit without the offset",
+            ));
+        }
+        if self
+            .resync_offset_bytes
+            .is_some_and(|r| r > self.array_size_bytes)
+        {
+            return Err(field_err("resync_offset", "past the end of the array"));
         }
         Ok(())
     }

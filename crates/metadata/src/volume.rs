@@ -1,39 +1,52 @@
-//! `Volume`: an `engine::Array` plus the superblock state it must keep on disk.
+//! `Volume`: an `engine::Array` plus the superblock state it must keep on disk, and a
+//! background worker (`tasks`) for rebuild, replace, resync and scrub.
 //!
-//! State machine (one transition per arm of [`Volume::write_state`]'s callers):
-//! - clean → dirty: before the first write (or trim, write-zeroes) after assembly or after
-//!   `close`, every present member's superblock is rewritten with `Dirty` and `events + 1`, and
-//!   flushed, before the write is issued.
-//! - dirty → clean: `close` flushes the array, then writes `Clean` and `events + 1` — unless the
-//!   array was assembled dirty and has not been resynced since ([`Volume::resync`]), in which
-//!   case it stays `Dirty` (its redundancy is not known to be consistent).
+//! On-disk state (one transition per arm; see docs/DESIGN.md "Faults, rebuild and scrub"):
+//! - clean → dirty: before the first write (or trim, write-zeroes) after assembly or `close`,
+//!   every in-use member's superblock is rewritten with `Dirty` and `events + 1`, and flushed,
+//!   before the write is issued.
+//! - dirty → clean: `close` pauses background work, flushes the array, then writes `Clean`,
+//!   `events + 1`, with the resync offset (if a resync is unfinished) and every rebuilding
+//!   member's recovery offset, so the next assembly resumes them.
+//! - member state change (fault, rebuild start/end, replace, add, remove): `events + 1` and the
+//!   new role table on every in-use member and spare, before the request that saw the change
+//!   completes ([`VolumeCore::settle`]): a write is never acknowledged while the superblocks
+//!   still claim a faulty member is in sync.
 //!
-//! Writes hold a shared "gate" for their whole duration; `close` and each `resync` step hold it
-//! exclusively, so no write is in flight while the state is marked clean.
+//! Writes hold a shared "gate" for their whole duration; `close` holds it exclusively, so no
+//! write is in flight while the state is marked clean.
 
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::thread::JoinHandle;
 
-use engine::{Array, ArrayConfig, IoError};
+use engine::{Array, ArrayConfig, IoError, MemberHealth};
 use layout::Level;
 use member::{Member, Window};
 use uuid::Uuid;
 
 use crate::plan::{AssembleError, Plan, StaleMember};
-use crate::superblock::{ArrayState, RoleState, Superblock, SUPERBLOCK_OFFSET};
+use crate::superblock::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
+use crate::superblock::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
+use crate::tasks::Work;
 
-/// Bytes read and rewritten per step of [`Volume::resync`].
-const RESYNC_STEP_BYTES_MAX: u64 = 4 << 20;
-
-/// An I/O error of a volume.
+/// An error of a volume operation.
 #[derive(Debug)]
 pub enum VolumeError {
     /// The array's data path failed.
     Array(IoError),
     /// Writing or flushing a superblock failed.
     Superblock { name: String, source: io::Error },
+    /// No member or role matches what was named.
+    NoSuchMember { name: String },
+    /// The operation is not allowed in the member's or array's current state.
+    Refused { what: String, reason: String },
+    /// A member given to `add` or `replace` cannot be used.
+    BadMember { name: String, reason: String },
+    /// Waiting for background work timed out.
+    Busy { reason: String },
 }
 
 impl fmt::Display for VolumeError {
@@ -43,6 +56,13 @@ impl fmt::Display for VolumeError {
             VolumeError::Superblock { name, source } => {
                 write!(f, "member {name}: cannot update the superblock: {source}")
             }
+            VolumeError::NoSuchMember { name } => write!(
+                f,
+                "no member {name:?} in this array (give a member name as listed by status, or \"role N\")"
+            ),
+            VolumeError::Refused { what, reason } => write!(f, "cannot {what}: {reason}"),
+            VolumeError::BadMember { name, reason } => write!(f, "member {name}: {reason}"),
+            VolumeError::Busy { reason } => write!(f, "busy: {reason}"),
         }
     }
 }
@@ -52,6 +72,7 @@ impl std::error::Error for VolumeError {
         match self {
             VolumeError::Array(e) => Some(e),
             VolumeError::Superblock { source, .. } => Some(source),
+            _ => None,
         }
     }
 }
@@ -68,38 +89,63 @@ impl From<VolumeError> for io::Error {
     }
 }
 
-/// One role of the array, for status display.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemberStatus {
-    pub role: usize,
-    /// The member serving the role, if any.
-    pub name: Option<String>,
-    /// `Active`, `Faulty` (failed while running) or `Missing`.
-    pub state: RoleState,
+/// A whole member (for its superblock) and the superblock it carries.
+#[derive(Clone, Debug)]
+pub(crate) struct Held {
+    pub whole: Arc<dyn Member>,
+    pub sb: Superblock,
 }
 
-struct MetaState {
-    /// Per role: the member's own superblock as last written; `None` for missing roles.
-    superblocks: Vec<Option<Superblock>>,
-    events: u64,
-    /// Assembled dirty and not resynced since: never mark clean.
-    needs_resync: bool,
+impl Held {
+    /// The data-area view the engine uses, of `data_bytes`.
+    pub(crate) fn window(&self, data_bytes: u64) -> Arc<dyn Member> {
+        Arc::new(Window::new(
+            Arc::clone(&self.whole),
+            self.sb.data_offset_bytes,
+            data_bytes,
+        ))
+    }
 }
 
-/// An assembled array. Thread-safe: every method takes `&self`.
+pub(crate) struct MetaState {
+    /// Per role: the member holding it (in sync, rebuilding or faulty); `None` when missing.
+    pub roles: Vec<Option<Held>>,
+    pub spares: Vec<Held>,
+    /// A replace in progress: the role and the new member (carrying a spare superblock).
+    pub replacing: Option<(usize, Held)>,
+    pub events: u64,
+    /// The state last written.
+    pub disk_state: ArrayState,
+    /// Array bytes below which redundancy is known consistent; `None`: all of it.
+    pub resync_offset: Option<u64>,
+    /// The resync was started by an unclean shutdown (else it is an initial sync).
+    pub resync_after_crash: bool,
+    /// Array-wide fields and the role table (uuids and sizes; states are derived).
+    pub template: Superblock,
+}
+
+/// An assembled array. Thread-safe: every method takes `&self`. Dereferences to
+/// [`VolumeCore`], which holds the operations; dropping the volume stops its background
+/// worker (progress is kept in the superblocks).
 pub struct Volume {
-    array: Array,
-    /// Per role: the whole member (for superblock updates); `None` when missing.
-    members: Vec<Option<Arc<dyn Member>>>,
-    level: Level,
-    chunk_bytes: u64,
-    name: String,
-    uuid: Uuid,
-    stale: Vec<StaleMember>,
-    warnings: Vec<String>,
-    dirty: AtomicBool,
-    gate: RwLock<()>,
-    meta: Mutex<MetaState>,
+    core: Arc<VolumeCore>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl std::ops::Deref for Volume {
+    type Target = VolumeCore;
+    fn deref(&self) -> &VolumeCore {
+        &self.core
+    }
+}
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        self.core.work.stop();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
 }
 
 impl fmt::Debug for Volume {
@@ -112,9 +158,26 @@ impl fmt::Debug for Volume {
     }
 }
 
+/// The shared part of a [`Volume`] (its worker thread holds it too).
+pub struct VolumeCore {
+    pub(crate) array: Array,
+    level: Level,
+    chunk_bytes: u64,
+    name: String,
+    uuid: Uuid,
+    stale: Vec<StaleMember>,
+    warnings: Vec<String>,
+    dirty: AtomicBool,
+    gate: RwLock<()>,
+    pub(crate) meta: Mutex<MetaState>,
+    persisted_epoch: AtomicU64,
+    pub(crate) work: Work,
+}
+
 impl Volume {
     /// Builds the volume `plan` decided; `members` and `own` (each member's superblock) are in
-    /// the order the plan indexes.
+    /// the order the plan indexes. Starts the background worker, which resumes a rebuild,
+    /// starts a resync of a dirty array, or puts a spare into a missing role.
     pub(crate) fn start(
         plan: Plan,
         members: Vec<Arc<dyn Member>>,
@@ -124,18 +187,20 @@ impl Volume {
         let sb = &plan.superblock;
         let count = sb.member_count as usize;
         assert_eq!(plan.roles.len(), count);
-        let role_members: Vec<Option<Arc<dyn Member>>> = plan
-            .roles
+        let held = |i: usize| Held {
+            whole: Arc::clone(&members[i]),
+            sb: own[i].clone(),
+        };
+        let roles: Vec<Option<Held>> = plan.roles.iter().map(|i| i.map(held)).collect();
+        // Members that were being rebuilt join as missing, then are attached as recovering.
+        let windows = roles
             .iter()
-            .map(|index| index.map(|i| Arc::clone(&members[i])))
-            .collect();
-        let windows = role_members
-            .iter()
-            .zip(&plan.roles)
-            .map(|(m, index)| {
-                let (m, i) = (m.as_ref()?, (*index)?);
-                let w = Window::new(Arc::clone(m), own[i].data_offset_bytes, own[i].data_bytes);
-                Some(Arc::new(w) as Arc<dyn Member>)
+            .enumerate()
+            .map(|(r, h)| {
+                let h = h.as_ref()?;
+                h.sb.recovery_offset_bytes
+                    .is_none()
+                    .then(|| h.window(sb.roles[r].data_bytes))
             })
             .collect();
         let config = ArrayConfig {
@@ -147,15 +212,25 @@ impl Volume {
         let array =
             Array::new(config, windows).map_err(|e| AssembleError::Engine(e.to_string()))?;
         assert_eq!(array.size_bytes(), sb.array_size_bytes);
-        let superblocks = plan
-            .roles
-            .iter()
-            .map(|index| index.map(|i| own[i].clone()))
-            .collect();
-        let needs_resync = sb.state == ArrayState::Dirty;
-        Ok(Volume {
+        mark_recovering(&array, &roles, sb)?;
+        let crashed = sb.state == ArrayState::Dirty && sb.level.has_redundancy();
+        let resync_offset = match crashed {
+            true => Some(0),
+            false => sb.resync_offset_bytes,
+        };
+        let meta = MetaState {
+            roles,
+            spares: plan.spares.iter().map(|&i| held(i)).collect(),
+            replacing: None,
+            events: sb.events,
+            disk_state: sb.state,
+            resync_offset: resync_offset.filter(|_| sb.level.has_redundancy()),
+            resync_after_crash: crashed,
+            template: sb.clone(),
+        };
+        let core = Arc::new(VolumeCore {
+            persisted_epoch: AtomicU64::new(array.state_epoch()),
             array,
-            members: role_members,
             level: sb.level,
             chunk_bytes: sb.chunk_bytes,
             name: sb.name.clone(),
@@ -164,14 +239,36 @@ impl Volume {
             warnings: plan.warnings,
             dirty: AtomicBool::new(false),
             gate: RwLock::new(()),
-            meta: Mutex::new(MetaState {
-                superblocks,
-                events: sb.events,
-                needs_resync,
-            }),
+            meta: Mutex::new(meta),
+            work: Work::new(),
+        });
+        let worker = crate::tasks::spawn(Arc::clone(&core));
+        Ok(Volume {
+            core,
+            worker: Some(worker),
         })
     }
+}
 
+/// Roles whose member carries a recovery offset were being rebuilt: they resume as such.
+fn mark_recovering(
+    array: &Array,
+    roles: &[Option<Held>],
+    sb: &Superblock,
+) -> Result<(), AssembleError> {
+    for (role, held) in roles.iter().enumerate() {
+        let Some(held) = held else { continue };
+        if held.sb.recovery_offset_bytes.is_none() {
+            continue;
+        }
+        array
+            .attach_member(role, held.window(sb.roles[role].data_bytes))
+            .map_err(|e| AssembleError::Engine(e.to_string()))?;
+    }
+    Ok(())
+}
+
+impl VolumeCore {
     pub fn size_bytes(&self) -> u64 {
         self.array.size_bytes()
     }
@@ -208,157 +305,226 @@ impl Volume {
         self.dirty.load(Ordering::Acquire)
     }
 
-    /// The state of every role.
-    pub fn member_status(&self) -> Vec<MemberStatus> {
-        let present = self.array.present_snapshot();
-        self.members
-            .iter()
-            .enumerate()
-            .map(|(role, m)| MemberStatus {
-                role,
-                name: m.as_ref().map(|m| m.name().to_string()),
-                state: match (m, present[role]) {
-                    (None, _) => RoleState::Missing,
-                    (Some(_), false) => RoleState::Faulty,
-                    (Some(_), true) => RoleState::Active,
-                },
-            })
-            .collect()
-    }
-
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
-        Ok(self.array.read(offset, buf)?)
+        let result = self.array.read(offset, buf);
+        self.settle()?;
+        Ok(result?)
     }
 
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError> {
         let _gate = self.begin_write()?;
-        Ok(self.array.write(offset, buf)?)
+        let result = self.array.write(offset, buf);
+        self.settle()?;
+        Ok(result?)
     }
 
     pub fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         let _gate = self.begin_write()?;
-        Ok(self.array.trim(offset, len)?)
+        let result = self.array.trim(offset, len);
+        self.settle()?;
+        Ok(result?)
     }
 
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         let _gate = self.begin_write()?;
-        Ok(self.array.write_zeroes(offset, len)?)
+        let result = self.array.write_zeroes(offset, len);
+        self.settle()?;
+        Ok(result?)
     }
 
     pub fn flush(&self) -> Result<(), VolumeError> {
-        Ok(self.array.flush()?)
+        let result = self.array.flush();
+        self.settle()?;
+        Ok(result?)
     }
 
-    /// Clean shutdown: flushes the array and marks it clean (events + 1) on every present
-    /// member. The volume stays usable; a later write marks it dirty again.
+    /// Clean shutdown: pauses background work, flushes the array and marks it clean
+    /// (events + 1) with the progress of unfinished resyncs and rebuilds, so the next assembly
+    /// resumes them. The volume stays usable; a later write marks it dirty again and resumes
+    /// background work.
     pub fn close(&self) -> Result<(), VolumeError> {
+        self.work.pause();
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         self.array.flush()?;
-        if !self.dirty.load(Ordering::Acquire) {
+        let mut meta = self.lock_meta();
+        let progress = meta.resync_offset.is_some()
+            || meta
+                .roles
+                .iter()
+                .flatten()
+                .any(|h| h.sb.recovery_offset_bytes.is_some());
+        let changed = self.array.state_epoch() != self.persisted();
+        if !self.dirty.load(Ordering::Acquire) && !progress && !changed {
             return Ok(());
         }
-        let mut meta = self.lock_meta();
-        let state = if meta.needs_resync {
-            ArrayState::Dirty
-        } else {
-            ArrayState::Clean
-        };
-        self.write_state(&mut meta, state)?;
+        meta.disk_state = ArrayState::Clean;
+        self.write_superblocks(&mut meta)?;
         self.dirty.store(false, Ordering::Release);
         Ok(())
     }
 
-    /// Makes redundancy consistent after an unclean shutdown by reading and rewriting the whole
-    /// array (full-stripe writes recompute parity; mirrored writes reach every copy). Writes
-    /// wait during each step. Afterwards `close` may mark the array clean.
+    /// Makes redundancy consistent (as after an unclean shutdown): asks the background worker
+    /// for a resync if none is pending and waits for it to finish.
     pub fn resync(&self) -> Result<(), VolumeError> {
-        let size = self.size_bytes();
-        let step = self.resync_step_bytes();
-        let mut buf = vec![0u8; step as usize];
-        let mut offset = 0;
-        while offset < size {
-            let len = step.min(size - offset) as usize;
-            drop(self.begin_write()?);
-            let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
-            self.array.read(offset, &mut buf[..len])?;
-            self.array.write(offset, &buf[..len])?;
-            offset += len as u64;
+        {
+            let mut meta = self.lock_meta();
+            if meta.resync_offset.is_none() && self.level.has_redundancy() {
+                meta.resync_offset = Some(0);
+            }
         }
-        self.array.flush()?;
-        self.lock_meta().needs_resync = false;
+        self.work.resume();
+        self.work.notify();
+        while self.lock_meta().resync_offset.is_some() {
+            if self.work.stopped() {
+                return Err(VolumeError::Busy {
+                    reason: "the volume is shutting down".into(),
+                });
+            }
+            self.work.wait_change(std::time::Duration::from_millis(50));
+        }
         Ok(())
     }
 
-    /// A whole number of stripes, at most `RESYNC_STEP_BYTES_MAX` (or one stripe if larger).
-    fn resync_step_bytes(&self) -> u64 {
-        let data_members = match self.level {
-            Level::Linear | Level::Raid1 => 1,
-            Level::Raid10 => 1,
-            _ => self.members.len() - self.level.parity_count(),
-        } as u64;
-        let stripe = self.chunk_bytes * data_members;
-        (RESYNC_STEP_BYTES_MAX / stripe).max(1) * stripe
-    }
-
     /// Waits for the dirty mark to be durable before a write; returns the shared gate.
-    fn begin_write(&self) -> Result<RwLockReadGuard<'_, ()>, VolumeError> {
+    pub(crate) fn begin_write(&self) -> Result<RwLockReadGuard<'_, ()>, VolumeError> {
         let gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
         if !self.dirty.load(Ordering::Acquire) {
             let mut meta = self.lock_meta();
             if !self.dirty.load(Ordering::Acquire) {
-                self.write_state(&mut meta, ArrayState::Dirty)?;
+                meta.disk_state = ArrayState::Dirty;
+                self.write_superblocks(&mut meta)?;
                 self.dirty.store(true, Ordering::Release);
+                self.work.resume();
             }
         }
         Ok(gate)
     }
 
-    fn lock_meta(&self) -> std::sync::MutexGuard<'_, MetaState> {
+    pub(crate) fn lock_meta(&self) -> MutexGuard<'_, MetaState> {
         self.meta.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Writes `state` with `events + 1` to every present member's superblock, then flushes.
-    fn write_state(&self, meta: &mut MetaState, state: ArrayState) -> Result<(), VolumeError> {
+    fn persisted(&self) -> u64 {
+        self.persisted_epoch.load(Ordering::Acquire)
+    }
+
+    /// If a member changed state since the superblocks were last written, records it
+    /// (events + 1) before the caller's request completes, and wakes the background worker.
+    pub(crate) fn settle(&self) -> Result<(), VolumeError> {
+        if self.array.state_epoch() == self.persisted() {
+            return Ok(());
+        }
+        let mut meta = self.lock_meta();
+        if self.array.state_epoch() != self.persisted() {
+            self.write_superblocks(&mut meta)?;
+        }
+        drop(meta);
+        self.work.notify();
+        Ok(())
+    }
+
+    /// Writes every in-use member's and spare's superblock with `events + 1`, the current
+    /// state, role table and offsets, then flushes them. A member whose superblock cannot be
+    /// written is failed (if the array survives without it).
+    pub(crate) fn write_superblocks(&self, meta: &mut MetaState) -> Result<(), VolumeError> {
+        for _ in 0..MAX_MEMBERS {
+            let epoch = self.array.state_epoch();
+            self.write_superblocks_once(meta)?;
+            self.persisted_epoch.store(epoch, Ordering::Release);
+            if self.array.state_epoch() == epoch {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn write_superblocks_once(&self, meta: &mut MetaState) -> Result<(), VolumeError> {
         let events = meta.events.checked_add(1).expect("events counter overflow");
         let now = crate::now_secs();
         let table = self.role_table(meta);
-        for (role, member) in self.members.iter().enumerate() {
-            let (Some(member), Some(sb)) = (member, meta.superblocks[role].as_mut()) else {
-                continue;
-            };
-            sb.events = events;
-            sb.state = state;
-            sb.utime_secs = now;
-            sb.roles = table.clone();
-            let bytes = sb.encode();
-            let write = member.write_at(&bytes[..], SUPERBLOCK_OFFSET);
-            write.map_err(|source| VolumeError::Superblock {
-                name: member.name().to_string(),
-                source,
-            })?;
+        let health = self.array.health_snapshot();
+        let (state, resync) = (meta.disk_state, meta.resync_offset);
+        let mut targets: Vec<(Option<usize>, &mut Held)> = Vec::new();
+        for (role, held) in meta.roles.iter_mut().enumerate() {
+            if let (Some(held), true) = (held.as_mut(), health[role].writable()) {
+                targets.push((Some(role), held));
+            }
         }
-        for member in self.members.iter().flatten() {
-            member.flush().map_err(|source| VolumeError::Superblock {
-                name: member.name().to_string(),
-                source,
-            })?;
+        targets.extend(meta.spares.iter_mut().map(|h| (None, h)));
+        targets.extend(meta.replacing.iter_mut().map(|(_, h)| (None, h)));
+        let mut written = Vec::new();
+        for (role, held) in targets {
+            held.sb.events = events;
+            held.sb.state = state;
+            held.sb.utime_secs = now;
+            held.sb.roles = table.clone();
+            held.sb.set_resync_offset(resync);
+            let bytes = held.sb.encode();
+            let result = held.whole.write_at(&bytes[..], SUPERBLOCK_OFFSET);
+            let result = result.and_then(|()| held.whole.flush());
+            if let Err(source) = result {
+                let failed = role.is_some_and(|r| {
+                    self.array
+                        .try_fail_member(r, engine::FaultReason::WriteError(source.to_string()))
+                });
+                if !failed {
+                    return Err(VolumeError::Superblock {
+                        name: held.whole.name().to_string(),
+                        source,
+                    });
+                }
+            }
+            written.push(held.whole.name().to_string());
         }
+        meta.template.roles = table;
+        meta.template.events = events;
         meta.events = events;
         Ok(())
     }
 
-    /// The role table to record: each role's state as the array sees it now.
-    fn role_table(&self, meta: &MetaState) -> Vec<crate::RoleEntry> {
-        let template = meta
-            .superblocks
+    /// The role table to record: uuids and sizes of the members holding each role, their
+    /// state as the engine sees it, then the spares.
+    fn role_table(&self, meta: &MetaState) -> Vec<RoleEntry> {
+        let mut table = meta.template.roles.clone();
+        let health = self.array.health_snapshot();
+        for (role, entry) in table.iter_mut().enumerate().take(health.len()) {
+            entry.state = match health[role] {
+                MemberHealth::InSync | MemberHealth::Recovering => RoleState::Active,
+                MemberHealth::Faulty => RoleState::Faulty,
+                MemberHealth::Missing => RoleState::Missing,
+            };
+            if let Some(held) = &meta.roles[role] {
+                entry.member_uuid = held.sb.member_uuid;
+            }
+        }
+        let spares = meta
+            .spares
             .iter()
-            .flatten()
-            .next()
-            .expect("an assembled array has a present member");
-        let mut table = template.roles.clone();
-        for status in self.member_status() {
-            table[status.role].state = status.state;
+            .chain(meta.replacing.iter().map(|(_, h)| h));
+        let mut slot = health.len();
+        for entry in table.iter_mut().skip(health.len()) {
+            *entry = UNUSED_ROLE;
+        }
+        for held in spares {
+            assert!(slot < MAX_MEMBERS, "more spares than role-table slots");
+            table[slot] = RoleEntry {
+                member_uuid: held.sb.member_uuid,
+                data_bytes: held.sb.data_bytes,
+                state: RoleState::Spare,
+            };
+            slot += 1;
         }
         table
+    }
+}
+
+/// Levels that keep redundancy (and so can resync, rebuild and scrub).
+pub(crate) trait Redundancy {
+    fn has_redundancy(&self) -> bool;
+}
+
+impl Redundancy for Level {
+    fn has_redundancy(&self) -> bool {
+        !matches!(self, Level::Linear | Level::Raid0)
     }
 }

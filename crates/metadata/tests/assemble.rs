@@ -9,10 +9,16 @@ use std::sync::Arc;
 
 use common::*;
 use member::OpenOptions;
-use metadata::{assemble, ArrayState, AssembleOptions, RoleState, Volume};
+use metadata::{assemble, ArrayState, AssembleOptions, MemberState, RoleState, Volume};
 
 fn try_assemble(paths: &[PathBuf], force: bool) -> Result<Volume, metadata::AssembleError> {
-    assemble(open_all(paths), &AssembleOptions { force })
+    assemble(
+        open_all(paths),
+        &AssembleOptions {
+            force,
+            ..AssembleOptions::default()
+        },
+    )
 }
 
 /// Asserts assembly of `paths` fails with a message containing every needle, and that no byte
@@ -132,11 +138,7 @@ fn any_order_gives_the_same_array() {
         let mut got = vec![0u8; data.len()];
         v.read(12_345, &mut got).unwrap();
         assert!(got == data, "order {order:?} (seed {seed})");
-        let names: Vec<_> = v
-            .member_status()
-            .into_iter()
-            .map(|s| s.name.unwrap())
-            .collect();
+        let names: Vec<_> = v.member_status().into_iter().map(|s| s.name).collect();
         let want: Vec<_> = paths.iter().map(|p| name(p).to_string()).collect();
         assert_eq!(names, want, "roles come from superblocks (seed {seed})");
     }
@@ -169,8 +171,8 @@ fn stale_member_is_left_out_and_reported() {
         v.warnings()
     );
     let status = v.member_status();
-    assert_eq!(status[2].state, RoleState::Missing);
-    assert_eq!(status[2].name, None, "the stale member is not used");
+    assert_eq!(status[2].state, MemberState::Missing);
+    assert_eq!(status[2].name, "", "the stale member is not used");
     let mut got = vec![0u8; new.len()];
     v.read(0, &mut got).unwrap();
     assert!(got == new, "reads come from fresh members only");
@@ -208,33 +210,31 @@ fn dirty_degraded_raid5_needs_force() {
 }
 
 #[test]
-fn dirty_healthy_raid5_starts_with_a_warning_and_resync_makes_it_clean() {
+fn dirty_healthy_raid5_starts_with_a_warning_and_resyncs_in_the_background() {
     let dir = tempfile::tempdir().unwrap();
     let paths = new_array(dir.path(), "rs", "raid5", 3);
     crash_after_write(&paths, &pattern(10_000, 5));
+    // Damage redundancy behind the array's back, as a torn write would.
+    let m = member::open(name(&paths[1]), &OpenOptions::default()).unwrap();
+    m.write_at(&[0xEE; 512], (1 << 20) + 8192).unwrap();
     let v = try_assemble(&paths, false).unwrap();
     assert!(v
         .warnings()
         .iter()
         .any(|w| w.contains("not shut down cleanly")));
-    v.write(0, b"x").unwrap();
-    v.close().unwrap();
-    assert_eq!(
-        read_sb(&paths[0]).state,
-        ArrayState::Dirty,
-        "not resynced: stays dirty"
-    );
-    // Damage redundancy behind the array's back, as a torn write would.
-    let m = member::open(name(&paths[1]), &OpenOptions::default()).unwrap();
-    m.write_at(&[0xEE; 512], (1 << 20) + 8192).unwrap();
-    assert!(!v.array().check().unwrap().is_consistent());
-    v.resync().unwrap();
+    assert!(v.wait_idle(std::time::Duration::from_secs(20)));
     assert!(
         v.array().check().unwrap().is_consistent(),
-        "resync recomputed parity"
+        "the background resync recomputed parity"
     );
+    v.write(0, b"x").unwrap();
     v.close().unwrap();
-    assert_eq!(read_sb(&paths[0]).state, ArrayState::Clean);
+    let sb = read_sb(&paths[0]);
+    assert_eq!(sb.state, ArrayState::Clean);
+    assert_eq!(sb.resync_offset_bytes, None);
+    // An explicit resync also works (and waits).
+    m.write_at(&[0xEE; 512], (1 << 20) + 8192).unwrap();
+    v.resync().unwrap();
     assert!(v.array().check().unwrap().is_consistent());
 }
 

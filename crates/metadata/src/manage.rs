@@ -1,0 +1,463 @@
+//! Operator actions on a running volume (fail, remove, add, replace, scrub, speed limits) and
+//! `status`. Each action changes the engine's member state and records it in the
+//! superblocks (events + 1) before returning.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine::{FaultReason, MemberHealth};
+use member::Member;
+use uuid::Uuid;
+
+use crate::status::{ArrayHealth, MemberState, MemberStatus, SpeedLimits, TaskKind, VolumeStatus};
+use crate::superblock::{Role, Superblock, MAX_MEMBERS};
+use crate::volume::{Held, MetaState, Redundancy, VolumeCore, VolumeError};
+use crate::{read_superblock, ReadSuperblockError};
+
+/// What a member name given by the operator refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Role(usize),
+    Spare(usize),
+    Replacement(usize),
+}
+
+impl VolumeCore {
+    fn resolve(&self, meta: &MetaState, name: &str) -> Result<Target, VolumeError> {
+        let count = meta.roles.len();
+        if let Some(n) = name
+            .strip_prefix("role ")
+            .and_then(|n| n.trim().parse::<usize>().ok())
+        {
+            if n < count {
+                return Ok(Target::Role(n));
+            }
+        }
+        let named = |h: &Held| h.whole.name() == name;
+        if let Some(role) = meta
+            .roles
+            .iter()
+            .position(|h| h.as_ref().is_some_and(named))
+        {
+            return Ok(Target::Role(role));
+        }
+        if let Some(i) = meta.spares.iter().position(named) {
+            return Ok(Target::Spare(i));
+        }
+        match &meta.replacing {
+            Some((role, h)) if named(h) => Ok(Target::Replacement(*role)),
+            _ => Err(VolumeError::NoSuchMember {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// Marks a member faulty (by name or "role N"). Refused when the array would lose data.
+    pub fn fail(&self, member: &str) -> Result<(), VolumeError> {
+        let target = self.resolve(&self.lock_meta(), member)?;
+        let refuse = |reason: String| VolumeError::Refused {
+            what: format!("fail {member}"),
+            reason,
+        };
+        match target {
+            Target::Role(role) => match self.array.health_of(role) {
+                MemberHealth::InSync | MemberHealth::Recovering => {
+                    if !self.array.try_fail_member(role, FaultReason::Requested) {
+                        return Err(refuse(format!(
+                            "it holds the last copy of some data of this {} array",
+                            self.level()
+                        )));
+                    }
+                }
+                MemberHealth::Faulty | MemberHealth::Missing => {}
+            },
+            Target::Spare(_) => return Err(refuse("it is a spare; remove it instead".into())),
+            Target::Replacement(role) => {
+                self.array.cancel_replace(role);
+                self.lock_meta().replacing = None;
+            }
+        }
+        let mut meta = self.lock_meta();
+        self.write_superblocks(&mut meta)?;
+        drop(meta);
+        self.work.notify();
+        Ok(())
+    }
+
+    /// Takes a faulty member, a spare or a replacement target out of the array. An active
+    /// member is refused: fail it first.
+    pub fn remove(&self, member: &str) -> Result<(), VolumeError> {
+        let mut meta = self.lock_meta();
+        match self.resolve(&meta, member)? {
+            Target::Spare(i) => {
+                meta.spares.remove(i);
+            }
+            Target::Replacement(role) => {
+                self.array.cancel_replace(role);
+                meta.replacing = None;
+            }
+            Target::Role(role) => match self.array.health_of(role) {
+                MemberHealth::Faulty => {
+                    self.array.detach_member(role);
+                    meta.roles[role] = None;
+                }
+                MemberHealth::Missing => return Ok(()),
+                state => {
+                    return Err(VolumeError::Refused {
+                        what: format!("remove {member}"),
+                        reason: format!(
+                            "it is {} in role {role}; fail it first",
+                            if state == MemberHealth::InSync {
+                                "active"
+                            } else {
+                                "rebuilding"
+                            }
+                        ),
+                    })
+                }
+            },
+        }
+        self.write_superblocks(&mut meta)
+    }
+
+    /// Adds a member: it receives a spare superblock of this array and becomes a spare, or
+    /// the target of a rebuild when a role is missing or faulty (the worker starts it).
+    pub fn add(&self, member: Arc<dyn Member>) -> Result<(), VolumeError> {
+        let mut meta = self.lock_meta();
+        let held = self.new_spare(&meta, member)?;
+        meta.spares.push(held);
+        self.write_superblocks(&mut meta)?;
+        drop(meta);
+        self.work.notify();
+        Ok(())
+    }
+
+    /// Checks a member for `add`/`replace` and builds its spare superblock.
+    fn new_spare(&self, meta: &MetaState, member: Arc<dyn Member>) -> Result<Held, VolumeError> {
+        let name = member.name().to_string();
+        let bad = |reason: String| VolumeError::BadMember {
+            name: name.clone(),
+            reason,
+        };
+        if !self.level().has_redundancy() {
+            return Err(bad(format!(
+                "a {} array has no use for spares",
+                self.level()
+            )));
+        }
+        let in_use = meta
+            .roles
+            .iter()
+            .flatten()
+            .chain(&meta.spares)
+            .chain(meta.replacing.iter().map(|(_, h)| h))
+            .any(|h| crate::same_member(&h.whole, &member));
+        if in_use {
+            return Err(bad("is already part of this array".into()));
+        }
+        match read_superblock(member.as_ref()) {
+            Ok(sb) if sb.array_uuid != self.uuid() => {
+                return Err(bad(format!(
+                    "belongs to another array (\"{}\" {}); wipe it first",
+                    sb.name, sb.array_uuid
+                )))
+            }
+            Ok(_) | Err(ReadSuperblockError::Invalid(crate::SuperblockError::NoMagic)) => {}
+            Err(e) => return Err(bad(format!("cannot be checked: {e}"))),
+        }
+        let slots_used =
+            meta.roles.len() + meta.spares.len() + usize::from(meta.replacing.is_some());
+        if slots_used >= MAX_MEMBERS {
+            return Err(bad(format!(
+                "the array already has {MAX_MEMBERS} members and spares"
+            )));
+        }
+        let t = &meta.template;
+        let needed = (0..meta.roles.len())
+            .map(|r| t.roles[r].data_bytes)
+            .max()
+            .unwrap_or(0);
+        if member.len() < t.data_offset_bytes + needed {
+            return Err(bad(format!(
+                "too small: {} bytes, a member of this array needs {}",
+                member.len(),
+                t.data_offset_bytes + needed
+            )));
+        }
+        let mut sb: Superblock = t.clone();
+        sb.member_uuid = Uuid::new_v4();
+        sb.role = Role::Spare;
+        sb.data_bytes = member.len() - t.data_offset_bytes;
+        sb.member_bytes = member.len();
+        sb.recovery_offset_bytes = None;
+        Ok(Held { whole: member, sb })
+    }
+
+    /// Starts copying `member`'s role onto `with` while `member` keeps serving; the worker
+    /// then gives `with` the role. Redundancy never drops.
+    pub fn replace(&self, member: &str, with: Arc<dyn Member>) -> Result<(), VolumeError> {
+        let mut meta = self.lock_meta();
+        let refuse = |reason: String| VolumeError::Refused {
+            what: format!("replace {member}"),
+            reason,
+        };
+        let Target::Role(role) = self.resolve(&meta, member)? else {
+            return Err(refuse(
+                "only a member holding a role can be replaced".into(),
+            ));
+        };
+        if meta.replacing.is_some() {
+            return Err(refuse("another replace is in progress".into()));
+        }
+        if self.array.health_of(role) != MemberHealth::InSync {
+            return Err(refuse(format!(
+                "role {role} is not in sync; add a spare instead"
+            )));
+        }
+        let held = self.new_spare(&meta, with)?;
+        let data_bytes = meta.template.roles[role].data_bytes;
+        self.array
+            .start_replace(role, held.window(data_bytes))
+            .map_err(|e| refuse(e.to_string()))?;
+        meta.replacing = Some((role, held));
+        self.write_superblocks(&mut meta)?;
+        drop(meta);
+        self.work.notify();
+        Ok(())
+    }
+
+    /// Gives the first spare big enough the missing or faulty `role`: it starts recovering.
+    /// False when no spare fits.
+    pub(crate) fn promote_spare(&self, role: usize) -> Result<bool, VolumeError> {
+        let mut meta = self.lock_meta();
+        let needed = meta.template.roles[role].data_bytes;
+        let Some(i) = meta.spares.iter().position(|h| h.sb.data_bytes >= needed) else {
+            return Ok(false);
+        };
+        let held = meta.spares.remove(i);
+        self.install(&mut meta, role, held)?;
+        Ok(true)
+    }
+
+    /// Puts `held` into `role` (missing or faulty) as a recovering member from offset 0.
+    fn install(
+        &self,
+        meta: &mut MetaState,
+        role: usize,
+        mut held: Held,
+    ) -> Result<(), VolumeError> {
+        if self.array.health_of(role) == MemberHealth::Faulty {
+            self.array.detach_member(role);
+        }
+        let needed = meta.template.roles[role].data_bytes;
+        held.sb.role = Role::Active(role as u32);
+        held.sb.data_bytes = needed;
+        held.sb.recovery_offset_bytes = Some(0);
+        meta.template.roles[role].member_uuid = held.sb.member_uuid;
+        let window = held.window(needed);
+        meta.roles[role] = Some(held);
+        if let Err(e) = self.array.attach_member(role, window) {
+            return Err(VolumeError::Refused {
+                what: format!("rebuild role {role}"),
+                reason: e.to_string(),
+            });
+        }
+        self.write_superblocks(meta)
+    }
+
+    /// The old member of a role being replaced failed: the new one is rebuilt instead.
+    pub(crate) fn replace_becomes_rebuild(&self, role: usize) -> Result<(), VolumeError> {
+        let mut meta = self.lock_meta();
+        self.array.cancel_replace(role);
+        let Some((_, held)) = meta.replacing.take() else {
+            return Ok(());
+        };
+        self.install(&mut meta, role, held)
+    }
+
+    /// A write to the replacement failed: the replace is dropped, the role keeps its member.
+    pub(crate) fn abandon_replace(&self, role: usize) -> Result<(), VolumeError> {
+        let mut meta = self.lock_meta();
+        self.array.cancel_replace(role);
+        meta.replacing = None;
+        self.write_superblocks(&mut meta)
+    }
+
+    /// The copy is complete: the new member's data is made durable, the superblocks record
+    /// it in the role (the old member keeps its old superblock, now stale), then the engine
+    /// swaps the members. Until the swap every write reaches both.
+    pub(crate) fn finish_replace(&self, role: usize) -> Result<(), VolumeError> {
+        let Some(new) = self.array.replacement(role) else {
+            return self.abandon_replace(role);
+        };
+        if new.flush().is_err() {
+            return self.abandon_replace(role);
+        }
+        let mut meta = self.lock_meta();
+        let Some((_, mut held)) = meta.replacing.take() else {
+            return Ok(());
+        };
+        let needed = meta.template.roles[role].data_bytes;
+        held.sb.role = Role::Active(role as u32);
+        held.sb.data_bytes = needed;
+        held.sb.recovery_offset_bytes = None;
+        meta.template.roles[role].member_uuid = held.sb.member_uuid;
+        meta.roles[role] = Some(held);
+        self.write_superblocks(&mut meta)?;
+        self.array.finish_replace(role);
+        Ok(())
+    }
+
+    /// Starts a scrub (check, or with `repair` make consistent) in the background; the report
+    /// is in `status().last_scrub`.
+    pub fn scrub(&self, repair: bool) -> Result<(), VolumeError> {
+        if !self.level().has_redundancy() {
+            return Err(VolumeError::Refused {
+                what: "scrub".into(),
+                reason: format!("a {} array has no redundancy to check", self.level()),
+            });
+        }
+        let mut state = self.work.lock();
+        state.scrub_request = Some(repair);
+        state.last_scrub = None;
+        drop(state);
+        self.work.resume();
+        self.work.notify();
+        Ok(())
+    }
+
+    /// Changes the background rate limits (takes effect at the next step).
+    pub fn set_speed_limits(&self, limits: SpeedLimits) {
+        assert!(limits.min_bytes_per_sec > 0 && limits.max_bytes_per_sec > 0);
+        self.work.lock().limits = limits;
+        self.work.notify();
+    }
+
+    pub fn speed_limits(&self) -> SpeedLimits {
+        self.work.limits()
+    }
+
+    /// Changes when members are declared faulty.
+    pub fn set_fault_policy(&self, policy: engine::FaultPolicy) {
+        self.array.set_fault_policy(policy);
+    }
+
+    /// Waits until no background work runs or is due; false on timeout.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if !self.work.is_busy() && self.next_task().is_none() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            self.work
+                .wait_change((deadline - now).min(Duration::from_millis(20)));
+        }
+    }
+
+    /// The state of every role, in order (spares and replacement targets are in `status`).
+    pub fn member_status(&self) -> Vec<MemberStatus> {
+        let mut members = self.status().members;
+        members.retain(|m| m.role.is_some() && m.state != MemberState::ReplacementTarget);
+        members
+    }
+
+    /// Everything about the array, for display.
+    pub fn status(&self) -> VolumeStatus {
+        let meta = self.lock_meta();
+        let work = self.work.lock();
+        let health = self.array.health_snapshot();
+        let progress = |role: usize, kind: TaskKind| {
+            work.current
+                .as_ref()
+                .filter(|t| t.kind == kind && t.role == Some(role))
+                .map(|t| t.done_bytes)
+        };
+        let replacing_role = meta.replacing.as_ref().map(|(r, _)| *r);
+        let mut members: Vec<MemberStatus> = Vec::new();
+        for (role, h) in health.iter().enumerate() {
+            let stats = self.array.fault_stats(role);
+            let held = meta.roles[role].as_ref();
+            let state = match h {
+                MemberHealth::InSync if replacing_role == Some(role) => MemberState::Replacing,
+                MemberHealth::InSync => MemberState::Active,
+                MemberHealth::Recovering => MemberState::Rebuilding,
+                MemberHealth::Faulty => MemberState::Faulty,
+                MemberHealth::Missing => MemberState::Missing,
+            };
+            let rebuild_offset_bytes = (state == MemberState::Rebuilding).then(|| {
+                progress(role, TaskKind::Rebuild)
+                    .or(held.and_then(|h| h.sb.recovery_offset_bytes))
+                    .unwrap_or(0)
+            });
+            members.push(MemberStatus {
+                role: Some(role),
+                name: held.map(|h| h.whole.name().to_string()).unwrap_or_default(),
+                state,
+                read_errors: stats.read_errors,
+                write_errors: stats.write_errors,
+                timeouts: stats.timeouts,
+                rebuild_offset_bytes,
+            });
+        }
+        if let Some((role, held)) = &meta.replacing {
+            members.push(plain_status(
+                Some(*role),
+                held,
+                MemberState::ReplacementTarget,
+            ));
+            members.last_mut().expect("pushed").rebuild_offset_bytes =
+                Some(progress(*role, TaskKind::Replace).unwrap_or(0));
+        }
+        members.extend(
+            meta.spares
+                .iter()
+                .map(|h| plain_status(None, h, MemberState::Spare)),
+        );
+        VolumeStatus {
+            name: self.name().to_string(),
+            uuid: self.uuid(),
+            level: crate::status::level_name(self.level()),
+            chunk_bytes: self.chunk_bytes(),
+            size_bytes: self.size_bytes(),
+            health: self.health(&meta, &health),
+            members,
+            task: work.current.clone(),
+            speed_limits: work.limits,
+            last_scrub: work.last_scrub.clone(),
+            events: meta.events,
+        }
+    }
+
+    fn health(&self, meta: &MetaState, health: &[MemberHealth]) -> ArrayHealth {
+        let readable: Vec<bool> = health.iter().map(|h| h.readable()).collect();
+        if !self.array.geometry().survives(&readable) {
+            ArrayHealth::Failed
+        } else if meta.replacing.is_some() || health.contains(&MemberHealth::Recovering) {
+            ArrayHealth::Rebuilding
+        } else if readable.contains(&false) {
+            ArrayHealth::Degraded
+        } else if meta.resync_offset.is_some() {
+            ArrayHealth::Resyncing
+        } else if self.is_dirty() {
+            ArrayHealth::Active
+        } else {
+            ArrayHealth::Clean
+        }
+    }
+}
+
+fn plain_status(role: Option<usize>, held: &Held, state: MemberState) -> MemberStatus {
+    MemberStatus {
+        role,
+        name: held.whole.name().to_string(),
+        state,
+        read_errors: 0,
+        write_errors: 0,
+        timeouts: 0,
+        rebuild_offset_bytes: None,
+    }
+}

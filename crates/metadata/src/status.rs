@@ -1,0 +1,150 @@
+//! What `Volume::status` reports: plain data with stable snake_case field names (serde), for
+//! the admin endpoint and the CLI.
+
+use layout::Level;
+use serde::Serialize;
+use uuid::Uuid;
+
+pub use engine::FaultPolicy;
+
+/// Background I/O rate limits, per member (like md's speed_limit_min / _max).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SpeedLimits {
+    /// Kept even while clients are busy.
+    pub min_bytes_per_sec: u64,
+    /// Never exceeded.
+    pub max_bytes_per_sec: u64,
+}
+
+impl Default for SpeedLimits {
+    fn default() -> SpeedLimits {
+        SpeedLimits {
+            min_bytes_per_sec: 1 << 20,
+            max_bytes_per_sec: 200 << 20,
+        }
+    }
+}
+
+/// The array as /proc/mdstat would describe it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArrayHealth {
+    /// Every member in sync, no writes since the last clean close.
+    Clean,
+    /// Every member in sync, written since assembly (marked dirty on disk).
+    Active,
+    /// A member is missing or faulty and nothing is rebuilding it.
+    Degraded,
+    /// Redundancy is being recomputed (after an unclean shutdown, or an initial sync).
+    Resyncing,
+    /// A member is being rebuilt or replaced.
+    Rebuilding,
+    /// Too many members lost: some data cannot be served.
+    Failed,
+}
+
+/// One member's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemberState {
+    Active,
+    Faulty,
+    Missing,
+    Rebuilding,
+    Spare,
+    /// The old member of a role being replaced (still serving).
+    Replacing,
+    /// The new member a replace is filling.
+    ReplacementTarget,
+}
+
+/// One member (or empty role) of the array.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MemberStatus {
+    /// `None` for spares.
+    pub role: Option<usize>,
+    /// As given by the user; empty for a missing role.
+    pub name: String,
+    pub state: MemberState,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub timeouts: u64,
+    /// Rebuilding members: data-area bytes rebuilt so far.
+    pub rebuild_offset_bytes: Option<u64>,
+}
+
+/// A kind of background work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    Rebuild,
+    Replace,
+    Scrub,
+    Repair,
+    Resync,
+    InitialSync,
+}
+
+/// The background work in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TaskStatus {
+    pub kind: TaskKind,
+    pub role: Option<usize>,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    /// Recent rate (per member).
+    pub bytes_per_sec: u64,
+    pub eta_secs: Option<u64>,
+}
+
+/// Where a scrub found a mismatch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MismatchLocation {
+    /// RAID 5/6 stripe, RAID 1 row, RAID 10 logical chunk.
+    pub stripe: u64,
+    pub array_offset: u64,
+    pub role: usize,
+    pub member: String,
+    /// Offset in the member's data area of the first differing byte.
+    pub member_offset: u64,
+    /// `p`, `q`, `mirror` or `data` (RAID 6: the syndrome named the data member).
+    pub kind: String,
+}
+
+/// Most mismatches listed in a scrub report (all are counted).
+pub const SCRUB_MISMATCHES_LISTED_MAX: usize = 100;
+
+/// The outcome of the last (or running) scrub.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ScrubReport {
+    pub stripes_checked: u64,
+    pub mismatches: u64,
+    pub repaired: u64,
+    pub first_mismatches: Vec<MismatchLocation>,
+    pub finished: bool,
+}
+
+/// Everything `status` shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct VolumeStatus {
+    pub name: String,
+    pub uuid: Uuid,
+    pub level: String,
+    pub chunk_bytes: u64,
+    pub size_bytes: u64,
+    pub health: ArrayHealth,
+    /// Roles in order, then the replacement target (if any), then spares.
+    pub members: Vec<MemberStatus>,
+    pub task: Option<TaskStatus>,
+    pub speed_limits: SpeedLimits,
+    pub last_scrub: Option<ScrubReport>,
+    pub events: u64,
+}
+
+pub(crate) fn level_name(level: Level) -> String {
+    level.to_string()
+}
+
+pub(crate) fn eta(done: u64, total: u64, rate: u64) -> Option<u64> {
+    (rate > 0).then(|| total.saturating_sub(done) / rate)
+}

@@ -1,0 +1,541 @@
+//! Background work of a volume: one worker thread that picks the most urgent task from the
+//! volume's state ([`VolumeCore::next_task`]), runs it in throttled steps, and checkpoints its
+//! progress in the superblocks so a restarted server resumes it.
+//!
+//! Priority: replace > rebuild (a recovering role, or a missing/faulty role and a spare) >
+//! resync/initial sync (all members in sync) > requested scrub.
+//!
+//! Throttle ([`Pacer`], like md's speed_limit_min/max, per member): after each step of `b`
+//! bytes the next step may start `b / rate` seconds later, where `rate` is the maximum when no
+//! client request arrived since the previous step and the minimum otherwise. So the rate never
+//! exceeds the maximum, and never falls below the minimum (less the step's own I/O time) even
+//! under client load.
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use engine::{MemberHealth, SyncMode};
+
+use crate::status::SCRUB_MISMATCHES_LISTED_MAX;
+use crate::status::{MismatchLocation, ScrubReport, SpeedLimits, TaskKind, TaskStatus};
+use crate::volume::{VolumeCore, VolumeError};
+
+/// Largest step of background I/O per member.
+const STEP_BYTES_MAX: u64 = 4 << 20;
+/// Progress is checkpointed at least this often...
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
+/// ...or every this many percent of the work.
+const CHECKPOINT_PERCENT: u64 = 5;
+/// Consecutive failed steps after which a task gives up (until the next state change).
+const STEP_ERRORS_MAX: u32 = 10;
+
+/// A unit of background work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Task {
+    Replace(usize),
+    Rebuild(usize),
+    Resync,
+    Scrub { repair: bool },
+}
+
+pub(crate) struct WorkState {
+    stop: bool,
+    paused: bool,
+    busy: bool,
+    pub limits: SpeedLimits,
+    pub scrub_request: Option<bool>,
+    pub current: Option<TaskStatus>,
+    pub last_scrub: Option<ScrubReport>,
+    pub last_error: Option<String>,
+}
+
+/// The worker's mailbox: flags, limits and progress, with a condition variable.
+pub(crate) struct Work {
+    state: Mutex<WorkState>,
+    changed: Condvar,
+}
+
+impl Work {
+    pub(crate) fn new() -> Work {
+        Work {
+            state: Mutex::new(WorkState {
+                stop: false,
+                paused: false,
+                busy: false,
+                limits: SpeedLimits::default(),
+                scrub_request: None,
+                current: None,
+                last_scrub: None,
+                last_error: None,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+    pub(crate) fn lock(&self) -> MutexGuard<'_, WorkState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    pub(crate) fn notify(&self) {
+        self.changed.notify_all();
+    }
+    pub(crate) fn stop(&self) {
+        self.lock().stop = true;
+        self.notify();
+    }
+    pub(crate) fn stopped(&self) -> bool {
+        self.lock().stop
+    }
+    /// Stops background work after its current step and waits for that.
+    pub(crate) fn pause(&self) {
+        let mut state = self.lock();
+        state.paused = true;
+        self.notify();
+        while state.busy {
+            state = self.wait(state, Duration::from_millis(50));
+        }
+    }
+    pub(crate) fn resume(&self) {
+        let mut state = self.lock();
+        if state.paused {
+            state.paused = false;
+            self.notify();
+        }
+    }
+    /// True when the running task should return (stop or pause requested).
+    pub(crate) fn should_yield(&self) -> bool {
+        let state = self.lock();
+        state.stop || state.paused
+    }
+    pub(crate) fn limits(&self) -> SpeedLimits {
+        self.lock().limits
+    }
+    pub(crate) fn wait_change(&self, timeout: Duration) {
+        let state = self.lock();
+        drop(self.wait(state, timeout));
+    }
+    fn wait<'a>(
+        &self,
+        state: MutexGuard<'a, WorkState>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, WorkState> {
+        self.changed
+            .wait_timeout(state, timeout)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0)
+    }
+    pub(crate) fn is_busy(&self) -> bool {
+        self.lock().busy
+    }
+    fn set_busy(&self, busy: bool) {
+        let mut state = self.lock();
+        state.busy = busy;
+        if !busy {
+            state.current = None;
+        }
+        drop(state);
+        self.notify();
+    }
+    fn progress(&self, status: TaskStatus) {
+        self.lock().current = Some(status);
+    }
+}
+
+pub(crate) fn spawn(core: std::sync::Arc<VolumeCore>) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(format!("raidkit-bg-{}", core.name()))
+        .spawn(move || worker(&core))
+        .expect("cannot start the background worker thread")
+}
+
+fn worker(core: &VolumeCore) {
+    loop {
+        let task = {
+            let state = core.work.lock();
+            if state.stop {
+                return;
+            }
+            let paused = state.paused;
+            drop(state);
+            if paused {
+                None
+            } else {
+                core.next_task()
+            }
+        };
+        match task {
+            Some(task) => {
+                core.work.set_busy(true);
+                if let Err(e) = core.run_task(task) {
+                    core.work.lock().last_error = Some(format!("{task:?}: {e}"));
+                    // Let the state change (a settle, an operator action) before retrying.
+                    core.work.wait_change(Duration::from_millis(500));
+                }
+                core.work.set_busy(false);
+            }
+            None => core.work.wait_change(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// Paces background steps (see the module docs) and measures their rate.
+pub(crate) struct Pacer {
+    next: Instant,
+    started: Instant,
+    last_client_requests: u64,
+    window_start: Instant,
+    window_bytes: u64,
+    rate: u64,
+}
+
+impl Pacer {
+    fn new(core: &VolumeCore) -> Pacer {
+        let now = Instant::now();
+        Pacer {
+            next: now,
+            started: now,
+            last_client_requests: core.array.client_requests(),
+            window_start: now,
+            window_bytes: 0,
+            rate: 0,
+        }
+    }
+
+    /// Step size for the current maximum: about an eighth of a second's worth, whole units.
+    fn step_bytes(&self, core: &VolumeCore, unit: u64) -> u64 {
+        let max = core.work.limits().max_bytes_per_sec.max(1);
+        let want = (max / 8).clamp(unit, STEP_BYTES_MAX.max(unit));
+        want / unit * unit
+    }
+
+    /// Waits until a step may start; false when the task should yield instead.
+    fn wait_turn(&mut self, core: &VolumeCore) -> bool {
+        loop {
+            if core.work.should_yield() {
+                return false;
+            }
+            let now = Instant::now();
+            if self.next <= now {
+                self.started = now;
+                return true;
+            }
+            std::thread::sleep((self.next - now).min(Duration::from_millis(50)));
+        }
+    }
+
+    /// Accounts a finished step of `bytes` (per member).
+    fn done(&mut self, core: &VolumeCore, bytes: u64) {
+        let limits = core.work.limits();
+        let clients = core.array.client_requests();
+        let busy = clients != self.last_client_requests;
+        self.last_client_requests = clients;
+        let rate = if busy {
+            limits.min_bytes_per_sec
+        } else {
+            limits.max_bytes_per_sec
+        }
+        .max(1);
+        let now = Instant::now();
+        self.next = self.started + Duration::from_secs_f64(bytes as f64 / rate as f64);
+        self.window_bytes += bytes;
+        let elapsed = now.duration_since(self.window_start);
+        if elapsed >= Duration::from_secs(1) {
+            self.rate = (self.window_bytes as f64 / elapsed.as_secs_f64()) as u64;
+            self.window_start = now;
+            self.window_bytes = 0;
+        }
+    }
+
+    fn rate(&self) -> u64 {
+        self.rate
+    }
+}
+
+/// When to record progress in the superblocks.
+struct Checkpoint {
+    at: Instant,
+    done: u64,
+    total: u64,
+}
+
+impl Checkpoint {
+    fn new(done: u64, total: u64) -> Checkpoint {
+        Checkpoint {
+            at: Instant::now(),
+            done,
+            total,
+        }
+    }
+    fn due(&mut self, done: u64) -> bool {
+        let percent = (done - self.done).saturating_mul(100) / self.total.max(1);
+        if self.at.elapsed() >= CHECKPOINT_INTERVAL || percent >= CHECKPOINT_PERCENT {
+            self.at = Instant::now();
+            self.done = done;
+            return true;
+        }
+        false
+    }
+}
+
+impl VolumeCore {
+    /// The most urgent task the volume's state calls for, if any.
+    pub(crate) fn next_task(&self) -> Option<Task> {
+        let meta = self.lock_meta();
+        let health = self.array.health_snapshot();
+        if let Some((role, _)) = &meta.replacing {
+            return Some(Task::Replace(*role));
+        }
+        if let Some(role) = health.iter().position(|h| *h == MemberHealth::Recovering) {
+            return Some(Task::Rebuild(role));
+        }
+        let unused = |h: &MemberHealth| matches!(h, MemberHealth::Faulty | MemberHealth::Missing);
+        if let (Some(role), false) = (health.iter().position(unused), meta.spares.is_empty()) {
+            if self
+                .array
+                .geometry()
+                .survives(&self.array.present_snapshot())
+            {
+                return Some(Task::Rebuild(role));
+            }
+        }
+        let all_in_sync = health.iter().all(|h| *h == MemberHealth::InSync);
+        if meta.resync_offset.is_some() && all_in_sync {
+            return Some(Task::Resync);
+        }
+        drop(meta);
+        let repair = self.work.lock().scrub_request?;
+        Some(Task::Scrub { repair })
+    }
+
+    fn run_task(&self, task: Task) -> Result<(), VolumeError> {
+        let result = match task {
+            Task::Replace(role) => self.run_replace(role),
+            Task::Rebuild(role) => self.run_rebuild(role),
+            Task::Resync => self.run_resync(),
+            Task::Scrub { repair } => self.run_scrub(repair),
+        };
+        self.settle()?;
+        result
+    }
+
+    fn report(&self, kind: TaskKind, role: Option<usize>, done: u64, total: u64, pacer: &Pacer) {
+        let rate = pacer.rate();
+        self.work.progress(TaskStatus {
+            kind,
+            role,
+            done_bytes: done,
+            total_bytes: total,
+            bytes_per_sec: rate,
+            eta_secs: crate::status::eta(done, total, rate),
+        });
+    }
+
+    fn run_rebuild(&self, role: usize) -> Result<(), VolumeError> {
+        let health = self.array.health_of(role);
+        if matches!(health, MemberHealth::Faulty | MemberHealth::Missing)
+            && !self.promote_spare(role)?
+        {
+            return Ok(());
+        }
+        let total = self.array.geometry().member_data_bytes(role);
+        let chunk = self.chunk_bytes();
+        let start = self.lock_meta().roles[role]
+            .as_ref()
+            .and_then(|h| h.sb.recovery_offset_bytes)
+            .unwrap_or(0);
+        let mut pacer = Pacer::new(self);
+        let mut checkpoint = Checkpoint::new(start, total);
+        let mut offset = start;
+        let mut errors = 0;
+        while offset < total {
+            if self.array.health_of(role) != MemberHealth::Recovering || !pacer.wait_turn(self) {
+                return Ok(());
+            }
+            let len = pacer.step_bytes(self, chunk).min(total - offset);
+            if let Err(e) = self.array.rebuild_step(role, offset, len) {
+                errors += 1;
+                if errors > STEP_ERRORS_MAX {
+                    return Err(e.into());
+                }
+                self.settle()?;
+                continue;
+            }
+            errors = 0;
+            self.settle()?;
+            offset += len;
+            pacer.done(self, len);
+            self.report(TaskKind::Rebuild, Some(role), offset, total, &pacer);
+            if checkpoint.due(offset) && offset < total {
+                self.checkpoint_rebuild(role, Some(offset))?;
+            }
+        }
+        if self.array.health_of(role) == MemberHealth::Recovering {
+            self.checkpoint_rebuild(role, None)?;
+        }
+        Ok(())
+    }
+
+    /// Records `role`'s rebuild progress after making the rebuilt data durable; `None`: the
+    /// rebuild is complete and the member becomes in sync.
+    fn checkpoint_rebuild(&self, role: usize, offset: Option<u64>) -> Result<(), VolumeError> {
+        if let Some(member) = self.array.member(role) {
+            if member.flush().is_err() {
+                self.array.try_fail_member(
+                    role,
+                    engine::FaultReason::WriteError("flush of rebuilt data failed".into()),
+                );
+                return self.settle();
+            }
+        }
+        let mut meta = self.lock_meta();
+        if offset.is_none() && !self.array.finish_rebuild(role) {
+            return Ok(());
+        }
+        if let Some(held) = meta.roles[role].as_mut() {
+            held.sb.recovery_offset_bytes = offset;
+        }
+        self.write_superblocks(&mut meta)
+    }
+
+    fn run_replace(&self, role: usize) -> Result<(), VolumeError> {
+        let total = self.array.geometry().member_data_bytes(role);
+        let chunk = self.chunk_bytes();
+        let mut pacer = Pacer::new(self);
+        let mut offset = 0;
+        while offset < total {
+            if self.array.health_of(role) != MemberHealth::InSync {
+                return self.replace_becomes_rebuild(role);
+            }
+            if !pacer.wait_turn(self) {
+                return Ok(());
+            }
+            let len = pacer.step_bytes(self, chunk).min(total - offset);
+            if !self.array.replace_step(role, offset, len)? {
+                return self.abandon_replace(role);
+            }
+            self.settle()?;
+            offset += len;
+            pacer.done(self, len);
+            self.report(TaskKind::Replace, Some(role), offset, total, &pacer);
+        }
+        self.finish_replace(role)
+    }
+
+    fn run_resync(&self) -> Result<(), VolumeError> {
+        let units = self.array.sync_unit_count();
+        let unit_bytes = self.sync_unit_array_bytes();
+        let (start, crashed) = {
+            let meta = self.lock_meta();
+            (
+                meta.resync_offset.unwrap_or(0) / unit_bytes,
+                meta.resync_after_crash,
+            )
+        };
+        let kind = if crashed {
+            TaskKind::Resync
+        } else {
+            TaskKind::InitialSync
+        };
+        let chunk = self.chunk_bytes();
+        let mut pacer = Pacer::new(self);
+        let mut unit = start;
+        while unit < units {
+            let all_in_sync = self
+                .array
+                .health_snapshot()
+                .iter()
+                .all(|h| *h == MemberHealth::InSync);
+            if !all_in_sync || !pacer.wait_turn(self) {
+                return Ok(());
+            }
+            let step = (pacer.step_bytes(self, chunk) / chunk).min(units - unit);
+            {
+                let _gate = self.begin_write()?;
+                for u in unit..unit + step {
+                    self.array.sync_unit(u, SyncMode::Resync)?;
+                }
+            }
+            self.settle()?;
+            unit += step;
+            pacer.done(self, step * chunk);
+            self.lock_meta().resync_offset = Some(unit * unit_bytes);
+            self.report(kind, None, unit * chunk, units * chunk, &pacer);
+        }
+        let mut meta = self.lock_meta();
+        meta.resync_offset = None;
+        meta.resync_after_crash = false;
+        self.write_superblocks(&mut meta)
+    }
+
+    /// Array bytes covered by one sync unit.
+    pub(crate) fn sync_unit_array_bytes(&self) -> u64 {
+        let g = self.array.geometry();
+        match self.level() {
+            layout::Level::Raid5 | layout::Level::Raid6 => g.stripe_data_bytes(),
+            _ => g.chunk_bytes(),
+        }
+    }
+
+    fn run_scrub(&self, repair: bool) -> Result<(), VolumeError> {
+        let units = self.array.sync_unit_count();
+        let chunk = self.chunk_bytes();
+        let mode = if repair {
+            SyncMode::Repair
+        } else {
+            SyncMode::Check
+        };
+        let kind = if repair {
+            TaskKind::Repair
+        } else {
+            TaskKind::Scrub
+        };
+        let mut report = ScrubReport::default();
+        let mut pacer = Pacer::new(self);
+        let mut unit = 0;
+        while unit < units {
+            if !pacer.wait_turn(self) {
+                return Ok(());
+            }
+            let step = (pacer.step_bytes(self, chunk) / chunk).min(units - unit);
+            for u in unit..unit + step {
+                let gate = if repair {
+                    Some(self.begin_write()?)
+                } else {
+                    None
+                };
+                let found = self.array.sync_unit(u, mode)?;
+                drop(gate);
+                self.add_to_report(&mut report, found);
+            }
+            self.settle()?;
+            unit += step;
+            pacer.done(self, step * chunk);
+            self.report(kind, None, unit * chunk, units * chunk, &pacer);
+            self.work.lock().last_scrub = Some(report.clone());
+        }
+        report.finished = true;
+        let mut state = self.work.lock();
+        state.last_scrub = Some(report);
+        state.scrub_request = None;
+        Ok(())
+    }
+
+    fn add_to_report(&self, report: &mut ScrubReport, found: engine::UnitReport) {
+        report.stripes_checked += u64::from(found.checked);
+        report.mismatches += found.mismatches.len() as u64;
+        report.repaired += found.repaired;
+        for m in found.mismatches {
+            if report.first_mismatches.len() >= SCRUB_MISMATCHES_LISTED_MAX {
+                break;
+            }
+            let member = self.array.member(m.role).map(|w| w.name().to_string());
+            report.first_mismatches.push(MismatchLocation {
+                stripe: m.unit,
+                array_offset: m.array_offset,
+                role: m.role,
+                member: member.unwrap_or_default(),
+                member_offset: m.member_offset,
+                kind: format!("{:?}", m.kind).to_lowercase(),
+            });
+        }
+    }
+}

@@ -36,6 +36,23 @@ pub fn follow(client: &Client, label: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Draws a task of this process (no server) until `done`; nothing when stdout is not a
+/// terminal.
+pub fn follow_local(task: impl Fn() -> Option<Task>, done: impl Fn() -> bool) {
+    let bar = std::io::stdout()
+        .is_terminal()
+        .then(|| new_bar("initial sync"));
+    while !done() {
+        if let (Some(bar), Some(task)) = (&bar, task()) {
+            show(bar, &task);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+}
+
 fn new_bar(label: &str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     let style = ProgressStyle::with_template(

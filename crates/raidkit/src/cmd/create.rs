@@ -36,7 +36,22 @@ pub struct Args {
     #[arg(long, short = 'f')]
     force: bool,
 
-    /// Member files or block devices, in role order.
+    /// A hot spare (repeatable): it receives a spare superblock of the new array and takes
+    /// the place of the first member that fails while the array is served.
+    #[arg(long, value_name = "MEMBER")]
+    spare: Vec<String>,
+
+    /// Skip the initial sync of members that cannot be zeroed cheaply (block devices, remote
+    /// members): you promise they are zeroed or otherwise consistent (as mdadm --assume-clean).
+    #[arg(long)]
+    assume_clean: bool,
+
+    /// When the array needs an initial sync, run it now (progress bar in a terminal) instead
+    /// of in the background the first time the array is served.
+    #[arg(long, conflicts_with = "assume_clean")]
+    sync_now: bool,
+
+    /// Member files, block devices or NBD URIs, in role order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
 }
@@ -60,14 +75,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         create_size: args.size,
         read_only: false,
     };
-    let members = args
-        .members
-        .iter()
-        .map(|spec| member::open(spec, &opts).map_err(anyhow::Error::from))
-        .collect::<anyhow::Result<Vec<Arc<dyn Member>>>>()?;
+    let open = |specs: &[String]| {
+        specs
+            .iter()
+            .map(|spec| member::open(spec, &opts).map_err(anyhow::Error::from))
+            .collect::<anyhow::Result<Vec<Arc<dyn Member>>>>()
+    };
+    let members = open(&args.members)?;
     let create_opts = CreateOptions {
         chunk_bytes: args.chunk,
         force: args.force,
+        spares: open(&args.spare)?,
+        assume_clean: args.assume_clean,
         ..CreateOptions::new(args.level, &args.name)
     };
     let superblocks = metadata::create(&members, &create_opts)?;
@@ -81,5 +100,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         first.chunk_bytes,
         first.array_size_bytes
     );
+    if first.resync_offset_bytes.is_none() {
+        return Ok(());
+    }
+    if !args.sync_now {
+        println!("initial sync pending: it runs in the background when the array is served");
+        return Ok(());
+    }
+    initial_sync(members, create_opts.spares)
+}
+
+/// Assembles the new array and runs its initial sync in the foreground, with a progress bar
+/// in a terminal, then closes it clean.
+fn initial_sync(members: Vec<Arc<dyn Member>>, spares: Vec<Arc<dyn Member>>) -> anyhow::Result<()> {
+    let mut all = members;
+    all.extend(spares);
+    let volume = Arc::new(metadata::assemble(
+        all,
+        &metadata::AssembleOptions::default(),
+    )?);
+    let syncing = Arc::clone(&volume);
+    let worker = std::thread::spawn(move || syncing.resync());
+    crate::progress::follow_local(
+        || volume.status().task.map(Into::into),
+        || worker.is_finished(),
+    );
+    worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the initial sync thread panicked"))??;
+    volume.close()?;
+    println!("initial sync finished");
     Ok(())
 }

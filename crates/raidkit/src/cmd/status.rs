@@ -71,6 +71,23 @@ pub struct Task {
     pub eta_secs: Option<u64>,
 }
 
+impl From<metadata::TaskStatus> for Task {
+    fn from(t: metadata::TaskStatus) -> Task {
+        let kind = serde_json::to_value(t.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        Task {
+            kind,
+            role: t.role,
+            done_bytes: t.done_bytes,
+            total_bytes: t.total_bytes,
+            bytes_per_sec: t.bytes_per_sec,
+            eta_secs: t.eta_secs,
+        }
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Limits {

@@ -1,0 +1,396 @@
+//! Volume-level fault handling and background work over file members: faults recorded in the
+//! superblocks, spares taking over, rebuild resuming after a restart, replace under writes,
+//! scrub locating and repairing corruption, the throttle, and the initial sync.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use member::{Member, OpenOptions};
+use metadata::{
+    assemble, create, ArrayHealth, AssembleOptions, CreateOptions, MemberState, RoleState,
+    SpeedLimits, TaskKind, Volume,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+const MIB: u64 = 1 << 20;
+
+fn name(p: &std::path::Path) -> String {
+    p.to_str().unwrap().to_string()
+}
+
+/// An array of `level` over `count` new files plus `spares` spare files.
+fn array_with_spares(
+    dir: &std::path::Path,
+    prefix: &str,
+    level: &str,
+    count: usize,
+    spares: usize,
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let all = files(dir, prefix, count + spares);
+    let (roles, spare_paths) = all.split_at(count);
+    let mut opts = CreateOptions::new(level.parse().unwrap(), prefix);
+    opts.chunk_bytes = 64 * 1024;
+    opts.spares = open_all(spare_paths);
+    create(&open_all(roles), &opts).unwrap();
+    (roles.to_vec(), spare_paths.to_vec())
+}
+
+fn fill(v: &Volume, seed: u64) -> Vec<u8> {
+    let data = pattern(v.size_bytes() as usize, seed);
+    v.write(0, &data).unwrap();
+    data
+}
+
+fn assert_data(v: &Volume, model: &[u8], what: &str) {
+    let mut got = vec![0u8; model.len()];
+    v.read(0, &mut got).unwrap();
+    if got != model {
+        let at = got.iter().zip(model).position(|(a, b)| a != b).unwrap();
+        panic!("{what}: array byte {at} differs from the model");
+    }
+}
+
+fn fast() -> SpeedLimits {
+    SpeedLimits {
+        min_bytes_per_sec: 1 << 30,
+        max_bytes_per_sec: 1 << 40,
+    }
+}
+
+#[test]
+fn write_error_marks_member_faulty_in_the_superblocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "we", "raid5", 3);
+    let wrapped: Vec<Arc<Wrapped>> = open_all(&paths)
+        .into_iter()
+        .zip(&paths)
+        .map(|(m, p)| Wrapped::new(m, &name(p)))
+        .collect();
+    let members: Vec<Arc<dyn Member>> = wrapped.iter().map(|w| w.clone() as _).collect();
+    let v = assemble(members, &AssembleOptions::default()).unwrap();
+    let model = fill(&v, 1);
+    let events = v.events();
+    wrapped[2].writes_fail.store(true, Ordering::Relaxed);
+    v.write(0, &model[..100_000])
+        .expect("the write succeeds without the member");
+    let status = v.status();
+    assert_eq!(status.members[2].state, MemberState::Faulty);
+    assert!(status.members[2].write_errors >= 1);
+    assert_eq!(status.health, ArrayHealth::Degraded);
+    // Recorded before the write returned: the other members' role tables say faulty.
+    let sb = read_sb(&paths[0]);
+    assert_eq!(sb.roles[2].state, RoleState::Faulty);
+    assert!(sb.events > events);
+    assert_data(&v, &model, "degraded");
+    v.close().unwrap();
+    drop(v);
+    let v = assemble_paths(&paths);
+    assert_eq!(v.status().members[2].state, MemberState::Missing);
+    assert_data(&v, &model, "reassembled without the faulty member");
+}
+
+#[test]
+fn spare_takes_over_and_rebuild_completes_consistent() {
+    for (level, count) in [("raid1", 2), ("raid5", 3), ("raid6", 4), ("raid10", 4)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (paths, spares) = array_with_spares(dir.path(), "sp", level, count, 1);
+        let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+        let v = assemble(open_all(&all), &AssembleOptions::default()).unwrap();
+        v.set_speed_limits(fast());
+        assert_eq!(
+            v.status().members[count].state,
+            MemberState::Spare,
+            "{level}"
+        );
+        let model = fill(&v, 2);
+        v.fail("role 1").unwrap();
+        assert!(v.wait_idle(WAIT), "{level}: rebuild did not finish");
+        let status = v.status();
+        assert_eq!(status.health, ArrayHealth::Active, "{level}: {status:?}");
+        assert_eq!(status.members[1].name, name(&spares[0]), "{level}");
+        assert_eq!(status.members[1].state, MemberState::Active, "{level}");
+        assert!(v.array().check().unwrap().is_consistent(), "{level}");
+        v.scrub(false).unwrap();
+        assert!(v.wait_idle(WAIT));
+        let scrub = v.status().last_scrub.unwrap();
+        assert!(
+            scrub.finished && scrub.mismatches == 0,
+            "{level}: {scrub:?}"
+        );
+        assert_data(&v, &model, level);
+        v.close().unwrap();
+        drop(v);
+        // The failed member is left out; the rebuilt spare holds role 1.
+        let v = assemble_paths(&all);
+        assert_eq!(v.status().members[1].name, name(&spares[0]), "{level}");
+        assert_eq!(v.status().health, ArrayHealth::Clean, "{level}");
+        assert_data(&v, &model, "after restart");
+    }
+}
+
+#[test]
+fn rebuild_resumes_after_restart_at_the_saved_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, spares) = array_with_spares(dir.path(), "rr", "raid5", 3, 1);
+    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let slow = SpeedLimits {
+        min_bytes_per_sec: 256 << 10,
+        max_bytes_per_sec: 512 << 10,
+    };
+    let opts = AssembleOptions {
+        speed_limits: slow,
+        ..AssembleOptions::default()
+    };
+    let v = assemble(open_all(&all), &opts).unwrap();
+    let model = fill(&v, 3);
+    v.fail("role 0").unwrap();
+    let saved = || read_sb(&spares[0]).recovery_offset_bytes;
+    assert!(
+        wait_for(30, || saved().is_some_and(|x| x > 0)),
+        "no checkpoint"
+    );
+    let before = saved().unwrap();
+    drop(v); // no close: as if the server were killed
+    let v = assemble(open_all(&all), &AssembleOptions::default()).unwrap();
+    let status = v.status();
+    assert_eq!(status.members[0].state, MemberState::Rebuilding);
+    assert!(status.members[0].rebuild_offset_bytes.unwrap() >= before);
+    assert!(
+        wait_for(10, || v.status().task.is_some()),
+        "the rebuild resumed"
+    );
+    let task = v.status().task.unwrap();
+    assert_eq!(task.kind, TaskKind::Rebuild);
+    assert!(
+        task.done_bytes >= before,
+        "{task:?} restarted below {before}"
+    );
+    assert!(v.wait_idle(WAIT));
+    assert!(v.array().check().unwrap().is_consistent());
+    v.fail("role 1").unwrap();
+    assert_data(&v, &model, "rebuilt member serves its share");
+}
+
+#[test]
+fn replace_under_writes_never_degrades() {
+    for (level, count) in [("raid1", 2), ("raid5", 3), ("raid6", 4), ("raid10", 4)] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_array(dir.path(), "rp", level, count);
+        let new = files(dir.path(), "new", 1);
+        let v = Arc::new(assemble_paths(&paths));
+        v.set_speed_limits(SpeedLimits {
+            min_bytes_per_sec: 4 << 20,
+            max_bytes_per_sec: 8 << 20,
+        });
+        let model = Arc::new(Mutex::new(fill(&v, 4)));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (v, model, stop) = (v.clone(), model.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut x = 99u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let mut m = model.lock().unwrap();
+                    let offset = (x >> 20) % (m.len() as u64 - 70_000);
+                    let data = pattern(1 + (x % 65_536) as usize, x);
+                    v.write(offset, &data).unwrap();
+                    m[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+                }
+            })
+        };
+        let with = member::open(&name(&new[0]), &OpenOptions::default()).unwrap();
+        v.replace("role 1", with).unwrap();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let status = v.status();
+            assert!(
+                !matches!(status.health, ArrayHealth::Degraded | ArrayHealth::Failed),
+                "{level}: {status:?}"
+            );
+            assert!(status
+                .members
+                .iter()
+                .all(|m| !matches!(m.state, MemberState::Faulty | MemberState::Missing)));
+            if status.task.is_none() && v.wait_idle(Duration::from_millis(1)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{level}: replace did not finish");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        let status = v.status();
+        assert_eq!(status.members[1].name, name(&new[0]), "{level}");
+        assert!(v.array().check().unwrap().is_consistent(), "{level}");
+        assert_data(&v, &model.lock().unwrap(), level);
+        v.close().unwrap();
+        let model = model.lock().unwrap().clone();
+        drop(v);
+        // The old member is left out at the next assembly (a former member).
+        let mut all = paths.clone();
+        all.push(new[0].clone());
+        let v = assemble_paths(&all);
+        assert_eq!(v.status().members[1].name, name(&new[0]));
+        assert!(v
+            .warnings()
+            .iter()
+            .any(|w| w.contains("no longer holds role 1")));
+        assert_data(&v, &model, "after restart");
+    }
+}
+
+#[test]
+fn scrub_locates_and_repairs_corruption_in_a_member_file() {
+    for (level, count) in [("raid1", 2), ("raid5", 3), ("raid6", 4), ("raid10", 4)] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_array(dir.path(), "sc", level, count);
+        let v = assemble_paths(&paths);
+        let model = fill(&v, 5);
+        let g = v.array().geometry().clone();
+        let chunk = g.chunk_bytes();
+        let unit = 5u64;
+        // RAID 5 cannot tell data from parity: corrupt P. RAID 6: a data block (located).
+        // Mirrors: the second copy.
+        let (role, member_offset) = match level {
+            "raid5" => (g.p_role(unit), unit * chunk + 777),
+            "raid6" => (g.data_role(unit, 0), unit * chunk + 777),
+            "raid1" => (1, unit * chunk + 777),
+            _ => {
+                let copy = g.chunk_copies(unit)[1];
+                (copy.role, copy.member_offset + 777)
+            }
+        };
+        let file = member::open(&name(&paths[role]), &OpenOptions::default()).unwrap();
+        let at = read_sb(&paths[role]).data_offset_bytes + member_offset;
+        let mut byte = [0u8; 1];
+        file.read_at(&mut byte, at).unwrap();
+        file.write_at(&[!byte[0]], at).unwrap();
+        v.scrub(false).unwrap();
+        assert!(v.wait_idle(WAIT));
+        let report = v.status().last_scrub.unwrap();
+        assert!(report.finished);
+        assert_eq!(report.mismatches, 1, "{level}: {report:?}");
+        let m = &report.first_mismatches[0];
+        assert_eq!(
+            (m.role, m.member_offset),
+            (role, member_offset),
+            "{level}: {m:?}"
+        );
+        assert_eq!(m.stripe, unit);
+        if level == "raid6" {
+            assert_eq!(m.kind, "data");
+        }
+        v.scrub(true).unwrap();
+        assert!(v.wait_idle(WAIT));
+        assert_eq!(v.status().last_scrub.unwrap().repaired, 1, "{level}");
+        v.scrub(false).unwrap();
+        assert!(v.wait_idle(WAIT));
+        assert_eq!(v.status().last_scrub.unwrap().mismatches, 0, "{level}");
+        assert_data(&v, &model, level);
+    }
+}
+
+#[test]
+fn rebuild_rate_stays_under_the_maximum() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, spares) = array_with_spares(dir.path(), "th", "raid5", 3, 1);
+    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let v = assemble(open_all(&all), &AssembleOptions::default()).unwrap();
+    let max = MIB;
+    v.set_speed_limits(SpeedLimits {
+        min_bytes_per_sec: max / 2,
+        max_bytes_per_sec: max,
+    });
+    let start = Instant::now();
+    v.fail("role 2").unwrap();
+    assert!(v.wait_idle(WAIT));
+    let elapsed = start.elapsed().as_secs_f64();
+    let bytes = v.array().geometry().member_data_bytes(2) as f64;
+    let rate = bytes / elapsed;
+    eprintln!(
+        "rebuilt {bytes} bytes in {elapsed:.2} s: {:.0} KiB/s (max {} KiB/s)",
+        rate / 1024.0,
+        max / 1024
+    );
+    assert!(
+        rate <= max as f64 * 1.1,
+        "rate {rate} over the maximum {max}"
+    );
+    assert!(
+        rate >= max as f64 * 0.5,
+        "rate {rate} far below the maximum {max}"
+    );
+}
+
+#[test]
+fn initial_sync_on_members_not_cheap_to_zero_and_assume_clean() {
+    for assume_clean in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(dir.path(), "is", 3);
+        // Old data everywhere: parity over it is wrong until synced.
+        for p in &paths {
+            let m = member::open(&name(p), &OpenOptions::default()).unwrap();
+            m.write_at(&pattern(MEMBER_BYTES as usize - (2 << 20), 9), 2 << 20)
+                .unwrap();
+        }
+        let remote: Vec<Arc<dyn Member>> = open_all(&paths)
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| Wrapped::new(m, &format!("remote{i}")) as _)
+            .collect();
+        let mut opts = CreateOptions::new("raid5".parse().unwrap(), "is");
+        opts.chunk_bytes = 64 * 1024;
+        opts.force = true;
+        opts.assume_clean = assume_clean;
+        let written = create(&remote, &opts).unwrap();
+        assert_eq!(written[0].resync_offset_bytes.is_some(), !assume_clean);
+        let v = assemble(remote.clone(), &AssembleOptions::default()).unwrap();
+        if assume_clean {
+            assert_eq!(v.status().health, ArrayHealth::Clean);
+            assert!(!v.array().check().unwrap().is_consistent());
+            continue;
+        }
+        v.write(0, b"usable during the sync").unwrap();
+        assert!(v.wait_idle(WAIT));
+        assert!(v.array().check().unwrap().is_consistent());
+        let mut got = [0u8; 22];
+        v.read(0, &mut got).unwrap();
+        assert_eq!(&got, b"usable during the sync");
+        v.close().unwrap();
+        assert_eq!(read_sb(&paths[0]).resync_offset_bytes, None);
+    }
+}
+
+#[test]
+fn remove_refuses_active_members_and_add_rebuilds_a_returning_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "ra", "raid1", 2);
+    let v = assemble_paths(&paths);
+    v.set_speed_limits(fast());
+    let model = fill(&v, 6);
+    let err = v.remove(&name(&paths[0])).unwrap_err().to_string();
+    assert!(err.contains("fail it first"), "{err}");
+    let err = v.fail("role 9").unwrap_err().to_string();
+    assert!(err.contains("no member"), "{err}");
+    v.fail(&name(&paths[1])).unwrap();
+    let err = v.fail(&name(&paths[0])).unwrap_err().to_string();
+    assert!(err.contains("last copy"), "{err}");
+    v.remove(&name(&paths[1])).unwrap();
+    assert_eq!(v.status().members[1].state, MemberState::Missing);
+    let model2 = pattern(model.len(), 7);
+    v.write(0, &model2).unwrap();
+    // The stale member comes back: never trusted, rebuilt in full.
+    v.add(member::open(&name(&paths[1]), &OpenOptions::default()).unwrap())
+        .unwrap();
+    assert!(v.wait_idle(WAIT));
+    assert_eq!(v.status().members[1].state, MemberState::Active);
+    v.fail("role 0").unwrap();
+    assert_data(&v, &model2, "served by the rebuilt member alone");
+}

@@ -18,11 +18,11 @@ pub const WINDOW_BYTES_DEFAULT: u64 = 1 << 20;
 /// Largest read-ahead window: 32 MiB (the NBD request limit).
 pub const WINDOW_BYTES_MAX: u64 = 32 << 20;
 /// Default number of read-ahead worker threads.
-pub const PREFETCH_WORKERS_DEFAULT: usize = 2;
+pub const PREFETCH_WORKERS_DEFAULT: usize = 4;
 /// Largest number of read-ahead worker threads.
 pub const PREFETCH_WORKERS_MAX: usize = 16;
 /// Default read-ahead queue length (jobs waiting for a worker); full means dropped.
-pub const PREFETCH_QUEUE_DEFAULT: usize = 8;
+pub const PREFETCH_QUEUE_DEFAULT: usize = 16;
 /// Largest read-ahead queue length.
 pub const PREFETCH_QUEUE_MAX: usize = 1024;
 /// Default number of sequential-stream detectors (one stream each, shared by all connections).

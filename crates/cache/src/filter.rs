@@ -63,7 +63,16 @@ pub struct ReadCache<E: Export> {
     shared: Arc<Shared<E>>,
     streams: Option<Mutex<Streams>>,
     pool: Option<Pool>,
+    /// Read-ahead job size: a quarter window (at least a block), so a window is fetched by
+    /// up to four workers at once.
+    piece_bytes: u64,
     config: CacheConfig,
+}
+
+/// A quarter of the window in whole blocks, at least one block.
+fn piece_bytes(config: &CacheConfig) -> u64 {
+    let bb = config.block_bytes;
+    (config.window_bytes / 4 / bb).max(1) * bb
 }
 
 impl<E: Export> fmt::Debug for ReadCache<E> {
@@ -89,6 +98,7 @@ impl<E: Export> ReadCache<E> {
             shared,
             streams: None,
             pool: None,
+            piece_bytes: 0,
             config,
         };
         if read_ahead {
@@ -100,8 +110,9 @@ impl<E: Export> ReadCache<E> {
     fn start_read_ahead(&mut self, export_bytes: u64) -> Result<(), CacheError> {
         let c = &self.config;
         let streams = Streams::new(c.streams, c.read_ahead, c.window_bytes, export_bytes);
-        // A window that starts and ends mid-block touches two extra blocks.
-        let job_blocks_max = c.window_bytes / c.block_bytes + 2;
+        self.piece_bytes = piece_bytes(c);
+        // A piece that starts and ends mid-block touches two extra blocks.
+        let job_blocks_max = self.piece_bytes / c.block_bytes + 2;
         let pool = Pool::start(
             &self.shared,
             c.prefetch_workers,
@@ -141,19 +152,24 @@ impl<E: Export> ReadCache<E> {
         }
     }
 
-    /// Offers the bytes `range` to the read-ahead queue; false if the queue is full.
-    fn submit(&self, store: &Store, range: Range<u64>) -> bool {
+    /// Queues read-ahead of the bytes `range` as jobs cut at multiples of the piece size
+    /// (so workers fetch pieces in parallel, aligned like chunks); returns where the queued
+    /// part ends (`range.start` if the queue was full at once).
+    fn submit(&self, store: &Store, range: Range<u64>) -> u64 {
         let pool = self.pool.as_ref().expect("read-ahead is running");
         let bb = store.block_bytes();
-        let blocks = range.start / bb..range.end.div_ceil(bb);
-        let queued = pool.try_submit(blocks);
-        let counter = if queued {
-            &store.counters.prefetch_jobs
-        } else {
-            &store.counters.prefetch_dropped
-        };
-        add(counter, 1);
-        queued
+        let piece = self.piece_bytes;
+        let mut at = range.start;
+        while at < range.end {
+            let next = ((at / piece + 1) * piece).min(range.end);
+            if !pool.try_submit(at / bb..next.div_ceil(bb)) {
+                add(&store.counters.prefetch_dropped, 1);
+                break;
+            }
+            add(&store.counters.prefetch_jobs, 1);
+            at = next;
+        }
+        at
     }
 
     fn read_ahead(&self, store: &Store, offset: u64, len: u64) {
@@ -321,22 +337,15 @@ impl<E: Export> Export for ReadCache<E> {
         self.shared.inner.can_fast_zero()
     }
 
-    /// `NBD_CMD_CACHE`: queues read-ahead of the range (window by window, until the queue
-    /// is full); without read-ahead workers the hint goes below.
+    /// `NBD_CMD_CACHE`: queues read-ahead of the range (piece by piece, until the queue is
+    /// full); without read-ahead workers the hint goes below.
     fn cache(&self, offset: u64, len: u64) -> io::Result<()> {
-        let (Some(store), Some(pool)) = (&self.shared.store, &self.pool) else {
+        let (Some(store), Some(_)) = (&self.shared.store, &self.pool) else {
             return self.shared.inner.cache(offset, len);
         };
-        let bb = store.block_bytes();
         let end = offset.saturating_add(len).min(self.size());
-        let mut block = offset / bb;
-        let end_block = end.div_ceil(bb);
-        while block < end_block {
-            let next = end_block.min(block + pool.job_blocks_max());
-            if !self.submit(store, block * bb..(next * bb).min(end)) {
-                break;
-            }
-            block = next;
+        if offset < end {
+            self.submit(store, offset..end);
         }
         Ok(())
     }

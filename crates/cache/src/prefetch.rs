@@ -68,10 +68,6 @@ impl Pool {
             Err(TrySendError::Disconnected(_)) => panic!("read-ahead workers exited early"),
         }
     }
-
-    pub fn job_blocks_max(&self) -> u64 {
-        self.job_blocks_max
-    }
 }
 
 impl Drop for Pool {

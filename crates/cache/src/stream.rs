@@ -56,9 +56,9 @@ impl Streams {
     }
 
     /// A client read `[offset, offset + len)`. If the stream it belongs to should read
-    /// ahead, offers the byte range to `enqueue`, which says whether it took it (a refused
-    /// range is offered again on the stream's next read).
-    pub fn observe(&mut self, offset: u64, len: u64, enqueue: impl FnOnce(Range<u64>) -> bool) {
+    /// ahead, offers the byte range to `enqueue`, which returns where the part it took ends
+    /// (the rest is offered again on the stream's next read).
+    pub fn observe(&mut self, offset: u64, len: u64, enqueue: impl FnOnce(Range<u64>) -> u64) {
         if self.mode == ReadAhead::Off || len == 0 {
             return;
         }
@@ -80,9 +80,9 @@ impl Streams {
         if small && target < self.export_bytes {
             return;
         }
-        if enqueue(start..target) {
-            detector.ahead = target;
-        }
+        let taken = enqueue(start..target);
+        assert!((start..=target).contains(&taken), "enqueue took {taken}");
+        detector.ahead = detector.ahead.max(taken);
     }
 
     /// The detector whose stream `[offset, end)` continues, updated; or a fresh one.
@@ -126,8 +126,8 @@ mod tests {
         let mut offered = Vec::new();
         for &(offset, len) in reads {
             streams.observe(offset, len, |r| {
-                offered.push(r);
-                true
+                offered.push(r.clone());
+                r.end
             });
         }
         offered
@@ -184,7 +184,11 @@ mod tests {
         for offset in [0, 128 * K, 256 * K, 384 * K] {
             streams.observe(offset, 128 * K, |r| {
                 offered.push(r.clone());
-                offered.len() > 1
+                if offered.len() > 1 {
+                    r.end
+                } else {
+                    r.start
+                }
             });
         }
         // The first offer was refused and offered again; nothing reaches past 600 KiB.

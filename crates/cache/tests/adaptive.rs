@@ -68,7 +68,7 @@ fn adaptive_reads_ahead_of_a_sequential_stream() {
     assert_eq!(cache.stats().prefetch_jobs, 0, "one read is not a stream");
     read_checked(&cache, READ, READ);
     let stats = wait_for(&cache, |s| s.prefetched_bytes >= 1 << 20);
-    assert_eq!(stats.prefetch_jobs, 1, "{stats:?}");
+    assert_eq!(stats.prefetch_jobs, 4, "a window in 4 pieces: {stats:?}");
     assert_eq!(stats.prefetched_bytes, 1 << 20, "the window after the read");
     let inner_reads = cache.inner().reads.load(Ordering::SeqCst);
     for i in 2..10 {
@@ -82,7 +82,7 @@ fn adaptive_reads_ahead_of_a_sequential_stream() {
     let demand = stats.misses;
     assert_eq!(demand, 4, "only the first two reads missed: {stats:?}");
     // Reads kept the window ahead: new read-ahead jobs, but no demand read went below.
-    assert!(stats.prefetch_jobs >= 2, "{stats:?}");
+    assert!(stats.prefetch_jobs >= 6, "{stats:?}");
     let stats = wait_for(&cache, |s| s.prefetched_bytes > 1 << 20);
     assert!(stats.prefetched_bytes > 1 << 20, "{stats:?}");
     assert!(cache.inner().reads.load(Ordering::SeqCst) > inner_reads);

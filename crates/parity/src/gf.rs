@@ -87,8 +87,8 @@ pub fn gf_div(a: u8, b: u8) -> u8 {
 }
 
 /// Coefficients (a, b) with d_x = a * Pxy ^ b * Qxy when data blocks x < y are both lost, where
-/// Pxy = d_x ^ d_y and Qxy = g^x d_x ^ g^y d_y (md's raid6_2data_recov: a = g^(y-x) / (g^(y-x) + 1),
-/// b = 1 / (g^x + g^y)).
+/// Pxy = d_x ^ d_y and Qxy = g^x d_x ^ g^y d_y (md's raid6_2data_recov:
+/// a = g^(y-x) / (g^(y-x) + 1), b = 1 / (g^x + g^y)).
 pub fn two_data_coefficients(x: usize, y: usize) -> (u8, u8) {
     assert!(x < y, "two_data_coefficients: need x < y, got x={x} y={y}");
     assert!(

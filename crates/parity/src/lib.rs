@@ -7,8 +7,9 @@
 //!
 //! - [`xor_into`], [`xor_gen`], [`pq_gen`], [`pq_update`], [`reconstruct`]: the entry points; they
 //!   dispatch to the fastest implementation the CPU supports (detected once at run time).
-//! - [`Kernel`]: the implementations (portable, AVX2, AVX-512+GFNI) with the same operations as
-//!   methods, for tests and benchmarks that pick one; [`Kernel::best`] is the dispatch choice.
+//! - [`Kernel`]: the implementations (portable, AVX2, AVX2+GFNI, AVX-512+GFNI) with the same
+//!   operations as methods, for tests and benchmarks that pick one; [`Kernel::best`] is the
+//!   dispatch choice ([`KERNEL_ENV`] can force one).
 //! - [`scalar`]: the plain reference implementation of the same functions; always available.
 //! - [`gf_mul`], [`gf_pow2`]: field helpers, e.g. for a caller that checks parity itself.
 //!

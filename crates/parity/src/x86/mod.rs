@@ -1,9 +1,11 @@
 //! x86-64 SIMD plan loops. The only `unsafe` code of the crate lives here.
 //!
-//! Each `run` processes the plan's leading whole vectors and returns how many bytes it did; the
-//! caller finishes the tail byte by byte. Both loops follow one pattern: for each step of `L`
-//! vectors, load every source once, fold it into the `p` and `q` accumulators, then combine the
-//! accumulators into each output with the output's coefficients.
+//! Each `run` returns how many leading bytes of the plan it did (AVX-512: all of them, with
+//! masked head and tail steps; AVX2: the whole vectors); the caller finishes the rest byte by
+//! byte. The loops share one pattern: [`Prepared`] turns the plan into raw pointers with the
+//! sources grouped by what they feed ([`Groups`]); each step of `L` vectors loads every source
+//! once, folds it into the `p` and `q` accumulators with a branch-free loop per group, then
+//! combines the accumulators into each output with the output's coefficients.
 //!
 //! Soundness, shared by both modules: `Plan::new` asserted that every source and output slice
 //! is exactly `plan.len` bytes long, and a step at byte offset `off` touches

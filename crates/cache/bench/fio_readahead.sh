@@ -1,6 +1,6 @@
 #!/bin/sh
 # Sequential 128 KiB reads at queue depth 1 through `raidkit serve` (fio's nbd engine) with
-# --read-ahead off, on and adaptive, over a RAID 5 of 4 members.
+# no cache (--cache-size 0) and --read-ahead off, on and adaptive, over a RAID 5 of 4 members.
 #
 #   crates/cache/bench/fio_readahead.sh RAIDKIT_BIN [files|delay] [ARRAY_SIZE] [ROUNDS]
 #
@@ -34,10 +34,10 @@ sleep 1
 
 # serve MODE [extra args...]: starts raidkit in the background, waits for its ready line.
 serve() {
-    mode=$1
+    ra_mode=$1
     shift
     rm -f "$dir/nbd.sock"
-    "$bin" serve --unix "$dir/nbd.sock" --read-ahead "$mode" "$@" $members >"$dir/out" 2>"$dir/err" &
+    "$bin" serve --unix "$dir/nbd.sock" --read-ahead "$ra_mode" "$@" $members >"$dir/out" 2>"$dir/err" &
     server=$!
     i=0
     until grep -q "serving" "$dir/out" 2>/dev/null; do
@@ -59,8 +59,8 @@ fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --siz
 stop
 
 for round in $(seq 1 "$rounds"); do
-    for mode in off on adaptive; do
-        serve "$mode"
+    for mode in none off on adaptive; do
+        if [ "$mode" = none ]; then serve off --cache-size 0; else serve "$mode"; fi
         mbps=$(fio --name=seq --ioengine=nbd --uri="$uri" --rw=read --bs=128k --iodepth=1 \
             --size="$size" --output-format=terse --terse-version=3 | awk -F';' '$1 == 3 {printf "%d", $7 * 0.001024 + 0.5}')
         stop

@@ -37,9 +37,14 @@ impl Listener {
         })
     }
 
-    /// Listens on a Unix socket at `path`, which must not exist. Must run inside a runtime.
+    /// Listens on a Unix socket at `path`. Must run inside a runtime.
+    ///
+    /// A socket file left behind by a server that died (nothing accepts on it) is replaced, as
+    /// an operator would do by hand after `kill -9`. A live socket (another server answers) or
+    /// any other kind of file at `path` is refused with `AddrInUse`/`AlreadyExists`.
     pub fn bind_unix(path: impl AsRef<Path>) -> io::Result<Self> {
         let path = path.as_ref().to_path_buf();
+        remove_stale_socket(&path)?;
         let listener = UnixListener::bind(&path)?;
         Ok(Listener {
             inner: Inner::Unix { listener, path },
@@ -103,5 +108,69 @@ impl Drop for Listener {
         if let Inner::Unix { path, .. } = &self.inner {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// Removes `path` if it is a Unix socket nobody listens on; leaves everything else alone.
+fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not a socket; refusing to replace it",
+                path.display()
+            ),
+        ));
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!(
+                "{} is in use: another server accepts connections on it",
+                path.display()
+            ),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => std::fs::remove_file(path),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn stale_socket_is_replaced_live_one_and_plain_file_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nbd.sock");
+        runtime().block_on(async {
+            // A socket whose listener is gone: what `kill -9` leaves behind.
+            drop(std::os::unix::net::UnixListener::bind(&path).expect("bind"));
+            assert!(path.exists());
+            let live = Listener::bind_unix(&path).expect("stale socket replaced");
+
+            let err = Listener::bind_unix(&path).expect_err("live socket must not be stolen");
+            assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+            drop(live);
+
+            let file = dir.path().join("not-a-socket");
+            std::fs::write(&file, b"keep me").expect("write");
+            let err = Listener::bind_unix(&file).expect_err("plain file refused");
+            assert_eq!(err.kind(), io::ErrorKind::AlreadyExists, "{err}");
+            assert_eq!(std::fs::read(&file).expect("read"), b"keep me");
+        });
     }
 }

@@ -86,8 +86,13 @@ impl Array {
 
     /// Rebuilds `[offset, offset+len)` of the recovering member of `role` from the others.
     /// A write error fails the new member (check [`Array::health_of`] afterwards).
+    /// Read errors on the other members are repaired and retried like a client read's.
     pub fn rebuild_step(&self, role: usize, offset: u64, len: u64) -> Result<(), IoError> {
         assert!(offset + len <= self.geometry.member_data_bytes(role));
+        self.recovering(|| self.rebuild_step_locked(role, offset, len))
+    }
+
+    fn rebuild_step_locked(&self, role: usize, offset: u64, len: u64) -> Result<(), IoError> {
         let _held = self.lock_member_range(role, offset, len);
         if self.health_of(role) != MemberHealth::Recovering {
             return Ok(());
@@ -107,6 +112,10 @@ impl Array {
     /// old member cannot read). False when the replacement is gone (a write to it failed).
     pub fn replace_step(&self, role: usize, offset: u64, len: u64) -> Result<bool, IoError> {
         assert!(offset + len <= self.geometry.member_data_bytes(role));
+        self.recovering(|| self.replace_step_locked(role, offset, len))
+    }
+
+    fn replace_step_locked(&self, role: usize, offset: u64, len: u64) -> Result<bool, IoError> {
         let _held = self.lock_member_range(role, offset, len);
         let Some(new) = self.slot(role).1 else {
             return Ok(false);

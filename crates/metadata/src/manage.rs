@@ -80,6 +80,7 @@ impl VolumeCore {
         let mut meta = self.lock_meta();
         self.write_superblocks(&mut meta)?;
         drop(meta);
+        self.work.resume();
         self.work.notify();
         Ok(())
     }
@@ -128,6 +129,7 @@ impl VolumeCore {
         meta.spares.push(held);
         self.write_superblocks(&mut meta)?;
         drop(meta);
+        self.work.resume();
         self.work.notify();
         Ok(())
     }
@@ -222,6 +224,7 @@ impl VolumeCore {
         meta.replacing = Some((role, held));
         self.write_superblocks(&mut meta)?;
         drop(meta);
+        self.work.resume();
         self.work.notify();
         Ok(())
     }

@@ -25,8 +25,10 @@ use crate::volume::{VolumeCore, VolumeError};
 const STEP_BYTES_MAX: u64 = 4 << 20;
 /// Progress is checkpointed at least this often...
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
-/// ...or every this many percent of the work.
+/// ...or every this many percent of the work, but not more often than every
+/// `CHECKPOINT_INTERVAL_MIN` (each checkpoint flushes the member and every superblock).
 const CHECKPOINT_PERCENT: u64 = 5;
+const CHECKPOINT_INTERVAL_MIN: Duration = Duration::from_secs(1);
 /// Consecutive failed steps after which a task gives up (until the next state change).
 const STEP_ERRORS_MAX: u32 = 10;
 
@@ -267,7 +269,9 @@ impl Checkpoint {
     }
     fn due(&mut self, done: u64) -> bool {
         let percent = (done - self.done).saturating_mul(100) / self.total.max(1);
-        if self.at.elapsed() >= CHECKPOINT_INTERVAL || percent >= CHECKPOINT_PERCENT {
+        let elapsed = self.at.elapsed();
+        let by_percent = percent >= CHECKPOINT_PERCENT && elapsed >= CHECKPOINT_INTERVAL_MIN;
+        if elapsed >= CHECKPOINT_INTERVAL || by_percent {
             self.at = Instant::now();
             self.done = done;
             return true;

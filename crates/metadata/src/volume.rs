@@ -452,29 +452,48 @@ impl VolumeCore {
         }
         targets.extend(meta.spares.iter_mut().map(|h| (None, h)));
         targets.extend(meta.replacing.iter_mut().map(|(_, h)| (None, h)));
-        let mut written = Vec::new();
-        for (role, held) in targets {
+        for held in targets.iter_mut().map(|(_, h)| &mut **h) {
             held.sb.events = events;
             held.sb.state = state;
             held.sb.utime_secs = now;
             held.sb.roles = table.clone();
             held.sb.set_resync_offset(resync);
-            let bytes = held.sb.encode();
-            let result = held.whole.write_at(&bytes[..], SUPERBLOCK_OFFSET);
-            let result = result.and_then(|()| held.whole.flush());
-            if let Err(source) = result {
-                let failed = role.is_some_and(|r| {
-                    self.array
-                        .try_fail_member(r, engine::FaultReason::WriteError(source.to_string()))
-                });
-                if !failed {
-                    return Err(VolumeError::Superblock {
-                        name: held.whole.name().to_string(),
-                        source,
+        }
+        // Every member's superblock is written and flushed in parallel (a flush is
+        // milliseconds on real disks), then failures are judged.
+        let results: Vec<(Option<usize>, String, io::Result<()>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = targets
+                .iter()
+                .map(|(role, held)| {
+                    let (whole, bytes) = (&held.whole, held.sb.encode());
+                    let handle = scope.spawn(move || {
+                        whole
+                            .write_at(&bytes[..], SUPERBLOCK_OFFSET)
+                            .and_then(|()| whole.flush())
                     });
-                }
+                    (*role, whole.name().to_string(), handle)
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|(role, name, h)| {
+                    (
+                        role,
+                        name,
+                        h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    )
+                })
+                .collect()
+        });
+        for (role, name, result) in results {
+            let Err(source) = result else { continue };
+            let failed = role.is_some_and(|r| {
+                self.array
+                    .try_fail_member(r, engine::FaultReason::WriteError(source.to_string()))
+            });
+            if !failed {
+                return Err(VolumeError::Superblock { name, source });
             }
-            written.push(held.whole.name().to_string());
         }
         meta.template.roles = table;
         meta.template.events = events;

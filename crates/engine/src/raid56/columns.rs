@@ -51,6 +51,11 @@ impl Columns {
         }
     }
 
+    /// End of the in-chunk range the columns cover.
+    pub(crate) fn hi(&self) -> u64 {
+        self.lo + self.blocks.first().map_or(0, |b| b.len() as u64)
+    }
+
     /// Reads of every present block.
     pub(crate) fn read_ops<'s>(&'s mut self, g: &Geometry, ops: &mut Vec<MemOp<'s>>) {
         let offset = self.member_offset + self.lo;

@@ -52,13 +52,19 @@ impl Array {
                 rebuilds.push((Columns::new(g, span.stripe, lo, hi, present), span));
             }
         }
+        // Present chunks inside a rebuilt range are copied from the columns, not read twice.
+        let from_columns = |span: &StripeSpan, c: &layout::ChunkSpan| {
+            rebuilds.iter().any(|(col, s)| {
+                s.stripe == span.stripe && col.lo <= c.start && c.start + c.len <= col.hi()
+            })
+        };
         let mut ops = Vec::new();
         let mut rest: &mut [u8] = buf;
         for span in spans {
             for c in &span.chunks {
                 let (head, tail) = std::mem::take(&mut rest).split_at_mut(c.len as usize);
                 rest = tail;
-                if present[c.role] {
+                if present[c.role] && !from_columns(span, c) {
                     let offset = span.member_offset + c.start;
                     ops.push(MemOp::Read {
                         role: c.role,
@@ -74,7 +80,11 @@ impl Array {
         self.run(ops)?;
         for (columns, span) in rebuilds.iter_mut() {
             columns.rebuild(g);
-            for c in span.chunks.iter().filter(|c| !present[c.role]) {
+            let hi = columns.hi();
+            let copied = |c: &&layout::ChunkSpan| {
+                !present[c.role] || (columns.lo <= c.start && c.start + c.len <= hi)
+            };
+            for c in span.chunks.iter().filter(copied) {
                 let from = (c.start - columns.lo) as usize;
                 let block = &columns.blocks[c.data_index][from..from + c.len as usize];
                 let at = c.buf_offset as usize;

@@ -24,9 +24,10 @@ pub const OP_ENTRY_BYTES: usize = 24;
 
 /// How the journal protects the array; the same code is stored in the array superblocks'
 /// `journal_kind`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
     /// Member writes (data and parity) are logged before they are written in place.
+    #[default]
     WriteThrough = 1,
     /// Writes are acknowledged once logged and applied to the array in the background.
     WriteBack = 2,

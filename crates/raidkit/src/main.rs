@@ -7,6 +7,7 @@
 
 mod admin;
 mod cmd;
+mod journaled;
 mod progress;
 
 use std::process::ExitCode;
@@ -27,6 +28,7 @@ enum Command {
     Create(cmd::create::Args),
     Examine(cmd::examine::Args),
     Serve(cmd::serve::Args),
+    Journal(cmd::journal::Args),
     Status(cmd::status::Args),
     Fail(cmd::manage::FailArgs),
     Remove(cmd::manage::RemoveArgs),
@@ -42,6 +44,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Create(args) => cmd::create::run(args),
         Command::Examine(args) => cmd::examine::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::Journal(args) => cmd::journal::run(args),
         Command::Status(args) => cmd::status::run(args),
         Command::Fail(args) => cmd::manage::fail(args),
         Command::Remove(args) => cmd::manage::remove(args),

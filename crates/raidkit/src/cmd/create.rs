@@ -51,6 +51,9 @@ pub struct Args {
     #[arg(long, conflicts_with = "assume_clean")]
     sync_now: bool,
 
+    #[command(flatten)]
+    journal: crate::journaled::JournalArgs,
+
     /// Member files, block devices or NBD URIs, in role order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -90,6 +93,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..CreateOptions::new(args.level, &args.name)
     };
     let superblocks = metadata::create(&members, &create_opts)?;
+    if args.journal.journal.is_some() {
+        let jsb = crate::journaled::add_journal(&members, &args.journal)?;
+        println!(
+            "journal {} ({}) on {}",
+            jsb.journal_uuid,
+            jsb.mode,
+            args.journal.journal.as_deref().unwrap_or_default()
+        );
+    }
     let first = &superblocks[0];
     println!(
         "created {} array \"{}\" {}: {} members, chunk {} bytes, {} bytes",

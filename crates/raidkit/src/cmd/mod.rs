@@ -2,6 +2,7 @@
 
 pub mod create;
 pub mod examine;
+pub mod journal;
 pub mod manage;
 pub mod serve;
 pub mod status;

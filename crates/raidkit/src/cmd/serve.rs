@@ -135,6 +135,9 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", value_parser = super::size_arg)]
     read_ahead_window: Option<u64>,
 
+    #[command(flatten)]
+    journal: crate::journaled::JournalArgs,
+
     /// Member files, block devices or (with --create) RAM (mem:SIZE); role order for --create.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -168,8 +171,12 @@ fn cache_config(args: &Args) -> anyhow::Result<CacheConfig> {
 }
 
 /// The volume as an NBD export behind the read cache (a pass-through with --cache-size 0).
-fn cached_export(volume: &Arc<Volume>, cache: CacheConfig) -> anyhow::Result<Arc<dyn nbd::Export>> {
-    let export = ReadCache::new(VolumeExport(Arc::clone(volume)), cache)
+fn cached_export(
+    volume: &Arc<Volume>,
+    journaled: &Arc<crate::journaled::Journaled>,
+    cache: CacheConfig,
+) -> anyhow::Result<Arc<dyn nbd::Export>> {
+    let export = ReadCache::new(journaled.export(VolumeExport(Arc::clone(volume))), cache)
         .context("starting the read cache")?;
     Ok(Arc::new(export))
 }
@@ -183,8 +190,10 @@ enum Endpoint {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let endpoint = endpoint(&args)?;
     let cache = cache_config(&args)?;
-    let (volume, needs_resync) = open_volume(&args)?;
+    let (volume, needs_resync, journal_plan) = open_volume(&args)?;
     let volume = Arc::new(volume);
+    // Replay the journal before anything else writes (resync included).
+    let journaled = Arc::new(crate::journaled::attach(journal_plan, &volume)?);
     if needs_resync {
         start_resync(&volume);
     }
@@ -210,6 +219,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
     let served = runtime.block_on(serve(
         &volume,
+        &journaled,
         endpoint,
         &export_name,
         args.read_only,
@@ -220,11 +230,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
     drop(admin);
     // Close even if serving failed: requests already answered must be flushed.
+    let drained = journaled.drain();
     let closed = volume
         .close()
         .with_context(|| format!("closing array \"{}\" (flush and mark clean)", volume.name()));
+    let journal_closed = journaled.close();
     served?;
+    drained?;
     closed?;
+    journal_closed?;
     eprintln!("raidkit: array \"{}\" closed cleanly", volume.name());
     Ok(())
 }
@@ -298,11 +312,14 @@ fn open_members(args: &Args, specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Mem
 }
 
 /// The assembled volume, and whether it needs a resync (it was found dirty).
-fn open_volume(args: &Args) -> anyhow::Result<(Volume, bool)> {
+fn open_volume(args: &Args) -> anyhow::Result<(Volume, bool, crate::journaled::Plan)> {
     let mut members = open_members(args, &args.members)?;
     let spares = open_members_all(args, &args.spare)?;
     if args.create {
         create(args, &members, &spares)?;
+        if args.journal.journal.is_some() {
+            crate::journaled::add_journal(&members, &args.journal)?;
+        }
     } else if members
         .iter()
         .any(|m| m.name().starts_with(member::MEM_PREFIX))
@@ -326,11 +343,13 @@ fn open_volume(args: &Args) -> anyhow::Result<(Volume, bool)> {
         speed_limits: speed_limits(args)?,
         ..AssembleOptions::default()
     };
+    let journal_plan =
+        crate::journaled::check_before_assembly(&args.journal, &members, args.read_only)?;
     let volume = metadata::assemble(members, &opts).context("assembling the array")?;
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");
     }
-    Ok((volume, was_dirty && !args.read_only))
+    Ok((volume, was_dirty && !args.read_only, journal_plan))
 }
 
 /// Opens members that must all be there (spares).
@@ -381,6 +400,7 @@ fn create(
 
 async fn serve(
     volume: &Arc<Volume>,
+    journaled: &Arc<crate::journaled::Journaled>,
     endpoint: Endpoint,
     export_name: &str,
     read_only: bool,
@@ -417,7 +437,7 @@ async fn serve(
         describe(volume)
     );
     std::io::stdout().flush().context("writing to stdout")?;
-    let export = cached_export(volume, cache)?;
+    let export = cached_export(volume, journaled, cache)?;
     let nbd_served = async {
         let result = nbd::serve(listener, export, config, stopped(stop_rx.clone())).await;
         let _ = stop_tx.send(true);

@@ -1,0 +1,116 @@
+//! `raidkit journal add|remove`: attach a journal to a stopped array, or take it away
+//! (replaying it first, so a write-back journal is drained).
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use member::{Member, OpenOptions};
+use metadata::AssembleOptions;
+
+use crate::journaled::{self, JournalArgs, Plan};
+
+/// Add or remove the journal of a stopped array.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Action {
+    /// Write a new journal on PATH and record it in the members' superblocks.
+    Add {
+        /// write-through (closes the RAID 5/6 write hole) or write-back.
+        #[arg(long, value_name = "MODE", default_value = "write-through")]
+        mode: journal::Mode,
+        /// Size of the journal file if it does not exist yet (default 256M).
+        #[arg(long, value_name = "SIZE", value_parser = super::size_arg)]
+        size: Option<u64>,
+        /// The journal member (a file or block device on a fast device).
+        #[arg(value_name = "PATH")]
+        path: String,
+        /// The array's members (any order).
+        #[arg(value_name = "MEMBER", required = true)]
+        members: Vec<String>,
+    },
+    /// Replay the journal into the array (draining a write-back journal), then forget it.
+    Remove {
+        /// The journal member; needed to drain a write-back journal.
+        #[arg(long, value_name = "PATH")]
+        journal: Option<String>,
+        /// Without --journal, forget a write-back journal anyway (its data is lost).
+        #[arg(long)]
+        force_journal_loss: bool,
+        /// The array's members (any order).
+        #[arg(value_name = "MEMBER", required = true)]
+        members: Vec<String>,
+    },
+}
+
+fn open_members(specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
+    specs
+        .iter()
+        .map(|s| {
+            member::open(s, &OpenOptions::default()).with_context(|| format!("cannot open {s}"))
+        })
+        .collect()
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.action {
+        Action::Add {
+            mode,
+            size,
+            path,
+            members,
+        } => {
+            let members = open_members(&members)?;
+            let jargs = JournalArgs {
+                journal: Some(path.clone()),
+                journal_mode: mode,
+                journal_size: size,
+                force_journal_loss: false,
+            };
+            let jsb = journaled::add_journal(&members, &jargs)?;
+            println!(
+                "raidkit: journal {} ({mode}) added on {path}",
+                jsb.journal_uuid
+            );
+            Ok(())
+        }
+        Action::Remove {
+            journal,
+            force_journal_loss,
+            members,
+        } => remove(journal, force_journal_loss, &members),
+    }
+}
+
+fn remove(path: Option<String>, force: bool, specs: &[String]) -> anyhow::Result<()> {
+    let members = open_members(specs)?;
+    let Some((sb, Some(j))) = journaled::array_journal(&members) else {
+        bail!("the array has no journal");
+    };
+    let jargs = JournalArgs {
+        journal: path.clone(),
+        force_journal_loss: force,
+        ..JournalArgs::default()
+    };
+    if let Plan::Use(jm, jsb) = journaled::check_before_assembly(&jargs, &members, false)? {
+        let volume = metadata::assemble(members.clone(), &AssembleOptions::default())
+            .context("assembling the array to replay its journal")?;
+        let volume = Arc::new(volume);
+        let attached = journaled::attach(Plan::Use(jm, jsb), &volume)?;
+        attached.drain()?;
+        volume.close().context("closing the array")?;
+        attached.close()?;
+        drop(attached);
+        drop(volume);
+        journaled::set_journal_ref(&members, None)?;
+    }
+    println!(
+        "raidkit: journal {} removed from array \"{}\"",
+        j.uuid, sb.name
+    );
+    Ok(())
+}

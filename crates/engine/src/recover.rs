@@ -187,8 +187,16 @@ impl Array {
         let g = &self.geometry;
         let n = self.member_count();
         let len = buf.len();
-        let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; len]).collect();
-        let ops = bufs
+        let mut others: Vec<Vec<u8>> = (0..n)
+            .map(|r| {
+                if r == role {
+                    Vec::new()
+                } else {
+                    vec![0u8; len]
+                }
+            })
+            .collect();
+        let ops = others
             .iter_mut()
             .enumerate()
             .filter(|(r, _)| readable[*r])
@@ -199,16 +207,24 @@ impl Array {
             })
             .collect();
         self.run(ops)?;
+        // The role's own block is rebuilt straight into `buf`.
+        let mut views: Vec<&mut [u8]> = Vec::with_capacity(n);
+        let mut out = Some(buf);
+        for (r, b) in others.iter_mut().enumerate() {
+            views.push(match r == role {
+                true => out.take().expect("one output"),
+                false => b.as_mut_slice(),
+            });
+        }
         let chunk = g.chunk_bytes();
         let mut at = offset;
         while at < offset + len as u64 {
             let stripe = at / chunk;
             let end = ((stripe + 1) * chunk).min(offset + len as u64);
             let range = (at - offset) as usize..(end - offset) as usize;
-            rebuild_stripe(g, stripe, &mut bufs, range, readable);
+            rebuild_stripe(g, stripe, &mut views, range, readable);
             at = end;
         }
-        buf.copy_from_slice(&bufs[role]);
         Ok(())
     }
 
@@ -331,7 +347,7 @@ impl Array {
 fn rebuild_stripe(
     g: &layout::Geometry,
     stripe: u64,
-    bufs: &mut [Vec<u8>],
+    bufs: &mut [&mut [u8]],
     range: std::ops::Range<usize>,
     readable: &[bool],
 ) {

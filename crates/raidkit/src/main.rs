@@ -27,7 +27,7 @@ struct Cli {
 enum Command {
     Create(cmd::create::Args),
     Examine(cmd::examine::Args),
-    Serve(cmd::serve::Args),
+    Serve(Box<cmd::serve::Args>),
     Journal(cmd::journal::Args),
     Status(cmd::status::Args),
     Fail(cmd::manage::FailArgs),
@@ -43,7 +43,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Create(args) => cmd::create::run(args),
         Command::Examine(args) => cmd::examine::run(args),
-        Command::Serve(args) => cmd::serve::run(args),
+        Command::Serve(args) => cmd::serve::run(*args),
         Command::Journal(args) => cmd::journal::run(args),
         Command::Status(args) => cmd::status::run(args),
         Command::Fail(args) => cmd::manage::fail(args),

@@ -2,7 +2,7 @@
 //!
 //! The wait itself is the server's `/v1/wait` (it returns as soon as no work runs or is due,
 //! or after one second); between waits the status gives the bar its position, speed and ETA.
-//! When stdout is not a terminal nothing is drawn.
+//! When stdout is not a terminal no bar is drawn (`status --watch` prints task lines instead).
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -11,23 +11,34 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::admin::client::Client;
-use crate::cmd::status::{fetch, Task};
+use crate::cmd::status::{fetch, task_line, Task};
 
 /// Each `/v1/wait` request blocks at most this long, so the bar moves.
 const POLL_SECS: u64 = 1;
 
 /// Waits until the server has no background work left, drawing the task in a terminal.
 pub fn follow(client: &Client, label: &str) -> anyhow::Result<()> {
+    follow_with(client, label, false)
+}
+
+/// [`follow`]; when stdout is not a terminal and `lines` is set, prints one task line per
+/// second instead of the bar.
+pub fn follow_with(client: &Client, label: &str, lines: bool) -> anyhow::Result<()> {
     let bar = std::io::stdout().is_terminal().then(|| new_bar(label));
     loop {
         let idle = client.post("/v1/wait", &json!({ "timeout_secs": POLL_SECS }))?;
         if idle.get("idle").and_then(|v| v.as_bool()) == Some(true) {
             break;
         }
-        if let Some(bar) = &bar {
-            if let Some(task) = fetch(client)?.task {
-                show(bar, &task);
-            }
+        if bar.is_none() && !lines {
+            continue;
+        }
+        let Some(task) = fetch(client)?.task else {
+            continue;
+        };
+        match &bar {
+            Some(bar) => show(bar, &task),
+            None => println!("{}", task_line(&task)),
         }
     }
     if let Some(bar) = bar {

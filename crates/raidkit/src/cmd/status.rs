@@ -1,8 +1,6 @@
 //! `raidkit status`: the array as the server sees it, via the admin socket.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -25,8 +23,8 @@ pub struct Args {
     #[arg(long, conflicts_with = "watch")]
     json: bool,
 
-    /// Keep showing the status (every second) until no background task is left; in a terminal
-    /// the task is a progress bar with speed and ETA.
+    /// Follow the background work until none is left (or due), then show the status again;
+    /// in a terminal the task is a progress bar with speed and ETA, else one line a second.
     #[arg(long)]
     watch: bool,
 }
@@ -136,24 +134,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Shows the status every second until no task is left. In a terminal the task is a progress
-/// bar; otherwise one task line per second.
+/// Shows the status, follows the background work until none runs or is due (a progress bar
+/// in a terminal, else one task line per second), then shows the status again.
 fn watch(client: &Client) -> anyhow::Result<()> {
-    let status = fetch(client)?;
-    print!("{}", render(&status));
-    if status.task.is_none() {
-        return Ok(());
-    }
-    if std::io::stdout().is_terminal() {
-        crate::progress::follow(client, "background task")?;
-    } else {
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-            let status = fetch(client)?;
-            let Some(task) = &status.task else { break };
-            println!("{}", task_line(task));
-        }
-    }
+    print!("{}", render(&fetch(client)?));
+    crate::progress::follow_with(client, "background task", true)?;
     print!("{}", render(&fetch(client)?));
     Ok(())
 }

@@ -1,0 +1,481 @@
+"""Failing members under a running client (issue 4, "How it is proven").
+
+The array's members are NBD exports of nbdkit's ``file`` plugin (``nbd+unix:///?socket=…``)
+over sparse files, behind the error filter (read or write errors switched on in the middle of
+a run by creating a file) and, for stalls, the delay filter (writes slower than
+``--io-timeout``). The array is created on the backing files (``raidkit create``), then
+served from the NBD URIs with an admin socket.
+
+- ``test_member_fails_under_fio``: for RAID 1, 5, 10 (one member) and RAID 6 (two members),
+  and each fault (read errors, write errors, a stall, nbdkit killed): a fio job with
+  ``verify=crc32c`` runs while the fault starts; it must finish with no error and verify clean;
+  ``raidkit status --json`` must show the member faulty within the configured bounds (read
+  errors over ``--read-errors-max``, a timeout counted, the fault seen within
+  ``--io-timeout`` + slack); after ``raidkit add --wait`` of a spare (an nbdkit URI the server
+  opens) every role is active, a fio ``verify_only`` pass and a ``scrub`` (zero mismatches)
+  succeed.
+- ``test_member_missing_at_start``: the same, with the member's server gone before
+  ``raidkit serve`` starts (it starts degraded).
+- ``test_restart_resumes_rebuild``: a throttled rebuild, SIGTERM, restart: the reported
+  rebuild offset is at or past where it was, then it finishes and the data verifies.
+- ``test_replace_under_fio``: ``replace --wait`` while a fio verify job runs: status never
+  shows the array degraded; verify clean.
+- ``test_scrub_finds_and_repairs_corruption``: bytes overwritten in one member file's data area
+  (offset from ``raidkit examine --json``) are found by ``scrub`` at that member and offset;
+  ``scrub --repair`` fixes them; a second scrub finds none and fio verifies.
+- ``test_rebuild_throttle``: with ``speed-limit --max X``, the measured rebuild rate stays
+  within X + 10 %.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import RAIDKIT_BIN, SEED, START_TIMEOUT_S, STOP_TIMEOUT_S, require_tools, run
+
+MIB = 1024 * 1024
+MEMBER_BYTES = 32 * MIB
+CHUNK = "64K"
+IO_TIMEOUT_S = 2
+READ_ERRORS_MAX = 5
+FIO_BYTES = 16 * MIB
+# Fault seen by status within the timeout plus this (scheduling on a loaded 2-core machine).
+DETECT_SLACK_S = 10
+
+# level -> (members, members to fail)
+LEVELS = {"1": (2, 1), "5": (3, 1), "10": (4, 1), "6": (4, 2)}
+FAULTS = ("read-errors", "write-errors", "stall", "killed")
+
+
+class Nbdkit:
+    """One member: nbdkit's file plugin over a sparse file, behind the error filter (switched
+    on by creating a file) and optionally the delay filter (slow writes)."""
+
+    def __init__(self, workdir, name, size=MEMBER_BYTES):
+        self.dir = Path(workdir)
+        self.image = self.dir / f"{name}.img"
+        self.sock = self.dir / f"{name}.sock"
+        self.read_flag = self.dir / f"{name}.read-errors"
+        self.write_flag = self.dir / f"{name}.write-errors"
+        self.proc = None
+        if not self.image.exists():
+            with open(self.image, "wb") as f:
+                f.truncate(size)
+
+    @property
+    def uri(self):
+        return f"nbd+unix:///?socket={self.sock}"
+
+    def start(self, write_delay_s=None):
+        assert self.proc is None
+        if self.sock.exists():
+            self.sock.unlink()
+        cmd = ["nbdkit", "--foreground", "--exit-with-parent", "-U", str(self.sock),
+               "--filter=error"]
+        if write_delay_s:
+            cmd.append("--filter=delay")
+        cmd += ["file", str(self.image),
+                "error-pread-rate=100%", f"error-pread-file={self.read_flag}",
+                "error-pwrite-rate=100%", f"error-pwrite-file={self.write_flag}",
+                "error-zero-rate=100%", f"error-zero-file={self.write_flag}",
+                "error-trim-rate=100%", f"error-trim-file={self.write_flag}"]
+        if write_delay_s:
+            cmd += [f"delay-write={write_delay_s}", f"delay-zero={write_delay_s}",
+                    f"delay-trim={write_delay_s}"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not self.sock.exists():
+            assert self.proc.poll() is None, f"nbdkit exited: {cmd}"
+            assert time.monotonic() < deadline, f"nbdkit not listening: {cmd}"
+            time.sleep(0.02)
+        return self
+
+    def kill(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+
+class Array:
+    """``raidkit serve`` of the members' URIs with an admin socket."""
+
+    def __init__(self, workdir, name, members, extra=()):
+        self.dir = Path(workdir)
+        self.name = name
+        self.members = members
+        self.extra = list(extra)
+        self.sock = self.dir / "nbd.sock"
+        self.admin_sock = self.dir / "admin.sock"
+        self.proc = None
+        self.starts = 0
+
+    @property
+    def uri(self):
+        return f"nbd+unix:///{self.name}?socket={self.sock}"
+
+    def start(self, members=None):
+        assert self.proc is None
+        self.starts += 1
+        for p in (self.sock, self.admin_sock):
+            if p.exists():
+                p.unlink()
+        cmd = [RAIDKIT_BIN, "serve", "--unix", str(self.sock), "--admin", str(self.admin_sock),
+               "--io-timeout", str(IO_TIMEOUT_S), "--read-errors-max", str(READ_ERRORS_MAX),
+               *self.extra, *(members or self.members)]
+        log = open(self.dir / f"serve-{self.starts}.log", "w")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                     stdin=subprocess.DEVNULL)
+        log.close()
+        line = self._first_line(self.proc)
+        if "raidkit: serving" not in line:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+            pytest.fail(f"serve did not start: {cmd}\n{line}\n{self.logs()}")
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        return self
+
+    @staticmethod
+    def _first_line(proc):
+        result = []
+        reader = threading.Thread(target=lambda: result.append(proc.stdout.readline()),
+                                  daemon=True)
+        reader.start()
+        reader.join(START_TIMEOUT_S)
+        return result[0] if result else ""
+
+    def logs(self):
+        return "".join(f"\n--- {p.name}\n{p.read_text()[-4000:]}"
+                       for p in sorted(self.dir.glob("serve-*.log")))
+
+    def stop(self):
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self.proc = None
+        assert rc == 0, f"serve exited {rc} after SIGTERM{self.logs()}"
+        assert not self.admin_sock.exists(), "admin socket left behind"
+
+    def cli(self, *args, timeout=300):
+        return run([RAIDKIT_BIN, *args, "--admin", str(self.admin_sock)], timeout=timeout)
+
+    def status(self):
+        return json.loads(self.cli("status", "--json").stdout)
+
+    def role_states(self):
+        return [m["state"] for m in self.status()["members"] if m["role"] is not None
+                and m["state"] != "replacement_target"]
+
+    def cleanup(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+def fio_cmd(uri, size, *extra):
+    return ["fio", "--name=faults", "--ioengine=nbd", f"--uri={uri}", "--rw=randwrite",
+            "--bssplit=4k/40:16k/20:64k/20:256k/10:1m/10", "--iodepth=16",
+            f"--size={size}", f"--randseed={SEED}", "--verify=crc32c",
+            "--verify_state_save=0", "--end_fsync=1", *extra]
+
+
+def check_fio(proc_or_out, what):
+    out = proc_or_out if isinstance(proc_or_out, str) else proc_or_out.stdout
+    assert "err= 0" in out, f"{what}: fio reported an error\n{out[-3000:]}"
+    assert "verify:" not in out, f"{what}: fio verify failed\n{out[-3000:]}"
+
+
+def fio_verify(array, cwd):
+    proc = run(fio_cmd(array.uri, FIO_BYTES, "--verify_only"), timeout=300, cwd=cwd)
+    check_fio(proc, "verify pass")
+
+
+def scrub_clean(array):
+    out = array.cli("scrub", "--wait", timeout=300).stdout
+    assert " 0 mismatches" in out, out
+    return out
+
+
+@pytest.fixture
+def members(tmp_path):
+    started = []
+
+    def factory(name):
+        m = Nbdkit(tmp_path, name)
+        started.append(m)
+        return m
+
+    yield factory
+    for m in started:
+        m.kill()
+
+
+@pytest.fixture
+def arrays():
+    made = []
+
+    def factory(*args, **kw):
+        a = Array(*args, **kw)
+        made.append(a)
+        return a
+
+    yield factory
+    for a in made:
+        a.cleanup()
+
+
+def create(level, nbdkits, name):
+    run([RAIDKIT_BIN, "create", "--level", level, "--chunk", CHUNK, "--name", name,
+         *[str(m.image) for m in nbdkits]])
+
+
+def new_array(tmp_path, members, arrays, level, name, stall=()):
+    count, _ = LEVELS[level]
+    nbdkits = [members(f"m{i}") for i in range(count)]
+    create(level, nbdkits, name)
+    for i, m in enumerate(nbdkits):
+        m.start(write_delay_s=4 * IO_TIMEOUT_S if i in stall else None)
+    array = arrays(tmp_path, name, [m.uri for m in nbdkits])
+    return nbdkits, array
+
+
+def start_fault(fault, member):
+    if fault == "read-errors":
+        member.read_flag.touch()
+    elif fault == "write-errors":
+        member.write_flag.touch()
+    elif fault == "killed":
+        member.kill()
+    else:
+        assert fault == "stall"  # the delay filter is on from the start: the next write stalls
+
+
+def wait_faulty(array, roles, since, bound_s):
+    """Polls status until every role in `roles` is faulty; returns the status."""
+    deadline = since + bound_s
+    while True:
+        status = array.status()
+        states = {m["role"]: m for m in status["members"] if m["role"] is not None}
+        if all(states[r]["state"] == "faulty" for r in roles):
+            return status
+        assert time.monotonic() < deadline, \
+            f"roles {roles} not faulty within {bound_s} s: {json.dumps(status, indent=1)}"
+        time.sleep(0.2)
+
+
+def add_spares_and_check(array, members, count, cwd):
+    for i in range(count):
+        spare = members(f"spare{i}").start()
+        array.cli("add", spare.uri, "--wait", timeout=300)
+    status = array.status()
+    assert status["task"] is None, status
+    assert array.role_states() == ["active"] * len(array.members), status
+    assert status["health"] in ("clean", "active"), status
+    fio_verify(array, cwd)
+    scrub_clean(array)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_member_fails_under_fio(tmp_path, members, arrays, level, fault):
+    require_tools("nbdkit", "fio")
+    count, fail = LEVELS[level]
+    victims = list(range(1, 1 + fail))
+    nbdkits, array = new_array(tmp_path, members, arrays, level, f"f{level}",
+                               stall=victims if fault == "stall" else ())
+    array.start()
+    # Writes spread over ~2 s, then the verify reads over ~2 s; the fault starts after 0.7 s.
+    job = subprocess.Popen(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1", "--rate=8m,8m"),
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    time.sleep(0.7)
+    since = time.monotonic()
+    for r in victims:
+        start_fault(fault, nbdkits[r])
+    out, _ = job.communicate(timeout=300)
+    check_fio(out, f"fio while {fault} on roles {victims}")
+    if fault == "read-errors":
+        # Only reads fail: the verify pass reads enough to cross the threshold.
+        fio_verify(array, tmp_path)
+    status = wait_faulty(array, victims, since, IO_TIMEOUT_S + DETECT_SLACK_S)
+    by_role = {m["role"]: m for m in status["members"] if m["role"] is not None}
+    for r in victims:
+        m = by_role[r]
+        if fault == "read-errors":
+            assert m["read_errors"] > READ_ERRORS_MAX, m
+    assert status["health"] == "degraded", status
+    add_spares_and_check(array, members, fail, tmp_path)
+    array.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_member_missing_at_start(tmp_path, members, arrays, level):
+    require_tools("nbdkit", "fio")
+    count, fail = LEVELS[level]
+    nbdkits, array = new_array(tmp_path, members, arrays, level, f"v{level}")
+    for r in range(1, 1 + fail):
+        nbdkits[r].kill()
+    array.start()
+    status = array.status()
+    assert status["health"] == "degraded", status
+    states = array.role_states()
+    assert states.count("active") == count - fail, status
+    proc = run(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1"), timeout=300, cwd=tmp_path)
+    check_fio(proc, "fio on the degraded array")
+    add_spares_and_check(array, members, fail, tmp_path)
+    array.stop()
+
+
+def fail_and_write(array, tmp_path):
+    proc = run(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1"), timeout=300, cwd=tmp_path)
+    check_fio(proc, "fio write")
+    array.cli("fail", "role 1")
+
+
+def wait_task(array, timeout_s=10):
+    """Waits until the background task (started by the worker) shows in status."""
+    deadline = time.monotonic() + timeout_s
+    while array.status()["task"] is None:
+        assert time.monotonic() < deadline, f"no task started: {array.status()}"
+        time.sleep(0.1)
+
+
+def rebuild_offset(status):
+    offsets = [m["rebuild_offset_bytes"] for m in status["members"]
+               if m["state"] == "rebuilding"]
+    assert len(offsets) == 1, status
+    return offsets[0]
+
+
+@pytest.mark.slow
+def test_restart_resumes_rebuild(tmp_path, members, arrays):
+    require_tools("nbdkit", "fio")
+    nbdkits, array = new_array(tmp_path, members, arrays, "5", "resume")
+    array.extra = ["--speed-min", "1M", "--speed-max", "4M"]
+    array.start()
+    fail_and_write(array, tmp_path)
+    spare = members("spare0").start()
+    array.cli("add", spare.uri)
+    wait_task(array)
+    time.sleep(2.5)
+    before = rebuild_offset(array.status())
+    assert before > 0, array.status()
+    array.stop()
+    array.start(members=[m.uri for m in nbdkits] + [spare.uri])
+    after = rebuild_offset(array.status())
+    assert after >= before, f"rebuild restarted at {after}, was at {before}"
+    array.cli("speed-limit", "--max", "200M")
+    array.cli("status", "--watch", timeout=300)
+    assert array.role_states() == ["active"] * 3, array.status()
+    fio_verify(array, tmp_path)
+    scrub_clean(array)
+    array.stop()
+
+
+@pytest.mark.slow
+def test_replace_under_fio(tmp_path, members, arrays):
+    require_tools("nbdkit", "fio")
+    nbdkits, array = new_array(tmp_path, members, arrays, "5", "replace")
+    array.extra = ["--speed-max", "16M"]
+    array.start()
+    job = subprocess.Popen(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1", "--rate=4m,4m"),
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    time.sleep(0.5)
+    new = members("new").start()
+    waiter = subprocess.Popen([RAIDKIT_BIN, "replace", "role 1", "--with", new.uri, "--wait",
+                               "--admin", str(array.admin_sock)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    seen = set()
+    while waiter.poll() is None or job.poll() is None:
+        status = array.status()
+        seen.add(status["health"])
+        assert status["health"] not in ("degraded", "failed"), status
+        time.sleep(0.1)
+    assert waiter.returncode == 0, waiter.stdout.read()
+    assert "rebuilding" in seen, f"the replace was never seen running: {seen}"
+    check_fio(job.stdout.read(), "fio during replace")
+    status = array.status()
+    names = [m["name"] for m in status["members"] if m["role"] is not None]
+    assert names[1] == new.uri, status
+    assert array.role_states() == ["active"] * 3, status
+    fio_verify(array, tmp_path)
+    array.stop()
+
+
+@pytest.mark.slow
+def test_scrub_finds_and_repairs_corruption(tmp_path, members, arrays):
+    require_tools("nbdkit", "fio")
+    nbdkits, array = new_array(tmp_path, members, arrays, "6", "scrub")
+    array.start()
+    proc = run(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1"), timeout=300, cwd=tmp_path)
+    check_fio(proc, "fio write")
+    array.stop()
+    victim = nbdkits[2]
+    examined = json.loads(run([RAIDKIT_BIN, "examine", "--json", str(victim.image)]).stdout)
+    data_offset = examined[0]["data_offset_bytes"]
+    member_offset = 3 * MIB + 4096 + 123
+    with open(victim.image, "r+b") as f:
+        f.seek(data_offset + member_offset)
+        f.write(os.urandom(1000))
+    array.start()
+    report = array.cli("scrub", "--wait", timeout=300).stdout
+    assert " 0 mismatches" not in report, report
+    assert f"role 2 {victim.uri}" in report, report
+    assert f"at data offset {member_offset}" in report, report
+    status = array.status()
+    first = status["last_scrub"]["first_mismatches"][0]
+    assert first["member"].startswith(victim.uri) and first["role"] == 2, status
+    assert first["member_offset"] == member_offset, status
+    repaired = array.cli("scrub", "--repair", "--wait", timeout=300).stdout
+    assert " 0 repaired" not in repaired, repaired
+    scrub_clean(array)
+    fio_verify(array, tmp_path)
+    array.stop()
+
+
+@pytest.mark.slow
+def test_rebuild_throttle(tmp_path, members, arrays):
+    require_tools("nbdkit", "fio")
+    limit = 6 * MIB
+    nbdkits, array = new_array(tmp_path, members, arrays, "1", "throttle")
+    array.start()
+    fail_and_write(array, tmp_path)
+    array.cli("speed-limit", "--min", "1M", "--max", str(limit))
+    spare = members("spare0").start()
+    array.cli("add", spare.uri)
+    wait_task(array)
+    samples = []
+    while True:
+        status = array.status()
+        task = status["task"]
+        if task is None:
+            break
+        samples.append((time.monotonic(), task["done_bytes"]))
+        time.sleep(0.25)
+    # Skip the first sample (the rebuild may have started between add and it).
+    assert len(samples) >= 8, samples
+    (t0, d0), (t1, d1) = samples[1], samples[-1]
+    rate = (d1 - d0) / (t1 - t0)
+    print(f"rebuild rate {rate / MIB:.2f} MiB/s with max {limit / MIB:.0f} MiB/s")
+    assert rate <= limit * 1.10, f"rebuild ran at {rate / MIB:.2f} MiB/s over the limit"
+    assert rate >= limit * 0.5, f"rebuild ran at only {rate / MIB:.2f} MiB/s"
+    assert array.role_states() == ["active"] * 2
+    array.stop()

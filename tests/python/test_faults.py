@@ -17,7 +17,11 @@ served from the NBD URIs with an admin socket.
 - ``test_member_missing_at_start``: the same, with the member's server gone before
   ``raidkit serve`` starts (it starts degraded).
 - ``test_restart_resumes_rebuild``: a throttled rebuild, SIGTERM, restart: the reported
-  rebuild offset is at or past where it was, then it finishes and the data verifies.
+  rebuild offset is at or past the one saved in the new member's superblock (not zero), then
+  the rebuild finishes and the data verifies.
+- ``test_spare_at_start_takes_over``: ``serve --spare`` writes a spare superblock; when a
+  member is failed the rebuild onto the spare starts by itself; after a restart (the spare
+  given again) the array is whole.
 - ``test_replace_under_fio``: ``replace --wait`` while a fio verify job runs: status never
   shows the array degraded; verify clean.
 - ``test_scrub_finds_and_repairs_corruption``: bytes overwritten in one member file's data area
@@ -375,12 +379,18 @@ def test_restart_resumes_rebuild(tmp_path, members, arrays):
     array.cli("add", spare.uri)
     wait_task(array)
     time.sleep(2.5)
-    before = rebuild_offset(array.status())
-    assert before > 0, array.status()
+    reported = rebuild_offset(array.status())
+    assert reported > 0, array.status()
     array.stop()
+    sb = json.loads(run([RAIDKIT_BIN, "examine", "--json", str(spare.image)]).stdout)[0]
+    saved = sb["recovery_offset_bytes"]
+    assert saved is not None and saved > 0, sb
     array.start(members=[m.uri for m in nbdkits] + [spare.uri])
     after = rebuild_offset(array.status())
-    assert after >= before, f"rebuild restarted at {after}, was at {before}"
+    print(f"rebuild offset: {reported} reported before SIGTERM, {saved} saved, {after} after")
+    assert after >= saved, f"rebuild restarted at {after}, {saved} was saved"
+    # Progress is saved at checkpoints (every 5 % / 5 s): at most one checkpoint is redone.
+    assert after >= reported // 2, f"rebuild restarted at {after}, was at {reported}"
     array.cli("speed-limit", "--max", "200M")
     array.cli("status", "--watch", timeout=300)
     assert array.role_states() == ["active"] * 3, array.status()
@@ -479,3 +489,37 @@ def test_rebuild_throttle(tmp_path, members, arrays):
     assert rate >= limit * 0.5, f"rebuild ran at only {rate / MIB:.2f} MiB/s"
     assert array.role_states() == ["active"] * 2
     array.stop()
+
+
+@pytest.mark.slow
+def test_spare_at_start_takes_over(tmp_path, members, arrays):
+    require_tools("nbdkit", "fio")
+    nbdkits, array = new_array(tmp_path, members, arrays, "10", "spare")
+    spare = members("spare0").start()
+    array.extra = ["--spare", spare.uri]
+    array.start()
+    status = array.status()
+    assert [m["state"] for m in status["members"]] == ["active"] * 4 + ["spare"], status
+    proc = run(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1"), timeout=300, cwd=tmp_path)
+    check_fio(proc, "fio write")
+    nbdkits[3].write_flag.touch()
+    proc = run(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1", "--randseed=7"), timeout=300,
+               cwd=tmp_path)
+    check_fio(proc, "fio while role 3 fails")
+    array.cli("status", "--watch", timeout=300)
+    status = array.status()
+    names = [m["name"] for m in status["members"] if m["role"] is not None]
+    assert names[3] == spare.uri, status
+    assert array.role_states() == ["active"] * 4, status
+    array.stop()
+    array.start()
+    assert array.role_states() == ["active"] * 4, array.status()
+    fio_verify_seed(array, tmp_path, 7)
+    scrub_clean(array)
+    array.stop()
+
+
+def fio_verify_seed(array, cwd, seed):
+    proc = run(fio_cmd(array.uri, FIO_BYTES, "--verify_only", f"--randseed={seed}"),
+               timeout=300, cwd=cwd)
+    check_fio(proc, "verify pass")

@@ -212,11 +212,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let control = Arc::new(VolumeControl::new(
-        Arc::clone(&volume),
-        open_options(&args),
-        remote_options(&args),
-    ));
+    let control = || -> Arc<dyn Control> {
+        Arc::new(VolumeControl::new(
+            Arc::clone(&volume),
+            open_options(&args),
+            remote_options(&args),
+        ))
+    };
     let served = runtime.block_on(serve(
         &volume,
         &journaled,
@@ -224,9 +226,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &export_name,
         args.read_only,
         cache,
-        admin
-            .as_ref()
-            .map(|socket| (socket, control as Arc<dyn Control>)),
+        admin.as_ref().map(|socket| (socket, control())),
     ));
     drop(admin);
     // Close even if serving failed: requests already answered must be flushed.

@@ -17,6 +17,15 @@ use layout::Level;
 use member::Member;
 use std::sync::Arc;
 
+/// Largest per-member buffer kept for reuse: a background step (4 MiB). A thread keeps at most
+/// one set (members × this).
+const SCRATCH_KEEP_BYTES_MAX: u64 = 4 << 20;
+
+thread_local! {
+    /// Per-thread read buffers of `reconstruct_parity`, reused by the next call.
+    static SCRATCH: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Retries beyond the read-error limit and two per member before a request gives up.
 const RETRIES_EXTRA: usize = 4;
 
@@ -76,7 +85,7 @@ impl Array {
         let mut readable = self.present_snapshot();
         readable[role] = false;
         let mut buf = vec![0u8; len as usize];
-        self.reconstruct(role, offset, &mut buf, &readable)?;
+        self.reconstruct(role, offset, &mut buf, &readable, false)?;
         self.member_io(MemOp::Write {
             role,
             offset,
@@ -100,7 +109,7 @@ impl Array {
         let readable = self.present_snapshot();
         assert!(!readable[role]);
         let mut buf = vec![0u8; len as usize];
-        self.reconstruct(role, offset, &mut buf, &readable)?;
+        self.reconstruct(role, offset, &mut buf, &readable, true)?;
         self.member_io(MemOp::Write {
             role,
             offset,
@@ -129,7 +138,7 @@ impl Array {
         if read.is_err() || !self.health_of(role).readable() {
             let mut readable = self.present_snapshot();
             readable[role] = false;
-            self.reconstruct(role, offset, &mut buf, &readable)?;
+            self.reconstruct(role, offset, &mut buf, &readable, false)?;
         }
         if let Err(e) = new.write_at(&buf, offset) {
             self.cancel_replace_with(role, &new, &e);
@@ -154,13 +163,16 @@ impl Array {
     }
 
     /// What `role` should hold at `[offset, offset + buf.len())`, from the `readable` members
-    /// (`readable[role]` must be false). The caller holds the rows' locks.
+    /// (`readable[role]` must be false). The caller holds the rows' locks. `reuse`: keep the
+    /// read buffers for this thread's next call (background rebuild steps only, so the memory
+    /// held stays bounded by one worker's step).
     pub(crate) fn reconstruct(
         &self,
         role: usize,
         offset: u64,
         buf: &mut [u8],
         readable: &[bool],
+        reuse: bool,
     ) -> Result<(), IoError> {
         assert!(!readable[role]);
         if !self.geometry.survives(readable) {
@@ -170,7 +182,9 @@ impl Array {
             });
         }
         match self.geometry.level() {
-            Level::Raid5 | Level::Raid6 => self.reconstruct_parity(role, offset, buf, readable),
+            Level::Raid5 | Level::Raid6 => {
+                self.reconstruct_parity(role, offset, buf, readable, reuse)
+            }
             Level::Raid1 | Level::Raid10 => self.reconstruct_mirror(role, offset, buf, readable),
             level => panic!("{level} has no redundancy to reconstruct from"),
         }
@@ -183,19 +197,18 @@ impl Array {
         offset: u64,
         buf: &mut [u8],
         readable: &[bool],
+        reuse: bool,
     ) -> Result<(), IoError> {
         let g = &self.geometry;
         let n = self.member_count();
         let len = buf.len();
-        let mut others: Vec<Vec<u8>> = (0..n)
-            .map(|r| {
-                if r == role {
-                    Vec::new()
-                } else {
-                    vec![0u8; len]
-                }
-            })
-            .collect();
+        // Buffers are reused between calls on the same thread (a rebuild runs step after step
+        // on one worker): every byte is overwritten by the reads or the reconstruction.
+        let mut others = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        others.resize_with(n, Vec::new);
+        for (r, b) in others.iter_mut().enumerate() {
+            b.resize(if r == role { 0 } else { len }, 0);
+        }
         let ops = others
             .iter_mut()
             .enumerate()
@@ -224,6 +237,10 @@ impl Array {
             let range = (at - offset) as usize..(end - offset) as usize;
             rebuild_stripe(g, stripe, &mut views, range, readable);
             at = end;
+        }
+        drop(views);
+        if reuse && len as u64 <= SCRATCH_KEEP_BYTES_MAX {
+            SCRATCH.with(|s| *s.borrow_mut() = others);
         }
         Ok(())
     }

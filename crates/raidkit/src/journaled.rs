@@ -212,8 +212,12 @@ pub struct Journaled {
     writeback: Option<WriteBack>,
 }
 
+/// Test hook: `RAIDKIT_TEST_APPLY_DELAY_MS` slows every write-back apply, so a test can kill
+/// the server while acknowledged writes are only in the journal.
+const APPLY_DELAY_ENV: &str = "RAIDKIT_TEST_APPLY_DELAY_MS";
+
 /// `Volume` as the write-back cache's backing store.
-struct VolumeBacking(Arc<Volume>);
+struct VolumeBacking(Arc<Volume>, Option<std::time::Duration>);
 
 impl Backing for VolumeBacking {
     fn size(&self) -> u64 {
@@ -226,6 +230,9 @@ impl Backing for VolumeBacking {
         Ok(self.0.read(offset, buf)?)
     }
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        if let Some(delay) = self.1 {
+            std::thread::sleep(delay);
+        }
         Ok(self.0.write(offset, data)?)
     }
     fn flush(&self) -> io::Result<()> {
@@ -241,7 +248,7 @@ impl Backing for VolumeBacking {
 
 /// After assembly, before serving (and before any resync): replays the journal into the
 /// volume, starts a new journal session and hooks it into the write path.
-pub fn attach(plan: Plan, volume: &Arc<Volume>) -> anyhow::Result<Journaled> {
+pub fn attach(plan: Plan, volume: &Arc<Volume>, read_only: bool) -> anyhow::Result<Journaled> {
     let Plan::Use(jm, jsb) = plan else {
         return Ok(Journaled {
             volume: Arc::clone(volume),
@@ -249,7 +256,11 @@ pub fn attach(plan: Plan, volume: &Arc<Volume>) -> anyhow::Result<Journaled> {
             writeback: None,
         });
     };
-    let backing = Arc::new(VolumeBacking(Arc::clone(volume)));
+    let delay = std::env::var(APPLY_DELAY_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(std::time::Duration::from_millis);
+    let backing = Arc::new(VolumeBacking(Arc::clone(volume), delay));
     let summary = journal::recover(jm.as_ref(), &jsb, volume.array(), Some(backing.as_ref()))
         .with_context(|| format!("replaying journal {}", jm.name()))?;
     eprintln!(
@@ -271,6 +282,11 @@ pub fn attach(plan: Plan, volume: &Arc<Volume>) -> anyhow::Result<Journaled> {
         volume
             .array()
             .set_write_log(Some(Arc::new(WriteThroughLog::new(Arc::clone(&j)))));
+    }
+    if mode == Mode::WriteBack && !read_only {
+        // Acknowledged writes may sit in the journal from now on: the superblocks must say
+        // dirty (an empty write marks them), so a clean state always means "drained".
+        volume.write(0, &[]).context("marking the array dirty")?;
     }
     let writeback = match mode {
         Mode::WriteThrough => None,

@@ -100,7 +100,7 @@ fn remove(path: Option<String>, force: bool, specs: &[String]) -> anyhow::Result
         let volume = metadata::assemble(members.clone(), &AssembleOptions::default())
             .context("assembling the array to replay its journal")?;
         let volume = Arc::new(volume);
-        let attached = journaled::attach(Plan::Use(jm, jsb), &volume)?;
+        let attached = journaled::attach(Plan::Use(jm, jsb), &volume, false)?;
         attached.drain()?;
         volume.close().context("closing the array")?;
         attached.close()?;

@@ -193,7 +193,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (volume, needs_resync, journal_plan) = open_volume(&args)?;
     let volume = Arc::new(volume);
     // Replay the journal before anything else writes (resync included).
-    let journaled = Arc::new(crate::journaled::attach(journal_plan, &volume)?);
+    let journaled = Arc::new(crate::journaled::attach(
+        journal_plan,
+        &volume,
+        args.read_only,
+    )?);
     if needs_resync {
         start_resync(&volume);
     }
@@ -230,10 +234,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
     drop(admin);
     // Close even if serving failed: requests already answered must be flushed.
+    // A write-back journal that could not be drained keeps the array dirty (not closed), so
+    // the next start replays it.
     let drained = journaled.drain();
-    let closed = volume
-        .close()
-        .with_context(|| format!("closing array \"{}\" (flush and mark clean)", volume.name()));
+    let closed = match drained {
+        Ok(()) => volume
+            .close()
+            .with_context(|| format!("closing array \"{}\" (flush and mark clean)", volume.name())),
+        Err(_) => Ok(()),
+    };
     let journal_closed = journaled.close();
     served?;
     drained?;

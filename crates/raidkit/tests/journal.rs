@@ -1,0 +1,323 @@
+//! The journal end to end with the real binary and qemu-io: `kill -9` of `raidkit serve` with a
+//! write-back journal holding unapplied writes → restart replays them; a lost write-back
+//! journal refuses to start without `--force-journal-loss`; `journal add` / `remove` on a
+//! stopped array; write-zeroes and discards through the write-back cache. Offsets and patterns
+//! come from a seed (`RAIDKIT_SEED`, printed). Skips (printing "SKIPPED") without qemu-io.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn raidkit() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_raidkit"))
+}
+
+fn have_qemu_io() -> bool {
+    let ok = Command::new("qemu-io")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        println!("SKIPPED: qemu-io is not installed (apt-get install qemu-utils)");
+    }
+    ok
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("RAIDKIT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("RAIDKIT_SEED={seed}");
+    seed
+}
+
+/// A running `raidkit serve`; stderr goes to a file the test reads.
+struct Server {
+    child: Child,
+    uri: String,
+}
+
+impl Server {
+    fn start(args: &[&str], env: &[(&str, &str)], stderr: &Path) -> Server {
+        let log = std::fs::File::create(stderr).expect("stderr file");
+        let mut child = raidkit()
+            .arg("serve")
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn raidkit serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
+            let _ = child.kill();
+            let log = std::fs::read_to_string(stderr).unwrap_or_default();
+            panic!(
+                "raidkit serve {args:?} printed no line: {:?}\n{log}",
+                child.wait()
+            );
+        };
+        let uri = line.rsplit(" at ").next().expect("URI").to_string();
+        Server { child, uri }
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("wait");
+    }
+
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(status.success(), "serve exited with {status}");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn qemu_io(uri: &str, commands: &[String]) {
+    let mut cmd = Command::new("qemu-io");
+    cmd.args(["-f", "raw", uri]);
+    for c in commands {
+        cmd.args(["-c", c]);
+    }
+    let out = cmd.output().expect("run qemu-io");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "qemu-io failed: {text}");
+    assert!(
+        !text.contains("failed") && !text.contains("error"),
+        "qemu-io: {text}"
+    );
+}
+
+/// Non-overlapping 4 KiB-aligned writes with distinct patterns, from the seed.
+fn workload(seed: u64, count: u64) -> (Vec<String>, Vec<String>) {
+    let (mut writes, mut reads) = (Vec::new(), Vec::new());
+    let mut x = seed | 1;
+    for i in 0..count {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = 4096 * (1 + x % 24);
+        let offset = i * (128 << 10) + 4096 * ((x >> 8) % 8);
+        let pattern = 1 + (x >> 16) % 250;
+        writes.push(format!("write -P {pattern} {offset} {len}"));
+        reads.push(format!("read -P {pattern} {offset} {len}"));
+    }
+    (writes, reads)
+}
+
+struct Array {
+    dir: tempfile::TempDir,
+    members: Vec<String>,
+    journal: String,
+}
+
+impl Array {
+    fn create(mode: Option<&str>) -> Array {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let members: Vec<String> = (0..4)
+            .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+            .collect();
+        let journal = dir.path().join("journal").display().to_string();
+        let mut args = vec!["create", "-l", "5", "-c", "64K", "-s", "32M"];
+        let journal_args = [
+            "--journal",
+            &journal,
+            "--journal-size",
+            "16M",
+            "--journal-mode",
+        ];
+        if let Some(mode) = mode {
+            args.extend(journal_args);
+            args.push(mode);
+        }
+        args.extend(members.iter().map(String::as_str));
+        let out = raidkit().args(&args).output().expect("create");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Array {
+            dir,
+            members,
+            journal,
+        }
+    }
+
+    fn serve_args(&self, extra: &[&str]) -> Vec<String> {
+        let sock = self.dir.path().join("nbd.sock");
+        let _ = std::fs::remove_file(&sock);
+        let mut args = vec!["--unix".to_string(), sock.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(self.members.iter().cloned());
+        args
+    }
+
+    fn serve(&self, extra: &[&str], env: &[(&str, &str)]) -> (Server, String) {
+        let args = self.serve_args(extra);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let log = self.dir.path().join("serve.log");
+        let server = Server::start(&refs, env, &log);
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        (server, text)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+}
+
+#[test]
+fn kill9_with_unapplied_write_back_data_replays_on_restart() {
+    if !have_qemu_io() {
+        return;
+    }
+    let seed = seed();
+    for round in 0..3 {
+        let a = Array::create(Some("write-back"));
+        let j = a.journal.clone();
+        let (writes, reads) = workload(seed.wrapping_add(round), 24);
+        // The applier sleeps 300 ms per write: most acknowledged writes are only in the journal.
+        let (s, _) = a.serve(
+            &["--journal", &j],
+            &[("RAIDKIT_TEST_APPLY_DELAY_MS", "300")],
+        );
+        qemu_io(&s.uri, &writes);
+        s.kill9();
+        let (s, _) = a.serve(&["--journal", &j], &[]);
+        let log = a.log();
+        let replayed = log
+            .split("replayed ")
+            .nth(1)
+            .and_then(|t| t.split(" records (").nth(1))
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("seed {seed}: no replay line in {log}"));
+        assert!(
+            replayed > 0,
+            "seed {seed}: nothing was left to replay: {log}"
+        );
+        qemu_io(&s.uri, &reads);
+        s.stop();
+        // After a clean stop the journal is drained; data is still there.
+        let (s, _) = a.serve(&["--journal", &j], &[]);
+        qemu_io(&s.uri, &reads);
+        s.stop();
+    }
+}
+
+#[test]
+fn lost_write_back_journal_refuses_without_force() {
+    if !have_qemu_io() {
+        return;
+    }
+    let a = Array::create(Some("write-back"));
+    let j = a.journal.clone();
+    let (writes, _) = workload(seed(), 8);
+    let (s, _) = a.serve(
+        &["--journal", &j],
+        &[("RAIDKIT_TEST_APPLY_DELAY_MS", "300")],
+    );
+    qemu_io(&s.uri, &writes);
+    s.kill9();
+    std::fs::remove_file(&j).expect("lose the journal");
+    let args = a.serve_args(&[]);
+    let out = raidkit().arg("serve").args(&args).output().expect("serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "started without its write-back journal: {err}"
+    );
+    assert!(
+        err.contains("write-back journal") && err.contains("--force-journal-loss"),
+        "{err}"
+    );
+    assert!(err.contains("not shut down cleanly"), "{err}");
+    // Nothing was changed by the refusal: it refuses again.
+    let out = raidkit().arg("serve").args(&args).output().expect("serve");
+    assert!(!out.status.success());
+    let (s, _) = a.serve(&["--force-journal-loss"], &[]);
+    qemu_io(&s.uri, &["write -P 9 0 4k".into(), "read -P 9 0 4k".into()]);
+    s.stop();
+    // The journal was detached: a plain start works now.
+    let (s, _) = a.serve(&[], &[]);
+    qemu_io(&s.uri, &["read -P 9 0 4k".into()]);
+    s.stop();
+}
+
+#[test]
+fn journal_add_and_remove_on_a_stopped_array() {
+    if !have_qemu_io() {
+        return;
+    }
+    let a = Array::create(None);
+    let j = a.journal.clone();
+    let mut add = vec!["journal", "add", "--mode", "write-back", "--size", "8M", &j];
+    add.extend(a.members.iter().map(String::as_str));
+    let out = raidkit().args(&add).output().expect("journal add");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (writes, reads) = workload(seed(), 16);
+    let (s, _) = a.serve(
+        &["--journal", &j],
+        &[("RAIDKIT_TEST_APPLY_DELAY_MS", "200")],
+    );
+    qemu_io(&s.uri, &writes);
+    qemu_io(&s.uri, &["write -z 0 64k".into(), "read -P 0 0 64k".into()]);
+    s.kill9();
+    // remove replays (drains) the write-back journal first.
+    let mut remove = vec!["journal", "remove", "--journal", &j];
+    remove.extend(a.members.iter().map(String::as_str));
+    let out = raidkit().args(&remove).output().expect("journal remove");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (s, _) = a.serve(&[], &[]);
+    qemu_io(&s.uri, &reads[1..]);
+    qemu_io(&s.uri, &["read -P 0 0 64k".into()]);
+    s.stop();
+}

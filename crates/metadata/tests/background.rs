@@ -156,7 +156,7 @@ fn rebuild_resumes_after_restart_at_the_saved_offset() {
     );
     let before = saved().unwrap();
     drop(v); // no close: as if the server were killed
-    let v = assemble(open_all(&all), &AssembleOptions::default()).unwrap();
+    let v = assemble(open_all(&all), &opts).unwrap();
     let status = v.status();
     assert_eq!(status.members[0].state, MemberState::Rebuilding);
     assert!(status.members[0].rebuild_offset_bytes.unwrap() >= before);
@@ -166,6 +166,7 @@ fn rebuild_resumes_after_restart_at_the_saved_offset() {
     );
     let task = v.status().task.unwrap();
     assert_eq!(task.kind, TaskKind::Rebuild);
+    v.set_speed_limits(fast());
     assert!(
         task.done_bytes >= before,
         "{task:?} restarted below {before}"

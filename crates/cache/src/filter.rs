@@ -139,6 +139,23 @@ impl<E: Export> ReadCache<E> {
         }
     }
 
+    /// Drops every cached block overlapping `[offset, offset + len)` and keeps reads in
+    /// flight from caching what they read there: for changes made below the cache (a scrub
+    /// that repairs data, a tool writing to the volume directly).
+    pub fn invalidate(&self, offset: u64, len: u64) {
+        let size = self.size();
+        assert!(offset <= size, "invalidate past the export");
+        let len = len.min(size - offset);
+        if let (Some(store), true) = (&self.shared.store, len > 0) {
+            drop(WriteGuard::begin(store, offset, len));
+        }
+    }
+
+    /// Drops every cached block (see [`ReadCache::invalidate`]).
+    pub fn invalidate_all(&self) {
+        self.invalidate(0, self.size());
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &CacheConfig {
         &self.config

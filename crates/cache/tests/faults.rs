@@ -142,3 +142,26 @@ fn random_faults_never_make_the_cache_disagree() {
         }
     }
 }
+
+#[test]
+fn invalidate_forgets_changes_made_below() {
+    let cache = ReadCache::new(MemExport::with_data(filled(4)), config(ReadAhead::Off))
+        .expect("valid config");
+    agrees(&cache, 0, 8 * BLOCK);
+    // A repair below the cache: the cache still serves the old bytes until told.
+    cache
+        .inner()
+        .write(BLOCK, &[0x5A; 100], false)
+        .expect("write below");
+    let mut buf = vec![0; 100];
+    cache.read(BLOCK, &mut buf).expect("read");
+    assert_ne!(buf, [0x5A; 100], "served from the cache");
+    cache.invalidate(BLOCK + 50, 10);
+    agrees(&cache, 0, 8 * BLOCK);
+    cache
+        .inner()
+        .write(0, &[0xA5; 10], false)
+        .expect("write below");
+    cache.invalidate_all();
+    agrees(&cache, 0, SIZE);
+}

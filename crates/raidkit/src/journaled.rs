@@ -210,6 +210,9 @@ pub struct Journaled {
     volume: Arc<Volume>,
     journal: Option<Arc<Journal>>,
     writeback: Option<WriteBack>,
+    /// Every write (RAID 5/6 with a journal) is durable in the journal once acknowledged, so
+    /// FLUSH and FUA need no member flush.
+    logs_every_write: bool,
 }
 
 /// Test hook: `RAIDKIT_TEST_APPLY_DELAY_MS` slows every write-back apply, so a test can kill
@@ -254,6 +257,7 @@ pub fn attach(plan: Plan, volume: &Arc<Volume>, read_only: bool) -> anyhow::Resu
             volume: Arc::clone(volume),
             journal: None,
             writeback: None,
+            logs_every_write: false,
         });
     };
     let delay = std::env::var(APPLY_DELAY_ENV)
@@ -297,6 +301,7 @@ pub fn attach(plan: Plan, volume: &Arc<Volume>, read_only: bool) -> anyhow::Resu
     };
     Ok(Journaled {
         volume: Arc::clone(volume),
+        logs_every_write: volume.level().has_parity(),
         journal: Some(j),
         writeback,
     })
@@ -353,18 +358,27 @@ impl<E: nbd::Export> nbd::Export for JournaledExport<E> {
             None => self.inner.read(offset, buf),
         }
     }
-    /// With write-back, durable once acknowledged (in the journal): FUA needs nothing more.
+    /// With a journal logging every write, durable once acknowledged: FUA needs nothing more.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
         match &self.journaled.writeback {
             Some(wb) => wb.write(offset, data),
-            None => self.inner.write(offset, data, fua),
+            None => {
+                let fua = fua && !self.journaled.logs_every_write;
+                self.inner.write(offset, data, fua)
+            }
         }
     }
-    /// With write-back, every acknowledged write is already durable in the journal.
+    /// With a journal logging every write, every acknowledged write is already durable in it
+    /// (replay restores it), so a FLUSH returns at once; the members are flushed by
+    /// checkpoints.
     fn flush(&self) -> io::Result<()> {
-        match &self.journaled.writeback {
-            Some(wb) => wb.flush(),
-            None => self.inner.flush(),
+        match (&self.journaled.writeback, &self.journaled.journal) {
+            (Some(wb), _) => wb.flush(),
+            (None, Some(j)) if self.journaled.logs_every_write => match j.failure() {
+                Some(reason) => Err(io::Error::other(format!("journal {}: {reason}", j.name()))),
+                None => Ok(()),
+            },
+            _ => self.inner.flush(),
         }
     }
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {

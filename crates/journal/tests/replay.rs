@@ -246,7 +246,12 @@ fn crash_round(seed: u64) {
         })
         .collect();
     let mut rng = Rng::new(seed);
-    std::thread::sleep(std::time::Duration::from_millis(20 + rng.below(80)));
+    // Cut power once the workload is under way (however loaded the machine), at a random time.
+    let start = std::time::Instant::now();
+    while acked.lock().unwrap().len() < 20 && start.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(rng.below(60)));
     let must: Vec<u64> = acked.lock().unwrap().clone();
     let crashed = m.crash(rng.next());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

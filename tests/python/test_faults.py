@@ -7,8 +7,10 @@ a run by creating a file) and, for stalls, the delay filter (writes slower than
 served from the NBD URIs with an admin socket.
 
 - ``test_member_fails_under_fio``: for RAID 1, 5, 10 (one member) and RAID 6 (two members),
-  and each fault (read errors, write errors, a stall, nbdkit killed): a fio job with
-  ``verify=crc32c`` runs while the fault starts; it must finish with no error and verify clean;
+  and each fault (read errors, write errors, a stall of every write, a pause of every request
+  mid-run, nbdkit killed): a fio job with
+  ``verify=crc32c`` runs while the fault starts; it must finish with no error and verify clean,
+  no request waiting much longer than ``--io-timeout`` (fio's largest completion latency);
   ``raidkit status --json`` must show the member faulty within the configured bounds (read
   errors over ``--read-errors-max``, a timeout counted, the fault seen within
   ``--io-timeout`` + slack); after ``raidkit add --wait`` of a spare (an nbdkit URI the server
@@ -33,7 +35,9 @@ served from the NBD URIs with an admin socket.
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -54,7 +58,13 @@ DETECT_SLACK_S = 10
 
 # level -> (members, members to fail)
 LEVELS = {"1": (2, 1), "5": (3, 1), "10": (4, 1), "6": (4, 2)}
-FAULTS = ("read-errors", "write-errors", "stall", "killed")
+# stall: the delay filter makes every write slower than --io-timeout (the first write after
+# start, the dirty mark, meets it); paused: the pause filter stops all requests mid-run.
+FAULTS = ("read-errors", "write-errors", "stall", "paused", "killed")
+# Longest client request allowed while members stall: one timeout per stalled member (the
+# engine meets two stalled members of one request one after the other: measured 4.4 s for
+# RAID 6 with two paused) plus scheduling slack.
+CLIENT_WAIT_SLACK_S = 2.5
 
 
 class Nbdkit:
@@ -67,6 +77,7 @@ class Nbdkit:
         self.sock = self.dir / f"{name}.sock"
         self.read_flag = self.dir / f"{name}.read-errors"
         self.write_flag = self.dir / f"{name}.write-errors"
+        self.pause_sock = self.dir / f"{name}.pause"
         self.proc = None
         if not self.image.exists():
             with open(self.image, "wb") as f:
@@ -76,19 +87,24 @@ class Nbdkit:
     def uri(self):
         return f"nbd+unix:///?socket={self.sock}"
 
-    def start(self, write_delay_s=None):
+    def start(self, write_delay_s=None, pause=False):
         assert self.proc is None
-        if self.sock.exists():
-            self.sock.unlink()
+        for p in (self.sock, self.pause_sock):
+            if p.exists():
+                p.unlink()
         cmd = ["nbdkit", "--foreground", "--exit-with-parent", "-U", str(self.sock),
                "--filter=error"]
         if write_delay_s:
             cmd.append("--filter=delay")
+        if pause:
+            cmd.append("--filter=pause")
         cmd += ["file", str(self.image),
                 "error-pread-rate=100%", f"error-pread-file={self.read_flag}",
                 "error-pwrite-rate=100%", f"error-pwrite-file={self.write_flag}",
                 "error-zero-rate=100%", f"error-zero-file={self.write_flag}",
                 "error-trim-rate=100%", f"error-trim-file={self.write_flag}"]
+        if pause:
+            cmd.append(f"pause-control={self.pause_sock}")
         if write_delay_s:
             cmd += [f"delay-write={write_delay_s}", f"delay-zero={write_delay_s}",
                     f"delay-trim={write_delay_s}"]
@@ -100,6 +116,14 @@ class Nbdkit:
             assert time.monotonic() < deadline, f"nbdkit not listening: {cmd}"
             time.sleep(0.02)
         return self
+
+    def pause(self):
+        """Stops serving requests (they wait until killed)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.settimeout(10)
+            c.connect(str(self.pause_sock))
+            c.sendall(b"p")
+            assert c.recv(1) == b"P", "nbdkit pause filter did not pause"
 
     def kill(self):
         if self.proc is not None:
@@ -204,6 +228,15 @@ def check_fio(proc_or_out, what):
     assert "verify:" not in out, f"{what}: fio verify failed\n{out[-3000:]}"
 
 
+def max_completion_s(fio_out):
+    """The longest completion latency fio reports (all directions), in seconds."""
+    scale = {"nsec": 1e-9, "usec": 1e-6, "msec": 1e-3, "sec": 1.0}
+    suffix = {"": 1, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6}
+    found = re.findall(r"\bclat \((\w+)\): min=\s*[\d.]+[kKmM]?, max=\s*([\d.]+)([kKmM]?)", fio_out)
+    assert found, f"no clat line in fio output\n{fio_out[-3000:]}"
+    return max(float(v) * suffix[s] * scale[u] for u, v, s in found)
+
+
 def fio_verify(array, cwd):
     proc = run(fio_cmd(array.uri, FIO_BYTES, "--verify_only"), timeout=300, cwd=cwd)
     check_fio(proc, "verify pass")
@@ -248,12 +281,12 @@ def create(level, nbdkits, name):
          *[str(m.image) for m in nbdkits]])
 
 
-def new_array(tmp_path, members, arrays, level, name, stall=()):
+def new_array(tmp_path, members, arrays, level, name, stall=(), pause=()):
     count, _ = LEVELS[level]
     nbdkits = [members(f"m{i}") for i in range(count)]
     create(level, nbdkits, name)
     for i, m in enumerate(nbdkits):
-        m.start(write_delay_s=4 * IO_TIMEOUT_S if i in stall else None)
+        m.start(write_delay_s=4 * IO_TIMEOUT_S if i in stall else None, pause=i in pause)
     array = arrays(tmp_path, name, [m.uri for m in nbdkits])
     return nbdkits, array
 
@@ -265,6 +298,8 @@ def start_fault(fault, member):
         member.write_flag.touch()
     elif fault == "killed":
         member.kill()
+    elif fault == "paused":
+        member.pause()
     else:
         assert fault == "stall"  # the delay filter is on from the start: the next write stalls
 
@@ -302,7 +337,8 @@ def test_member_fails_under_fio(tmp_path, members, arrays, level, fault):
     count, fail = LEVELS[level]
     victims = list(range(1, 1 + fail))
     nbdkits, array = new_array(tmp_path, members, arrays, level, f"f{level}",
-                               stall=victims if fault == "stall" else ())
+                               stall=victims if fault == "stall" else (),
+                               pause=victims if fault == "paused" else ())
     array.start()
     # Writes spread over ~2 s, then the verify reads over ~2 s; the fault starts after 0.7 s.
     job = subprocess.Popen(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1", "--rate=8m,8m"),
@@ -314,6 +350,10 @@ def test_member_fails_under_fio(tmp_path, members, arrays, level, fault):
         start_fault(fault, nbdkits[r])
     out, _ = job.communicate(timeout=300)
     check_fio(out, f"fio while {fault} on roles {victims}")
+    waited = max_completion_s(out)
+    print(f"raid{level} {fault}: longest client request {waited:.2f} s")
+    assert waited <= IO_TIMEOUT_S * fail + CLIENT_WAIT_SLACK_S, \
+        f"a client request took {waited:.1f} s (timeout {IO_TIMEOUT_S} s)\n{out[-3000:]}"
     if fault == "read-errors":
         # Only reads fail: the verify pass reads enough to cross the threshold.
         fio_verify(array, tmp_path)
@@ -323,6 +363,8 @@ def test_member_fails_under_fio(tmp_path, members, arrays, level, fault):
         m = by_role[r]
         if fault == "read-errors":
             assert m["read_errors"] > READ_ERRORS_MAX, m
+        if fault == "paused":
+            assert m["timeouts"] >= 1, m
     assert status["health"] == "degraded", status
     add_spares_and_check(array, members, fail, tmp_path)
     array.stop()

@@ -52,7 +52,7 @@ pub use superblock::{
     UNUSED_ROLE,
 };
 pub use uuid::Uuid;
-pub use volume::{Volume, VolumeCore, VolumeError};
+pub use volume::{DataChangedHook, Volume, VolumeCore, VolumeError};
 
 use member::Member;
 

@@ -455,7 +455,8 @@ impl VolumeCore {
             {
                 let _gate = self.begin_write()?;
                 for u in unit..unit + step {
-                    self.array.sync_unit(u, SyncMode::Resync)?;
+                    let found = self.array.sync_unit(u, SyncMode::Resync)?;
+                    self.report_data_changes(&found);
                 }
             }
             self.settle()?;
@@ -508,6 +509,7 @@ impl VolumeCore {
                 };
                 let found = self.array.sync_unit(u, mode)?;
                 drop(gate);
+                self.report_data_changes(&found);
                 self.add_to_report(&mut report, found);
             }
             self.settle()?;
@@ -521,6 +523,23 @@ impl VolumeCore {
         state.last_scrub = Some(report);
         state.scrub_request = None;
         Ok(())
+    }
+
+    /// Tells the layer above which chunks a repair changed (data or mirror copies).
+    fn report_data_changes(&self, found: &engine::UnitReport) {
+        if found.repaired == 0 {
+            return;
+        }
+        let chunk = self.chunk_bytes();
+        for m in &found.mismatches {
+            if matches!(
+                m.kind,
+                engine::MismatchKind::Data | engine::MismatchKind::Mirror
+            ) {
+                let start = m.array_offset / chunk * chunk;
+                self.data_changed(start, chunk.min(self.size_bytes() - start));
+            }
+        }
     }
 
     fn add_to_report(&self, report: &mut ScrubReport, found: engine::UnitReport) {

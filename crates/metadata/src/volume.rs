@@ -172,7 +172,13 @@ pub struct VolumeCore {
     pub(crate) meta: Mutex<MetaState>,
     persisted_epoch: AtomicU64,
     pub(crate) work: Work,
+    /// Called with `(array offset, len)` after background work changed what the volume reads
+    /// there (a layer above may hold the old bytes).
+    data_changed: RwLock<Option<DataChangedHook>>,
 }
+
+/// See [`VolumeCore::set_data_changed_hook`].
+pub type DataChangedHook = Box<dyn Fn(u64, u64) + Send + Sync>;
 
 impl Volume {
     /// Builds the volume `plan` decided; `members` and `own` (each member's superblock) are in
@@ -241,6 +247,7 @@ impl Volume {
             gate: RwLock::new(()),
             meta: Mutex::new(meta),
             work: Work::new(),
+            data_changed: RwLock::new(None),
         });
         let worker = crate::tasks::spawn(Arc::clone(&core));
         Ok(Volume {
@@ -383,6 +390,21 @@ impl VolumeCore {
             self.work.wait_change(std::time::Duration::from_millis(50));
         }
         Ok(())
+    }
+
+    /// Registers `hook`, called with `(array offset, len)` whenever a scrub repair or a resync
+    /// changes what the volume reads in that range: a RAID 6 data block fixed from the
+    /// syndrome, or a mirror copy overwritten by the first copy. (Rebuilds, parity repairs and
+    /// read-error rewrites never change what is read.) For a read cache above the volume.
+    pub fn set_data_changed_hook(&self, hook: DataChangedHook) {
+        *self.data_changed.write().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    pub(crate) fn data_changed(&self, offset: u64, len: u64) {
+        let hook = self.data_changed.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(hook) = hook.as_ref() {
+            hook(offset, len);
+        }
     }
 
     /// Waits for the dirty mark to be durable before a write; returns the shared gate.

@@ -288,9 +288,19 @@ fn scrub_locates_and_repairs_corruption_in_a_member_file() {
         if level == "raid6" {
             assert_eq!(m.kind, "data");
         }
+        let changed = Arc::new(Mutex::new(Vec::new()));
+        let seen = changed.clone();
+        v.set_data_changed_hook(Box::new(move |o, l| seen.lock().unwrap().push((o, l))));
         v.scrub(true).unwrap();
         assert!(v.wait_idle(WAIT));
         assert_eq!(v.status().last_scrub.unwrap().repaired, 1, "{level}");
+        let changed = changed.lock().unwrap().clone();
+        if level == "raid5" {
+            assert!(changed.is_empty(), "a parity repair changes no data");
+        } else {
+            assert_eq!(changed.len(), 1, "{level}");
+            assert!(changed[0].0 <= m.array_offset && m.array_offset < changed[0].0 + changed[0].1);
+        }
         v.scrub(false).unwrap();
         assert!(v.wait_idle(WAIT));
         assert_eq!(v.status().last_scrub.unwrap().mismatches, 0, "{level}");

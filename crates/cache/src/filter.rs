@@ -58,7 +58,8 @@ impl From<ConfigError> for CacheError {
 }
 
 /// A read cache with read-ahead in front of an [`Export`]; itself an `Export`. One instance
-/// serves every connection. Dropping it stops the read-ahead workers.
+/// serves every connection. Dropping it stops the read-ahead workers: queued jobs are dropped
+/// and the drop waits for the ones running (at most one read below per worker).
 pub struct ReadCache<E: Export> {
     shared: Arc<Shared<E>>,
     streams: Option<Mutex<Streams>>,
@@ -130,7 +131,8 @@ impl<E: Export> ReadCache<E> {
         &self.shared.inner
     }
 
-    /// Stops read-ahead (queued jobs run first) and returns the export below.
+    /// Stops read-ahead (jobs still queued are dropped, those running finish) and returns
+    /// the export below.
     pub fn into_inner(mut self) -> E {
         self.pool = None; // joins the workers, which hold the only other references
         match Arc::try_unwrap(self.shared) {

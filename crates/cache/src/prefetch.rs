@@ -9,6 +9,7 @@
 
 use std::io;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -27,6 +28,8 @@ pub(crate) type Job = Range<u64>;
 #[derive(Debug)]
 pub(crate) struct Pool {
     sender: Option<SyncSender<Job>>,
+    /// Set when the pool is dropped: workers skip the jobs still queued.
+    stopping: Arc<AtomicBool>,
     workers: Vec<JoinHandle<()>>,
     job_blocks_max: u64,
 }
@@ -42,17 +45,20 @@ impl Pool {
         assert!(workers >= 1 && queue >= 1 && job_blocks_max >= 1);
         let (sender, receiver) = mpsc::sync_channel(queue);
         let receiver = Arc::new(Mutex::new(receiver));
+        let stopping = Arc::new(AtomicBool::new(false));
         let mut pool = Pool {
             sender: Some(sender),
+            stopping: Arc::clone(&stopping),
             workers: Vec::with_capacity(workers),
             job_blocks_max,
         };
         for index in 0..workers {
             let shared = Arc::clone(shared);
             let receiver = Arc::clone(&receiver);
+            let stopping = Arc::clone(&stopping);
             let handle = std::thread::Builder::new()
                 .name(format!("readahead-{index}"))
-                .spawn(move || work(&shared, &receiver))?;
+                .spawn(move || work(&shared, &receiver, &stopping))?;
             pool.workers.push(handle);
         }
         Ok(pool)
@@ -71,8 +77,10 @@ impl Pool {
 }
 
 impl Drop for Pool {
-    /// Closes the queue and waits for the workers to finish their current job.
+    /// Closes the queue, drops the jobs still queued (a stalled member must not hold up
+    /// shutdown once per queued job) and waits for the workers to finish their current job.
     fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
         self.sender = None;
         for worker in self.workers.drain(..) {
             // A worker that panicked has already reported it; nothing is left to clean up.
@@ -81,7 +89,7 @@ impl Drop for Pool {
     }
 }
 
-fn work<E: Export>(shared: &Shared<E>, receiver: &Mutex<Receiver<Job>>) {
+fn work<E: Export>(shared: &Shared<E>, receiver: &Mutex<Receiver<Job>>, stopping: &AtomicBool) {
     let mut buffer = Vec::new();
     loop {
         let job = {
@@ -89,6 +97,7 @@ fn work<E: Export>(shared: &Shared<E>, receiver: &Mutex<Receiver<Job>>) {
             receiver.recv()
         };
         match job {
+            Ok(_) if stopping.load(Ordering::SeqCst) => {}
             Ok(job) => fetch(shared, job, &mut buffer),
             Err(mpsc::RecvError) => return,
         }

@@ -159,7 +159,7 @@ fn read_ahead_never_reads_past_the_end() {
             offset += len;
         }
         let stats = cache.stats();
-        let inner = cache.into_inner(); // joins the workers once queued jobs have run
+        let inner = cache.into_inner(); // joins the workers
         assert_eq!(
             inner.overruns.load(Ordering::SeqCst),
             0,

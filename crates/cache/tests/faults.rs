@@ -165,3 +165,31 @@ fn invalidate_forgets_changes_made_below() {
     cache.invalidate_all();
     agrees(&cache, 0, SIZE);
 }
+
+#[test]
+fn dropping_the_cache_does_not_wait_for_queued_read_ahead() {
+    let mut slow = MemExport::new(64 << 20);
+    slow.read_latency = Duration::from_millis(200);
+    let config = CacheConfig {
+        size_bytes: 16 << 20,
+        block_bytes: 64 << 10,
+        read_ahead: ReadAhead::On,
+        window_bytes: 1 << 20,
+        prefetch_workers: 2,
+        prefetch_queue: 16,
+        streams: 4,
+    };
+    let cache = ReadCache::new(slow, config).expect("valid config");
+    cache.cache(0, 64 << 20).expect("hint");
+    let queued = cache.stats().prefetch_jobs;
+    assert!(queued >= 16, "{:?}", cache.stats());
+    std::thread::sleep(Duration::from_millis(20)); // the workers take their first jobs
+    let start = Instant::now();
+    drop(cache);
+    let waited = start.elapsed();
+    // Running jobs finish (one 200 ms read each); the other queued ones are dropped.
+    assert!(
+        waited < Duration::from_millis(1500),
+        "drop waited {waited:?} for {queued} jobs"
+    );
+}

@@ -18,6 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use member::{Member, SimMember};
 use metadata::{Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET};
 
+/// Longest [`PowerGrid::cut_now`] waits for a superblock rewrite to finish.
+pub const CUT_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Where a cut may fall.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CutPolicy {
@@ -140,10 +143,26 @@ impl PowerGrid {
         self.lock().ops_count
     }
 
-    /// Cuts the power now unless it already was (the workload ended before `cut_at`).
+    /// Cuts the power now unless it already was (the workload ended before `cut_at`). Under
+    /// [`CutPolicy::OutsideSuperblockUpdates`] waits (up to [`CUT_WAIT_MAX`]) for a superblock
+    /// rewrite in progress (e.g. by the background worker) to finish first.
     pub fn cut_now(&self) {
-        let mut state = self.lock();
-        self.take_images(&mut state);
+        let deadline = std::time::Instant::now() + CUT_WAIT_MAX;
+        loop {
+            let mut state = self.lock();
+            let busy = self.policy == CutPolicy::OutsideSuperblockUpdates
+                && Self::superblock_update_in_progress(&state);
+            if !busy || state.images.is_some() {
+                self.take_images(&mut state);
+                return;
+            }
+            drop(state);
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a superblock rewrite stayed unfinished for {CUT_WAIT_MAX:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// The images the power loss left, one per member in order (after a cut).

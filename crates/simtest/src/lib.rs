@@ -12,6 +12,8 @@
 //!   of writes (some FUA), flushes, trims, write-zeroes, reads and clean closes from one or
 //!   several threads, a power cut, reassembly, recovery and the checks of
 //!   [`recover_and_verify`].
+//! - [`torn_case`]: power lost while superblocks are rewritten (dirty/clean marking), and
+//!   what assembly makes of it ([`TornOutcome`]).
 //! - [`SeedRun`] and [`run_seeds`]: the seeds a test runs (`RAIDKIT_SEED`, `RAIDKIT_SIM_SEEDS`,
 //!   `RAIDKIT_SOAK`) and the replay command printed on failure.
 //!
@@ -25,12 +27,16 @@ mod model;
 mod recover;
 mod rig;
 mod seeds;
+mod torn;
 
 pub use grid::{sub_seed, CutPolicy, GridMember, PowerGrid};
 pub use model::{RegionModel, MAYBE_OPS_MAX};
-pub use recover::{recover_and_verify, recover_with, removal_sets};
+pub use recover::{
+    recover_and_verify, recover_with, removal_sets, wait_recovered, RECOVERY_TIMEOUT,
+};
 pub use rig::{
     build, drive, freshest_state, power_loss_case, power_loss_case_with, read_all, Sabotage, Shape,
     DATA_OFFSET_BYTES,
 };
 pub use seeds::{run_seeds, SeedRun, SOAK_FACTOR};
+pub use torn::{script_ops_count, torn_case, torn_shape, TornOutcome};

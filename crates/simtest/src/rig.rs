@@ -24,6 +24,10 @@ pub struct Shape {
     pub member_bytes: Vec<u64>,
     pub threads: usize,
     pub ops_per_thread: usize,
+    /// Let the new array run its background initial sync during the workload (members named
+    /// `simN` are not "cheap to zero" for `create`); else create with `assume_clean`. The
+    /// sync's timing makes a case's member operation order depend on the scheduler.
+    pub initial_sync: bool,
 }
 
 fn pick<T: Copy>(rng: &mut SimRng, items: &[T]) -> T {
@@ -69,6 +73,7 @@ impl Shape {
             member_bytes: member_bytes.iter().map(|b| b + DATA_OFFSET_BYTES).collect(),
             threads: threads as usize,
             ops_per_thread: 8 + rng.below(33) as usize,
+            initial_sync: rng.chance(1, 3),
         }
     }
 
@@ -81,8 +86,10 @@ impl Shape {
     }
 }
 
-/// A new array of `shape` on fresh simulated members behind a grid (not yet armed).
-pub fn build(shape: &Shape, seed: u64, policy: CutPolicy) -> (Arc<PowerGrid>, Volume) {
+/// A new array of `shape` on fresh simulated members behind a grid, armed to cut the power
+/// before member operation `cut_at` counted from just after `create` (so the operations of
+/// the background work assembly starts are counted too).
+pub fn build(shape: &Shape, seed: u64, policy: CutPolicy, cut_at: u64) -> (Arc<PowerGrid>, Volume) {
     let sims: Vec<Arc<SimMember>> = shape
         .member_bytes
         .iter()
@@ -94,7 +101,9 @@ pub fn build(shape: &Shape, seed: u64, policy: CutPolicy) -> (Arc<PowerGrid>, Vo
     let mut opts = CreateOptions::new(shape.level, "crash");
     opts.chunk_bytes = shape.chunk_bytes;
     opts.data_offset_bytes = DATA_OFFSET_BYTES;
+    opts.assume_clean = !shape.initial_sync;
     create(&members, &opts).unwrap_or_else(|e| panic!("create {shape:?}: {e}"));
+    grid.arm(cut_at);
     let volume = assemble(members, &AssembleOptions::default())
         .unwrap_or_else(|e| panic!("assemble a new array {shape:?}: {e}"));
     (grid, volume)
@@ -287,14 +296,13 @@ pub fn power_loss_case(level: Level, seed: u64) {
 pub fn power_loss_case_with(level: Level, seed: u64, sabotage: Sabotage) {
     let mut rng = SimRng::new(seed);
     let shape = Shape::random(level, &mut rng);
-    let (grid, volume) = build(&shape, seed, CutPolicy::OutsideSuperblockUpdates);
-    grid.set_lying_flush(sabotage.lying_flush);
     let total_ops = (shape.threads * shape.ops_per_thread * (shape.member_count() + 1)) as u64;
     let cut_at = match rng.chance(1, 8) {
         true => u64::MAX,
         false => rng.below(total_ops + 1),
     };
-    grid.arm(cut_at);
+    let (grid, volume) = build(&shape, seed, CutPolicy::OutsideSuperblockUpdates, cut_at);
+    grid.set_lying_flush(sabotage.lying_flush);
     let models = run_workload(&shape, seed, &grid, &volume);
     if std::env::var("RAIDKIT_SIM_DEBUG").is_ok() {
         eprintln!(

@@ -291,13 +291,16 @@ impl VolumeCore {
         if let Some(role) = health.iter().position(|h| *h == MemberHealth::Recovering) {
             return Some(Task::Rebuild(role));
         }
+        // A missing or faulty role with a spare big enough for it (else nothing to do: no spin).
         let unused = |h: &MemberHealth| matches!(h, MemberHealth::Faulty | MemberHealth::Missing);
-        if let (Some(role), false) = (health.iter().position(unused), meta.spares.is_empty()) {
-            if self
-                .array
-                .geometry()
-                .survives(&self.array.present_snapshot())
-            {
+        let fits = |role: usize| {
+            let needed = meta.template.roles[role].data_bytes;
+            meta.spares.iter().any(|h| h.sb.data_bytes >= needed)
+        };
+        let waiting = (0..health.len()).find(|&r| unused(&health[r]) && fits(r));
+        if let Some(role) = waiting {
+            let present = self.array.present_snapshot();
+            if self.array.geometry().survives(&present) {
                 return Some(Task::Rebuild(role));
             }
         }
@@ -480,7 +483,17 @@ impl VolumeCore {
         }
     }
 
+    /// A scrub that fails (redundancy gone where a read error hit) is not retried: its report
+    /// stays unfinished and the request is dropped.
     fn run_scrub(&self, repair: bool) -> Result<(), VolumeError> {
+        let result = self.scrub_pass(repair);
+        if result.is_err() {
+            self.work.lock().scrub_request = None;
+        }
+        result
+    }
+
+    fn scrub_pass(&self, repair: bool) -> Result<(), VolumeError> {
         let units = self.array.sync_unit_count();
         let chunk = self.chunk_bytes();
         let mode = if repair {

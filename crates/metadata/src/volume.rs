@@ -387,6 +387,16 @@ impl VolumeCore {
                     reason: "the volume is shutting down".into(),
                 });
             }
+            let health = self.array.health_snapshot();
+            let all_in_sync = health.iter().all(|h| *h == MemberHealth::InSync);
+            if !all_in_sync && !self.work.is_busy() && self.next_task().is_none() {
+                return Err(VolumeError::Refused {
+                    what: "resync".into(),
+                    reason: "a member is missing, faulty or rebuilding; the resync runs once \
+                             every member is in sync"
+                        .into(),
+                });
+            }
             self.work.wait_change(std::time::Duration::from_millis(50));
         }
         Ok(())

@@ -259,3 +259,26 @@ fn commands_name_the_socket_when_no_server_is_there() {
         assert!(stderr.contains(missing.to_str().unwrap()), "{stderr}");
     }
 }
+
+#[test]
+fn connections_over_the_bound_are_refused_with_503() {
+    let server = Server::start();
+    // Idle connections hold their slots (until the header timeout).
+    let idle: Vec<UnixStream> = (0..8)
+        .map(|_| UnixStream::connect(&server.admin).expect("connect"))
+        .collect();
+    let (code, v) = http(&server.admin, "GET", "/v1/status", b"");
+    assert_eq!(code, 503, "{v}");
+    assert!(error_of(&v).contains("too many admin connections"), "{v}");
+    drop(idle);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _) = http(&server.admin, "GET", "/v1/status", b"");
+        if code == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slots not released");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.stop();
+}

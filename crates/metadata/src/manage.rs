@@ -123,8 +123,20 @@ impl VolumeCore {
 
     /// Adds a member: it receives a spare superblock of this array and becomes a spare, or
     /// the target of a rebuild when a role is missing or faulty (the worker starts it).
+    /// A member that is the faulty holder of a role is taken out of it first (a re-add: it
+    /// missed writes, so it is rebuilt in full).
     pub fn add(&self, member: Arc<dyn Member>) -> Result<(), VolumeError> {
         let mut meta = self.lock_meta();
+        let faulty_holder = (0..meta.roles.len()).find(|&r| {
+            self.array.health_of(r) == MemberHealth::Faulty
+                && meta.roles[r]
+                    .as_ref()
+                    .is_some_and(|h| crate::same_member(&h.whole, &member))
+        });
+        if let Some(role) = faulty_holder {
+            self.array.detach_member(role);
+            meta.roles[role] = None;
+        }
         let held = self.new_spare(&meta, member)?;
         meta.spares.push(held);
         self.write_superblocks(&mut meta)?;

@@ -393,6 +393,14 @@ fn remove_refuses_active_members_and_add_rebuilds_a_returning_one() {
     v.fail(&name(&paths[1])).unwrap();
     let err = v.fail(&name(&paths[0])).unwrap_err().to_string();
     assert!(err.contains("last copy"), "{err}");
+    let model1 = pattern(model.len(), 8);
+    v.write(0, &model1).unwrap();
+    // Re-adding the faulty member itself takes it out of its role and rebuilds it in full.
+    v.add(member::open(&name(&paths[1]), &OpenOptions::default()).unwrap())
+        .unwrap();
+    assert!(v.wait_idle(WAIT));
+    assert_eq!(v.status().members[1].state, MemberState::Active);
+    v.fail("role 1").unwrap();
     v.remove(&name(&paths[1])).unwrap();
     assert_eq!(v.status().members[1].state, MemberState::Missing);
     let model2 = pattern(model.len(), 7);

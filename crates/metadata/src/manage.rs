@@ -341,9 +341,14 @@ impl VolumeCore {
         Ok(())
     }
 
-    /// Changes the background rate limits (takes effect at the next step).
+    /// Changes the background rate limits (takes effect at the next step). Zero counts as 1
+    /// byte/s and a minimum above the maximum as the maximum, so the maximum always holds.
     pub fn set_speed_limits(&self, limits: SpeedLimits) {
-        assert!(limits.min_bytes_per_sec > 0 && limits.max_bytes_per_sec > 0);
+        let max = limits.max_bytes_per_sec.max(1);
+        let limits = SpeedLimits {
+            min_bytes_per_sec: limits.min_bytes_per_sec.clamp(1, max),
+            max_bytes_per_sec: max,
+        };
         self.work.lock().limits = limits;
         self.work.notify();
     }

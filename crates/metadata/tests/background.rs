@@ -497,3 +497,51 @@ fn writers_survive_fault_rebuild_scrub_and_replace_together() {
         }
     }
 }
+
+/// Under client load the rebuild backs off to the minimum rate, and keeps it.
+#[test]
+fn rebuild_keeps_the_minimum_under_client_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, spares) = array_with_spares(dir.path(), "ld", "raid5", 3, 1);
+    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let v = Arc::new(assemble(open_all(&all), &AssembleOptions::default()).unwrap());
+    let (min, max) = (MIB, 4 * MIB);
+    v.set_speed_limits(SpeedLimits {
+        min_bytes_per_sec: min,
+        max_bytes_per_sec: max,
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let (v, stop) = (v.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            let mut at = 0;
+            while !stop.load(Ordering::Relaxed) {
+                v.read(at, &mut buf).unwrap();
+                at = (at + 4096) % (v.size_bytes() - 4096);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let start = Instant::now();
+    v.fail("role 1").unwrap();
+    assert!(v.wait_idle(WAIT));
+    let elapsed = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    client.join().unwrap();
+    let rate = v.array().geometry().member_data_bytes(1) as f64 / elapsed;
+    eprintln!(
+        "rebuild under load: {:.0} KiB/s (min {} KiB/s, max {} KiB/s)",
+        rate / 1024.0,
+        min / 1024,
+        max / 1024
+    );
+    assert!(
+        rate >= 0.8 * min as f64,
+        "rate {rate} below the minimum {min}"
+    );
+    assert!(
+        rate <= 0.5 * max as f64,
+        "rate {rate}: no back-off under load (max {max})"
+    );
+}

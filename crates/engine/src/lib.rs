@@ -7,10 +7,18 @@
 //!   mirrors. `fail_member` stops using a member.
 //! - [`IoError`]: a member operation failed (naming the member, the operation and the offset)
 //!   or the array lost too many members; [`EngineError`]: the array cannot be built.
+//! - Fault handling ([`FaultPolicy`], [`MemberHealth`], [`FaultStats`]): every member request
+//!   is timed and judged in one place; write errors and timeouts fail the member (the array goes
+//!   on degraded), read errors are repaired from redundancy and counted. Members move between
+//!   `InSync`, `Faulty`, `Missing` and `Recovering` by explicit transitions (`health`).
+//! - Background primitives used by `metadata`'s worker: `attach_member` + `rebuild_step` +
+//!   `finish_rebuild` (rebuild), `start_replace` + `replace_step` + `finish_replace` (replace),
+//!   `sync_unit` with [`SyncMode`] (scrub, repair with RAID 6 single-member location, resync).
 //!
 //! Inside: `plain` serves linear/0/1/10, `raid56` serves RAID 5/6 (stripe plans choosing
-//! read-modify-write or reconstruct-write), `locks` is the bounded stripe-lock table and `io`
-//! the one place member I/O happens, fanned out over members in parallel.
+//! read-modify-write or reconstruct-write), `locks` is the bounded stripe-lock table, `io`
+//! the one place member I/O happens (fanned out over members in parallel), `recover`
+//! reconstruction from redundancy, `scrub` the per-unit check/repair/resync.
 //!
 //! ```
 //! use engine::{Array, ArrayConfig};

@@ -6,8 +6,13 @@
 //! - [`create`] with [`CreateOptions`]: checks members, zeroes them and writes superblocks.
 //! - [`plan`]: the pure assembly decision (roles, freshness, refusals) from superblocks;
 //!   [`assemble`] reads the members' superblocks, plans, and returns a [`Volume`].
-//! - [`Volume`]: an `engine::Array` over the members' data areas plus the superblock state: it
-//!   marks the array dirty before the first write and clean on [`Volume::close`].
+//! - [`Volume`] (dereferencing to [`VolumeCore`]): an `engine::Array` over the members' data
+//!   areas plus the superblock state: it marks the array dirty before the first write and clean
+//!   on `close`, records member faults before the request that met them completes, and runs
+//!   background work on one worker thread (rebuild onto spares, replace, resync / initial sync,
+//!   scrub), throttled by [`SpeedLimits`] and resumable from the superblocks. Operator actions:
+//!   `fail`, `remove`, `add`, `replace`, `scrub`, `set_speed_limits`; `status` returns a
+//!   [`VolumeStatus`] ([`ArrayHealth`], [`MemberStatus`], [`TaskStatus`], [`ScrubReport`]).
 //!
 //! ```
 //! use metadata::{create, plan, read_superblock, AssembleOptions, CreateOptions};

@@ -563,7 +563,9 @@ impl VolumeCore {
             if report.first_mismatches.len() >= SCRUB_MISMATCHES_LISTED_MAX {
                 break;
             }
-            let member = self.array.member(m.role).map(|w| w.name().to_string());
+            let member = self.lock_meta().roles[m.role]
+                .as_ref()
+                .map(|h| h.whole.name().to_string());
             report.first_mismatches.push(MismatchLocation {
                 stripe: m.unit,
                 array_offset: m.array_offset,

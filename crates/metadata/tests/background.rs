@@ -285,6 +285,7 @@ fn scrub_locates_and_repairs_corruption_in_a_member_file() {
             "{level}: {m:?}"
         );
         assert_eq!(m.stripe, unit);
+        assert_eq!(m.member, name(&paths[role]));
         if level == "raid6" {
             assert_eq!(m.kind, "data");
         }

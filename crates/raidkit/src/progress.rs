@@ -7,11 +7,11 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use crate::admin::client::Client;
-use crate::cmd::status::{fetch, task_line, Task};
+use crate::cmd::status::{fetch, hms, human_bytes, task_line, Task};
 
 /// Each `/v1/wait` request blocks at most this long, so the bar moves.
 const POLL_SECS: u64 = 1;
@@ -24,21 +24,24 @@ pub fn follow(client: &Client, label: &str) -> anyhow::Result<()> {
 /// [`follow`]; when stdout is not a terminal and `lines` is set, prints one task line per
 /// second instead of the bar.
 pub fn follow_with(client: &Client, label: &str, lines: bool) -> anyhow::Result<()> {
-    let bar = std::io::stdout().is_terminal().then(|| new_bar(label));
+    let tty = std::io::stdout().is_terminal();
+    // Created at the first task seen, so no empty bar is drawn while the work is starting.
+    let mut bar: Option<ProgressBar> = None;
     loop {
         let idle = client.post("/v1/wait", &json!({ "timeout_secs": POLL_SECS }))?;
         if idle.get("idle").and_then(|v| v.as_bool()) == Some(true) {
             break;
         }
-        if bar.is_none() && !lines {
+        if !tty && !lines {
             continue;
         }
         let Some(task) = fetch(client)?.task else {
             continue;
         };
-        match &bar {
-            Some(bar) => show(bar, &task),
-            None => println!("{}", task_line(&task)),
+        if tty {
+            show(bar.get_or_insert_with(|| new_bar(label)), &task);
+        } else {
+            println!("{}", task_line(&task));
         }
     }
     if let Some(bar) = bar {
@@ -50,12 +53,11 @@ pub fn follow_with(client: &Client, label: &str, lines: bool) -> anyhow::Result<
 /// Draws a task of this process (no server) until `done`; nothing when stdout is not a
 /// terminal.
 pub fn follow_local(task: impl Fn() -> Option<Task>, done: impl Fn() -> bool) {
-    let bar = std::io::stdout()
-        .is_terminal()
-        .then(|| new_bar("initial sync"));
+    let tty = std::io::stdout().is_terminal();
+    let mut bar: Option<ProgressBar> = None;
     while !done() {
-        if let (Some(bar), Some(task)) = (&bar, task()) {
-            show(bar, &task);
+        if let (true, Some(task)) = (tty, task()) {
+            show(bar.get_or_insert_with(|| new_bar("initial sync")), &task);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -65,21 +67,37 @@ pub fn follow_local(task: impl Fn() -> Option<Task>, done: impl Fn() -> bool) {
 }
 
 fn new_bar(label: &str) -> ProgressBar {
-    let bar = ProgressBar::new(0);
+    // Hidden until the first task with a known size (no empty "0 B/0 B" frame).
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::hidden());
+    // Speed and ETA come from the server (it measures the work); indicatif's own estimate
+    // would see the once-a-second jumps of the position as bursts.
     let style = ProgressStyle::with_template(
-        "{msg:<16} [{bar:40}] {percent:>3}% {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+        "{prefix:<16} [{bar:40}] {percent:>3}% {bytes}/{total_bytes} {msg}",
     )
     .unwrap_or_else(|_| ProgressStyle::default_bar())
     .progress_chars("=> ");
     bar.set_style(style);
-    bar.set_message(label.to_string());
-    bar.enable_steady_tick(Duration::from_millis(250));
+    bar.set_prefix(label.to_string());
     bar
 }
 
+/// Updates the bar; the first call with a known total starts drawing it.
 fn show(bar: &ProgressBar, task: &Task) {
+    if task.total_bytes == 0 {
+        return;
+    }
+    let first = bar.length().unwrap_or(0) == 0;
     let role = task.role.map(|r| format!(" role {r}")).unwrap_or_default();
-    bar.set_message(format!("{}{role}", task.kind));
+    bar.set_prefix(format!("{}{role}", task.kind));
     bar.set_length(task.total_bytes);
     bar.set_position(task.done_bytes.min(task.total_bytes));
+    let eta = task.eta_secs.map(hms).unwrap_or_else(|| "?".to_string());
+    bar.set_message(format!(
+        "at {}/s, ETA {eta}",
+        human_bytes(task.bytes_per_sec)
+    ));
+    if first {
+        bar.set_draw_target(ProgressDrawTarget::stdout());
+        bar.enable_steady_tick(Duration::from_millis(250));
+    }
 }

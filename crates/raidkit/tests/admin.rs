@@ -282,3 +282,45 @@ fn connections_over_the_bound_are_refused_with_503() {
     }
     server.stop();
 }
+
+#[test]
+fn a_stale_socket_is_replaced_and_a_live_one_refused() {
+    let server = Server::start();
+    // A second server on the same live admin socket is refused, naming it.
+    let dir = tempfile::tempdir().unwrap();
+    let out = raidkit()
+        .args(["serve", "--create", "--level", "1", "--unix"])
+        .arg(dir.path().join("nbd.sock"))
+        .arg("--admin")
+        .arg(&server.admin)
+        .args(["mem:8M", "mem:8M"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("another server is listening"), "{stderr}");
+    assert_eq!(server.status()["health"], "clean");
+    server.stop();
+    // A socket nobody listens on (a killed server's) is removed and bound again.
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let mut child = raidkit()
+        .args(["serve", "--create", "--level", "1", "--unix"])
+        .arg(dir.path().join("nbd2.sock"))
+        .arg("--admin")
+        .arg(&stale)
+        .args(["mem:8M", "mem:8M"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("raidkit: serving"), "{line:?}");
+    let (code, _) = http(&stale, "GET", "/v1/status", b"");
+    assert_eq!(code, 200);
+    let _ = child.kill();
+    let _ = child.wait();
+}

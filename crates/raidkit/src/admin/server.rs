@@ -49,17 +49,10 @@ pub struct AdminSocket {
 }
 
 impl AdminSocket {
-    /// Binds `path` (which must not exist) with mode 0600.
+    /// Binds `path` with mode 0600. The path must not exist, except as the socket of a server
+    /// that is gone (nothing accepts on it), which is removed first.
     pub fn bind(path: &Path) -> io::Result<AdminSocket> {
-        if path.symlink_metadata().is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "{} already exists (another server, or left over: remove it)",
-                    path.display()
-                ),
-            ));
-        }
+        remove_stale(path)?;
         let listener = bind_private(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         let meta = path.symlink_metadata()?;
@@ -75,6 +68,34 @@ impl AdminSocket {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Removes `path` if it is a socket nobody listens on (left by a killed server); refuses any
+/// other existing file.
+fn remove_stale(path: &Path) -> io::Result<()> {
+    let Ok(meta) = path.symlink_metadata() else {
+        return Ok(());
+    };
+    let exists = |why: &str| {
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} already exists ({why})", path.display()),
+        ))
+    };
+    if !meta.file_type().is_socket() {
+        return exists("not a socket; remove it or choose another path");
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => exists("another server is listening on it"),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            eprintln!(
+                "raidkit: removing stale admin socket {} (no server listens on it)",
+                path.display()
+            );
+            std::fs::remove_file(path)
+        }
+        Err(e) => exists(&format!("cannot tell whether it is in use: {e}")),
     }
 }
 

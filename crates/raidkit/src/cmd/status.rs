@@ -247,7 +247,8 @@ pub fn scrub_report(s: &Scrub) -> String {
     out
 }
 
-fn hms(secs: u64) -> String {
+/// 75 → "0:01:15"
+pub fn hms(secs: u64) -> String {
     format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }
 

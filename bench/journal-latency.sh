@@ -37,7 +37,8 @@ run() {
     kill "$PID"; wait "$PID" || true; PID=
     python3 - "$DIR/$name.json" "$name" <<'PY'
 import json, sys
-job = json.load(open(sys.argv[1]))["jobs"][0]
+text = open(sys.argv[1]).read()  # fio's nbd engine prints a line before the JSON
+job = json.loads(text[text.index("{"):])["jobs"][0]
 w = job["write"]; s = job.get("sync", {})
 clat = w["clat_ns"]; pct = clat.get("percentile", {})
 sync_mean = s.get("lat_ns", {}).get("mean", 0) / 1000

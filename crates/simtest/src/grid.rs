@@ -41,6 +41,8 @@ struct GridState {
     sb_unflushed: Vec<bool>,
     /// Per member: events counter of the last superblock written.
     sb_events: Vec<u64>,
+    /// Per member: carries an array superblock (else, e.g. a journal, not tracked).
+    tracked: Vec<bool>,
 }
 
 /// The shared power supply. See the module docs.
@@ -83,6 +85,7 @@ impl PowerGrid {
                 images: None,
                 sb_unflushed: vec![false; count],
                 sb_events: vec![0; count],
+                tracked: vec![false; count],
             }),
             cut: AtomicBool::new(false),
             lying_flush: AtomicBool::new(false),
@@ -108,7 +111,8 @@ impl PowerGrid {
     }
 
     /// Starts counting mutating operations; the power is cut just before operation `cut_at`.
-    /// Reads every member's superblock events counter (all must be valid and flushed).
+    /// Reads the events counter of every member that carries an array superblock (the others,
+    /// e.g. a journal, are not tracked). Every member must be flushed.
     pub fn arm(&self, cut_at: u64) {
         let mut state = self.lock();
         assert!(!state.armed, "power grid armed twice");
@@ -118,10 +122,15 @@ impl PowerGrid {
                 0,
                 "member {i} has unflushed writes at arm"
             );
-            let sb = metadata::read_superblock(sim.as_ref())
-                .unwrap_or_else(|e| panic!("member {i}: no superblock at arm: {e}"));
-            state.sb_events[i] = sb.events;
+            if let Ok(sb) = metadata::read_superblock(sim.as_ref()) {
+                state.sb_events[i] = sb.events;
+                state.tracked[i] = true;
+            }
         }
+        assert!(
+            state.tracked.iter().any(|&t| t),
+            "no member carries a superblock"
+        );
         state.armed = true;
         state.ops_count = 0;
         state.cut_at = cut_at;
@@ -187,8 +196,10 @@ impl PowerGrid {
     }
 
     fn superblock_update_in_progress(state: &GridState) -> bool {
-        let first = state.sb_events[0];
-        state.sb_unflushed.iter().any(|&u| u) || state.sb_events.iter().any(|&e| e != first)
+        let tracked = || (0..state.tracked.len()).filter(|&i| state.tracked[i]);
+        let first = tracked().map(|i| state.sb_events[i]).next();
+        let differ = tracked().any(|i| Some(state.sb_events[i]) != first);
+        state.sb_unflushed.iter().any(|&u| u) || differ
     }
 
     /// Called before every mutating operation, under the lock.
@@ -255,8 +266,8 @@ impl Member for GridMember {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let sb_write = is_superblock_write(buf, offset);
         let mut state = self.grid.lock();
+        let sb_write = state.tracked[self.index] && is_superblock_write(buf, offset);
         self.grid.before_mutation(&mut state, sb_write);
         if sb_write && state.armed {
             let bytes: &[u8; SUPERBLOCK_BYTES] = buf.try_into().expect("superblock size");

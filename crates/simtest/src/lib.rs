@@ -14,6 +14,8 @@
 //!   [`recover_and_verify`].
 //! - [`torn_case`]: power lost while superblocks are rewritten (dirty/clean marking), and
 //!   what assembly makes of it ([`TornOutcome`]).
+//! - [`journal_case`]: the same with a journal ([`Journaled`], wired as `raidkit serve` wires
+//!   it) on its own simulated member, replayed after the cut.
 //! - [`SeedRun`] and [`run_seeds`]: the seeds a test runs (`RAIDKIT_SEED`, `RAIDKIT_SIM_SEEDS`,
 //!   `RAIDKIT_SOAK`) and the replay command printed on failure.
 //!
@@ -23,6 +25,7 @@
 //! ```
 
 mod grid;
+mod journaled;
 mod model;
 mod recover;
 mod rig;
@@ -30,13 +33,14 @@ mod seeds;
 mod torn;
 
 pub use grid::{sub_seed, CutPolicy, GridMember, PowerGrid};
+pub use journaled::{journal_case, replay, Journaled, VolumeBacking, JOURNAL_BYTES};
 pub use model::{RegionModel, MAYBE_OPS_MAX};
 pub use recover::{
     recover_and_verify, recover_with, removal_sets, wait_recovered, RECOVERY_TIMEOUT,
 };
 pub use rig::{
-    build, drive, freshest_state, power_loss_case, power_loss_case_with, read_all, Sabotage, Shape,
-    DATA_OFFSET_BYTES,
+    build, drive, freshest_state, power_loss_case, power_loss_case_with, read_all, run_workload,
+    Sabotage, Shape, Target, DATA_OFFSET_BYTES,
 };
 pub use seeds::{run_seeds, SeedRun, SOAK_FACTOR};
 pub use torn::{script_ops_count, torn_case, torn_shape, TornOutcome};

@@ -20,13 +20,15 @@ pub fn recover_and_verify(
     seed: u64,
     context: &str,
 ) {
-    recover_with(shape, images, models, seed, context, false);
+    recover_with(shape, images, None, models, seed, context, false);
 }
 
-/// [`recover_and_verify`], optionally skipping the resync (to prove the checks catch it).
+/// [`recover_and_verify`], replaying `journal` (the crashed journal member) first if given,
+/// optionally skipping the resync (to prove the checks catch it).
 pub fn recover_with(
     shape: &Shape,
     images: Vec<Arc<dyn Member>>,
+    journal: Option<Arc<dyn Member>>,
     models: &[RegionModel],
     seed: u64,
     context: &str,
@@ -42,6 +44,10 @@ pub fn recover_with(
             describe_superblocks(&images)
         )
     });
+    let volume = Arc::new(volume);
+    if let Some(jm) = journal {
+        crate::journaled::replay(&volume, jm.as_ref(), context);
+    }
     wait_recovered(&volume, context);
     let image = read_all(&volume);
     for model in models {

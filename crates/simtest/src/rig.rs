@@ -142,6 +142,43 @@ fn random_range(rng: &mut SimRng, model: &RegionModel, chunk_bytes: u64) -> (u64
     (offset, len)
 }
 
+/// What a workload drives: the volume itself, or a journal in front of it.
+pub trait Target: Sync {
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()>;
+    fn read(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
+    fn flush(&self) -> std::io::Result<()>;
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()>;
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()>;
+    /// A clean close that leaves the target usable (`Volume::close`); `None`: not offered.
+    fn close(&self) -> Option<std::io::Result<()>>;
+    /// Every acknowledged write is durable (a write-back journal).
+    fn ack_is_durable(&self) -> bool;
+}
+
+impl Target for Volume {
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        Ok((**self).write(offset, data)?)
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        Ok((**self).read(offset, buf)?)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok((**self).flush()?)
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        Ok((**self).trim(offset, len)?)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        Ok((**self).write_zeroes(offset, len)?)
+    }
+    fn close(&self) -> Option<std::io::Result<()>> {
+        Some((**self).close().map_err(Into::into))
+    }
+    fn ack_is_durable(&self) -> bool {
+        false
+    }
+}
+
 /// What a workload step does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -171,7 +208,7 @@ fn random_step(rng: &mut SimRng, model: &RegionModel) -> Step {
 
 /// One thread's workload on its region until `ops` steps are done or the power is cut.
 pub fn drive(
-    volume: &Volume,
+    volume: &dyn Target,
     grid: &PowerGrid,
     model: &mut RegionModel,
     rng: &mut SimRng,
@@ -194,7 +231,9 @@ pub fn drive(
                 volume
                     .write(offset, &data)
                     .unwrap_or_else(|e| fail("write", &e));
-                if fua {
+                if volume.ack_is_durable() && !grid.is_cut() {
+                    model.fua_done(seq);
+                } else if fua {
                     volume.flush().unwrap_or_else(|e| fail("FUA flush", &e));
                     if !grid.is_cut() {
                         model.fua_done(seq);
@@ -213,7 +252,7 @@ pub fn drive(
             Step::Flush | Step::Close => {
                 let result = match step {
                     Step::Flush => volume.flush(),
-                    _ => volume.close(),
+                    _ => volume.close().unwrap_or_else(|| volume.flush()),
                 };
                 result.unwrap_or_else(|e| fail("flush/close", &e));
                 if !grid.is_cut() {
@@ -234,10 +273,16 @@ pub fn drive(
     }
 }
 
-/// Runs the workload of `shape` (threads on disjoint regions); returns the models.
-fn run_workload(shape: &Shape, seed: u64, grid: &PowerGrid, volume: &Volume) -> Vec<RegionModel> {
+/// Runs the workload of `shape` on `volume` (of `size` bytes): threads on disjoint regions;
+/// returns the models.
+pub fn run_workload(
+    shape: &Shape,
+    seed: u64,
+    grid: &PowerGrid,
+    volume: &dyn Target,
+    size: u64,
+) -> Vec<RegionModel> {
     let mut rng = SimRng::new(sub_seed(seed, 2_000));
-    let size = volume.size_bytes();
     // Each region at least 4 KiB (tiny linear / RAID 1 arrays get fewer threads).
     let threads = shape.threads.min((size / 8192).max(1) as usize);
     let regions = regions(size, threads, &mut rng);
@@ -303,7 +348,7 @@ pub fn power_loss_case_with(level: Level, seed: u64, sabotage: Sabotage) {
     };
     let (grid, volume) = build(&shape, seed, CutPolicy::OutsideSuperblockUpdates, cut_at);
     grid.set_lying_flush(sabotage.lying_flush);
-    let models = run_workload(&shape, seed, &grid, &volume);
+    let models = run_workload(&shape, seed, &grid, &volume, volume.size_bytes());
     if std::env::var("RAIDKIT_SIM_DEBUG").is_ok() {
         eprintln!(
             "seed {seed}: cut_at {cut_at} mid-workload {} ops {}",
@@ -326,6 +371,7 @@ pub fn power_loss_case_with(level: Level, seed: u64, sabotage: Sabotage) {
     crate::recover::recover_with(
         &shape,
         images,
+        None,
         &models,
         seed,
         &context,

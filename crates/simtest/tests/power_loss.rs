@@ -102,3 +102,66 @@ fn harness_catches_sabotage() {
         "skipped resync: only {failed} of 60 cases failed"
     );
 }
+
+fn journal_suite(test_name: &str, level: &str, mode: &str, default_count: u64) {
+    let level = level.parse().expect("level");
+    let mode = mode.parse().expect("journal mode");
+    let run = SeedRun::from_env(default_count);
+    run_seeds("power_loss", test_name, run, |seed| {
+        simtest::journal_case(level, mode, seed)
+    });
+}
+
+/// Write-back journal: every acknowledged write (flushed or not) survives the power loss.
+#[test]
+fn power_loss_journal_write_back_raid5() {
+    journal_suite(
+        "power_loss_journal_write_back_raid5",
+        "raid5",
+        "write-back",
+        200,
+    );
+}
+
+/// Levels without parity log no member operations, so trims and write-zeroes are not in the
+/// journal.
+#[test]
+#[ignore = "bug: write-back journal on RAID 1 (any level without parity): a trim or \
+            write-zeroes acknowledged before a completed FLUSH is lost on power loss — \
+            journal/src/writeback.rs WriteBack::trim/write_zeroes pass to the array unlogged \
+            and WriteBack::flush flushes nothing (seed 229716149); also raidkit's VolumeBacking \
+            (raidkit/src/journaled.rs stripe_bytes) panics the applier on these levels"]
+fn power_loss_journal_write_back_raid1() {
+    journal_suite(
+        "power_loss_journal_write_back_raid1",
+        "raid1",
+        "write-back",
+        100,
+    );
+}
+
+#[test]
+fn power_loss_journal_write_back_raid6() {
+    journal_suite(
+        "power_loss_journal_write_back_raid6",
+        "raid6",
+        "write-back",
+        100,
+    );
+}
+
+/// Write-through journal on RAID 5: FLUSH needs no member flush (every stripe is logged).
+/// Replayed right after assembly, as `raidkit serve` does.
+#[test]
+#[ignore = "bug (race, about 1 seed in 1500): assembly starts the resync of a dirty array at \
+            once (metadata tasks.rs) while the journal replay (journal::recover -> \
+            Array::apply_logged, no stripe locks) writes the same stripes, leaving stale parity \
+            (check finds a P mismatch); raidkit serve.rs replays after assemble too"]
+fn power_loss_journal_write_through_raid5() {
+    journal_suite(
+        "power_loss_journal_write_through_raid5",
+        "raid5",
+        "write-through",
+        200,
+    );
+}

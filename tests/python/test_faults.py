@@ -31,6 +31,8 @@ served from the NBD URIs with an admin socket.
   ``scrub --repair`` fixes them; a second scrub finds none and fio verifies.
 - ``test_rebuild_throttle``: with ``speed-limit --max X``, the measured rebuild rate stays
   within X + 10 %.
+- ``test_returning_member_is_rebuilt``: a member whose server died and came back is stale:
+  ``remove`` then ``add`` of the same URI rebuilds it.
 """
 
 import json
@@ -570,3 +572,31 @@ def fio_verify_seed(array, cwd, seed):
     proc = run(fio_cmd(array.uri, FIO_BYTES, "--verify_only", f"--randseed={seed}"),
                timeout=300, cwd=cwd)
     check_fio(proc, "verify pass")
+
+
+@pytest.mark.slow
+def test_returning_member_is_rebuilt(tmp_path, members, arrays):
+    """A remote member whose server dies and comes back (same data, now stale) is not trusted:
+    the operator removes it and adds it back, and it is rebuilt."""
+    require_tools("nbdkit", "fio")
+    nbdkits, array = new_array(tmp_path, members, arrays, "5", "back")
+    array.start()
+    victim = nbdkits[1]
+    job = subprocess.Popen(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1", "--rate=8m,8m"),
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    time.sleep(0.7)
+    victim.kill()
+    out, _ = job.communicate(timeout=300)
+    check_fio(out, "fio while a member's server dies")
+    wait_faulty(array, [1], time.monotonic(), IO_TIMEOUT_S + DETECT_SLACK_S)
+    victim.start()
+    array.cli("remove", victim.uri)
+    assert array.role_states()[1] == "missing", array.status()
+    array.cli("add", victim.uri, "--wait", timeout=300)
+    status = array.status()
+    assert array.role_states() == ["active"] * 3, status
+    assert [m["name"] for m in status["members"]][1] == victim.uri, status
+    fio_verify(array, tmp_path)
+    scrub_clean(array)
+    array.stop()

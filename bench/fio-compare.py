@@ -15,11 +15,17 @@ Configurations (raidkit vs reference):
   raid5-file4   RAID 5 over 4 files                   vs nbdkit file on a single file
                 (the goal there is 1 MiB sequential read; all jobs are measured)
 
-Prints markdown tables (figures, raidkit/reference ratios, peak server memory = VmHWM) ready to
-paste into docs/PERFORMANCE.md.
+Prints markdown tables (figures, raidkit/reference ratios, server CPU time per request, peak
+server memory = VmHWM) ready to paste into docs/PERFORMANCE.md.
+
+CPU per request: the server's utime+stime (/proc/PID/stat, all its threads, dead ones included)
+over the whole fio run (ramp included) divided by the requests of that run (fio's total_ios, scaled
+by (ramp + runtime) / runtime for the ramp). On 2 shared cores this decides throughput, and
+unlike MB/s or IOPS it is barely moved by load from other processes.
 
 Usage: bench/fio-compare.py [--runtime 10] [--size 1G] [--dir /var/tmp/raidkit-bench]
                             [--raidkit target/release/raidkit] [--configs linear-file,raid0-ram4]
+                            [--jobs rand-read,seq-write] [--raidkit-arg=--cache-size=0]
 """
 
 import argparse
@@ -97,6 +103,15 @@ class Proc:
             return None
         return None
 
+    def cpu_seconds(self):
+        """utime + stime of the whole process (all threads, exited ones too)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        # Fields 14 and 15 of stat(5); fields[0] is field 3 (state).
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -120,10 +135,18 @@ def fio(uri, args, runtime, size, extra):
     return json.loads(text)["jobs"][0]
 
 
-def run_job(uri, job, runtime, size):
+def run_job(uri, job, runtime, size, server=None):
+    """Runs one fio job; returns (figure, server CPU microseconds per request or None)."""
     name, args, direction, unit = job
+    cpu_before = server.cpu_seconds() if server else None
     side = fio(uri, args, runtime, size, [])[direction]
-    return side["bw_bytes"] / 1e6 if unit == "MB/s" else side["iops"]
+    cpu_after = server.cpu_seconds() if server else None
+    figure = side["bw_bytes"] / 1e6 if unit == "MB/s" else side["iops"]
+    cpu_us = None
+    if cpu_before is not None and cpu_after is not None and side["total_ios"] > 0:
+        requests = side["total_ios"] * ((runtime + 1) / runtime if runtime else 1)
+        cpu_us = (cpu_after - cpu_before) * 1e6 / requests
+    return figure, cpu_us
 
 
 def start_raidkit(args, config, workdir, sock):
@@ -139,7 +162,7 @@ def start_raidkit(args, config, workdir, sock):
             if os.path.exists(m):
                 os.unlink(m)
     cmd = [args.raidkit, "serve", "--create", "--level", level, "--size", str(per_member),
-           "--name", config, "--unix", sock, *members]
+           "--name", config, "--unix", sock, *args.raidkit_arg, *members]
     return Proc(cmd, sock, ready_line="raidkit: serving"), f"nbd+unix:///{config}?socket={sock}"
 
 
@@ -172,12 +195,14 @@ def measure(args, config, workdir, have_raidkit):
         for server_uri in [ref_uri] + ([our_uri] if ours else []):
             run_job(server_uri, prefill, 0, args.size)
         results = {}
-        for job in JOBS:
-            r = run_job(ref_uri, job, args.runtime, args.size)
-            o = run_job(our_uri, job, args.runtime, args.size) if ours else None
-            results[job[0]] = (o, r)
-            print(f"    {job[0]:<10} raidkit {o or 0:12.1f}  nbdkit {r:12.1f} {job[3]}",
-                  file=sys.stderr)
+        for job in [j for j in JOBS if j[0] in args.jobs]:
+            r, r_cpu = run_job(ref_uri, job, args.runtime, args.size, ref)
+            o, o_cpu = (run_job(our_uri, job, args.runtime, args.size, ours) if ours
+                        else (None, None))
+            results[job[0]] = (o, r, o_cpu, r_cpu)
+            print(f"    {job[0]:<10} raidkit {o or 0:12.1f}  nbdkit {r:12.1f} {job[3]}"
+                  f"   CPU/request raidkit {o_cpu or 0:8.1f} us  nbdkit {r_cpu or 0:8.1f} us"
+                  f"   load {os.getloadavg()[0]:.1f}", file=sys.stderr)
         peaks = (ours.peak_rss_bytes() if ours else None, ref.peak_rss_bytes())
     finally:
         ref.stop()
@@ -191,16 +216,23 @@ def fmt(value, unit):
     return f"{value:,.0f}"
 
 
+def us(value):
+    return f"{value:,.1f}" if value is not None else "n/a"
+
+
 def print_tables(rows, peaks, args):
     print(f"fio nbd engine over a Unix socket; working set {args.size}, {args.runtime} s per job "
           "(+1 s ramp) after a sequential prefill; one fio job per run; each job runs on the "
-          "reference, then on raidkit, both servers up.\n")
-    print("| configuration | job | unit | raidkit | reference | ratio |")
-    print("|---|---|---|---:|---:|---:|")
-    for config, job, unit, ours, ref, ref_name in rows:
+          "reference, then on raidkit, both servers up. CPU = server CPU time (user+system, all "
+          "threads) per request, in microseconds.\n")
+    print("| configuration | job | unit | raidkit | reference | ratio | CPU µs/req raidkit | "
+          "CPU µs/req reference |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for config, job, unit, ours, ref, ref_name, o_cpu, r_cpu in rows:
         ratio = f"{ours / ref:.2f}" if ours is not None and ref else "n/a"
         ours_text = fmt(ours, unit) if ours is not None else "n/a"
-        print(f"| {config} | {job} | {unit} | {ours_text} | {fmt(ref, unit)} ({ref_name}) | {ratio} |")
+        print(f"| {config} | {job} | {unit} | {ours_text} | {fmt(ref, unit)} ({ref_name}) | "
+              f"{ratio} | {us(o_cpu)} | {us(r_cpu)} |")
     print("\n| configuration | raidkit peak RSS (VmHWM) | reference peak RSS |")
     print("|---|---:|---:|")
     for config, (ours, ref) in peaks.items():
@@ -216,9 +248,17 @@ def main():
     parser.add_argument("--raidkit", default=os.environ.get(
         "RAIDKIT_BIN", str(REPO / "target" / "release" / "raidkit")))
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
+    parser.add_argument("--jobs", default=",".join(j[0] for j in JOBS),
+                        help="comma-separated subset of the jobs")
+    parser.add_argument("--raidkit-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for raidkit serve (repeatable), e.g. "
+                        "--raidkit-arg=--cache-size=0")
     args = parser.parse_args()
     args.size_bytes = parse_size(args.size)
     configs = [c for c in args.configs.split(",") if c]
+    args.jobs = [j for j in args.jobs.split(",") if j]
+    if any(j not in [job[0] for job in JOBS] for j in args.jobs):
+        parser.error(f"unknown jobs in {args.jobs}; known: {[job[0] for job in JOBS]}")
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"unknown configurations: {unknown}; known: {list(CONFIGS)}")
@@ -235,9 +275,9 @@ def main():
     for config in configs:
         results, peaks[config] = measure(args, config, workdir, have_raidkit)
         ref_name = f"nbdkit {CONFIGS[config][3]}"
-        for job, _, _, unit in JOBS:
-            ours, ref = results[job]
-            rows.append((config, job, unit, ours, ref, ref_name))
+        for job, _, _, unit in [j for j in JOBS if j[0] in args.jobs]:
+            ours, ref, o_cpu, r_cpu = results[job]
+            rows.append((config, job, unit, ours, ref, ref_name, o_cpu, r_cpu))
         for f in workdir.glob(f"{config}-*.img"):
             f.unlink()
     print_tables(rows, peaks, args)

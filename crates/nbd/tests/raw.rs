@@ -508,3 +508,101 @@ fn many_connections_with_many_requests_in_flight() {
     }
     assert!(export.bytes.lock().unwrap()[4 << 20..].is_empty());
 }
+
+/// Requests sent in the same packet as EXPORT_NAME (before its reply) are read by the
+/// handshake's buffer: transmission must start from those bytes, not lose them.
+#[test]
+fn requests_pipelined_behind_the_handshake_are_served() {
+    let (_export, server) = server(Transport::Unix);
+    let mut c = server.connect();
+    c.read_exact(Greeting::SIZE).unwrap();
+    let mut bytes = ClientFlags(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .encode()
+        .to_vec();
+    let (code, data) = ClientOption::ExportName("disk0".into()).encode();
+    let header = OptionHeader {
+        option: code,
+        length: data.len() as u32,
+    };
+    bytes.extend_from_slice(&header.encode());
+    bytes.extend_from_slice(&data);
+    let write = Request {
+        flags: 0,
+        kind: CMD_WRITE,
+        cookie: 1,
+        offset: 8192,
+        length: 6,
+    };
+    bytes.extend_from_slice(&write.encode());
+    bytes.extend_from_slice(b"pipeln");
+    c.send_raw(&bytes);
+    ExportNameReply::decode(&c.read_exact(10).unwrap(), true).unwrap();
+    assert_eq!(
+        c.reply(0).unwrap(),
+        Reply {
+            cookie: 1,
+            error: 0,
+            data: vec![],
+            descriptors: vec![]
+        }
+    );
+    c.request(CMD_READ, 0, 2, 8192, 6);
+    assert_eq!(c.reply(6).unwrap().data, b"pipeln");
+}
+
+/// With one request in flight per connection the server reads the next request only after
+/// answering the previous one, and every reply still arrives, in order.
+#[test]
+fn one_request_in_flight_serves_a_queue_in_order() {
+    let export = Arc::new(MemExport::new(SIZE));
+    let config = nbd::ServerConfig {
+        max_in_flight_per_conn: 1,
+        max_blocking_calls: 1,
+        ..config("one")
+    };
+    let server = TestServer::start(export, config, Transport::Tcp);
+    let mut c = server.connect();
+    c.go(true, false);
+    for i in 0..32u64 {
+        c.write(i, i * 512, &[i as u8; 512], 0);
+    }
+    for i in 0..32u64 {
+        c.request(CMD_READ, 0, 100 + i, i * 512, 512);
+    }
+    let cookies: Vec<u64> = (0..32).map(|_| c.reply(0).unwrap().cookie).collect();
+    assert_eq!(cookies, (0..32).collect::<Vec<_>>());
+    for i in 0..32u64 {
+        let r = c.reply(512).unwrap();
+        assert_eq!(r.cookie, 100 + i);
+        assert_eq!(r.data, vec![i as u8; 512]);
+    }
+}
+
+/// A client that stops mid-way through a large write payload is cut off and the server
+/// still shuts down promptly (the thread blocked in the payload read is woken).
+#[test]
+fn shutdown_wakes_a_thread_blocked_in_a_payload_read() {
+    let (export, mut server) = server(Transport::Unix);
+    let mut c = server.connect();
+    c.go(false, false);
+    c.send_raw(
+        &Request {
+            flags: 0,
+            kind: CMD_WRITE,
+            cookie: 1,
+            offset: 0,
+            length: 1 << 20,
+        }
+        .encode(),
+    );
+    c.send_raw(&[9u8; 4096]);
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    server.stop();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(c.is_closed());
+    assert!(
+        export.bytes.lock().unwrap().iter().all(|b| *b == 0),
+        "partial write applied"
+    );
+}

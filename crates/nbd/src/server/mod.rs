@@ -6,10 +6,12 @@
 
 mod config;
 mod connection;
+mod gate;
 mod handshake;
 mod listener;
 mod request;
 mod shared;
+mod transmission;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -2,9 +2,8 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
 use super::config::{ServerConfig, BUFFER_UNIT_BYTES};
+use super::gate::{Gate, Permit};
 use crate::codec::consts::*;
 use crate::export::Export;
 
@@ -14,18 +13,18 @@ pub(crate) struct Shared {
     /// Size of the export, read once: it does not change while serving.
     pub size: u64,
     /// Bounds export calls running at once.
-    pub blocking: Arc<Semaphore>,
+    pub blocking: Gate,
     /// Bounds request/reply buffer bytes held at once, in units of `BUFFER_UNIT_BYTES`.
-    pub buffers: Arc<Semaphore>,
+    pub buffers: Gate,
 }
 
 impl Shared {
     pub fn new(export: Arc<dyn Export>, config: ServerConfig) -> Self {
-        let units = (config.max_buffer_bytes / BUFFER_UNIT_BYTES) as usize;
+        let units = config.max_buffer_bytes / BUFFER_UNIT_BYTES;
         Shared {
             size: export.size(),
-            blocking: Arc::new(Semaphore::new(config.max_blocking_calls)),
-            buffers: Arc::new(Semaphore::new(units)),
+            blocking: Gate::new(config.max_blocking_calls as u64),
+            buffers: Gate::new(units),
             export,
             config,
         }
@@ -67,14 +66,9 @@ impl Shared {
         (1, preferred, maximum)
     }
 
-    /// Reserves buffer budget for `bytes` (waits while the budget is exhausted).
-    pub async fn reserve_buffer(&self, bytes: u64) -> OwnedSemaphorePermit {
+    /// Reserves buffer budget for `bytes` (blocks while the budget is exhausted).
+    pub fn reserve_buffer(&self, bytes: u64) -> Permit<'_> {
         let units = bytes.div_ceil(BUFFER_UNIT_BYTES).max(1);
-        assert!(units <= u64::from(u32::MAX));
-        self.buffers
-            .clone()
-            .acquire_many_owned(units as u32)
-            .await
-            .expect("buffer semaphore is never closed")
+        self.buffers.acquire(units)
     }
 }

@@ -1,0 +1,478 @@
+//! The transmission phase of one connection, on blocking threads (the nbdkit model).
+//!
+//! Each of the connection's request threads loops: take the reader lock, read one request
+//! (header and write payload) from the buffered socket, let go of the lock, run the export
+//! call, and write the reply under the writer lock. A request therefore never changes thread:
+//! no task spawn, no channel, no wake-up of another thread on its way, which on a 2-core
+//! machine is most of the cost of a small request. Replies still go out as requests complete
+//! (out of order), whole (one `writev` per reply, under the writer lock).
+//!
+//! Threads are started lazily: one at first, another whenever a thread takes a request and
+//! none is left waiting for the next, up to `max_in_flight_per_conn`. The thread count is
+//! thus the number of requests in flight, and at the limit nobody reads, which pushes back on
+//! the client. Export calls over all connections are bounded by `Shared::blocking`, buffer
+//! bytes by `Shared::buffers`.
+//!
+//! Stopping: `Conn::stop_reading` makes every thread stop taking requests (a `shutdown(Read)`
+//! wakes the one blocked in `recv`); requests already read are answered; the last thread out
+//! reports to the async side. A client error (bad magic, truncated request, a failed reply
+//! write) stops the connection the same way.
+
+use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
+use std::net::Shutdown;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{oneshot, watch};
+
+use super::connection::ConnError;
+use super::gate::Permit;
+use super::request::{self, Command, Session};
+use super::shared::Shared;
+use crate::codec::consts::*;
+use crate::codec::Request;
+
+const READ_BUFFER_BYTES: usize = 64 << 10;
+
+/// A connected socket in blocking mode.
+pub(crate) enum Socket {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Socket {
+    fn try_clone(&self) -> io::Result<Socket> {
+        Ok(match self {
+            Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
+            Socket::Unix(s) => Socket::Unix(s.try_clone()?),
+        })
+    }
+
+    fn shutdown(&self, how: Shutdown) {
+        // NotConnected once the peer is gone: nothing left to shut.
+        let _ = match self {
+            Socket::Tcp(s) => s.shutdown(how),
+            Socket::Unix(s) => s.shutdown(how),
+        };
+    }
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.read(buf),
+            Socket::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write(buf),
+            Socket::Unix(s) => s.write(buf),
+        }
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write_vectored(bufs),
+            Socket::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Bytes already read past the handshake, then the socket.
+type Input = BufReader<io::Chain<io::Cursor<Vec<u8>>, Socket>>;
+
+/// Thread accounting: `busy <= threads <= max_in_flight_per_conn`.
+struct Counts {
+    threads: usize,
+    busy: usize,
+    done: Option<oneshot::Sender<()>>,
+}
+
+/// One connection in transmission, shared by its request threads.
+struct Conn {
+    shared: Arc<Shared>,
+    session: Session,
+    reader: Mutex<Input>,
+    writer: Mutex<Socket>,
+    /// For shutdowns from outside the locks.
+    control: Socket,
+    /// No more requests are taken (stop, disconnect, client error).
+    stopping: AtomicBool,
+    counts: Mutex<Counts>,
+    /// The first error that ended the connection.
+    error: Mutex<Option<ConnError>>,
+}
+
+/// What one turn at the reader produced.
+enum Next<'a> {
+    Work {
+        request: Request,
+        command: Command,
+        payload: Vec<u8>,
+        /// A write's buffer budget, taken before its payload was read.
+        budget: Option<Permit<'a>>,
+    },
+    /// A refused request (its payload skipped): the error reply to send.
+    Refused(Vec<u8>),
+    End,
+}
+
+/// Serves requests on `socket` until the client disconnects, a client error, or `stop`; then
+/// answers the requests already read and returns.
+pub(crate) async fn serve(
+    socket: Socket,
+    leftover: Vec<u8>,
+    shared: Arc<Shared>,
+    session: Session,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ConnError> {
+    let (done_tx, mut done_rx) = oneshot::channel();
+    let conn = Arc::new(Conn::new(socket, leftover, shared, session, done_tx)?);
+    let _cut = CutOnDrop(Arc::clone(&conn));
+    if let Err(e) = Conn::start_thread(&conn) {
+        conn.lock_counts().threads = 0;
+        return Err(ConnError::Io(e));
+    }
+    let stopped = tokio::select! {
+        _ = &mut done_rx => false,
+        _ = stop.wait_for(|stopped| *stopped) => true,
+    };
+    if stopped {
+        conn.stop_reading();
+        let _ = done_rx.await;
+    }
+    let error = conn.error.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// If the async side is dropped before the threads finish (shutdown grace exceeded), cuts
+/// the connection so that threads blocked on the socket end.
+struct CutOnDrop(Arc<Conn>);
+
+impl Drop for CutOnDrop {
+    fn drop(&mut self) {
+        if self.0.lock_counts().threads > 0 {
+            self.0.stopping.store(true, Ordering::SeqCst);
+            self.0.control.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Conn {
+    fn new(
+        socket: Socket,
+        leftover: Vec<u8>,
+        shared: Arc<Shared>,
+        session: Session,
+        done: oneshot::Sender<()>,
+    ) -> io::Result<Conn> {
+        let writer = socket.try_clone()?;
+        let control = socket.try_clone()?;
+        let input = io::Cursor::new(leftover).chain(socket);
+        Ok(Conn {
+            shared,
+            session,
+            reader: Mutex::new(BufReader::with_capacity(READ_BUFFER_BYTES, input)),
+            writer: Mutex::new(writer),
+            control,
+            stopping: AtomicBool::new(false),
+            counts: Mutex::new(Counts {
+                threads: 1,
+                busy: 0,
+                done: Some(done),
+            }),
+            error: Mutex::new(None),
+        })
+    }
+
+    fn lock_counts(&self) -> MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a request thread, already counted in `counts.threads`.
+    fn start_thread(conn: &Arc<Conn>) -> io::Result<()> {
+        let conn = Arc::clone(conn);
+        std::thread::Builder::new()
+            .name("nbd-request".into())
+            .spawn(move || conn.run_thread())
+            .map(drop)
+    }
+
+    fn stop_reading(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.control.shutdown(Shutdown::Read);
+    }
+
+    /// Records the first error and stops the connection (both directions on a write error).
+    fn fail(&self, e: ConnError, both: bool) {
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
+        self.stopping.store(true, Ordering::SeqCst);
+        let how = if both { Shutdown::Both } else { Shutdown::Read };
+        self.control.shutdown(how);
+    }
+
+    fn run_thread(self: Arc<Self>) {
+        loop {
+            match self.next() {
+                Next::End => break,
+                Next::Refused(head) => self.send(&head, None),
+                Next::Work {
+                    request,
+                    command,
+                    payload,
+                    budget,
+                } => {
+                    self.took_request();
+                    self.work(request, command, payload, budget);
+                    self.lock_counts().busy -= 1;
+                }
+            }
+        }
+        self.thread_exit();
+    }
+
+    /// Counts this thread busy; starts another if none is left to read the next request.
+    fn took_request(self: &Arc<Self>) {
+        let mut counts = self.lock_counts();
+        counts.busy += 1;
+        assert!(counts.busy <= counts.threads);
+        let grow = counts.busy == counts.threads
+            && counts.threads < self.shared.config.max_in_flight_per_conn
+            && !self.stopping.load(Ordering::SeqCst);
+        if !grow {
+            return;
+        }
+        counts.threads += 1;
+        drop(counts);
+        if let Err(e) = Conn::start_thread(self) {
+            log::warn!("nbd: cannot start another request thread: {e}");
+            self.lock_counts().threads -= 1;
+        }
+    }
+
+    fn thread_exit(&self) {
+        let mut counts = self.lock_counts();
+        assert!(counts.threads > counts.busy);
+        counts.threads -= 1;
+        if counts.threads == 0 {
+            if let Some(done) = counts.done.take() {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    /// One turn at the reader: the next request, or the end of the connection.
+    fn next(&self) -> Next<'_> {
+        let mut input = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        if self.stopping.load(Ordering::SeqCst) {
+            return Next::End;
+        }
+        match self.read_request(&mut input) {
+            Ok(next) => {
+                if matches!(next, Next::End) {
+                    self.stop_reading();
+                }
+                next
+            }
+            Err(e) => {
+                // Shut down for a stop while blocked in recv: not the client's fault.
+                if !self.stopping.load(Ordering::SeqCst) {
+                    self.fail(e, false);
+                }
+                Next::End
+            }
+        }
+    }
+
+    fn read_request(&self, input: &mut Input) -> Result<Next<'_>, ConnError> {
+        let mut header = [0u8; Request::SIZE];
+        input.read_exact(&mut header)?;
+        let request = Request::decode(&header)?;
+        let command = match request::validate(&request, &self.session) {
+            Ok(Command::Disconnect) => return Ok(Next::End),
+            Ok(command) => command,
+            Err(refusal) => {
+                discard(input, request.payload_len())?;
+                let head = request::error_reply(
+                    request.cookie,
+                    refusal.errno,
+                    refusal.message,
+                    self.session.structured,
+                );
+                return Ok(Next::Refused(head));
+            }
+        };
+        let (payload, budget) = match command {
+            Command::Write { length, .. } => {
+                // Within the buffer budget before the bytes arrive (pushes back on reading).
+                let budget = self.shared.reserve_buffer(length.into());
+                (read_payload(input, length)?, Some(budget))
+            }
+            _ => (Vec::new(), None),
+        };
+        Ok(Next::Work {
+            request,
+            command,
+            payload,
+            budget,
+        })
+    }
+
+    /// Runs one command within the server's bounds and sends its reply.
+    fn work(&self, request: Request, command: Command, payload: Vec<u8>, budget: Option<Permit>) {
+        let shared = &*self.shared;
+        let _buffer = match command {
+            Command::Read { length, .. } => Some(shared.reserve_buffer(length.into())),
+            _ => budget,
+        };
+        let slot = shared.blocking.acquire(1);
+        let (head, data) = run_command(shared, request, command, payload, self.session.structured);
+        drop(slot);
+        self.send(&head, data.as_deref());
+    }
+
+    /// Writes one whole reply; a failure ends the connection.
+    fn send(&self, head: &[u8], data: Option<&[u8]>) {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = write_all_parts(&mut *w, head, data.unwrap_or(&[])) {
+            drop(w);
+            self.fail(ConnError::Io(e), true);
+        }
+    }
+}
+
+/// Runs one command on the export and encodes its reply. A panic in the export is reported to
+/// the client as `NBD_EIO` and logged.
+fn run_command(
+    shared: &Shared,
+    request: Request,
+    command: Command,
+    payload: Vec<u8>,
+    structured: bool,
+) -> (Vec<u8>, Option<Vec<u8>>) {
+    let export = &*shared.export;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        request::execute(export, shared.size, command, payload)
+    }));
+    let cookie = request.cookie;
+    match result {
+        Ok(Ok(done)) => request::success_reply(cookie, request.offset, done, structured),
+        Ok(Err(e)) => (request::io_error_reply(cookie, &e, structured), None),
+        Err(_) => {
+            log::error!("nbd: export call for {command:?} panicked");
+            let head = request::error_reply(cookie, EIO, "internal server error", structured);
+            (head, None)
+        }
+    }
+}
+
+/// Reads exactly `length` payload bytes into one buffer, without zero-filling it first.
+fn read_payload(input: &mut Input, length: u32) -> io::Result<Vec<u8>> {
+    let length = length as usize;
+    let mut buf = Vec::with_capacity(length);
+    input.take(length as u64).read_to_end(&mut buf)?;
+    if buf.len() < length {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    assert_eq!(buf.len(), length);
+    Ok(buf)
+}
+
+/// Skips the payload of a refused write so the stream stays in step.
+fn discard(input: &mut Input, length: u32) -> io::Result<()> {
+    let mut left = length as usize;
+    while left > 0 {
+        let available = input.fill_buf()?.len();
+        if available == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let n = available.min(left);
+        input.consume(n);
+        left -= n;
+    }
+    Ok(())
+}
+
+/// Writes `head` then `data` with as few system calls as the socket allows (one `writev`
+/// when the socket buffer has room).
+fn write_all_parts(w: &mut impl Write, head: &[u8], data: &[u8]) -> io::Result<()> {
+    let mut parts = [IoSlice::new(head), IoSlice::new(data)];
+    let mut rest = &mut parts[..];
+    IoSlice::advance_slices(&mut rest, 0);
+    while !rest.is_empty() {
+        match w.write_vectored(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that takes at most `step` bytes per call.
+    struct Trickle {
+        out: Vec<u8>,
+        step: usize,
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.step);
+            self.out.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            let mut n = 0;
+            for b in bufs {
+                let take = b.len().min(self.step - n);
+                self.out.extend_from_slice(&b[..take]);
+                n += take;
+                if n == self.step {
+                    break;
+                }
+            }
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn partial_vectored_writes_send_every_byte_in_order() {
+        let head: Vec<u8> = (0..16u8).collect();
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        for step in [1, 3, 16, 17, 999, 5000] {
+            let mut w = Trickle {
+                out: Vec::new(),
+                step,
+            };
+            write_all_parts(&mut w, &head, &data).unwrap();
+            assert_eq!(w.out[..16], head[..], "step {step}");
+            assert_eq!(w.out[16..], data[..], "step {step}");
+        }
+        let mut w = Trickle {
+            out: Vec::new(),
+            step: 4,
+        };
+        write_all_parts(&mut w, &head, &[]).unwrap();
+        assert_eq!(w.out, head);
+    }
+}

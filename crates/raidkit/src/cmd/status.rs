@@ -195,7 +195,7 @@ fn member_line(m: &MemberStatus) -> String {
     };
     let name = if m.name.is_empty() { "-" } else { &m.name };
     let mut line = format!("  {role:<7} {:<18} {name}", m.state);
-    if m.read_errors + m.write_errors + m.timeouts > 0 {
+    if m.role.is_some() {
         line += &format!(
             "  (errors: {} read, {} write, {} timeouts)",
             m.read_errors, m.write_errors, m.timeouts
@@ -314,5 +314,9 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("spare   spare"), "{text}");
+        assert!(
+            text.contains("b  (errors: 0 read, 0 write, 0 timeouts)  rebuilt 1.0 MiB"),
+            "{text}"
+        );
     }
 }

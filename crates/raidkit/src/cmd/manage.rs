@@ -91,8 +91,9 @@ pub struct ReplaceArgs {
 pub struct ScrubArgs {
     #[command(flatten)]
     admin: Admin,
-    /// Make mismatches consistent: recompute parity, copy mirrors from the first copy (RAID 6:
-    /// when P and Q name one wrong data member, fix that member).
+    /// Make mismatches consistent: recompute parity from the data, copy mirrors from the first
+    /// readable copy (as md does); RAID 6: when P and Q name one wrong data member, fix that
+    /// member instead.
     #[arg(long)]
     repair: bool,
     /// Wait for the scrub to finish (progress bar in a terminal) and print its report.
@@ -105,6 +106,7 @@ pub struct ScrubArgs {
 /// Rates are per member, in bytes per second with K, M, G suffixes (powers of 1024), e.g.
 /// "50M" or "50M/s". The minimum is kept even while clients are busy; the maximum is never
 /// exceeded. Server defaults: min 1M/s, max 200M/s (`raidkit serve --speed-min/--speed-max`).
+/// Without --min and --max, prints the current limits.
 #[derive(Debug, clap::Args)]
 pub struct SpeedArgs {
     #[command(flatten)]

@@ -34,9 +34,8 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 ///
 /// Faults: a member with a write error, more than --read-errors-max read errors within
 /// --read-error-window, or a request slower than --io-timeout is marked faulty and the array
-/// continues degraded; a read error is repaired from redundancy. A member that cannot be
-/// opened at start (a remote server that is down) is left out: the array starts degraded if
-/// it can. When a member fails and a spare is present, the rebuild starts by itself,
+/// continues degraded; a read error is repaired from redundancy. A remote member whose server
+/// cannot be reached at start is left out: the array starts degraded if it can. When a member fails and a spare is present, the rebuild starts by itself,
 /// throttled between --speed-min and --speed-max; its progress is kept in the superblocks and
 /// resumes after a restart. With --admin PATH the operator commands (raidkit status, fail,
 /// remove, add, replace, scrub, speed-limit) control the running array.
@@ -301,17 +300,18 @@ fn speed_limits(args: &Args) -> anyhow::Result<SpeedLimits> {
     })
 }
 
-/// Opens the members. With --create every member must open; otherwise a member that cannot be
-/// opened (a remote server that is down) is left out with a warning and assembly decides
-/// whether the array can start degraded.
+/// Opens the members. With --create every member must open; otherwise a remote member whose
+/// server cannot be reached is left out with a warning and assembly decides whether the array
+/// can start degraded. A local path that cannot be opened is an error (a typo must not start
+/// the array degraded).
 fn open_members(args: &Args, specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
     let (opts, remote) = (open_options(args), remote_options(args));
     let mut members = Vec::with_capacity(specs.len());
     for spec in specs {
         match member::open_with(spec, &opts, &remote) {
             Ok(m) => members.push(m),
-            Err(e) if args.create => return Err(e.into()),
-            Err(e) => eprintln!("raidkit: warning: member {spec} left out: {e}"),
+            Err(e) if args.create || !member::is_nbd_uri(spec) => return Err(e.into()),
+            Err(e) => eprintln!("raidkit: warning: remote member {spec} left out: {e}"),
         }
     }
     if members.is_empty() {

@@ -264,6 +264,18 @@ pub fn attach(plan: Plan, volume: &Arc<Volume>, read_only: bool) -> anyhow::Resu
         .ok()
         .and_then(|ms| ms.parse().ok())
         .map(std::time::Duration::from_millis);
+    // One stripe's member writes (every member's chunk) must fit one record.
+    let stripe_record = volume.chunk_bytes() * volume.member_status().len() as u64 + 4096;
+    if volume.level().has_parity() && stripe_record > jsb.max_record_bytes() {
+        bail!(
+            "journal {} is too small for this array: a stripe record needs {stripe_record} \
+             bytes, the journal takes records of at most {} (a sixteenth of its ring); use a \
+             journal of at least {} bytes",
+            jm.name(),
+            jsb.max_record_bytes(),
+            stripe_record * 16 + 8192
+        );
+    }
     let backing = Arc::new(VolumeBacking(Arc::clone(volume), delay));
     let summary = journal::recover(jm.as_ref(), &jsb, volume.array(), Some(backing.as_ref()))
         .with_context(|| format!("replaying journal {}", jm.name()))?;

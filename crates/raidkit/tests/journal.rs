@@ -321,3 +321,38 @@ fn journal_add_and_remove_on_a_stopped_array() {
     qemu_io(&s.uri, &["read -P 0 0 64k".into()]);
     s.stop();
 }
+
+#[test]
+fn write_through_journal_survives_kill9_and_a_lost_one_is_detached() {
+    if !have_qemu_io() {
+        return;
+    }
+    let seed = seed();
+    let a = Array::create(Some("write-through"));
+    let j = a.journal.clone();
+    let (writes, reads) = workload(seed, 24);
+    let (s, _) = a.serve(&["--journal", &j], &[]);
+    qemu_io(&s.uri, &writes);
+    s.kill9();
+    let (s, _) = a.serve(&["--journal", &j], &[]);
+    assert!(a.log().contains("(write-through): replayed"), "{}", a.log());
+    qemu_io(&s.uri, &reads);
+    s.kill9();
+    // Without its write-through journal the array starts (warning) and forgets the journal.
+    let (s, _) = a.serve(&[], &[]);
+    let log = a.log();
+    assert!(
+        log.contains("write hole is open again") && log.contains("detached"),
+        "{log}"
+    );
+    qemu_io(&s.uri, &reads);
+    s.stop();
+    // The old journal is refused now: it no longer belongs to the array.
+    let args = a.serve_args(&["--journal", &j]);
+    let out = raidkit().arg("serve").args(&args).output().expect("serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("has no journal"),
+        "{err}"
+    );
+}

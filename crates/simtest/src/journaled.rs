@@ -39,19 +39,19 @@ impl Backing for VolumeBacking {
         }
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        Ok(self.0.read(offset, buf)?)
+        Target::read(&*self.0, offset, buf)
     }
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        Ok(self.0.write(offset, data)?)
+        Target::write(&*self.0, offset, data)
     }
     fn flush(&self) -> io::Result<()> {
-        Ok(self.0.flush()?)
+        Target::flush(&*self.0)
     }
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.0.trim(offset, len)?)
+        Target::trim(&*self.0, offset, len)
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.0.write_zeroes(offset, len)?)
+        Target::write_zeroes(&*self.0, offset, len)
     }
 }
 
@@ -147,8 +147,23 @@ pub fn replay(volume: &Arc<Volume>, jm: &dyn Member, context: &str) {
         .unwrap_or_else(|e| panic!("{context}: journal replay after the power loss: {e}"));
 }
 
-/// One power-loss case of `level` with a journal in `mode`.
+/// When the crashed journal is replayed into the reassembled volume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayOrder {
+    /// Right after assembly, while the automatic resync of the dirty array may run (what
+    /// `raidkit serve` does).
+    AfterAssembly,
+    /// Once assembly's background work (the resync) is idle: no concurrent writers.
+    AfterResync,
+}
+
+/// One power-loss case of `level` with a journal in `mode`, replayed as `raidkit serve` does.
 pub fn journal_case(level: Level, mode: Mode, seed: u64) {
+    journal_case_ordered(level, mode, seed, ReplayOrder::AfterAssembly);
+}
+
+/// [`journal_case`] with the replay at `order`.
+pub fn journal_case_ordered(level: Level, mode: Mode, seed: u64, order: ReplayOrder) {
     let mut rng = SimRng::new(seed);
     let mut shape = Shape::random(level, &mut rng);
     shape.initial_sync = false;
@@ -192,5 +207,6 @@ pub fn journal_case(level: Level, mode: Mode, seed: u64) {
         .collect();
     let jimage = images.pop();
     let context = format!("{shape:?}, journal {mode}, power cut before member op {cut_at}");
+    let jimage = jimage.map(|jm| (jm, order == ReplayOrder::AfterResync));
     crate::recover::recover_with(&shape, images, jimage, &models, seed, &context, false);
 }

@@ -23,12 +23,13 @@ pub fn recover_and_verify(
     recover_with(shape, images, None, models, seed, context, false);
 }
 
-/// [`recover_and_verify`], replaying `journal` (the crashed journal member) first if given,
+/// [`recover_and_verify`], replaying `journal` (the crashed journal member; `true`: once the
+/// resync is idle, else at once) if given,
 /// optionally skipping the resync (to prove the checks catch it).
 pub fn recover_with(
     shape: &Shape,
     images: Vec<Arc<dyn Member>>,
-    journal: Option<Arc<dyn Member>>,
+    journal: Option<(Arc<dyn Member>, bool)>,
     models: &[RegionModel],
     seed: u64,
     context: &str,
@@ -45,7 +46,10 @@ pub fn recover_with(
         )
     });
     let volume = Arc::new(volume);
-    if let Some(jm) = journal {
+    if let Some((jm, after_resync)) = journal {
+        if after_resync {
+            wait_recovered(&volume, context);
+        }
         crate::journaled::replay(&volume, jm.as_ref(), context);
     }
     wait_recovered(&volume, context);

@@ -165,3 +165,17 @@ fn power_loss_journal_write_through_raid5() {
         200,
     );
 }
+
+/// Write-through journal on RAID 5 and 6, replayed once the resync is idle (the race above
+/// left out): every stripe logged, FLUSH without member flushes, parity consistent after replay.
+#[test]
+fn power_loss_journal_write_through_replayed_after_resync() {
+    let run = SeedRun::from_env(150);
+    let order = simtest::ReplayOrder::AfterResync;
+    let mode = "write-through".parse().expect("mode");
+    let name = "power_loss_journal_write_through_replayed_after_resync";
+    run_seeds("power_loss", name, run, |seed| {
+        let level = if seed % 2 == 0 { "raid5" } else { "raid6" };
+        simtest::journal_case_ordered(level.parse().expect("level"), mode, seed, order)
+    });
+}

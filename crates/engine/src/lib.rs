@@ -12,7 +12,8 @@
 //!   on degraded), read errors are repaired from redundancy and counted. Members move between
 //!   `InSync`, `Faulty`, `Missing` and `Recovering` by explicit transitions (`health`).
 //! - Background primitives used by `metadata`'s worker: `attach_member` + `rebuild_step` +
-//!   `finish_rebuild` (rebuild), `start_replace` + `replace_step` + `finish_replace` (replace),
+//!   `finish_rebuild` (rebuild; [`RebuildPipeline`] overlaps one step's write with the next
+//!   step's reads), `start_replace` + `replace_step` + `finish_replace` (replace),
 //!   `sync_unit` with [`SyncMode`] (scrub, repair with RAID 6 single-member location, resync).
 //!
 //! Inside: `plain` serves linear/0/1/10, `raid56` serves RAID 5/6 (stripe plans choosing
@@ -49,6 +50,7 @@ mod io;
 mod locks;
 mod plain;
 mod raid56;
+mod rebuild_pipeline;
 mod recover;
 mod scrub;
 mod state;
@@ -59,6 +61,7 @@ pub use check::{CheckReport, Mismatch, MismatchKind, MISMATCHES_REPORTED_MAX};
 pub use error::{EngineError, IoError, Op};
 pub use layout::{Geometry, Level};
 pub use locks::STRIPE_LOCKS_COUNT;
+pub use rebuild_pipeline::RebuildPipeline;
 pub use scrub::{SyncMode, UnitReport};
 pub use state::{FaultPolicy, FaultReason, FaultStats, MemberHealth};
 pub use write_log::{LogTicket, LoggedOp, WriteLog};

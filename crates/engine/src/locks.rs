@@ -28,11 +28,7 @@ impl StripeLocks {
 
     /// Locks every key in `keys` (stripe or chunk numbers, any order, duplicates allowed).
     pub(crate) fn lock(&self, keys: impl Iterator<Item = u64>) -> Held<'_> {
-        let mut indexes: Vec<usize> = keys
-            .map(|k| (k % STRIPE_LOCKS_COUNT as u64) as usize)
-            .collect();
-        indexes.sort_unstable();
-        indexes.dedup();
+        let indexes = StripeLocks::indexes(keys);
         assert!(indexes.len() <= STRIPE_LOCKS_COUNT);
         let guards = indexes
             .into_iter()
@@ -45,6 +41,30 @@ impl StripeLocks {
 }
 
 impl StripeLocks {
+    /// Table indexes of `keys`, ascending, without duplicates: the order they are taken in.
+    pub(crate) fn indexes(keys: impl Iterator<Item = u64>) -> Vec<usize> {
+        let mut indexes: Vec<usize> = keys
+            .map(|k| (k % STRIPE_LOCKS_COUNT as u64) as usize)
+            .collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        indexes
+    }
+
+    /// Locks every index of `indexes` (from [`StripeLocks::indexes`]) without waiting; `None`
+    /// (nothing held) when any of them is taken — also by the calling thread itself.
+    pub(crate) fn try_lock_indexes(&self, indexes: &[usize]) -> Option<Held<'_>> {
+        let mut guards = Vec::with_capacity(indexes.len());
+        for &i in indexes {
+            match self.table[i].try_lock() {
+                Ok(g) => guards.push(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => guards.push(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => return None,
+            }
+        }
+        Some(Held { _guards: guards })
+    }
+
     /// Locks keys `first..end`; a range longer than the table locks the whole table.
     pub(crate) fn lock_range(&self, first: u64, end: u64) -> Held<'_> {
         assert!(first <= end);

@@ -149,16 +149,22 @@ impl Array {
 
     /// Lock keys of the rows of `role` in `[offset, offset+len)`, taken at once.
     pub(crate) fn lock_member_range(&self, role: usize, offset: u64, len: u64) -> Held<'_> {
+        self.locks
+            .lock(self.member_range_keys(role, offset, len).into_iter())
+    }
+
+    /// Stripe-lock keys of the rows of `role` in `[offset, offset+len)`.
+    pub(crate) fn member_range_keys(&self, role: usize, offset: u64, len: u64) -> Vec<u64> {
         let chunk = self.geometry.chunk_bytes();
         assert!(len > 0 && self.geometry.level() != Level::Linear);
         let first_row = offset / chunk;
         let end_row = (offset + len).div_ceil(chunk);
         let n = self.member_count() as u64;
         match self.geometry.level() {
-            Level::Raid10 => self
-                .locks
-                .lock((first_row..end_row).map(|r| (r * n + role as u64) / 2)),
-            _ => self.locks.lock(first_row..end_row),
+            Level::Raid10 => (first_row..end_row)
+                .map(|r| (r * n + role as u64) / 2)
+                .collect(),
+            _ => (first_row..end_row).collect(),
         }
     }
 

@@ -209,6 +209,11 @@ impl Pacer {
         want / unit * unit
     }
 
+    /// True when the next step may not start yet (the throttle holds it back).
+    fn must_wait(&self) -> bool {
+        Instant::now() < self.next
+    }
+
     /// Waits until a step may start; false when the task should yield instead.
     fn wait_turn(&mut self, core: &VolumeCore) -> bool {
         loop {
@@ -344,37 +349,72 @@ impl VolumeCore {
             return Ok(());
         }
         let total = self.array.geometry().member_data_bytes(role);
-        let chunk = self.chunk_bytes();
         let start = self.lock_meta().roles[role]
             .as_ref()
             .and_then(|h| h.sb.recovery_offset_bytes)
             .unwrap_or(0);
+        std::thread::scope(|scope| {
+            let mut pipeline = self.array.rebuild_pipeline(role, scope);
+            self.rebuild_steps(role, start, total, &mut pipeline)
+        })
+    }
+
+    /// The rebuild loop over `[start, total)` of `role`. Steps overlap (one step's write with
+    /// the next one's reads, see `engine::RebuildPipeline`), but no stripe lock is held while
+    /// the pacer makes us wait, while the metadata lock is taken (settle, checkpoint: an
+    /// operator's `remove` holds that lock while it waits for every stripe lock) or at the end.
+    fn rebuild_steps(
+        &self,
+        role: usize,
+        start: u64,
+        total: u64,
+        pipeline: &mut engine::RebuildPipeline<'_>,
+    ) -> Result<(), VolumeError> {
+        let chunk = self.chunk_bytes();
+        let rows_max = (engine::STRIPE_LOCKS_COUNT / 2) as u64;
         let mut pacer = Pacer::new(self);
         let mut checkpoint = Checkpoint::new(start, total);
         let mut offset = start;
         let mut errors = 0;
+        let mut settled = self.array.state_epoch();
+        self.settle()?;
         while offset < total {
+            if pacer.must_wait() {
+                pipeline.drain();
+            }
             if self.array.health_of(role) != MemberHealth::Recovering || !pacer.wait_turn(self) {
                 return Ok(());
             }
-            let len = pacer.step_bytes(self, chunk).min(total - offset);
-            if let Err(e) = self.array.rebuild_step(role, offset, len) {
+            let len = pacer
+                .step_bytes(self, chunk)
+                .min(rows_max * chunk)
+                .min(total - offset);
+            if let Err(e) = pipeline.step(offset, len) {
                 errors += 1;
                 if errors > STEP_ERRORS_MAX {
                     return Err(e.into());
                 }
+                pipeline.drain();
+                settled = self.array.state_epoch();
                 self.settle()?;
                 continue;
             }
             errors = 0;
-            self.settle()?;
+            if self.array.state_epoch() != settled {
+                pipeline.drain();
+                settled = self.array.state_epoch();
+                self.settle()?;
+            }
             offset += len;
             pacer.done(self, len);
             self.report(TaskKind::Rebuild, Some(role), offset, total, &pacer);
             if checkpoint.due(offset) && offset < total {
+                pipeline.drain();
                 self.checkpoint_rebuild(role, Some(offset))?;
             }
         }
+        pipeline.drain();
+        self.settle()?;
         if self.array.health_of(role) == MemberHealth::Recovering {
             self.checkpoint_rebuild(role, None)?;
         }

@@ -1,19 +1,25 @@
-//! Record format, superblock copies, and replay after simulated power loss: acknowledged
+//! Record format, superblock copies, and replay after simulated power loss (`member::SimMember`): acknowledged
 //! records come back in order; torn records, sequence gaps and stale sessions stop replay.
 
 mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{pattern, seed, Rng, SimMember};
+use common::{pattern, seed, Rng};
 use journal::{
     decode_record, format, read_superblock, scan, Journal, MemberOp, Mode, Record, ScanSummary,
     Superblock, RING_OFFSET,
 };
-use member::Member;
+use member::{Member, SimMember};
 use uuid::Uuid;
 
-const JOURNAL_BYTES: usize = (1 << 20) + 8192;
+const JOURNAL_BYTES: u64 = (1 << 20) + 8192;
+
+/// Damages bytes on the journal member (durably).
+fn poke(m: &SimMember, offset: usize, bytes: &[u8]) {
+    m.write_at(bytes, offset as u64).unwrap();
+    m.flush().unwrap();
+}
 
 fn no_flush() -> journal::Flusher {
     Arc::new(|| Ok(()))
@@ -108,10 +114,10 @@ fn newest_valid_superblock_copy_wins() {
     assert_eq!(newest, j.superblock());
     assert_eq!(newest.generation, 3);
     // Damage the newest copy: the older one is used, and replay from it is still correct.
-    m.poke(newest.copy_offset() as usize + 100, &[0xFF]);
+    poke(&m, newest.copy_offset() as usize + 100, &[0xFF]);
     let older = read_superblock(m.as_ref()).unwrap();
     assert_eq!(older.generation, 2);
-    m.poke(older.copy_offset() as usize + 100, &[0xFF]);
+    poke(&m, older.copy_offset() as usize + 100, &[0xFF]);
     let err = read_superblock(m.as_ref()).unwrap_err().to_string();
     assert!(err.contains("checksum mismatch"), "{err}");
 }
@@ -132,7 +138,7 @@ fn torn_last_record_is_ignored() {
     assert_eq!(seen.len(), 5);
     // Tear the last record: its second sector never reached the journal.
     let last_pos = summary.end_offset - 3584;
-    m.poke((RING_OFFSET + last_pos + 512) as usize, &[0u8; 512]);
+    poke(&m, (RING_OFFSET + last_pos + 512) as usize, &[0u8; 512]);
     let (seen, summary, _) = replay(m.as_ref());
     assert_eq!(seen.len(), 4);
     assert_eq!(summary.end_offset, last_pos);
@@ -166,7 +172,7 @@ fn sequence_gap_stops_replay() {
     }
     .encode_into(first + 3, nonce, &mut forged);
     let third_pos = sb.tail_offset + 2 * 512;
-    m.poke((RING_OFFSET + third_pos) as usize, &forged);
+    poke(&m, (RING_OFFSET + third_pos) as usize, &forged);
     let (seen, summary, _) = replay(m.as_ref());
     assert_eq!(
         seen.iter().map(|s| s.0).collect::<Vec<_>>(),

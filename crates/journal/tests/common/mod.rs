@@ -1,6 +1,8 @@
-//! Test helpers: a seeded RNG and `SimMember`, an in-memory member that keeps what was written
-//! apart from what was flushed and can "lose power" keeping the durable image plus a seeded
-//! subset of the unflushed writes, each torn at 512-byte sectors.
+//! Test helpers: a seeded RNG and a `World` of simulated members that keep what was written
+//! apart from what was flushed and "lose power" *together*, each keeping its durable image plus
+//! a seeded subset of its unflushed writes, torn at 512-byte sectors. (`member::SimMember`
+//! does this for one member; the array tests need one instant for all members and the
+//! journal while a background applier is writing, hence one lock over all of them.)
 
 #![allow(dead_code)]
 

@@ -323,6 +323,40 @@ pub fn read_all(volume: &Volume) -> Vec<u8> {
     image
 }
 
+/// A second power loss while the first one is being recovered from: assembles `images` on a
+/// new grid, lets the resync of the dirty array run, and cuts the power again at a seeded
+/// operation of it. Returns the new images and the cut point.
+fn crash_during_recovery(
+    images: Vec<Arc<SimMember>>,
+    shape: &Shape,
+    seed: u64,
+    context: &str,
+) -> (Vec<Arc<SimMember>>, u64) {
+    let mut rng = SimRng::new(sub_seed(seed, 5_000));
+    // A resync writes only what disagrees, then the superblocks (where no cut falls): most of
+    // its operations come first.
+    let cut_at = rng.below(2 * shape.member_count() as u64);
+    let grid = PowerGrid::new(
+        images,
+        sub_seed(seed, 6_000),
+        CutPolicy::OutsideSuperblockUpdates,
+    );
+    grid.arm(cut_at);
+    let volume = assemble(grid.members(), &AssembleOptions::default())
+        .unwrap_or_else(|e| panic!("{context}: first reassembly refused: {e}"));
+    crate::recover::wait_recovered(&volume, context);
+    if std::env::var("RAIDKIT_SIM_DEBUG").is_ok() {
+        let mid = grid.is_cut();
+        eprintln!(
+            "seed {seed}: second cut_at {cut_at} mid-recovery {mid} ops {}",
+            grid.ops_count()
+        );
+    }
+    grid.cut_now();
+    drop(volume);
+    (grid.crashed_images(), cut_at)
+}
+
 /// Deliberate breakage, to prove the checks catch it (the harness's own tests).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sabotage {
@@ -358,12 +392,14 @@ pub fn power_loss_case_with(level: Level, seed: u64, sabotage: Sabotage) {
     }
     grid.cut_now();
     drop(volume);
-    let images: Vec<Arc<dyn Member>> = grid
-        .crashed_images()
-        .into_iter()
-        .map(|m| m as Arc<dyn Member>)
-        .collect();
-    let context = format!("{shape:?}, power cut before member op {cut_at}");
+    let mut images = grid.crashed_images();
+    let mut context = format!("{shape:?}, power cut before member op {cut_at}");
+    if shape.redundant() && rng.chance(1, 4) && sabotage == Sabotage::default() {
+        let (second, again) = crash_during_recovery(images, &shape, seed, &context);
+        images = second;
+        context = format!("{context}, again before op {again} of the recovery");
+    }
+    let images: Vec<Arc<dyn Member>> = images.into_iter().map(|m| m as Arc<dyn Member>).collect();
     let context = match sabotage == Sabotage::default() {
         true => context,
         false => format!("{context}, sabotage {sabotage:?}"),

@@ -45,13 +45,21 @@ fn flusher(a: &Arc<Array>) -> journal::Flusher {
     })
 }
 
-/// The array over `sims[..n]`, with `missing` left out.
-fn assemble(level: Level, sims: &[Arc<SimMember>], missing: Option<usize>) -> Arc<Array> {
+/// The array over `sims[..n]`, with the roles in `missing` left out.
+fn assemble(level: Level, sims: &[Arc<SimMember>], missing: &[usize]) -> Arc<Array> {
     let n = sims.len() - 1;
     let members = (0..n)
-        .map(|r| (Some(r) != missing).then(|| Arc::clone(&sims[r]) as Arc<dyn Member>))
+        .map(|r| (!missing.contains(&r)).then(|| Arc::clone(&sims[r]) as Arc<dyn Member>))
         .collect();
     array(level, members)
+}
+
+/// Rounds per randomized test: `RAIDKIT_JOURNAL_ROUNDS` (default 40).
+fn rounds() -> u64 {
+    std::env::var("RAIDKIT_JOURNAL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
 }
 
 struct ArrayBacking(Arc<Array>);
@@ -99,7 +107,7 @@ fn check_all(a: &Array, model: &[u8], what: &str) {
 }
 
 /// Write, lose power (every member keeps an arbitrary torn subset of its unflushed writes),
-/// reassemble with one member missing, replay: every acknowledged write reads back.
+/// reassemble with one member (RAID 6: two) missing, replay: every acknowledged write reads back.
 fn write_through_round(level: Level, seed: u64) {
     let names = names(level);
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -117,7 +125,7 @@ fn write_through_round(level: Level, seed: u64) {
             )
         })
         .collect();
-    let a = assemble(level, &sims, None);
+    let a = assemble(level, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
     let sb = format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteThrough).unwrap();
     let summary = recover(jm.as_ref(), &sb, &a, None).unwrap();
@@ -136,22 +144,28 @@ fn write_through_round(level: Level, seed: u64) {
     }
     let (_w, crashed) = world.crash(rng.next(), &name_refs);
     drop((a, j));
-    let missing = rng.below(crashed.len() as u64 - 1) as usize;
-    let a = assemble(level, &crashed, Some(missing));
+    // RAID 5 loses one member, RAID 6 two.
+    let n = crashed.len() as u64 - 1;
+    let first = rng.below(n) as usize;
+    let mut missing = vec![first];
+    if level == Level::Raid6 {
+        missing.push((first + 1 + rng.below(n - 1) as usize) % n as usize);
+    }
+    let a = assemble(level, &crashed, &missing);
     let jm = crashed.last().unwrap();
     let sb = read_superblock(jm.as_ref()).unwrap();
     recover(jm.as_ref(), &sb, &a, None).unwrap();
     check_all(
         &a,
         &model,
-        &format!("seed {seed}, {level}, member {missing} missing"),
+        &format!("seed {seed}, {level}, members {missing:?} missing"),
     );
 }
 
 #[test]
 fn write_through_closes_the_write_hole() {
     let base = seed("write_through_closes_the_write_hole");
-    for round in 0..12u64 {
+    for round in 0..rounds() {
         let level = if round % 2 == 0 {
             Level::Raid5
         } else {
@@ -174,7 +188,7 @@ fn without_the_journal_the_write_hole_shows() {
             .iter()
             .map(|n| world.member(n, MEMBER_BYTES))
             .collect();
-        let a = assemble(Level::Raid5, &sims, None);
+        let a = assemble(Level::Raid5, &sims, &[]);
         let mut rng = Rng::new(seed);
         let mut model = vec![0u8; a.size_bytes() as usize];
         let mut flushed = model.clone();
@@ -188,7 +202,7 @@ fn without_the_journal_the_write_hole_shows() {
             }
         }
         let (_w, crashed) = world.crash(rng.next(), &name_refs);
-        let a = assemble(Level::Raid5, &crashed, Some(rng.below(4) as usize));
+        let a = assemble(Level::Raid5, &crashed, &[rng.below(4) as usize]);
         let mut got = vec![0u8; flushed.len()];
         a.read(0, &mut got).unwrap();
         // Bytes last written before the final flush must survive; some do not.
@@ -217,7 +231,7 @@ fn write_back_round(level: Level, seed: u64) {
             )
         })
         .collect();
-    let a = assemble(level, &sims, None);
+    let a = assemble(level, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
     let sb = format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap();
     let summary = recover(jm.as_ref(), &sb, &a, None).unwrap();
@@ -246,7 +260,7 @@ fn write_back_round(level: Level, seed: u64) {
     let (_w, crashed) = world.crash(rng.next(), &name_refs);
     drop(wb);
     drop((a, j));
-    let a = assemble(level, &crashed, None);
+    let a = assemble(level, &crashed, &[]);
     let jm = crashed.last().unwrap();
     let sb = read_superblock(jm.as_ref()).unwrap();
     let backing = ArrayBacking(Arc::clone(&a));
@@ -269,7 +283,7 @@ fn write_back_round(level: Level, seed: u64) {
 #[test]
 fn write_back_keeps_every_acknowledged_write() {
     let base = seed("write_back_keeps_every_acknowledged_write");
-    for round in 0..10u64 {
+    for round in 0..rounds() {
         let level = if round % 2 == 0 {
             Level::Raid5
         } else {
@@ -300,7 +314,7 @@ fn write_back_concurrent_writers_zeroes_and_drain() {
             )
         })
         .collect();
-    let a = assemble(Level::Raid5, &sims, None);
+    let a = assemble(Level::Raid5, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
     let sb = format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap();
     let summary = recover(jm.as_ref(), &sb, &a, None).unwrap();

@@ -311,6 +311,13 @@ def start_fault(fault, member):
         assert fault == "stall"  # the delay filter is on from the start: the next write stalls
 
 
+def wait_health(array, health, timeout_s=20):
+    deadline = time.monotonic() + timeout_s
+    while (status := array.status())["health"] != health:
+        assert time.monotonic() < deadline, f"array not {health}: {status}"
+        time.sleep(0.05)
+
+
 def wait_faulty(array, roles, since, bound_s):
     """Polls status until every role in `roles` is faulty; returns the status."""
     deadline = since + bound_s
@@ -351,7 +358,11 @@ def test_member_fails_under_fio(tmp_path, members, arrays, level, fault):
     job = subprocess.Popen(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1", "--rate=8m,8m"),
                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
-    time.sleep(0.7)
+    # The fault starts once fio's writes are under way (the array is marked dirty), so it
+    # meets data I/O; the stall is there from the start and meets the dirty mark itself.
+    if fault != "stall":
+        wait_health(array, "active")
+    time.sleep(0.3)
     since = time.monotonic()
     for r in victims:
         start_fault(fault, nbdkits[r])
@@ -371,7 +382,7 @@ def test_member_fails_under_fio(tmp_path, members, arrays, level, fault):
         if fault == "read-errors":
             assert m["read_errors"] > READ_ERRORS_MAX, m
         if fault == "paused":
-            assert m["timeouts"] >= 1, m
+            assert m["timeouts"] >= 1, json.dumps(status, indent=1)
     assert status["health"] == "degraded", status
     add_spares_and_check(array, members, fail, tmp_path)
     array.stop()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use member::Member;
 
 use crate::plan::{plan, AssembleError, AssembleOptions};
+use crate::superblock::RoleState;
 use crate::{read_superblock, ReadSuperblockError, Volume};
 
 /// Assembles an array from its members, given in any order.
@@ -38,8 +39,21 @@ pub fn assemble(
         }
     }
     let decided = plan(&found, opts)?;
+    // Members that were absent (recorded missing, not faulty) are re-added if the bitmap
+    // bounds what they missed; a faulty one waits for the operator's `add`.
+    let stale: Vec<Arc<dyn Member>> = decided
+        .stale
+        .iter()
+        .filter(|s| decided.superblock.roles[s.role].state == RoleState::Missing)
+        .filter_map(|s| members.iter().find(|m| m.name() == s.name).cloned())
+        .collect();
     let own: Vec<_> = found.into_iter().map(|(_, sb)| sb).collect();
     let volume = Volume::start(decided, members, own)?;
+    for member in stale {
+        volume
+            .re_add_stale(&member)
+            .map_err(|e| AssembleError::Engine(format!("re-adding {}: {e}", member.name())))?;
+    }
     volume.set_fault_policy(opts.fault_policy);
     volume.set_speed_limits(opts.speed_limits);
     for spare in &opts.spares {

@@ -33,6 +33,10 @@ pub struct CreateOptions {
     /// Members that are not cheap to zero (block devices, remote members) are trusted to be
     /// consistent already: no initial sync (as mdadm's --assume-clean).
     pub assume_clean: bool,
+    /// Array bytes per write-intent bitmap bit (a power of two ≥ 4 KiB; grown if the array
+    /// would need more than `BITMAP_REGIONS_MAX` bits); `None`: no bitmap. Default: 64 MiB for
+    /// redundant levels, none for linear and RAID 0.
+    pub bitmap_region_bytes: Option<u64>,
 }
 
 impl CreateOptions {
@@ -46,6 +50,8 @@ impl CreateOptions {
             data_offset_bytes: DATA_OFFSET_DEFAULT,
             spares: Vec::new(),
             assume_clean: false,
+            bitmap_region_bytes: (!matches!(level, Level::Linear | Level::Raid0))
+                .then_some(crate::bitmap::BITMAP_REGION_DEFAULT),
         }
     }
 }
@@ -124,7 +130,11 @@ pub fn create(
         }
     }
     let zero_all = all.iter().all(|m| cheap_to_zero(m.as_ref()));
+    let bitmap = bitmap_for(opts, &geometry)?;
     let mut superblocks = build_superblocks(&all, members.len(), opts, &geometry);
+    for sb in &mut superblocks {
+        sb.set_bitmap(bitmap);
+    }
     if !zero_all && !opts.assume_clean && opts.level != Level::Linear && opts.level != Level::Raid0
     {
         for sb in &mut superblocks {
@@ -138,6 +148,37 @@ pub fn create(
         member.flush().map_err(io_err(member.name(), "flush"))?;
     }
     Ok(superblocks)
+}
+
+/// Where the bitmap goes, if the options ask for one; refused when the level has no
+/// redundancy or the data offset leaves no room.
+fn bitmap_for(
+    opts: &CreateOptions,
+    geometry: &Geometry,
+) -> Result<Option<crate::BitmapRef>, CreateError> {
+    let Some(region) = opts.bitmap_region_bytes else {
+        return Ok(None);
+    };
+    if matches!(opts.level, Level::Linear | Level::Raid0) {
+        return Err(CreateError::Invalid(format!(
+            "{} keeps no redundancy: a write-intent bitmap is of no use",
+            opts.level
+        )));
+    }
+    if !region.is_power_of_two() || region < 4096 {
+        return Err(CreateError::Invalid(format!(
+            "bitmap region {region} is not a power of two of at least 4 KiB"
+        )));
+    }
+    let at = crate::bitmap::layout_for(geometry.size_bytes(), region);
+    if at.offset_bytes + at.bytes > opts.data_offset_bytes {
+        return Err(CreateError::Invalid(format!(
+            "data offset {} leaves no room for a bitmap of {} bytes at {}; \
+             use a larger data offset or no bitmap",
+            opts.data_offset_bytes, at.bytes, at.offset_bytes
+        )));
+    }
+    Ok(Some(at))
 }
 
 /// Files (hole punch) and RAM members are zeroed instantly; block devices and remote members
@@ -373,6 +414,10 @@ fn write_new(member: &dyn Member, sb: &Superblock, whole: bool) -> Result<(), Cr
         false => member.write_zeroes(0, sb.data_offset_bytes),
     };
     zeroed.map_err(io_err(member.name(), "zero"))?;
+    if let Some(at) = &sb.bitmap {
+        crate::bitmap::write_blank(member, &sb.array_uuid, at)
+            .map_err(io_err(member.name(), "write the bitmap to"))?;
+    }
     member
         .write_at(&sb.encode()[..], SUPERBLOCK_OFFSET)
         .map_err(io_err(member.name(), "write the superblock to"))

@@ -31,6 +31,8 @@
 //! ```
 
 mod assemble;
+mod bitmap;
+mod bitmap_volume;
 mod create;
 mod manage;
 mod plan;
@@ -44,6 +46,11 @@ use std::io;
 use std::sync::Arc;
 
 pub use assemble::assemble;
+pub use bitmap::{
+    BITMAP_BLOCK_BYTES, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET, BITMAP_REGIONS_MAX,
+    BITMAP_REGION_DEFAULT, BITS_PER_BLOCK,
+};
+pub use bitmap_volume::BitmapStatus;
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use plan::{plan, AssembleError, AssembleOptions, Plan, StaleMember};
 pub use status::{
@@ -53,8 +60,8 @@ pub use status::{
 pub use superblock::{
     checksum, level_code, validate_name, ArrayState, BitmapRef, JournalRef, Role, RoleEntry,
     RoleState, Superblock, SuperblockError, DATA_OFFSET_DEFAULT, FEATURE_COMPAT_RESYNC_OFFSET,
-    FORMAT_VERSION, MAGIC, MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET,
-    UNUSED_ROLE,
+    FEATURE_INCOMPAT_BITMAP, FORMAT_VERSION, MAGIC, MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES,
+    SUPERBLOCK_OFFSET, UNUSED_ROLE,
 };
 pub use uuid::Uuid;
 pub use volume::{DataChangedHook, Volume, VolumeCore, VolumeError};

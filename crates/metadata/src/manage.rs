@@ -123,10 +123,17 @@ impl VolumeCore {
 
     /// Adds a member: it receives a spare superblock of this array and becomes a spare, or
     /// the target of a rebuild when a role is missing or faulty (the worker starts it).
-    /// A member that is the faulty holder of a role is taken out of it first (a re-add: it
-    /// missed writes, so it is rebuilt in full).
+    /// A member coming back to the role it held (faulty or missing) is re-added with a rebuild
+    /// of only the bitmap's dirty regions when the bitmap bounds what it missed; otherwise a
+    /// faulty holder is taken out of its role first and rebuilt in full as a spare.
     pub fn add(&self, member: Arc<dyn Member>) -> Result<(), VolumeError> {
         let mut meta = self.lock_meta();
+        if self.try_re_add(&mut meta, &member)? {
+            drop(meta);
+            self.work.resume();
+            self.work.notify();
+            return Ok(());
+        }
         let faulty_holder = (0..meta.roles.len()).find(|&r| {
             self.array.health_of(r) == MemberHealth::Faulty
                 && meta.roles[r]
@@ -270,13 +277,16 @@ impl VolumeCore {
         held.sb.recovery_offset_bytes = Some(0);
         meta.template.roles[role].member_uuid = held.sb.member_uuid;
         let window = held.window(needed);
+        let whole = Arc::clone(&held.whole);
         meta.roles[role] = Some(held);
+        meta.partial_rebuild[role] = None;
         if let Err(e) = self.array.attach_member(role, window) {
             return Err(VolumeError::Refused {
                 what: format!("rebuild role {role}"),
                 reason: e.to_string(),
             });
         }
+        self.adopt_bitmap(role, whole);
         self.write_superblocks(meta)
     }
 
@@ -317,10 +327,22 @@ impl VolumeCore {
         held.sb.data_bytes = needed;
         held.sb.recovery_offset_bytes = None;
         meta.template.roles[role].member_uuid = held.sb.member_uuid;
+        let whole = Arc::clone(&held.whole);
         meta.roles[role] = Some(held);
+        self.adopt_bitmap(role, whole);
         self.write_superblocks(&mut meta)?;
         self.array.finish_replace(role);
         Ok(())
+    }
+
+    /// `whole` now holds `role`: it receives the whole bitmap, then every bitmap update. A
+    /// failed write fails it (it is then rebuilt or dropped like any faulty member).
+    fn adopt_bitmap(&self, role: usize, whole: Arc<dyn Member>) {
+        let Some(bitmap) = &self.bitmap else { return };
+        if let Err(e) = bitmap.set_target(role, Some(whole)) {
+            self.array
+                .try_fail_member(role, FaultReason::WriteError(format!("bitmap: {e}")));
+        }
     }
 
     /// Starts a scrub (check, or with `repair` make consistent) in the background; the report
@@ -449,6 +471,7 @@ impl VolumeCore {
             speed_limits: work.limits,
             last_scrub: work.last_scrub.clone(),
             events: meta.events,
+            bitmap: self.bitmap_status(),
         }
     }
 

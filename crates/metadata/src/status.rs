@@ -139,6 +139,8 @@ pub struct VolumeStatus {
     pub speed_limits: SpeedLimits,
     pub last_scrub: Option<ScrubReport>,
     pub events: u64,
+    /// The write-intent bitmap, if the array has one.
+    pub bitmap: Option<crate::BitmapStatus>,
 }
 
 pub(crate) fn level_name(level: Level) -> String {

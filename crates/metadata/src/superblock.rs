@@ -58,8 +58,12 @@ const OFF_ROLE_TABLE: usize = 256;
 const ROLE_ENTRY_BYTES: usize = 32;
 const OFF_CHECKSUM: usize = SUPERBLOCK_BYTES - 4;
 
-/// Feature flags a reader must understand to use the array; none are defined in version 1.
-pub const FEATURE_INCOMPAT_KNOWN: u64 = 0;
+/// `feature_incompat` bit: the array keeps a write-intent bitmap (bytes 192..216 say where).
+/// Incompatible because a reader that ignored it would write without setting bits, and a
+/// later resync trusting the bitmap would then skip regions that need it.
+pub const FEATURE_INCOMPAT_BITMAP: u64 = 1;
+/// Feature flags a reader must understand to use the array.
+pub const FEATURE_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_BITMAP;
 /// `feature_compat` bit: `resync_offset_bytes` (byte 240) is meaningful.
 pub const FEATURE_COMPAT_RESYNC_OFFSET: u64 = 1;
 
@@ -104,7 +108,7 @@ pub struct RoleEntry {
     pub state: RoleState,
 }
 
-/// Where a write-intent bitmap lives (reserved; not used by version 1 code).
+/// Where the write-intent bitmap lives on every member (docs/FORMAT.md "Write-intent bitmap").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BitmapRef {
     /// From the member start.
@@ -303,6 +307,15 @@ impl Superblock {
         match offset {
             Some(_) => self.feature_compat |= FEATURE_COMPAT_RESYNC_OFFSET,
             None => self.feature_compat &= !FEATURE_COMPAT_RESYNC_OFFSET,
+        }
+    }
+
+    /// Sets (or removes) the write-intent bitmap together with its feature bit.
+    pub fn set_bitmap(&mut self, bitmap: Option<BitmapRef>) {
+        self.bitmap = bitmap;
+        match bitmap {
+            Some(_) => self.feature_incompat |= FEATURE_INCOMPAT_BITMAP,
+            None => self.feature_incompat &= !FEATURE_INCOMPAT_BITMAP,
         }
     }
 
@@ -525,9 +538,7 @@ impl Superblock {
     }
 
     fn validate_refs(&self) -> Result<(), SuperblockError> {
-        if self.bitmap.is_some_and(|b| b.offset_bytes == 0) {
-            return Err(field_err("bitmap", "a bitmap at offset 0"));
-        }
+        self.validate_bitmap()?;
         if self.journal.is_some_and(|j| j.kind == 0) {
             return Err(field_err("journal", "a journal of kind 0"));
         }
@@ -549,6 +560,60 @@ impl Superblock {
             .is_some_and(|r| r > self.array_size_bytes)
         {
             return Err(field_err("resync_offset", "past the end of the array"));
+        }
+        Ok(())
+    }
+
+    fn validate_bitmap(&self) -> Result<(), SuperblockError> {
+        let has_bit = self.feature_incompat & FEATURE_INCOMPAT_BITMAP != 0;
+        if has_bit != self.bitmap.is_some() {
+            return Err(field_err(
+                "bitmap",
+                "present without its feature bit, or the bit without a bitmap",
+            ));
+        }
+        let Some(b) = self.bitmap else {
+            return Ok(());
+        };
+        let sb_end = SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
+        if b.offset_bytes < sb_end || !b.offset_bytes.is_multiple_of(4096) {
+            return Err(field_err(
+                "bitmap_offset",
+                format!(
+                    "{} is not 4 KiB-aligned past the superblock",
+                    b.offset_bytes
+                ),
+            ));
+        }
+        let end = b.offset_bytes.checked_add(b.bytes);
+        if b.bytes == 0
+            || !b.bytes.is_multiple_of(4096)
+            || end.is_none_or(|e| e > self.data_offset_bytes)
+        {
+            return Err(field_err(
+                "bitmap_bytes",
+                format!(
+                    "{} bytes at {} do not fit before the data area",
+                    b.bytes, b.offset_bytes
+                ),
+            ));
+        }
+        if !b.region_bytes.is_power_of_two() || b.region_bytes < 4096 {
+            return Err(field_err(
+                "bitmap_region_bytes",
+                format!("{} is not a power of two of at least 4 KiB", b.region_bytes),
+            ));
+        }
+        let regions = self.array_size_bytes.div_ceil(b.region_bytes);
+        let capacity = b.bytes / 4096 * crate::bitmap::BITS_PER_BLOCK;
+        if regions > capacity {
+            return Err(field_err(
+                "bitmap_bytes",
+                format!(
+                    "{} bytes hold {capacity} bits but the array has {regions} regions",
+                    b.bytes
+                ),
+            ));
         }
         Ok(())
     }
@@ -597,7 +662,8 @@ fn decode_name(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<String, SuperblockError
 
 fn decode_bitmap(bytes: &[u8; SUPERBLOCK_BYTES]) -> Option<BitmapRef> {
     let offset_bytes = get_u64(bytes, OFF_BITMAP_OFFSET);
-    (offset_bytes != 0).then(|| BitmapRef {
+    let enabled = get_u64(bytes, OFF_FEATURE_INCOMPAT) & FEATURE_INCOMPAT_BITMAP != 0;
+    (offset_bytes != 0 || enabled).then(|| BitmapRef {
         offset_bytes,
         bytes: get_u64(bytes, OFF_BITMAP_BYTES),
         region_bytes: get_u64(bytes, OFF_BITMAP_REGION),

@@ -27,6 +27,7 @@ use layout::Level;
 use member::{Member, Window};
 use uuid::Uuid;
 
+use crate::bitmap::{Bitmap, WriteIntent};
 use crate::plan::{AssembleError, Plan, StaleMember};
 use crate::superblock::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
 use crate::superblock::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
@@ -122,6 +123,12 @@ pub(crate) struct MetaState {
     pub resync_after_crash: bool,
     /// Array-wide fields and the role table (uuids and sizes; states are derived).
     pub template: Superblock,
+    /// A resync limited by the bitmap: array bytes from this offset are resynced in full
+    /// (an initial sync or resync the crash interrupted), below it only pending regions.
+    pub resync_full_from: Option<u64>,
+    /// Per role: a rebuild limited to these member ranges (a re-added member: the regions
+    /// written while it was away), sorted and disjoint.
+    pub partial_rebuild: Vec<Option<Vec<(u64, u64)>>>,
 }
 
 /// An assembled array. Thread-safe: every method takes `&self`. Dereferences to
@@ -130,6 +137,7 @@ pub(crate) struct MetaState {
 pub struct Volume {
     core: Arc<VolumeCore>,
     worker: Option<JoinHandle<()>>,
+    clearer: Option<JoinHandle<()>>,
 }
 
 impl std::ops::Deref for Volume {
@@ -144,6 +152,9 @@ impl Drop for Volume {
         self.core.work.stop();
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
+        }
+        if let Some(clearer) = self.clearer.take() {
+            let _ = clearer.join();
         }
     }
 }
@@ -175,6 +186,13 @@ pub struct VolumeCore {
     /// Called with `(array offset, len)` after background work changed what the volume reads
     /// there (a layer above may hold the old bytes).
     data_changed: RwLock<Option<DataChangedHook>>,
+    /// The write-intent bitmap, if the array has one.
+    pub(crate) bitmap: Option<Bitmap>,
+    /// Mirrored level with a resync pending: reads of units not yet resynced resync them
+    /// first, so two reads never see different copies.
+    pub(crate) read_fixup: AtomicBool,
+    /// Array bytes below which the running resync has passed.
+    pub(crate) resync_progress: AtomicU64,
 }
 
 /// See [`VolumeCore::set_data_changed_hook`].
@@ -224,13 +242,25 @@ impl Volume {
             true => Some(0),
             false => sb.resync_offset_bytes,
         };
+        let bitmap = crate::bitmap_volume::load(sb, &roles);
+        let resync_offset = resync_offset.filter(|_| sb.level.has_redundancy());
+        let resync_full_from = match (&bitmap, crashed) {
+            (Some(b), true) => {
+                let dirty = b.dirty_regions();
+                b.set_pending(dirty.into_iter());
+                Some(sb.resync_offset_bytes.unwrap_or(sb.array_size_bytes))
+            }
+            _ => None,
+        };
         let meta = MetaState {
+            resync_full_from,
+            partial_rebuild: vec![None; count],
             roles,
             spares: plan.spares.iter().map(|&i| held(i)).collect(),
             replacing: None,
             events: sb.events,
             disk_state: sb.state,
-            resync_offset: resync_offset.filter(|_| sb.level.has_redundancy()),
+            resync_offset,
             resync_after_crash: crashed,
             template: sb.clone(),
         };
@@ -248,11 +278,21 @@ impl Volume {
             meta: Mutex::new(meta),
             work: Work::new(),
             data_changed: RwLock::new(None),
+            bitmap,
+            read_fixup: AtomicBool::new(
+                resync_offset.is_some() && matches!(sb.level, Level::Raid1 | Level::Raid10),
+            ),
+            resync_progress: AtomicU64::new(resync_offset.unwrap_or(0)),
         });
         let worker = crate::tasks::spawn(Arc::clone(&core));
+        let clearer = core
+            .bitmap
+            .is_some()
+            .then(|| crate::bitmap_volume::spawn_clearer(Arc::clone(&core)));
         Ok(Volume {
             core,
             worker: Some(worker),
+            clearer,
         })
     }
 }
@@ -313,6 +353,9 @@ impl VolumeCore {
     }
 
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
+        if self.read_fixup.load(Ordering::Acquire) && !buf.is_empty() {
+            self.resync_before_read(offset, buf.len() as u64)?;
+        }
         let result = self.array.read(offset, buf);
         self.settle()?;
         Ok(result?)
@@ -320,21 +363,27 @@ impl VolumeCore {
 
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError> {
         let _gate = self.begin_write()?;
+        let intent = self.intend(offset, buf.len() as u64)?;
         let result = self.array.write(offset, buf);
+        drop(intent);
         self.settle()?;
         Ok(result?)
     }
 
     pub fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         let _gate = self.begin_write()?;
+        let intent = self.intend(offset, len)?;
         let result = self.array.trim(offset, len);
+        drop(intent);
         self.settle()?;
         Ok(result?)
     }
 
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         let _gate = self.begin_write()?;
+        let intent = self.intend(offset, len)?;
         let result = self.array.write_zeroes(offset, len);
+        drop(intent);
         self.settle()?;
         Ok(result?)
     }
@@ -353,6 +402,7 @@ impl VolumeCore {
         self.work.pause();
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         self.array.flush()?;
+        self.clear_bitmap_at_close()?;
         let mut meta = self.lock_meta();
         let progress = meta.resync_offset.is_some()
             || meta
@@ -430,6 +480,38 @@ impl VolumeCore {
             }
         }
         Ok(gate)
+    }
+
+    /// Counts a write to `[offset, offset + len)` in the bitmap and makes its regions' bits
+    /// durable first. A member whose bitmap cannot be written is failed (if the array keeps
+    /// its data without it) and the bits are written to the others.
+    pub(crate) fn intend(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<WriteIntent<'_>>, VolumeError> {
+        let Some(bitmap) = &self.bitmap else {
+            return Ok(None);
+        };
+        if len == 0 {
+            return Ok(None);
+        }
+        let regions = bitmap.regions_of(offset, len);
+        let mut tries = 0;
+        loop {
+            let e = match bitmap.start_write(regions.clone(), || self.array.writable_snapshot()) {
+                Ok(intent) => return Ok(Some(intent)),
+                Err(e) => e,
+            };
+            tries += 1;
+            let reason = engine::FaultReason::WriteError(format!("bitmap: {}", e.source));
+            if tries > MAX_MEMBERS || !self.array.try_fail_member(e.role, reason) {
+                return Err(VolumeError::Superblock {
+                    name: e.name,
+                    source: e.source,
+                });
+            }
+        }
     }
 
     pub(crate) fn lock_meta(&self) -> MutexGuard<'_, MetaState> {

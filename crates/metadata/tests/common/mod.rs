@@ -33,9 +33,24 @@ pub fn open_all(paths: &[PathBuf]) -> Vec<Arc<dyn Member>> {
 
 /// Creates an array of `level` over new files; returns the paths.
 pub fn new_array(dir: &Path, prefix: &str, level: &str, count: usize) -> Vec<PathBuf> {
+    let level = level.parse().unwrap();
+    let bitmap = CreateOptions::new(level, prefix).bitmap_region_bytes;
+    new_array_with(dir, prefix, level, count, bitmap)
+}
+
+/// Creates an array of `level` over new files with the given bitmap region (`None`: no
+/// bitmap); returns the paths.
+pub fn new_array_with(
+    dir: &Path,
+    prefix: &str,
+    level: layout::Level,
+    count: usize,
+    bitmap_region_bytes: Option<u64>,
+) -> Vec<PathBuf> {
     let paths = files(dir, prefix, count);
-    let mut opts = CreateOptions::new(level.parse().unwrap(), prefix);
+    let mut opts = CreateOptions::new(level, prefix);
     opts.chunk_bytes = 64 * 1024;
+    opts.bitmap_region_bytes = bitmap_region_bytes;
     create(&open_all(&paths), &opts).unwrap();
     paths
 }

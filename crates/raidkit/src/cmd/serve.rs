@@ -87,6 +87,9 @@ pub struct Args {
     #[arg(long, requires = "create")]
     assume_clean: bool,
 
+    #[command(flatten)]
+    bitmap: super::create::BitmapArgs,
+
     /// A hot spare (repeatable): it receives a spare superblock of this array (or already
     /// carries one) and takes the place of the first member that fails.
     #[arg(long, value_name = "MEMBER")]
@@ -187,6 +190,9 @@ enum Endpoint {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if !args.create && (args.bitmap.no_bitmap || args.bitmap.bitmap_region.is_some()) {
+        bail!("--no-bitmap and --bitmap-region choose how a new array is made: use them with --create");
+    }
     let endpoint = endpoint(&args)?;
     let cache = cache_config(&args)?;
     let (volume, needs_resync, journal_plan) = open_volume(&args)?;
@@ -400,6 +406,7 @@ fn create(
         force: args.force,
         spares: spares.to_vec(),
         assume_clean: args.assume_clean,
+        bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
         ..defaults
     };
     metadata::create(members, &opts)

@@ -1,0 +1,575 @@
+//! The write-intent bitmap: one bit per region of the array (default 64 MiB), set on every
+//! in-use member and flushed *before* the first write to a clean region, cleared lazily once
+//! the region has been idle and its writes are durable. After an unclean shutdown only the set
+//! regions are resynced; a member back after a short absence is rebuilt only where bits are set.
+//!
+//! On disk (docs/FORMAT.md "Write-intent bitmap"): `bitmap_bytes / 4096` blocks from
+//! `bitmap_offset_bytes`; block `i` holds the bits of regions `i * BITS_PER_BLOCK ..` in bytes
+//! `[0, 4080)` (region `r` is bit `r % 8` of byte `r / 8`), then the magic `RKBM`, the block
+//! index (u32), four zero bytes and a crc32c of the array UUID followed by bytes `[0, 4092)`.
+//! A block that fails its check counts as all set (resync / rebuild more, never less).
+//!
+//! In memory ([`Bitmap`]): per region an atomic `set` flag (the bit is durable on every in-use
+//! member), `started` / `finished` write counters (in flight = started − finished; the lazy
+//! clear needs both equal and `started` unchanged for the idle time), and `pending` (dirty at
+//! assembly, not yet resynced). The hot path of a write to a dirty region is one `fetch_add`,
+//! one load and (when the write ends) one `fetch_add`.
+//!
+//! Race between a writer and the clearer (both `SeqCst`): the writer bumps `started`, then
+//! loads `set`; the clearer stores `set = false`, then loads `started`. Either the writer sees
+//! `false` (it takes the slow path, which waits for the clearer's lock and sets the bit again)
+//! or the clearer sees the new count (it puts the flag back and leaves the region alone).
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use member::Member;
+use uuid::Uuid;
+
+use crate::superblock::BitmapRef;
+
+/// Bytes of one on-disk bitmap block.
+pub const BITMAP_BLOCK_BYTES: u64 = 4096;
+/// Bytes of bits in one block.
+const BITS_BYTES_PER_BLOCK: usize = 4080;
+/// Regions one block describes.
+pub const BITS_PER_BLOCK: u64 = BITS_BYTES_PER_BLOCK as u64 * 8;
+/// Where the bitmap starts on every member: right after the superblock.
+pub const BITMAP_OFFSET: u64 = 8192;
+/// Most regions a bitmap has; `create` doubles the region size until the array fits. Bounds
+/// the bitmap to 33 blocks (132 KiB on disk, inside the 1 MiB before the default data offset)
+/// and the memory per volume to about 13 MiB.
+pub const BITMAP_REGIONS_MAX: u64 = 1 << 20;
+/// Default region size.
+pub const BITMAP_REGION_DEFAULT: u64 = 64 << 20;
+/// Default idle time before a region's bit is cleared.
+pub const BITMAP_IDLE_DEFAULT: Duration = Duration::from_secs(5);
+const BLOCK_MAGIC: [u8; 4] = *b"RKBM";
+const OFF_BLOCK_MAGIC: usize = 4080;
+const OFF_BLOCK_INDEX: usize = 4084;
+const OFF_BLOCK_CRC: usize = 4092;
+
+/// The bitmap placement for an array of `array_bytes` with `region_bytes` asked for (a power of
+/// two ≥ 4 KiB): the region grows until at most [`BITMAP_REGIONS_MAX`] regions remain.
+pub fn layout_for(array_bytes: u64, region_bytes: u64) -> BitmapRef {
+    assert!(region_bytes.is_power_of_two() && region_bytes >= 4096);
+    let mut region = region_bytes;
+    while array_bytes.div_ceil(region) > BITMAP_REGIONS_MAX {
+        region *= 2;
+    }
+    let regions = array_bytes.div_ceil(region).max(1);
+    BitmapRef {
+        offset_bytes: BITMAP_OFFSET,
+        bytes: regions.div_ceil(BITS_PER_BLOCK) * BITMAP_BLOCK_BYTES,
+        region_bytes: region,
+    }
+}
+
+/// Encodes block `index` of `image` (the whole bitmap's bits).
+pub fn encode_block(array_uuid: &Uuid, image: &[u8], index: usize) -> Vec<u8> {
+    let mut block = vec![0u8; BITMAP_BLOCK_BYTES as usize];
+    let start = index * BITS_BYTES_PER_BLOCK;
+    let end = (start + BITS_BYTES_PER_BLOCK).min(image.len());
+    assert!(start < image.len(), "bitmap block {index} past the image");
+    block[..end - start].copy_from_slice(&image[start..end]);
+    block[OFF_BLOCK_MAGIC..OFF_BLOCK_MAGIC + 4].copy_from_slice(&BLOCK_MAGIC);
+    block[OFF_BLOCK_INDEX..OFF_BLOCK_INDEX + 4].copy_from_slice(&(index as u32).to_le_bytes());
+    let crc = block_crc(array_uuid, &block);
+    block[OFF_BLOCK_CRC..].copy_from_slice(&crc.to_le_bytes());
+    block
+}
+
+fn block_crc(array_uuid: &Uuid, block: &[u8]) -> u32 {
+    crc32c::crc32c_append(
+        crc32c::crc32c(array_uuid.as_bytes()),
+        &block[..OFF_BLOCK_CRC],
+    )
+}
+
+/// Decodes block `index`: its bit bytes, or `None` when it fails a check (torn, never written,
+/// another array's, misplaced).
+pub fn decode_block<'a>(array_uuid: &Uuid, block: &'a [u8], index: usize) -> Option<&'a [u8]> {
+    assert_eq!(block.len() as u64, BITMAP_BLOCK_BYTES);
+    let stored = u32::from_le_bytes(block[OFF_BLOCK_CRC..].try_into().ok()?);
+    let found_index =
+        u32::from_le_bytes(block[OFF_BLOCK_INDEX..OFF_BLOCK_CRC - 4].try_into().ok()?);
+    let ok = block[OFF_BLOCK_MAGIC..OFF_BLOCK_MAGIC + 4] == BLOCK_MAGIC
+        && found_index as usize == index
+        && stored == block_crc(array_uuid, block);
+    ok.then(|| &block[..BITS_BYTES_PER_BLOCK])
+}
+
+/// Reads a member's bitmap as a bit image of `regions` bits; blocks that fail their check
+/// read as all set. Returns the image and the number of bad blocks.
+pub fn read_image(
+    whole: &dyn Member,
+    array_uuid: &Uuid,
+    at: &BitmapRef,
+    regions: u64,
+) -> io::Result<(Vec<u8>, usize)> {
+    let mut image = vec![0u8; regions.div_ceil(8) as usize];
+    let mut area = vec![0u8; at.bytes as usize];
+    whole.read_at(&mut area, at.offset_bytes)?;
+    let mut bad = 0;
+    for (index, piece) in image.chunks_mut(BITS_BYTES_PER_BLOCK).enumerate() {
+        let block = &area[index * BITMAP_BLOCK_BYTES as usize..][..BITMAP_BLOCK_BYTES as usize];
+        match decode_block(array_uuid, block, index) {
+            Some(bits) => piece.copy_from_slice(&bits[..piece.len()]),
+            None => {
+                bad += 1;
+                piece.fill(0xFF);
+            }
+        }
+    }
+    clear_tail(&mut image, regions);
+    Ok((image, bad))
+}
+
+/// Writes the whole (all clear) bitmap of a new array.
+pub fn write_blank(whole: &dyn Member, array_uuid: &Uuid, at: &BitmapRef) -> io::Result<()> {
+    let blocks = (at.bytes / BITMAP_BLOCK_BYTES) as usize;
+    let image = vec![0u8; blocks * BITS_BYTES_PER_BLOCK];
+    let mut area = Vec::with_capacity(at.bytes as usize);
+    for index in 0..blocks {
+        area.extend_from_slice(&encode_block(array_uuid, &image, index));
+    }
+    whole.write_at(&area, at.offset_bytes)
+}
+
+/// Bits past the last region are kept clear.
+fn clear_tail(image: &mut [u8], regions: u64) {
+    for r in regions..image.len() as u64 * 8 {
+        image[(r / 8) as usize] &= !(1 << (r % 8));
+    }
+}
+
+fn bit(image: &[u8], r: u64) -> bool {
+    image[(r / 8) as usize] & (1 << (r % 8)) != 0
+}
+
+fn put_bit(image: &mut [u8], r: u64, value: bool) {
+    let byte = &mut image[(r / 8) as usize];
+    if value {
+        *byte |= 1 << (r % 8);
+    } else {
+        *byte &= !(1 << (r % 8));
+    }
+}
+
+/// What the lazy clear and the writers share under the bitmap lock.
+struct Disk {
+    /// The bits as last written to the members.
+    image: Vec<u8>,
+    /// Regions set in `image`.
+    dirty: BTreeSet<u64>,
+    /// Per set region: `started` when last seen, and since when it has not moved.
+    quiet: HashMap<u64, (u32, Instant)>,
+}
+
+/// Why a bitmap update could not be written.
+pub(crate) struct BitmapWriteError {
+    pub role: usize,
+    pub name: String,
+    pub source: io::Error,
+}
+
+/// The in-memory bitmap of a volume (see the module docs).
+pub(crate) struct Bitmap {
+    pub at: BitmapRef,
+    array_uuid: Uuid,
+    regions: u64,
+    set: Box<[AtomicBool]>,
+    started: Box<[AtomicU32]>,
+    finished: Box<[AtomicU32]>,
+    pending: Box<[AtomicBool]>,
+    pending_count: AtomicU64,
+    disk: Mutex<Disk>,
+    /// Per role: the whole member that receives bitmap writes (`None`: missing or faulty).
+    targets: RwLock<Vec<Option<Arc<dyn Member>>>>,
+    idle: Mutex<Duration>,
+    /// Bitmap block writes issued (per member), for tests and status.
+    pub block_writes: AtomicU64,
+}
+
+impl Bitmap {
+    /// A bitmap whose durable bits are `image` (the union read at assembly).
+    pub(crate) fn new(
+        at: BitmapRef,
+        array_uuid: Uuid,
+        array_bytes: u64,
+        image: Vec<u8>,
+        targets: Vec<Option<Arc<dyn Member>>>,
+    ) -> Bitmap {
+        let regions = array_bytes.div_ceil(at.region_bytes).max(1);
+        assert!(regions <= at.bytes / BITMAP_BLOCK_BYTES * BITS_PER_BLOCK);
+        assert_eq!(image.len() as u64, regions.div_ceil(8));
+        let dirty: BTreeSet<u64> = (0..regions).filter(|&r| bit(&image, r)).collect();
+        let set = (0..regions)
+            .map(|r| AtomicBool::new(bit(&image, r)))
+            .collect();
+        Bitmap {
+            at,
+            array_uuid,
+            regions,
+            set,
+            started: (0..regions).map(|_| AtomicU32::new(0)).collect(),
+            finished: (0..regions).map(|_| AtomicU32::new(0)).collect(),
+            pending: (0..regions).map(|_| AtomicBool::new(false)).collect(),
+            pending_count: AtomicU64::new(0),
+            disk: Mutex::new(Disk {
+                image,
+                dirty,
+                quiet: HashMap::new(),
+            }),
+            targets: RwLock::new(targets),
+            idle: Mutex::new(BITMAP_IDLE_DEFAULT),
+            block_writes: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn regions(&self) -> u64 {
+        self.regions
+    }
+    pub(crate) fn region_bytes(&self) -> u64 {
+        self.at.region_bytes
+    }
+    /// Regions overlapping array bytes `[offset, offset + len)`, `len > 0`.
+    pub(crate) fn regions_of(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        assert!(len > 0);
+        let first = offset / self.at.region_bytes;
+        let last = (offset + len - 1) / self.at.region_bytes;
+        assert!(last < self.regions, "write past the bitmap");
+        first..last + 1
+    }
+    pub(crate) fn is_set(&self, r: u64) -> bool {
+        self.set[r as usize].load(Ordering::SeqCst)
+    }
+    pub(crate) fn dirty_count(&self) -> u64 {
+        self.lock_disk().dirty.len() as u64
+    }
+    /// Regions whose bit is set now (durably).
+    pub(crate) fn dirty_regions(&self) -> Vec<u64> {
+        self.lock_disk().dirty.iter().copied().collect()
+    }
+    pub(crate) fn set_idle(&self, idle: Duration) {
+        *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = idle;
+    }
+    pub(crate) fn idle(&self) -> Duration {
+        *self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_disk(&self) -> MutexGuard<'_, Disk> {
+        self.disk.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks `regions` as awaiting a resync (they hold set bits).
+    pub(crate) fn set_pending(&self, regions: impl Iterator<Item = u64>) {
+        for r in regions {
+            assert!(self.is_set(r), "a pending region must hold its bit");
+            if !self.pending[r as usize].swap(true, Ordering::AcqRel) {
+                self.pending_count.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+    pub(crate) fn is_pending(&self, r: u64) -> bool {
+        self.pending[r as usize].load(Ordering::Acquire)
+    }
+    pub(crate) fn pending_count(&self) -> u64 {
+        self.pending_count.load(Ordering::Acquire)
+    }
+    pub(crate) fn resolve_all_pending(&self) {
+        if self.pending_count() == 0 {
+            return;
+        }
+        for r in 0..self.regions {
+            self.resolve_pending(r);
+        }
+    }
+    pub(crate) fn resolve_pending(&self, r: u64) {
+        if self.pending[r as usize].swap(false, Ordering::AcqRel) {
+            self.pending_count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Changes the member receiving bitmap writes for `role`; a new one first receives the
+    /// whole current bitmap (flushed).
+    pub(crate) fn set_target(&self, role: usize, whole: Option<Arc<dyn Member>>) -> io::Result<()> {
+        let disk = self.lock_disk();
+        if let Some(m) = &whole {
+            let blocks = (self.at.bytes / BITMAP_BLOCK_BYTES) as usize;
+            let mut area = Vec::with_capacity(self.at.bytes as usize);
+            let mut padded = disk.image.clone();
+            padded.resize(blocks * BITS_BYTES_PER_BLOCK, 0);
+            for index in 0..blocks {
+                area.extend_from_slice(&encode_block(&self.array_uuid, &padded, index));
+            }
+            m.write_at(&area, self.at.offset_bytes)?;
+            m.flush()?;
+        }
+        self.targets.write().unwrap_or_else(|p| p.into_inner())[role] = whole;
+        Ok(())
+    }
+
+    /// Counts a write to `regions` as started and makes sure their bits are durable; the
+    /// returned guard counts it finished when dropped. `writable[role]` says which members
+    /// take bitmap writes now.
+    pub(crate) fn start_write<'a>(
+        &'a self,
+        regions: std::ops::Range<u64>,
+        writable: impl Fn() -> Vec<bool>,
+    ) -> Result<WriteIntent<'a>, BitmapWriteError> {
+        let mut missing = false;
+        for r in regions.clone() {
+            self.started[r as usize].fetch_add(1, Ordering::SeqCst);
+            missing |= !self.set[r as usize].load(Ordering::SeqCst);
+        }
+        let intent = WriteIntent {
+            bitmap: self,
+            regions: regions.clone(),
+        };
+        if missing {
+            self.set_bits(regions, &writable())?;
+        }
+        Ok(intent)
+    }
+
+    /// The slow path: under the lock, writes the bits not yet durable to every member in
+    /// `writable` and flushes them; then publishes them.
+    fn set_bits(
+        &self,
+        regions: std::ops::Range<u64>,
+        writable: &[bool],
+    ) -> Result<(), BitmapWriteError> {
+        let mut disk = self.lock_disk();
+        let todo: Vec<u64> = regions.filter(|&r| !self.is_set(r)).collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        for &r in &todo {
+            if !bit(&disk.image, r) {
+                put_bit(&mut disk.image, r, true);
+                disk.dirty.insert(r);
+            }
+        }
+        let blocks: BTreeSet<usize> = todo
+            .iter()
+            .map(|&r| (r / BITS_PER_BLOCK) as usize)
+            .collect();
+        self.write_blocks(&disk.image, &blocks, writable)?;
+        for &r in &todo {
+            disk.quiet.remove(&r);
+            self.set[r as usize].store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Writes `blocks` of `image` to every writable target and flushes, in parallel.
+    fn write_blocks(
+        &self,
+        image: &[u8],
+        blocks: &BTreeSet<usize>,
+        writable: &[bool],
+    ) -> Result<(), BitmapWriteError> {
+        let targets: Vec<(usize, Arc<dyn Member>)> = {
+            let t = self.targets.read().unwrap_or_else(|p| p.into_inner());
+            t.iter()
+                .enumerate()
+                .filter(|(role, _)| writable.get(*role).copied().unwrap_or(false))
+                .filter_map(|(role, m)| Some((role, Arc::clone(m.as_ref()?))))
+                .collect()
+        };
+        let encoded: Vec<(u64, Vec<u8>)> = blocks
+            .iter()
+            .map(|&i| {
+                let at = self.at.offset_bytes + i as u64 * BITMAP_BLOCK_BYTES;
+                (at, encode_block(&self.array_uuid, image, i))
+            })
+            .collect();
+        let write_one = |m: &Arc<dyn Member>| -> io::Result<()> {
+            for (at, block) in &encoded {
+                m.write_at(block, *at)?;
+            }
+            m.flush()
+        };
+        let results: Vec<(usize, String, io::Result<()>)> = if targets.len() == 1 {
+            let (role, m) = &targets[0];
+            vec![(*role, m.name().to_string(), write_one(m))]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = targets
+                    .iter()
+                    .map(|(role, m)| (*role, m.name().to_string(), s.spawn(|| write_one(m))))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|(role, name, h)| {
+                        let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                        (role, name, r)
+                    })
+                    .collect()
+            })
+        };
+        self.block_writes
+            .fetch_add((targets.len() * encoded.len()) as u64, Ordering::Relaxed);
+        match results.into_iter().find(|(_, _, r)| r.is_err()) {
+            Some((role, name, Err(source))) => Err(BitmapWriteError { role, name, source }),
+            _ => Ok(()),
+        }
+    }
+
+    /// One pass of the lazy clear: regions set, not pending, with no write in flight and no
+    /// write started for the idle time. `flush_all` makes every member's data durable (the
+    /// array flush) and says whether it succeeded with the same members in sync. Returns the
+    /// number of regions cleared.
+    pub(crate) fn clear_idle(
+        &self,
+        now: Instant,
+        flush_all: impl FnOnce() -> bool,
+        writable: &[bool],
+    ) -> Result<u64, BitmapWriteError> {
+        let idle = self.idle();
+        let mut disk = self.lock_disk();
+        let mut candidates = Vec::new();
+        let dirty: Vec<u64> = disk.dirty.iter().copied().collect();
+        for r in dirty {
+            let i = r as usize;
+            let started = self.started[i].load(Ordering::SeqCst);
+            let in_flight = started != self.finished[i].load(Ordering::SeqCst);
+            if in_flight || self.is_pending(r) || !self.is_set(r) {
+                disk.quiet.remove(&r);
+                continue;
+            }
+            match disk.quiet.get(&r) {
+                Some(&(seen, since)) if seen == started => {
+                    if now.duration_since(since) >= idle {
+                        candidates.push((r, started));
+                    }
+                }
+                _ => {
+                    disk.quiet.insert(r, (started, now));
+                }
+            }
+        }
+        self.clear_regions(&mut disk, candidates, flush_all, writable)
+    }
+
+    /// Clears every set region with no write in flight (a clean close: no writer can start).
+    pub(crate) fn clear_all(
+        &self,
+        flush_all: impl FnOnce() -> bool,
+        writable: &[bool],
+    ) -> Result<u64, BitmapWriteError> {
+        let mut disk = self.lock_disk();
+        let candidates: Vec<(u64, u32)> = disk
+            .dirty
+            .iter()
+            .map(|&r| (r, self.started[r as usize].load(Ordering::SeqCst)))
+            .filter(|&(r, s)| {
+                s == self.finished[r as usize].load(Ordering::SeqCst) && !self.is_pending(r)
+            })
+            .collect();
+        self.clear_regions(&mut disk, candidates, flush_all, writable)
+    }
+
+    fn clear_regions(
+        &self,
+        disk: &mut Disk,
+        candidates: Vec<(u64, u32)>,
+        flush_all: impl FnOnce() -> bool,
+        writable: &[bool],
+    ) -> Result<u64, BitmapWriteError> {
+        // Withdraw the flags first; a writer that started meanwhile keeps its region.
+        let mut cleared = Vec::new();
+        for (r, started) in candidates {
+            self.set[r as usize].store(false, Ordering::SeqCst);
+            if self.started[r as usize].load(Ordering::SeqCst) == started {
+                cleared.push(r);
+            } else {
+                self.set[r as usize].store(true, Ordering::SeqCst);
+            }
+        }
+        if cleared.is_empty() {
+            return Ok(0);
+        }
+        // Writes that finished may not be durable yet: flush every member before any bit
+        // goes. A failed flush or a member state change keeps every bit.
+        if !flush_all() {
+            for &r in &cleared {
+                self.set[r as usize].store(true, Ordering::SeqCst);
+            }
+            return Ok(0);
+        }
+        for &r in &cleared {
+            put_bit(&mut disk.image, r, false);
+            disk.dirty.remove(&r);
+            disk.quiet.remove(&r);
+        }
+        let blocks: BTreeSet<usize> = cleared
+            .iter()
+            .map(|&r| (r / BITS_PER_BLOCK) as usize)
+            .collect();
+        self.write_blocks(&disk.image, &blocks, writable)?;
+        Ok(cleared.len() as u64)
+    }
+}
+
+/// A write counted as in flight on its regions; dropping it counts the write finished.
+pub(crate) struct WriteIntent<'a> {
+    bitmap: &'a Bitmap,
+    regions: std::ops::Range<u64>,
+}
+
+impl Drop for WriteIntent<'_> {
+    fn drop(&mut self) {
+        for r in self.regions.clone() {
+            self.bitmap.finished[r as usize].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_grows_the_region_until_the_array_fits() {
+        let at = layout_for(1 << 30, 64 << 20);
+        assert_eq!((at.region_bytes, at.bytes), (64 << 20, 4096));
+        let huge = layout_for(u64::MAX / 2, 4096);
+        assert!(huge.region_bytes >= (u64::MAX / 2) / BITMAP_REGIONS_MAX);
+        assert!(huge.bytes <= 33 * 4096);
+        assert!(BITMAP_OFFSET + huge.bytes <= crate::DATA_OFFSET_DEFAULT);
+    }
+
+    #[test]
+    fn blocks_roundtrip_and_detect_damage() {
+        let uuid = Uuid::new_v4();
+        let mut image = vec![0u8; 5000];
+        put_bit(&mut image, 3, true);
+        put_bit(&mut image, BITS_PER_BLOCK + 7, true);
+        for index in 0..2 {
+            let block = encode_block(&uuid, &image, index);
+            let bits = decode_block(&uuid, &block, index).expect("valid block");
+            let start = index * BITS_BYTES_PER_BLOCK;
+            let n = (image.len() - start).min(BITS_BYTES_PER_BLOCK);
+            assert_eq!(&bits[..n], &image[start..start + n]);
+            assert!(
+                decode_block(&uuid, &block, index + 1).is_none(),
+                "misplaced"
+            );
+            assert!(
+                decode_block(&Uuid::new_v4(), &block, index).is_none(),
+                "foreign"
+            );
+            for at in [0, 100, 4081, 4090, 4095] {
+                let mut bad = block.clone();
+                bad[at] ^= 0x10;
+                assert!(decode_block(&uuid, &bad, index).is_none(), "flip at {at}");
+            }
+        }
+        assert!(decode_block(&uuid, &[0u8; 4096], 0).is_none(), "zeroes");
+    }
+}

@@ -1,0 +1,329 @@
+//! The write-intent bitmap in a [`VolumeCore`]: loading it at assembly, the lazy clear
+//! thread, reads during a resync of mirrors, re-adding a member that was away for a while,
+//! and what `status` shows. The bitmap itself is in `bitmap`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use engine::{MemberHealth, SyncMode};
+use layout::Level;
+use member::Member;
+use serde::Serialize;
+
+use crate::bitmap::{read_image, Bitmap, BitmapWriteError};
+use crate::superblock::Superblock;
+use crate::volume::{Held, MetaState, VolumeCore, VolumeError};
+
+/// The bitmap as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BitmapStatus {
+    /// Array bytes per bit.
+    pub region_bytes: u64,
+    pub regions: u64,
+    /// Regions whose bit is set on the members now.
+    pub dirty_regions: u64,
+    /// Regions dirty at an unclean shutdown and not resynced yet.
+    pub resync_pending_regions: u64,
+    /// Bitmap block writes issued so far (per member).
+    pub block_writes: u64,
+}
+
+/// The bitmap of an array being assembled: the union of the bits on every member holding a
+/// role (a block that fails its check, or a member that cannot be read, counts as all set).
+pub(crate) fn load(sb: &Superblock, roles: &[Option<Held>]) -> Option<Bitmap> {
+    let at = sb.bitmap?;
+    let regions = sb.array_size_bytes.div_ceil(at.region_bytes).max(1);
+    let mut union = vec![0u8; regions.div_ceil(8) as usize];
+    for held in roles.iter().flatten() {
+        match read_image(held.whole.as_ref(), &sb.array_uuid, &at, regions) {
+            Ok((image, _bad)) => union.iter_mut().zip(&image).for_each(|(u, b)| *u |= b),
+            Err(_) => union.fill(0xFF),
+        }
+    }
+    for r in regions..union.len() as u64 * 8 {
+        union[(r / 8) as usize] &= !(1 << (r % 8));
+    }
+    let targets = roles
+        .iter()
+        .map(|h| h.as_ref().map(|h| Arc::clone(&h.whole)))
+        .collect();
+    Some(Bitmap::new(
+        at,
+        sb.array_uuid,
+        sb.array_size_bytes,
+        union,
+        targets,
+    ))
+}
+
+/// Starts the lazy clear thread; it ends when the volume's worker is told to stop.
+pub(crate) fn spawn_clearer(core: Arc<VolumeCore>) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(format!("raidkit-bm-{}", core.name()))
+        .spawn(move || {
+            while !core.work.stopped() {
+                let tick = core.bitmap_tick();
+                core.work.wait_change(tick);
+                core.clear_pass();
+            }
+        })
+        .expect("cannot start the bitmap thread")
+}
+
+impl VolumeCore {
+    fn bitmap_tick(&self) -> Duration {
+        let idle = self
+            .bitmap
+            .as_ref()
+            .map_or(Duration::from_secs(1), |b| b.idle());
+        (idle / 4).clamp(Duration::from_millis(10), Duration::from_millis(500))
+    }
+
+    /// Clearing is allowed only with every role in sync (a member away keeps its bits: it is
+    /// caught up from them) and no resync pending.
+    fn may_clear(&self, bitmap: &Bitmap) -> bool {
+        if !self.resync_finished() {
+            return false;
+        }
+        let all_in_sync = self
+            .array
+            .health_snapshot()
+            .iter()
+            .all(|h| *h == MemberHealth::InSync);
+        all_in_sync && bitmap.pending_count() == 0
+    }
+
+    /// True when no resync is pending; then nothing awaits one any more (pending regions are
+    /// resolved, reads need no fix-up).
+    pub(crate) fn resync_finished(&self) -> bool {
+        if self.lock_meta().resync_offset.is_some() {
+            return false;
+        }
+        self.read_fixup.store(false, Ordering::Release);
+        if let Some(bitmap) = &self.bitmap {
+            bitmap.resolve_all_pending();
+        }
+        true
+    }
+
+    /// One pass of the lazy clear (see `Bitmap::clear_idle`).
+    pub(crate) fn clear_pass(&self) {
+        let Some(bitmap) = &self.bitmap else { return };
+        if bitmap.dirty_count() == 0 || !self.may_clear(bitmap) {
+            return;
+        }
+        let epoch = self.array.state_epoch();
+        let writable = self.array.writable_snapshot();
+        let flush_all = || self.array.flush().is_ok() && self.array.state_epoch() == epoch;
+        let result = bitmap.clear_idle(Instant::now(), flush_all, &writable);
+        self.bitmap_error(result.map(|_| ()));
+    }
+
+    /// A failed bitmap write fails that member (if the array survives it) and is recorded.
+    fn bitmap_error(&self, result: Result<(), BitmapWriteError>) {
+        if let Err(e) = result {
+            let reason = engine::FaultReason::WriteError(format!("bitmap: {}", e.source));
+            self.array.try_fail_member(e.role, reason);
+            let _ = self.settle();
+        }
+    }
+
+    /// At a clean close (no write in flight, array flushed): clears every bit if allowed.
+    pub(crate) fn clear_bitmap_at_close(&self) -> Result<(), VolumeError> {
+        let Some(bitmap) = &self.bitmap else {
+            return Ok(());
+        };
+        if bitmap.dirty_count() == 0 || !self.may_clear(bitmap) {
+            return Ok(());
+        }
+        let epoch = self.array.state_epoch();
+        let writable = self.array.writable_snapshot();
+        let flush_all = || self.array.flush().is_ok() && self.array.state_epoch() == epoch;
+        let result = bitmap.clear_all(flush_all, &writable);
+        self.bitmap_error(result.map(|_| ()));
+        Ok(())
+    }
+
+    /// How long a region must see no write before its bit is cleared (default 5 s).
+    pub fn set_bitmap_idle(&self, idle: Duration) {
+        if let Some(b) = &self.bitmap {
+            b.set_idle(idle);
+        }
+        self.work.notify();
+    }
+
+    /// The bitmap's state, if the array has one.
+    pub fn bitmap_status(&self) -> Option<BitmapStatus> {
+        let b = self.bitmap.as_ref()?;
+        Some(BitmapStatus {
+            region_bytes: b.region_bytes(),
+            regions: b.regions(),
+            dirty_regions: b.dirty_count(),
+            resync_pending_regions: b.pending_count(),
+            block_writes: b.block_writes.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Whether sync unit `unit` still awaits the running resync.
+    pub(crate) fn unit_awaits_resync(&self, unit: u64, full_from: Option<u64>) -> bool {
+        let ub = self.sync_unit_array_bytes();
+        let (start, end) = (unit * ub, (unit + 1) * ub);
+        if end <= self.resync_progress.load(Ordering::Acquire) {
+            return false;
+        }
+        let (Some(full_from), Some(bitmap)) = (full_from, &self.bitmap) else {
+            return true;
+        };
+        if end > full_from {
+            return true;
+        }
+        let len = end.min(self.size_bytes()) - start;
+        bitmap.regions_of(start, len).any(|r| bitmap.is_pending(r))
+    }
+
+    /// RAID 1/10 with a resync pending: the units a read touches are resynced first (the
+    /// first readable copy wins, as the resync decides), so every read of them returns the
+    /// same copy.
+    pub(crate) fn resync_before_read(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
+        let ub = self.sync_unit_array_bytes();
+        if self.resync_finished() {
+            return Ok(());
+        }
+        let full_from = self.lock_meta().resync_full_from;
+        for unit in offset / ub..=(offset + len - 1) / ub {
+            if !self.read_fixup.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            if !self.unit_awaits_resync(unit, full_from) {
+                continue;
+            }
+            let _gate = self.begin_write()?;
+            let found = self.array.sync_unit(unit, SyncMode::Resync)?;
+            if found.repaired > 0 {
+                let start = unit * ub;
+                self.data_changed(start, ub.min(self.size_bytes() - start));
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-adds `member` to the role it held (it failed or went missing and came back) with a
+    /// rebuild of only the regions whose bits are set: no bit is cleared while a role is not
+    /// in sync, so they cover every write it missed. False (nothing changed) when that cannot
+    /// be bounded: no bitmap, another array or bitmap, a member the role table no longer
+    /// names, a member that was itself being rebuilt, or a role not faulty/missing.
+    pub(crate) fn try_re_add(
+        &self,
+        meta: &mut MetaState,
+        member: &Arc<dyn Member>,
+    ) -> Result<bool, VolumeError> {
+        let Some(bitmap) = &self.bitmap else {
+            return Ok(false);
+        };
+        let Ok(sb) = crate::read_superblock(member.as_ref()) else {
+            return Ok(false);
+        };
+        let Some(role) = self.re_add_role(meta, &sb) else {
+            return Ok(false);
+        };
+        if self.array.health_of(role) == MemberHealth::Faulty {
+            self.array.detach_member(role);
+        }
+        let data_bytes = meta.template.roles[role].data_bytes;
+        let mut held = Held {
+            whole: Arc::clone(member),
+            sb,
+        };
+        held.sb.recovery_offset_bytes = Some(0);
+        let window = held.window(data_bytes);
+        meta.roles[role] = Some(held);
+        self.array
+            .attach_member(role, window)
+            .map_err(|e| VolumeError::Refused {
+                what: format!("re-add role {role}"),
+                reason: e.to_string(),
+            })?;
+        // From the attach on every write reaches it; the bits set by then cover the rest.
+        if let Err(source) = bitmap.set_target(role, Some(Arc::clone(member))) {
+            self.array
+                .try_fail_member(role, engine::FaultReason::WriteError(source.to_string()));
+            self.write_superblocks(meta)?;
+            return Ok(true);
+        }
+        let ranges = self.member_ranges(role, &bitmap.dirty_regions());
+        meta.partial_rebuild[role] = Some(ranges);
+        self.write_superblocks(meta)?;
+        Ok(true)
+    }
+
+    /// At assembly: re-adds a member left out as stale if the bitmap bounds what it missed.
+    pub(crate) fn re_add_stale(&self, member: &Arc<dyn Member>) -> Result<bool, VolumeError> {
+        let mut meta = self.lock_meta();
+        let added = self.try_re_add(&mut meta, member)?;
+        drop(meta);
+        if added {
+            self.work.resume();
+            self.work.notify();
+        }
+        Ok(added)
+    }
+
+    /// The role `sb`'s member may be re-added to, if any.
+    fn re_add_role(&self, meta: &MetaState, sb: &Superblock) -> Option<usize> {
+        let t = &meta.template;
+        let role = sb.role_index()?;
+        let same = sb.array_uuid == t.array_uuid
+            && sb.bitmap == t.bitmap
+            && sb.recovery_offset_bytes.is_none()
+            && role < meta.roles.len()
+            && t.roles[role].member_uuid == sb.member_uuid
+            && t.roles[role].data_bytes == sb.data_bytes;
+        let away = matches!(
+            self.array.health_of(role),
+            MemberHealth::Faulty | MemberHealth::Missing
+        );
+        let holder_ok = meta.roles[role]
+            .as_ref()
+            .is_none_or(|h| h.sb.member_uuid == sb.member_uuid);
+        (same && away && holder_ok).then_some(role)
+    }
+
+    /// The member ranges of `role` holding the array bytes of `regions`, sorted and merged.
+    pub(crate) fn member_ranges(&self, role: usize, regions: &[u64]) -> Vec<(u64, u64)> {
+        let Some(bitmap) = &self.bitmap else {
+            return Vec::new();
+        };
+        let g = self.array.geometry();
+        let chunk = g.chunk_bytes();
+        let member_end = g.member_data_bytes(role);
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for &r in regions {
+            let a = r * bitmap.region_bytes();
+            let b = ((r + 1) * bitmap.region_bytes()).min(self.size_bytes());
+            if a >= b {
+                continue;
+            }
+            let (row_lo, row_hi) = match g.level() {
+                Level::Raid5 | Level::Raid6 => {
+                    let sdb = g.stripe_data_bytes();
+                    (a / sdb, (b - 1) / sdb)
+                }
+                Level::Raid10 => {
+                    let n = g.member_count() as u64;
+                    (2 * (a / chunk) / n, (2 * ((b - 1) / chunk) + 1) / n)
+                }
+                _ => (a / chunk, (b - 1) / chunk),
+            };
+            let lo = (row_lo * chunk).min(member_end);
+            let hi = ((row_hi + 1) * chunk).min(member_end);
+            match out.last_mut() {
+                Some(last) if last.1 >= lo => last.1 = last.1.max(hi),
+                _ if lo < hi => out.push((lo, hi)),
+                _ => {}
+            }
+        }
+        out
+    }
+}

@@ -53,9 +53,14 @@ impl Array {
     }
 
     /// Re-applies logged operations at replay, skipping roles that are missing or failed
-    /// (the present members then hold consistent stripes). Writes are in place only; the
-    /// caller flushes.
+    /// (the present members then hold consistent stripes). Holds the stripe locks of the
+    /// rows touched, so background work (a resync rewriting parity) cannot interleave with a
+    /// replayed stripe. Writes are in place only; the caller flushes.
     pub fn apply_logged(&self, ops: &[LoggedOp<'_>]) -> Result<(), IoError> {
+        let Some((first, end)) = self.logged_rows(ops) else {
+            return Ok(());
+        };
+        let _held = self.locks.lock_range(first, end);
         let writable = self.writable_snapshot();
         let mem_ops: Vec<MemOp<'_>> = ops
             .iter()
@@ -76,6 +81,25 @@ impl Array {
             })
             .collect();
         self.run(mem_ops)
+    }
+
+    /// The stripe rows `first..end` the ops touch (a row of a RAID 5/6 member's data area is
+    /// one chunk of one stripe); `None` for no ops.
+    fn logged_rows(&self, ops: &[LoggedOp<'_>]) -> Option<(u64, u64)> {
+        let chunk = self.geometry.chunk_bytes();
+        let spans = ops.iter().map(|op| match *op {
+            LoggedOp::Write { offset, data, .. } => (offset, data.len() as u64),
+            LoggedOp::Zero { offset, len, .. } => (offset, len),
+        });
+        let first = spans.clone().map(|(offset, _)| offset / chunk).min()?;
+        let end = spans
+            .map(|(offset, len)| (offset + len.max(1) - 1) / chunk + 1)
+            .max()?;
+        assert!(
+            self.geometry.level().has_parity(),
+            "member operations are logged only for RAID 5/6"
+        );
+        Some((first, end))
     }
 
     /// Runs a batch of member writes, logging it first when a log is set. `group_ends` are

@@ -166,16 +166,19 @@ impl WriteBack {
         self.shared.check_failed()
     }
 
-    /// Drains the buffer, checkpoints (so replay cannot bring older data back), then trims.
+    /// Drains the buffer, checkpoints (so replay cannot bring older data back), trims, and
+    /// flushes the array: the trim is not in the journal, and FLUSH does not flush the array.
     pub fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         let _gate = self.shared.drain_exclusive()?;
-        self.shared.backing.trim(offset, len)
+        self.shared.backing.trim(offset, len)?;
+        self.shared.backing.flush()
     }
 
     /// As [`WriteBack::trim`], with zeroes.
     pub fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         let _gate = self.shared.drain_exclusive()?;
-        self.shared.backing.write_zeroes(offset, len)
+        self.shared.backing.write_zeroes(offset, len)?;
+        self.shared.backing.flush()
     }
 
     /// Applies everything buffered, flushes the array, checkpoints the journal empty and

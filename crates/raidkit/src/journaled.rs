@@ -227,7 +227,11 @@ impl Backing for VolumeBacking {
         self.0.size_bytes()
     }
     fn stripe_bytes(&self) -> u64 {
-        self.0.array().geometry().stripe_data_bytes()
+        let geometry = self.0.array().geometry();
+        match geometry.level().has_parity() {
+            true => geometry.stripe_data_bytes(),
+            false => geometry.chunk_bytes(),
+        }
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         Ok(self.0.read(offset, buf)?)

@@ -12,8 +12,9 @@ use metadata::{assemble, create, ArrayState, AssembleOptions, CreateOptions, Vol
 use crate::grid::{sub_seed, CutPolicy, PowerGrid};
 use crate::model::{RegionModel, MAYBE_OPS_MAX};
 
-/// Data area start on every simulated member (just past the superblock).
-pub const DATA_OFFSET_BYTES: u64 = 8192;
+/// Data area start on every simulated member (room for the superblock and a write-intent
+/// bitmap).
+pub const DATA_OFFSET_BYTES: u64 = 64 * 1024;
 
 /// The array a case builds and the workload it runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -303,9 +303,10 @@ pub fn attach(plan: Plan, volume: &Arc<Volume>, read_only: bool) -> anyhow::Resu
             .array()
             .set_write_log(Some(Arc::new(WriteThroughLog::new(Arc::clone(&j)))));
     }
-    if mode == Mode::WriteBack && !read_only {
+    if (mode == Mode::WriteBack || summary.records > 0) && !read_only {
         // Acknowledged writes may sit in the journal from now on: the superblocks must say
-        // dirty (an empty write marks them), so a clean state always means "drained".
+        // dirty (an empty write marks them), so a clean state always means "drained". After a
+        // replay (written below the volume) this also lets `close` mark the array clean.
         volume.write(0, &[]).context("marking the array dirty")?;
     }
     let writeback = match mode {

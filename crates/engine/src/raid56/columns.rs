@@ -71,6 +71,27 @@ impl Columns {
         }
     }
 
+    /// Reads needed to rebuild the lost blocks, for columns used by `rebuild` only (degraded
+    /// reads): as `read_ops`, except that a RAID 6 stripe that lost one data block is rebuilt
+    /// from P alone (`parity::reconstruct` does not use Q then), so Q is not read and its
+    /// buffer is left as it was.
+    pub(crate) fn rebuild_read_ops<'s>(&'s mut self, g: &Geometry, ops: &mut Vec<MemOp<'s>>) {
+        let k = g.data_per_stripe();
+        let has_q = g.q_role(self.stripe).is_some();
+        let skip_q = has_q && self.lost.len() == 1 && self.lost[0] < k;
+        let offset = self.member_offset + self.lo;
+        for (b, block) in self.blocks.iter_mut().enumerate() {
+            if self.lost.contains(&b) || (skip_q && b == k + 1) {
+                continue;
+            }
+            ops.push(MemOp::Read {
+                role: block_role(g, self.stripe, b),
+                offset,
+                buf: block,
+            });
+        }
+    }
+
     /// Recomputes the lost blocks from the others.
     pub(crate) fn rebuild(&mut self, g: &Geometry) {
         if self.lost.is_empty() {

@@ -75,7 +75,7 @@ impl Array {
             }
         }
         for (columns, _) in rebuilds.iter_mut() {
-            columns.read_ops(g, &mut ops);
+            columns.rebuild_read_ops(g, &mut ops);
         }
         self.run(ops)?;
         for (columns, span) in rebuilds.iter_mut() {

@@ -12,7 +12,8 @@ For each redundant level (1, 5, 6, 10), ``ROUNDS`` rounds on the same member fil
 5. drive the server with libnbd's asynchronous API (up to ``DEPTH`` requests in flight): seeded
    random writes of 1-4 blocks of 4 KiB, one in eight of 16-64 blocks (one in eight FUA) at
    random blocks of a 2 MiB window, a FLUSH every 2-6 writes; never two writes in flight to one
-   block, so every block's versions are ordered. After a random number of requests, SIGKILL the server with requests in flight.
+   block, so every block's versions are ordered. After a random number of requests, SIGKILL the
+   server with requests in flight.
 
 ``test_kill9_write_back_journal_keeps_acknowledged_writes`` does the same for RAID 5 and 6 with a
 write-back journal (``--journal PATH --journal-mode write-back``): there every acknowledged write,

@@ -1,0 +1,213 @@
+//! Rebuild speed and degraded reads on members limited like disks (docs/PERFORMANCE.md,
+//! "Degraded reads and rebuild"; issue 4's goals: unthrottled rebuild ≥ 80 % of the raw
+//! sequential write speed of the member being rebuilt, degraded reads ≥ 60 % of healthy).
+//!
+//! Every member is its own `nbdkit --filter=rate memory` server on a Unix socket (read and
+//! write each limited to RATE megabits per second, separately, as the rate filter does), used
+//! through raidkit's `NbdMember` client (`nbd+unix://`). So the member's speed is a device
+//! limit, not a memory copy, and the comparison means something on a busy 2-core machine.
+//!
+//! For RAID 5 over 4 and RAID 6 over 5 members: sequential reads of the whole array (1 MiB
+//! requests, 4 in flight) healthy and with member 1 left out, interleaved rounds; then an
+//! unthrottled rebuild of member 1 onto a fresh rate-limited member (through the volume: fail,
+//! remove, add, wait_idle — includes the spare promotion, checkpoints and the final flush)
+//! against a raw sequential write (4 MiB writes one after another, then a flush) of the same
+//! size to another fresh rate-limited member through the same client, interleaved. Best of
+//! 3 rounds each.
+//!
+//! Usage: `cargo run --release -p metadata --example rebuild_bench [RATE_MBIT] [MEMBER_MIB]`
+//! (defaults: 400 Mbit/s = 50 MB/s per direction, 128 MiB members). Needs `nbdkit` on PATH.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use member::{Member, OpenOptions};
+use metadata::{assemble, create, AssembleOptions, CreateOptions, SpeedLimits};
+
+const READ_BYTES: u64 = 1 << 20;
+const READERS: u64 = 4;
+const WRITE_BYTES: usize = 4 << 20;
+const MIB: f64 = 1048576.0;
+const ROUNDS: usize = 3;
+/// Rate-filter bucket, in seconds of the rate: small, so no burst above the rate after idling.
+const BURSTINESS: &str = "0.2";
+
+/// The nbdkit servers started by this bench; killed (by their own pids) when dropped.
+struct Servers {
+    dir: PathBuf,
+    children: Vec<Child>,
+    rate_mbit: u64,
+    member_bytes: u64,
+}
+
+impl Servers {
+    /// Starts one rate-limited nbdkit memory server; returns its member.
+    fn member(&mut self, name: &str) -> Arc<dyn Member> {
+        let sock = self.dir.join(format!("{name}.sock"));
+        let child = Command::new("nbdkit")
+            .args(["-f", "--exit-with-parent", "-U"])
+            .arg(&sock)
+            .args(["--filter=rate", "memory"])
+            .arg(format!("size={}", self.member_bytes))
+            .arg(format!("rate={}M", self.rate_mbit))
+            .arg(format!("burstiness={BURSTINESS}"))
+            .spawn()
+            .expect("start nbdkit (is it installed?)");
+        self.children.push(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "nbdkit socket {sock:?} never appeared"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let uri = format!("nbd+unix:///?socket={}", sock.display());
+        member::open(&uri, &OpenOptions::default()).expect("open the NBD member")
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rate_mbit: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(400);
+    let member_mib: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(128);
+    let dir = std::env::temp_dir().join(format!("raidkit-rebuild-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("socket directory");
+    println!(
+        "members: nbdkit memory + rate filter, {rate_mbit} Mbit/s ({:.1} MiB/s) read and write each, {member_mib} MiB; 128 KiB chunks",
+        rate_mbit as f64 * 1e6 / 8.0 / MIB
+    );
+    println!("| level | healthy read MiB/s | degraded read MiB/s | degraded/healthy | raw write MiB/s | rebuild MiB/s | rebuild/raw |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (level, count) in [("raid5", 4), ("raid6", 5)] {
+        let mut servers = Servers {
+            dir: dir.join(level),
+            children: Vec::new(),
+            rate_mbit,
+            member_bytes: member_mib << 20,
+        };
+        std::fs::create_dir_all(&servers.dir).expect("socket directory");
+        run(&mut servers, level, count);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Reads the whole array in `READ_BYTES` requests, `READERS` in flight.
+fn read_all(array: &engine::Array) -> f64 {
+    let size = array.size_bytes();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..READERS {
+            s.spawn(move || {
+                let mut buf = vec![0u8; READ_BYTES as usize];
+                let mut at = t * READ_BYTES;
+                while at < size {
+                    let n = (size - at).min(READ_BYTES) as usize;
+                    array.read(at, &mut buf[..n]).expect("read");
+                    at += READERS * READ_BYTES;
+                }
+            });
+        }
+    });
+    size as f64 / MIB / start.elapsed().as_secs_f64()
+}
+
+/// A second engine array over the same data areas, with `missing` left out; every member
+/// share runs on its own thread (members are slow devices, not page-cache copies).
+fn view(v: &metadata::Volume, missing: Option<usize>) -> engine::Array {
+    let a = v.array();
+    let g = a.geometry();
+    let config = engine::ArrayConfig {
+        level: g.level(),
+        chunk_bytes: g.chunk_bytes(),
+        member_count: g.member_count(),
+        member_data_bytes: (0..g.member_count())
+            .map(|r| g.member_data_bytes(r))
+            .collect(),
+    };
+    let members = (0..g.member_count())
+        .map(|r| (Some(r) != missing).then(|| a.member(r).expect("member")))
+        .collect();
+    let array = engine::Array::new(config, members).expect("array view");
+    array.set_fanout_min_bytes(0);
+    array
+}
+
+/// A sequential write stream of `bytes` to a fresh member, then a flush.
+fn raw_write(m: &dyn Member, bytes: u64) -> f64 {
+    let buf = vec![0x5au8; WRITE_BYTES];
+    let start = Instant::now();
+    let mut at = 0;
+    while at < bytes {
+        let n = (bytes - at).min(buf.len() as u64) as usize;
+        m.write_at(&buf[..n], at).expect("raw write");
+        at += n as u64;
+    }
+    m.flush().expect("flush");
+    bytes as f64 / MIB / start.elapsed().as_secs_f64()
+}
+
+fn run(servers: &mut Servers, level: &str, count: usize) {
+    let members: Vec<Arc<dyn Member>> = (0..count)
+        .map(|i| servers.member(&format!("m{i}")))
+        .collect();
+    let mut opts = CreateOptions::new(level.parse().expect("level"), "bench");
+    opts.chunk_bytes = 128 * 1024;
+    opts.assume_clean = true; // nbdkit memory members start zeroed: consistent
+    create(&members, &opts).expect("create");
+    let v = assemble(members, &AssembleOptions::default()).expect("assemble");
+    v.set_speed_limits(SpeedLimits {
+        min_bytes_per_sec: u64::MAX / 4,
+        max_bytes_per_sec: u64::MAX / 2,
+    });
+    let data: Vec<u8> = (0..4 << 20).map(|i| (i * 7 + 3) as u8).collect();
+    let mut at = 0;
+    while at < v.size_bytes() {
+        let n = (v.size_bytes() - at).min(data.len() as u64) as usize;
+        v.write(at, &data[..n]).expect("fill");
+        at += n as u64;
+    }
+    v.flush().expect("flush");
+    let (healthy_view, degraded_view) = (view(&v, None), view(&v, Some(1)));
+    let (mut healthy, mut degraded) = (0f64, 0f64);
+    for _ in 0..ROUNDS {
+        healthy = healthy.max(read_all(&healthy_view));
+        degraded = degraded.max(read_all(&degraded_view));
+    }
+    drop((healthy_view, degraded_view));
+    let data_bytes = v.array().geometry().member_data_bytes(1);
+    let (mut raw, mut rebuild) = (0f64, 0f64);
+    for round in 0..ROUNDS {
+        let target = servers.member(&format!("raw{round}"));
+        raw = raw.max(raw_write(target.as_ref(), data_bytes));
+        v.fail("role 1").expect("fail");
+        v.remove("role 1").expect("remove");
+        let spare = servers.member(&format!("spare{round}"));
+        let start = Instant::now();
+        v.add(spare).expect("add");
+        assert!(
+            v.wait_idle(Duration::from_secs(3600)),
+            "rebuild did not finish"
+        );
+        rebuild = rebuild.max(data_bytes as f64 / MIB / start.elapsed().as_secs_f64());
+    }
+    assert!(v.array().check().expect("check").is_consistent());
+    v.close().expect("close");
+    println!(
+        "| {level} x{count} | {healthy:.1} | {degraded:.1} | {:.0} % | {raw:.1} | {rebuild:.1} | {:.0} % |",
+        100.0 * degraded / healthy,
+        100.0 * rebuild / raw
+    );
+}

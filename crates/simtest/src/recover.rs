@@ -70,16 +70,13 @@ pub fn recover_with(
         .close()
         .unwrap_or_else(|e| panic!("{context}: close after recovery: {e}"));
     drop(volume);
-    if shape.redundant() {
-        // Linear / RAID 0 assembled dirty stay marked dirty until written and closed again
-        // (nothing to resync, and `close` skips an unchanged volume): harmless, not asserted.
-        let after = freshest_state(&images);
-        assert_eq!(
-            after,
-            ArrayState::Clean,
-            "{context}: not clean after recovery and close"
-        );
-    }
+    // Every level, linear and RAID 0 included (they stayed dirty before 26486fa).
+    let after = freshest_state(&images);
+    assert_eq!(
+        after,
+        ArrayState::Clean,
+        "{context}: not clean after recovery and close"
+    );
     for removed in removal_sets(shape, seed) {
         check_degraded(&images, &removed, &image, context);
     }

@@ -110,11 +110,9 @@ fn interrupted_dirty_clean_marking_still_assembles() {
 
 /// `Volume::resync` on a dirty RAID 1 assembled with a member missing (what a power cut during
 /// the dirty marking leaves, see above) must return — done or refused — not wait forever: the
-/// background worker only resyncs when every member is in sync.
+/// background worker only resyncs when every member is in sync (regression: it waited
+/// forever).
 #[test]
-#[ignore = "bug: metadata Volume::resync() never returns on a degraded dirty array (tasks.rs \
-            next_task requires all members in sync; volume.rs resync() waits for resync_offset \
-            to clear without a deadline)"]
 fn resync_of_a_degraded_dirty_array_returns() {
     let shape = torn_shape("raid1".parse().expect("level"), 2);
     let (grid, volume) = simtest::build(&shape, 7, simtest::CutPolicy::Anywhere, u64::MAX);

@@ -180,7 +180,17 @@ fn cached_export(
 ) -> anyhow::Result<Arc<dyn nbd::Export>> {
     let export = ReadCache::new(journaled.export(VolumeExport(Arc::clone(volume))), cache)
         .context("starting the read cache")?;
-    Ok(Arc::new(export))
+    let export = Arc::new(export);
+    // A scrub repair or a resync can change what the volume reads underneath the cache (a
+    // RAID 6 data fix, a mirror copy rewritten): drop those blocks. Weak, so the volume does
+    // not keep the cache (and, through it, itself) alive.
+    let weak = Arc::downgrade(&export);
+    volume.set_data_changed_hook(Box::new(move |offset, len| {
+        if let Some(cache) = weak.upgrade() {
+            cache.invalidate(offset, len);
+        }
+    }));
+    Ok(export)
 }
 
 /// Where to listen, decided before anything is opened.

@@ -392,7 +392,16 @@ impl VolumeCore {
             if pacer.must_wait() {
                 pipeline.drain();
             }
-            if self.array.health_of(role) != MemberHealth::Recovering || !pacer.wait_turn(self) {
+            if self.array.health_of(role) != MemberHealth::Recovering {
+                return Ok(());
+            }
+            if !pacer.wait_turn(self) {
+                // Paused or stopping (a clean shutdown): save how far the rebuild got, so a
+                // restart resumes here rather than at the last periodic checkpoint.
+                pipeline.drain();
+                if offset > start && self.array.health_of(role) == MemberHealth::Recovering {
+                    self.checkpoint_rebuild(role, Some(offset))?;
+                }
                 return Ok(());
             }
             let len = pacer

@@ -178,6 +178,42 @@ fn rebuild_resumes_after_restart_at_the_saved_offset() {
 }
 
 #[test]
+fn clean_close_mid_rebuild_saves_the_offset_reached() {
+    // The periodic checkpoints are seconds apart; a clean shutdown (close) must save where the
+    // rebuild got to, so the restarted rebuild starts at or past what status last showed.
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, spares) = array_with_spares(dir.path(), "rc", "raid5", 3, 1);
+    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let opts = AssembleOptions {
+        speed_limits: SpeedLimits {
+            min_bytes_per_sec: 256 << 10,
+            max_bytes_per_sec: 512 << 10,
+        },
+        ..AssembleOptions::default()
+    };
+    let v = assemble(open_all(&all), &opts).unwrap();
+    let model = fill(&v, 3);
+    v.fail("role 0").unwrap();
+    assert!(
+        wait_for(30, || v.status().task.is_some_and(|t| t.done_bytes > 0)),
+        "the rebuild started"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let shown = v.status().task.unwrap().done_bytes;
+    v.close().unwrap();
+    let saved = read_sb(&spares[0]).recovery_offset_bytes.unwrap();
+    assert!(saved >= shown, "saved {saved} < shown {shown} before close");
+    drop(v);
+    let v = assemble(open_all(&all), &opts).unwrap();
+    assert!(v.status().members[0].rebuild_offset_bytes.unwrap() >= shown);
+    v.set_speed_limits(fast());
+    assert!(v.wait_idle(WAIT));
+    assert!(v.array().check().unwrap().is_consistent());
+    v.fail("role 1").unwrap();
+    assert_data(&v, &model, "rebuilt member serves its share");
+}
+
+#[test]
 fn replace_under_writes_never_degrades() {
     for (level, count) in [("raid1", 2), ("raid5", 3), ("raid6", 4), ("raid10", 4)] {
         let dir = tempfile::tempdir().unwrap();

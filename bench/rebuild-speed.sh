@@ -1,7 +1,7 @@
 #!/bin/sh
 # Rebuild speed against the raw write speed of the member being rebuilt, and degraded against
 # healthy sequential reads, on members limited like disks: each member is its own
-# `nbdkit --filter=rate memory` server (RATE_MBIT megabits/s for reads and for writes), used
+# `nbdkit --filter=blocksize --filter=rate memory` server (RATE_MBIT megabits/s for reads and for writes, 256 KiB pieces), used
 # through raidkit's NBD member client. RAID 5 over 4 and RAID 6 over 5 members; prints a
 # markdown table (docs/PERFORMANCE.md, "Degraded reads and rebuild").
 #

@@ -2,8 +2,9 @@
 //! "Degraded reads and rebuild"; issue 4's goals: unthrottled rebuild ≥ 80 % of the raw
 //! sequential write speed of the member being rebuilt, degraded reads ≥ 60 % of healthy).
 //!
-//! Every member is its own `nbdkit --filter=rate memory` server on a Unix socket (read and
-//! write each limited to RATE megabits per second, separately, as the rate filter does), used
+//! Every member is its own `nbdkit --filter=blocksize --filter=rate memory` server on a Unix
+//! socket (read and write each limited to RATE megabits per second, separately, as the rate
+//! filter does; requests split into 256 KiB pieces before the limit), used
 //! through raidkit's `NbdMember` client (`nbd+unix://`). So the member's speed is a device
 //! limit, not a memory copy, and the comparison means something on a busy 2-core machine.
 //!
@@ -16,7 +17,8 @@
 //! 3 rounds each.
 //!
 //! Usage: `cargo run --release -p metadata --example rebuild_bench [RATE_MBIT] [MEMBER_MIB]`
-//! (defaults: 400 Mbit/s = 50 MB/s per direction, 128 MiB members). Needs `nbdkit` on PATH.
+//! (defaults: 400 Mbit/s per direction — nbdkit's M is 2^20, so 50 MiB/s — and 256 MiB
+//! members). Needs `nbdkit` on PATH.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -31,8 +33,14 @@ const READERS: u64 = 4;
 const WRITE_BYTES: usize = 4 << 20;
 const MIB: f64 = 1048576.0;
 const ROUNDS: usize = 3;
-/// Rate-filter bucket, in seconds of the rate: small, so no burst above the rate after idling.
-const BURSTINESS: &str = "0.2";
+/// Rate-filter bucket, in seconds of the rate (nbdkit's default is 2 s). It must be much
+/// smaller than the time of one rebuild step (4 MiB): else a member idle during the other
+/// half of a step refills its bucket and serves the next step at once, so even a rebuild that
+/// never overlaps reads with writes looks write-bound. 20 ms = 1 MiB at 50 MiB/s. The
+/// blocksize filter in front splits requests into 256 KiB pieces, below the bucket (the rate
+/// filter is slow and lumpy on requests larger than its bucket: 4 MiB writes got a quarter of
+/// the rate).
+const BURSTINESS: &str = "0.02";
 
 /// The nbdkit servers started by this bench; killed (by their own pids) when dropped.
 struct Servers {
@@ -49,7 +57,12 @@ impl Servers {
         let child = Command::new("nbdkit")
             .args(["-f", "--exit-with-parent", "-U"])
             .arg(&sock)
-            .args(["--filter=rate", "memory"])
+            .args([
+                "--filter=blocksize",
+                "--filter=rate",
+                "memory",
+                "maxdata=256K",
+            ])
             .arg(format!("size={}", self.member_bytes))
             .arg(format!("rate={}M", self.rate_mbit))
             .arg(format!("burstiness={BURSTINESS}"))
@@ -82,12 +95,12 @@ impl Drop for Servers {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let rate_mbit: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(400);
-    let member_mib: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(128);
+    let member_mib: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(256);
     let dir = std::env::temp_dir().join(format!("raidkit-rebuild-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("socket directory");
     println!(
-        "members: nbdkit memory + rate filter, {rate_mbit} Mbit/s ({:.1} MiB/s) read and write each, {member_mib} MiB; 128 KiB chunks",
-        rate_mbit as f64 * 1e6 / 8.0 / MIB
+        "members: nbdkit memory + rate filter, {rate_mbit} Mbit/s ({:.1} MiB/s) read and write each, burstiness {BURSTINESS} s, {member_mib} MiB; 128 KiB chunks",
+        rate_mbit as f64 / 8.0
     );
     println!("| level | healthy read MiB/s | degraded read MiB/s | degraded/healthy | raw write MiB/s | rebuild MiB/s | rebuild/raw |");
     println!("|---|---:|---:|---:|---:|---:|---:|");

@@ -107,6 +107,14 @@ impl fmt::Display for AssembleError {
             NoMembers => write!(f, "no members given"),
             DuplicateMember { name } => write!(f, "member {name}: given more than once"),
             Read { name, source } => write!(f, "member {name}: cannot read the superblock: {source}"),
+            BadSuperblock { name, source: source @ SuperblockError::Checksum { .. } } => write!(
+                f,
+                "member {name}: {source}: its superblock is damaged (a write torn by a power cut, \
+                 or corruption); assemble the array without {name} if the other members \
+                 suffice, then zero its superblock (bytes {}..{}) and add it back to rebuild it",
+                crate::SUPERBLOCK_OFFSET,
+                crate::SUPERBLOCK_OFFSET + crate::SUPERBLOCK_BYTES as u64
+            ),
             BadSuperblock { name, source } => write!(f, "member {name}: {source}"),
             ForeignArray { name, found, expected, reference } => write!(
                 f,
@@ -348,7 +356,7 @@ fn assign_roles(found: &[(String, Superblock)], plan: &mut Plan) -> Result<(), A
             });
         }
         claimed[role] = Some(index);
-        if sb.events < max_events {
+        if sb.events < max_events && !missed_only_a_mark(name, sb, role, plan) {
             plan.warnings.push(format!(
                 "member {name}: stale (events {} < {max_events}): it missed writes and is left out",
                 sb.events
@@ -371,6 +379,31 @@ fn assign_roles(found: &[(String, Superblock)], plan: &mut Plan) -> Result<(), A
         plan.roles[role] = Some(index);
     }
     Ok(())
+}
+
+/// md's event margin: a member exactly one event behind whose role the freshest table still
+/// records as active (in sync) with its uuid missed only a superblock rewrite that changed no
+/// member's state — a dirty or clean mark cut short by a crash (the dirty mark is flushed on
+/// every member before any data write, the clean mark follows the last flush), so it holds the
+/// same data. A member that failed is recorded `faulty` in that same bump and stays stale.
+/// Accepting one makes the array dirty if its superblock says dirty, so the resync runs.
+fn missed_only_a_mark(name: &str, sb: &Superblock, role: usize, plan: &mut Plan) -> bool {
+    let max_events = plan.superblock.events;
+    assert!(sb.events < max_events, "only a member behind can lag");
+    let entry = &plan.superblock.roles[role];
+    let one_behind = max_events - sb.events == 1;
+    if !one_behind || entry.state != RoleState::Active || entry.member_uuid != sb.member_uuid {
+        return false;
+    }
+    plan.warnings.push(format!(
+        "member {name}: one event behind (events {} < {max_events}) but recorded in sync for \
+         role {role}: an interrupted dirty/clean mark; used",
+        sb.events
+    ));
+    if sb.state == ArrayState::Dirty {
+        plan.superblock.state = ArrayState::Dirty;
+    }
+    true
 }
 
 fn check_survives(plan: &mut Plan, opts: &AssembleOptions) -> Result<(), AssembleError> {
@@ -420,4 +453,201 @@ fn check_survives(plan: &mut Plan, opts: &AssembleOptions) -> Result<(), Assembl
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{create, CreateOptions};
+
+    /// A clean RAID 5 of 3 members at events `base`, as `(name, superblock)` pairs.
+    fn raid5(base: u64) -> Vec<(String, Superblock)> {
+        let members: Vec<Arc<dyn member::Member>> = (0..3)
+            .map(|_| member::open("mem:4M", &Default::default()).expect("mem member"))
+            .collect();
+        let mut opts = CreateOptions::new(Level::Raid5, "lag");
+        opts.chunk_bytes = 64 * 1024;
+        let sbs = create(&members, &opts).expect("create");
+        sbs.into_iter()
+            .enumerate()
+            .map(|(i, mut sb)| {
+                sb.events = base;
+                (format!("m{i}"), sb)
+            })
+            .collect()
+    }
+
+    /// Members `fresh` get `events + 1` with `state` (and `faulty` roles in their table); the
+    /// others keep `base` with `old_state`.
+    fn bump(
+        found: &mut [(String, Superblock)],
+        fresh: &[usize],
+        state: ArrayState,
+        old_state: ArrayState,
+        faulty: &[usize],
+    ) {
+        for (i, (_, sb)) in found.iter_mut().enumerate() {
+            sb.state = old_state;
+            if fresh.contains(&i) {
+                sb.events += 1;
+                sb.state = state;
+                for &f in faulty {
+                    sb.roles[f].state = RoleState::Faulty;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_event_behind_and_recorded_active_is_used_and_dirty() {
+        // The clean mark reached member 0 only: 0 says clean at 8, 1 and 2 say dirty at 7.
+        let mut found = raid5(7);
+        bump(&mut found, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
+        let plan = plan(&found, &AssembleOptions::default()).expect("assembles");
+        assert_eq!(plan.roles, vec![Some(0), Some(1), Some(2)]);
+        assert!(plan.stale.is_empty(), "{:?}", plan.stale);
+        assert!(!plan.degraded);
+        assert_eq!(plan.superblock.events, 8);
+        assert_eq!(plan.superblock.state, ArrayState::Dirty, "resync must run");
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|w| w.contains("m1") && w.contains("one event behind")),
+            "{:?}",
+            plan.warnings
+        );
+    }
+
+    #[test]
+    fn dirty_mark_cut_short_keeps_the_freshest_dirty_state() {
+        // The dirty mark reached members 0 and 2: they say dirty at 4, member 1 clean at 3.
+        let mut found = raid5(3);
+        bump(
+            &mut found,
+            &[0, 2],
+            ArrayState::Dirty,
+            ArrayState::Clean,
+            &[],
+        );
+        let plan = plan(&found, &AssembleOptions::default()).expect("assembles");
+        assert_eq!(plan.roles, vec![Some(0), Some(1), Some(2)]);
+        assert!(plan.stale.is_empty());
+        assert_eq!(plan.superblock.state, ArrayState::Dirty);
+    }
+
+    #[test]
+    fn all_clean_one_event_behind_stays_clean() {
+        let mut found = raid5(3);
+        bump(&mut found, &[1], ArrayState::Clean, ArrayState::Clean, &[]);
+        let plan = plan(&found, &AssembleOptions::default()).expect("assembles");
+        assert!(plan.stale.is_empty());
+        assert_eq!(plan.superblock.state, ArrayState::Clean);
+    }
+
+    #[test]
+    fn one_event_behind_but_recorded_faulty_is_stale() {
+        // Member 2 failed: the others recorded it faulty in the bump it missed.
+        let mut found = raid5(5);
+        bump(
+            &mut found,
+            &[0, 1],
+            ArrayState::Dirty,
+            ArrayState::Dirty,
+            &[2],
+        );
+        let err = plan(&found, &AssembleOptions::default()).expect_err("dirty and degraded");
+        assert!(err.to_string().contains("write hole"), "{err}");
+        let force = AssembleOptions {
+            force: true,
+            ..AssembleOptions::default()
+        };
+        let plan = plan(&found, &force).expect("assembles degraded by force");
+        assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
+        assert!(plan.degraded);
+        assert_eq!(plan.stale.len(), 1);
+        assert_eq!(plan.stale[0].name, "m2");
+        assert_eq!(
+            (plan.stale[0].events, plan.stale[0].events_expected),
+            (5, 6)
+        );
+    }
+
+    #[test]
+    fn one_event_behind_but_recorded_missing_is_stale() {
+        let mut found = raid5(5);
+        bump(
+            &mut found,
+            &[0, 1],
+            ArrayState::Clean,
+            ArrayState::Clean,
+            &[],
+        );
+        for (_, sb) in &mut found[..2] {
+            sb.roles[2].state = RoleState::Missing;
+        }
+        let plan = plan(&found, &AssembleOptions::default()).expect("assembles degraded");
+        assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
+        assert_eq!(plan.stale.len(), 1);
+        assert_eq!(plan.stale[0].name, "m2");
+    }
+
+    #[test]
+    fn two_events_behind_is_stale() {
+        let mut found = raid5(5);
+        bump(
+            &mut found,
+            &[0, 1],
+            ArrayState::Clean,
+            ArrayState::Clean,
+            &[],
+        );
+        bump(
+            &mut found,
+            &[0, 1],
+            ArrayState::Dirty,
+            ArrayState::Clean,
+            &[],
+        );
+        found[0].1.state = ArrayState::Clean;
+        found[1].1.state = ArrayState::Clean;
+        let plan = plan(&found, &AssembleOptions::default()).expect("assembles degraded");
+        assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
+        assert_eq!(plan.stale.len(), 1);
+        assert_eq!(
+            (plan.stale[0].events, plan.stale[0].events_expected),
+            (5, 7)
+        );
+        assert_eq!(plan.superblock.state, ArrayState::Clean);
+    }
+
+    #[test]
+    fn one_event_behind_on_two_of_three_raid5_members_still_assembles() {
+        // Only member 0 got the clean mark: both others lag by one and are used.
+        let mut found = raid5(9);
+        bump(&mut found, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
+        let plan = plan(&found, &AssembleOptions::default()).expect("assembles");
+        assert!(!plan.degraded && plan.stale.is_empty());
+    }
+
+    #[test]
+    fn checksum_refusal_names_the_member_and_what_to_do() {
+        let err = AssembleError::BadSuperblock {
+            name: "disk7".into(),
+            source: SuperblockError::Checksum {
+                stored: 1,
+                computed: 2,
+            },
+        };
+        let msg = err.to_string();
+        for needle in [
+            "member disk7",
+            "checksum mismatch",
+            "without disk7",
+            "add it back",
+        ] {
+            assert!(msg.contains(needle), "{needle:?} not in: {msg}");
+        }
+    }
 }

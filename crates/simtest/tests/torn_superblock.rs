@@ -82,24 +82,31 @@ fn torn_superblocks_assemble_or_refuse_naming_the_member() {
     }
 }
 
-/// What md does (mdadm's `event_margin` of 1, a member with an unreadable superblock left out):
-/// a power cut while the dirty or clean mark is being written must not stop the array from
-/// assembling. The members still hold the same data — the dirty mark is written and flushed
-/// before any data write, the clean mark after the data is flushed — so a member one event
-/// behind, or with a torn superblock, is not stale.
+/// What md does (mdadm's `event_margin` of 1): a power cut while the dirty or clean mark is
+/// being written must not stop the array from assembling. The members still hold the same data
+/// — the dirty mark is written and flushed before any data write, the clean mark after the data
+/// is flushed — so a member one event behind that the freshest role table still records in sync
+/// is not stale. A torn superblock (checksum mismatch) is still refused, as issue 2 requires,
+/// but the refusal must name the member and say what to do.
 #[test]
-#[ignore = "bug: metadata plan.rs assign_roles leaves out every member whose events are below \
-            the maximum, and assemble refuses on any torn superblock, so a power cut during the \
-            dirty/clean marking refuses with 'too few members' (no --force can start it), \
-            'write hole', or a checksum error"]
 fn interrupted_dirty_clean_marking_still_assembles() {
-    let refused: Vec<String> = all_outcomes()
-        .into_iter()
-        .filter_map(|(shape, cut_at, outcome)| match outcome {
-            TornOutcome::Refused(msg) => Some(format!("{shape} cut {cut_at}: {msg}")),
-            TornOutcome::Assembled { .. } => None,
-        })
-        .collect();
+    let mut refused = Vec::new();
+    let mut torn = 0;
+    for (shape, cut_at, outcome) in all_outcomes() {
+        let TornOutcome::Refused(msg) = outcome else {
+            continue;
+        };
+        if msg.contains("checksum mismatch") {
+            torn += 1;
+            assert!(
+                msg.contains("member sim") && msg.contains("without sim") && msg.contains("add it back"),
+                "{shape} cut {cut_at}: a torn superblock refusal must name the member and say what to do: {msg}"
+            );
+            continue;
+        }
+        refused.push(format!("{shape} cut {cut_at}: {msg}"));
+    }
+    eprintln!("{torn} torn-superblock refusals (by design)");
     assert!(
         refused.is_empty(),
         "{} of the interrupted superblock rewrites refuse to assemble; first: {:#?}",

@@ -191,16 +191,38 @@ impl<E: Export> ReadCache<E> {
         at
     }
 
-    fn read_ahead(&self, store: &Store, offset: u64, len: u64) {
-        if let Some(streams) = &self.streams {
-            let mut streams = streams.lock().expect("stream table lock poisoned");
-            streams.observe(offset, len, |range| self.submit(store, range));
+    /// Feeds the stream detectors; says whether read-ahead is serving this read's stream.
+    fn read_ahead(&self, store: &Store, offset: u64, len: u64) -> bool {
+        match &self.streams {
+            Some(streams) => {
+                let mut streams = streams.lock().expect("stream table lock poisoned");
+                streams.observe(offset, len, |range| self.submit(store, range))
+            }
+            None => false,
         }
     }
 
+    /// A read that bypasses the cache entirely, in adaptive mode (the default): one at least
+    /// a read-ahead window long, which read-ahead cannot help and which caching would only
+    /// cost a copy per byte (such reads are scans). With read-ahead `on` every read goes
+    /// through the cache; with `off` large reads are cached too (the user asked for a cache
+    /// without read-ahead). Reading below is always coherent: cached blocks hold exactly
+    /// what is below.
+    fn bypasses(&self, len: u64) -> bool {
+        self.config.read_ahead == ReadAhead::Adaptive && len >= self.config.window_bytes
+    }
+
     /// Serves `buf` from cached blocks, then reads each run of missing blocks below in one
-    /// request and caches it.
-    fn read_cached(&self, store: &Store, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    /// request. With `whole` (read-ahead serves the stream) the run's whole blocks are read
+    /// and cached; otherwise exactly the requested bytes go straight into `buf` and only the
+    /// blocks the request fully covers are cached.
+    fn read_cached(
+        &self,
+        store: &Store,
+        offset: u64,
+        buf: &mut [u8],
+        whole: bool,
+    ) -> io::Result<()> {
         let bb = store.block_bytes();
         let end = offset + buf.len() as u64;
         let mut misses: Vec<(u64, Snapshot)> = Vec::new();
@@ -217,7 +239,11 @@ impl<E: Export> ReadCache<E> {
                 .enumerate()
                 .take_while(|&(i, &(b, _))| b == rest[0].0 + i as u64)
                 .count();
-            self.fill_run(store, offset, buf, &rest[..run])?;
+            if whole {
+                self.fill_run(store, offset, buf, &rest[..run])?;
+            } else {
+                self.read_run(store, offset, buf, &rest[..run])?;
+            }
             rest = &rest[run..];
         }
         Ok(())
@@ -256,6 +282,34 @@ impl<E: Export> ReadCache<E> {
             let block_len = store.block_len(block);
             store.insert(block, &data[at..at + block_len], snapshot, false);
             at += block_len;
+        }
+        Ok(())
+    }
+
+    /// Reads the requested part of the consecutive missing blocks `run` straight into `buf`
+    /// (the client's read at `offset`) and caches the blocks the read fully covers.
+    fn read_run(
+        &self,
+        store: &Store,
+        offset: u64,
+        buf: &mut [u8],
+        run: &[(u64, Snapshot)],
+    ) -> io::Result<()> {
+        let bb = store.block_bytes();
+        let end = offset + buf.len() as u64;
+        let run_end = run[run.len() - 1].0 * bb + store.block_len(run[run.len() - 1].0) as u64;
+        let lo = (run[0].0 * bb).max(offset);
+        let hi = run_end.min(end);
+        assert!(lo < hi, "missing run outside the read");
+        let dst = (lo - offset) as usize..(hi - offset) as usize;
+        self.shared.inner.read(lo, &mut buf[dst])?;
+        for &(block, snapshot) in run {
+            let start = block * bb;
+            let block_end = start + store.block_len(block) as u64;
+            if start >= offset && block_end <= end {
+                let src = (start - offset) as usize..(block_end - offset) as usize;
+                store.insert(block, &buf[src], snapshot, false);
+            }
         }
         Ok(())
     }
@@ -318,8 +372,11 @@ impl<E: Export> Export for ReadCache<E> {
         };
         let len = buf.len() as u64;
         assert!(offset + len <= self.size(), "read past the export");
-        self.read_ahead(store, offset, len);
-        self.read_cached(store, offset, buf)
+        if self.bypasses(len) {
+            return self.shared.inner.read(offset, buf);
+        }
+        let streaming = self.read_ahead(store, offset, len);
+        self.read_cached(store, offset, buf, streaming)
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {

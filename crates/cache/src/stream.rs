@@ -57,10 +57,16 @@ impl Streams {
 
     /// A client read `[offset, offset + len)`. If the stream it belongs to should read
     /// ahead, offers the byte range to `enqueue`, which returns where the part it took ends
-    /// (the rest is offered again on the stream's next read).
-    pub fn observe(&mut self, offset: u64, len: u64, enqueue: impl FnOnce(Range<u64>) -> u64) {
+    /// (the rest is offered again on the stream's next read). Returns whether read-ahead is
+    /// active for this read (its stream is followed), whether or not anything was offered.
+    pub fn observe(
+        &mut self,
+        offset: u64,
+        len: u64,
+        enqueue: impl FnOnce(Range<u64>) -> u64,
+    ) -> bool {
         if self.mode == ReadAhead::Off || len == 0 {
-            return;
+            return false;
         }
         let end = offset + len;
         assert!(end <= self.export_bytes, "read past the export");
@@ -69,20 +75,21 @@ impl Streams {
         let detector = &mut self.detectors[index];
         detector.used = self.tick;
         if self.mode == ReadAhead::Adaptive && detector.reads < ADAPTIVE_READS {
-            return;
+            return false;
         }
         let target = end.saturating_add(self.window_bytes).min(self.export_bytes);
         let start = detector.ahead.max(end);
         if start >= target {
-            return;
+            return true;
         }
         let small = target - start < self.window_bytes / 2;
         if small && target < self.export_bytes {
-            return;
+            return true;
         }
         let taken = enqueue(start..target);
         assert!((start..=target).contains(&taken), "enqueue took {taken}");
         detector.ahead = detector.ahead.max(taken);
+        true
     }
 
     /// The detector whose stream `[offset, end)` continues, updated; or a fresh one.

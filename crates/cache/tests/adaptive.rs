@@ -198,3 +198,40 @@ fn a_scan_does_not_flush_reused_blocks() {
         );
     }
 }
+
+/// Bytes the export below has been asked for so far.
+fn below(cache: &ReadCache<PatternExport>) -> u64 {
+    cache.inner().read_bytes.load(Ordering::SeqCst)
+}
+
+#[test]
+fn random_misses_read_exactly_the_request_and_large_reads_bypass() {
+    let cache = cache(ReadAhead::Adaptive, 64 << 30);
+    let block = 64 * K;
+    // A 4 KiB random miss reads 4 KiB below (not its 64 KiB block) and caches nothing.
+    read_checked(&cache, (7 << 30) + 5000, 4 * K);
+    assert_eq!(below(&cache), 4 * K);
+    assert_eq!(cache.stats().resident_blocks, 0);
+    // An unaligned 200 KiB miss reads 200 KiB and caches the 2 blocks it fully covers.
+    let offset = (9 << 30) + 3 * K;
+    read_checked(&cache, offset, 200 * K);
+    assert_eq!(below(&cache), 204 * K);
+    assert_eq!(cache.stats().resident_blocks, 2, "{:?}", cache.stats());
+    // Those blocks hit; a read that is partly cached reads below only the rest.
+    read_checked(&cache, offset - 3 * K + block, block);
+    assert_eq!(below(&cache), 204 * K, "a hit reads nothing below");
+    read_checked(&cache, offset - 3 * K + block - 8 * K, 16 * K);
+    assert_eq!(below(&cache), 212 * K, "8 KiB missed, 8 KiB hit");
+    // A read as long as the window goes straight below, uncached, and is not a stream.
+    let stats = cache.stats();
+    for i in 0..4 {
+        read_checked(&cache, (20 << 30) + i * (1 << 20), 1 << 20);
+    }
+    assert_eq!(below(&cache), 212 * K + (4 << 20));
+    let after = cache.stats();
+    assert_eq!(
+        (after.resident_blocks, after.misses, after.prefetch_jobs),
+        (stats.resident_blocks, stats.misses, 0),
+        "{after:?}"
+    );
+}

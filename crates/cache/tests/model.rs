@@ -174,6 +174,8 @@ fn memory_stays_bounded_under_large_reads() {
         size_bytes: 1 << 20,
         block_bytes: 64 << 10,
         window_bytes: 256 << 10,
+        // `on`: reads as large as the window bypass the cache in the other modes.
+        read_ahead: ReadAhead::On,
         ..CacheConfig::default()
     };
     let size = 16 << 20;

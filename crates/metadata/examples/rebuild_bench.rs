@@ -69,16 +69,16 @@ impl Servers {
             .spawn()
             .expect("start nbdkit (is it installed?)");
         self.children.push(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !sock.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "nbdkit socket {sock:?} never appeared"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // The socket appears (bind) a moment before nbdkit listens: retry until connected.
         let uri = format!("nbd+unix:///?socket={}", sock.display());
-        member::open(&uri, &OpenOptions::default()).expect("open the NBD member")
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match member::open(&uri, &OpenOptions::default()) {
+                Ok(m) => return m,
+                Err(e) if Instant::now() >= deadline => panic!("open the NBD member {uri}: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
     }
 }
 

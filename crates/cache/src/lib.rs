@@ -11,8 +11,9 @@
 //!
 //! Inside: blocks are spread over up to 16 shards (`store`), each replacing blocks by 2Q so
 //! sequential scans and read-ahead cannot flush re-used blocks (`shard`); writes invalidate
-//! the blocks they overlap and bump per-block generations so that a read racing a write can
-//! never cache stale data; a bounded table of stream detectors (`stream`) decides read-ahead
+//! the blocks they overlap and bump per-block generations (atomics, `gens`: a write that
+//! overlaps nothing cached takes no lock) so that a read racing a write can never cache
+//! stale data; a bounded table of stream detectors (`stream`) decides read-ahead
 //! and a fixed pool of workers with a bounded, never-blocking queue fetches it (`prefetch`).
 //!
 //! Memory: at most `size_bytes` (rounded down to whole blocks) of block buffers, plus per
@@ -34,6 +35,7 @@
 
 mod config;
 mod filter;
+mod gens;
 mod list;
 mod prefetch;
 mod shard;

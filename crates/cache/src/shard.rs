@@ -10,20 +10,21 @@
 //! ghost is remembered enters `Am`, an LRU of the rest. A sequential scan or a read-ahead
 //! stream therefore only cycles through `A1in` and cannot flush the re-used blocks in `Am`.
 //!
-//! **Generations**: every block hashes to one of [`GEN_BUCKETS`] buckets `{seq, writers}`. A
-//! write bumps `seq` and `writers` before it reaches the export below (and drops the block),
-//! and bumps `seq` and releases `writers` after. A reader takes a [`Snapshot`] before reading
+//! **Generations** (atomics in [`Gens`], shared with the store so writes need no lock when
+//! nothing they overlap is cached): every block hashes to one of `GEN_BUCKETS` buckets
+//! `{seq, writers}`. A write bumps `seq` and `writers` before it reaches the export below
+//! (and drops the block), and bumps `seq` and releases `writers` after. A reader takes a [`Snapshot`] before reading
 //! below and may insert only if the bucket is unchanged and no write was in flight at the
 //! snapshot — so data read before or during a write is never inserted after it. Collisions
 //! only make the check more conservative.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
+use std::sync::Arc;
 
+use crate::gens::Gens;
+pub(crate) use crate::gens::Snapshot;
 use crate::list::{LinkStore, Links, List};
-
-/// Generation buckets per shard.
-pub(crate) const GEN_BUCKETS: u64 = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Queue {
@@ -46,17 +47,6 @@ impl LinkStore for Vec<Slot> {
         &mut self[index as usize].links
     }
 }
-
-#[derive(Debug, Clone, Copy, Default)]
-struct Gen {
-    seq: u64,
-    writers: u32,
-}
-
-/// The state of a block's generation bucket when a read of it began; `None` when a write
-/// was in flight then (the read's data must not be cached).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Snapshot(Option<u64>);
 
 /// What a lookup found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,13 +125,13 @@ pub(crate) struct Shard {
     am: List,
     free: List,
     ghosts: Ghosts,
-    gens: Box<[Gen]>,
+    gens: Arc<Gens>,
     loading: HashSet<u64>,
 }
 
 impl Shard {
-    /// A shard holding at most `capacity` blocks of `block_bytes`.
-    pub fn new(block_bytes: usize, capacity: usize) -> Self {
+    /// A shard holding at most `capacity` blocks of `block_bytes`, with its generations.
+    pub fn new(block_bytes: usize, capacity: usize, gens: Arc<Gens>) -> Self {
         assert!(capacity >= 1 && block_bytes >= 1);
         assert!(capacity < u32::MAX as usize);
         Shard {
@@ -154,7 +144,7 @@ impl Shard {
             am: List::new(),
             free: List::new(),
             ghosts: Ghosts::new((capacity / 2).max(1)),
-            gens: vec![Gen::default(); GEN_BUCKETS as usize].into_boxed_slice(),
+            gens,
             loading: HashSet::new(),
         }
     }
@@ -171,13 +161,8 @@ impl Shard {
         self.slots.len()
     }
 
-    fn bucket(&mut self, local: u64) -> &mut Gen {
-        &mut self.gens[(local % GEN_BUCKETS) as usize]
-    }
-
     pub fn snapshot(&self, local: u64) -> Snapshot {
-        let gen = self.gens[(local % GEN_BUCKETS) as usize];
-        Snapshot((gen.writers == 0).then_some(gen.seq))
+        self.gens.snapshot(local)
     }
 
     /// Copies `within` of block `local` into `dst` if it is cached.
@@ -209,11 +194,11 @@ impl Shard {
         prefetched: bool,
     ) -> Insert {
         assert!(!data.is_empty() && data.len() <= self.block_bytes);
-        if snapshot.0.is_none() || self.snapshot(local) != snapshot {
-            return Insert::Stale;
-        }
         if self.map.contains_key(&local) {
             return Insert::Present;
+        }
+        if !self.gens.try_admit(local, snapshot) {
+            return Insert::Stale;
         }
         let (index, evicted, allocated) = self.take_slot();
         let slot = &mut self.slots[index as usize];
@@ -270,6 +255,7 @@ impl Shard {
         if from_in {
             self.ghosts.push(local);
         }
+        self.gens.evicted(local);
         let removed = self.map.remove(&local);
         assert_eq!(removed, Some(index));
         index
@@ -280,6 +266,7 @@ impl Shard {
         let Some(index) = self.map.remove(&local) else {
             return false;
         };
+        self.gens.evicted(local);
         let slot = &mut self.slots[index as usize];
         let queue = std::mem::replace(&mut slot.queue, Queue::Free);
         slot.prefetched = false;
@@ -292,13 +279,9 @@ impl Shard {
         true
     }
 
-    /// A write to local blocks `range` is starting: bump their generations, count the writer
-    /// and drop the cached blocks. Returns how many were dropped.
-    pub fn begin_write(&mut self, range: Range<u64>) -> u64 {
-        self.for_each_bucket(range.clone(), |gen| {
-            gen.seq += 1;
-            gen.writers += 1;
-        });
+    /// A write to local blocks `range` has bumped their generations ([`Gens::begin_write`])
+    /// and found some may be cached: drop those that are. Returns how many were dropped.
+    pub fn drop_range(&mut self, range: Range<u64>) -> u64 {
         let doomed: Vec<u64> = if range.end - range.start > self.map.len() as u64 {
             self.map
                 .keys()
@@ -315,24 +298,16 @@ impl Shard {
         doomed.len() as u64
     }
 
-    /// The write that [`Shard::begin_write`] announced has ended (done or failed).
-    pub fn end_write(&mut self, range: Range<u64>) {
-        self.for_each_bucket(range, |gen| {
-            assert!(gen.writers > 0, "cache write generation released twice");
-            gen.seq += 1;
-            gen.writers -= 1;
-        });
+    /// Tests: a whole write's start (generations, then drop).
+    #[cfg(test)]
+    pub fn begin_write(&mut self, range: Range<u64>) -> u64 {
+        self.gens.begin_write(range.clone());
+        self.drop_range(range)
     }
 
-    /// The same bucket set for a range, whichever end of the write calls it.
-    fn for_each_bucket(&mut self, range: Range<u64>, mut f: impl FnMut(&mut Gen)) {
-        if range.end - range.start >= GEN_BUCKETS {
-            self.gens.iter_mut().for_each(f);
-        } else {
-            for local in range {
-                f(self.bucket(local));
-            }
-        }
+    #[cfg(test)]
+    pub fn end_write(&mut self, range: Range<u64>) {
+        self.gens.end_write(range);
     }
 
     /// Claims `local` for read-ahead unless it is cached or already being fetched.
@@ -373,7 +348,7 @@ mod tests {
 
     #[test]
     fn scan_does_not_evict_hot_blocks() {
-        let mut shard = Shard::new(4, 8);
+        let mut shard = Shard::new(4, 8, Arc::new(Gens::new()));
         // Block 1 becomes hot: read, evicted from A1in, read again (ghost hit) -> Am.
         fill(&mut shard, 1, 1);
         for k in 100..110 {
@@ -391,7 +366,7 @@ mod tests {
 
     #[test]
     fn write_in_flight_blocks_insert_and_invalidates() {
-        let mut shard = Shard::new(4, 4);
+        let mut shard = Shard::new(4, 4, Arc::new(Gens::new()));
         let before = shard.snapshot(7);
         assert_eq!(shard.begin_write(7..8), 0);
         assert_eq!(shard.insert(7, &[1; 4], before, false), Insert::Stale);
@@ -412,7 +387,7 @@ mod tests {
 
     #[test]
     fn loading_is_exclusive() {
-        let mut shard = Shard::new(4, 4);
+        let mut shard = Shard::new(4, 4, Arc::new(Gens::new()));
         let snap = shard.try_mark_loading(3).expect("free to load");
         assert_eq!(shard.try_mark_loading(3), None);
         let mut buf = [0u8; 4];

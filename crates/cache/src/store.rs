@@ -4,13 +4,16 @@
 //! **Locking contract.** Each shard has one mutex guarding all its state (slots, 2Q lists,
 //! generations, loading set) and a condition variable signalled when read-ahead finishes
 //! loading blocks. A thread holds at most one shard lock at a time, never across I/O to the
-//! export below, and never while waiting for anything but that condition variable.
+//! export below, and never while waiting for anything but that condition variable. The
+//! shard's generations are atomics ([`Gens`]) outside the lock: a write takes the lock only
+//! when a block it overlaps may be cached.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::config::CacheConfig;
+use crate::gens::Gens;
 use crate::shard::{Insert, Lookup, Shard, Snapshot};
 use crate::stats::{add, sub, CacheStats, Counters};
 
@@ -21,6 +24,8 @@ const SHARDS_MAX: u64 = 16;
 struct Cell {
     shard: Mutex<Shard>,
     loaded: Condvar,
+    /// The shard's generations, also held by the shard.
+    gens: Arc<Gens>,
 }
 
 /// See the module documentation.
@@ -45,9 +50,12 @@ impl Store {
         let cells = (0..shards)
             .map(|index| {
                 let blocks = capacity / shards + u64::from(index < capacity % shards);
+                let gens = Arc::new(Gens::new());
+                let shard = Shard::new(config.block_bytes as usize, blocks as usize, gens.clone());
                 Cell {
-                    shard: Mutex::new(Shard::new(config.block_bytes as usize, blocks as usize)),
+                    shard: Mutex::new(shard),
                     loaded: Condvar::new(),
+                    gens,
                 }
             })
             .collect();
@@ -168,12 +176,13 @@ impl Store {
 
     /// A write to the range is about to reach the export: drop overlapping blocks and make
     /// every read that began before it unable to insert. Must be paired with `end_write`.
+    /// Takes a shard lock only where an overlapping block may be cached.
     pub fn begin_write(&self, offset: u64, len: u64) {
         let blocks = self.blocks(offset, len);
         for (shard, cell) in self.cells.iter().enumerate() {
             let range = self.local_range(&blocks, shard as u64);
-            if !range.is_empty() {
-                let dropped = Self::lock(cell).begin_write(range);
+            if !range.is_empty() && cell.gens.begin_write(range.clone()) {
+                let dropped = Self::lock(cell).drop_range(range);
                 add(&self.counters.invalidations, dropped);
                 sub(&self.counters.resident_blocks, dropped);
             }
@@ -186,7 +195,7 @@ impl Store {
         for (shard, cell) in self.cells.iter().enumerate() {
             let range = self.local_range(&blocks, shard as u64);
             if !range.is_empty() {
-                Self::lock(cell).end_write(range);
+                cell.gens.end_write(range);
             }
         }
     }

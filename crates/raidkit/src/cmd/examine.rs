@@ -43,6 +43,8 @@ struct SuperblockJson {
     events: u64,
     state: &'static str,
     recovery_offset_bytes: Option<u64>,
+    /// The write-intent bitmap: array bytes per bit, or null without one.
+    bitmap_region_bytes: Option<u64>,
     roles: Vec<RoleJson>,
 }
 
@@ -107,6 +109,7 @@ fn to_json(member: &str, sb: &Superblock) -> SuperblockJson {
         events: sb.events,
         state: state_name(sb.state),
         recovery_offset_bytes: sb.recovery_offset_bytes,
+        bitmap_region_bytes: sb.bitmap.map(|b| b.region_bytes),
         roles,
     }
 }
@@ -131,6 +134,13 @@ fn print_text(j: &SuperblockJson) {
         ("array bytes", j.array_size_bytes.to_string()),
         ("events", j.events.to_string()),
         ("state", j.state.to_string()),
+        (
+            "bitmap",
+            match j.bitmap_region_bytes {
+                Some(r) => format!("{r} bytes per bit"),
+                None => "none".to_string(),
+            },
+        ),
         ("created", j.ctime_secs.to_string()),
         ("updated", j.utime_secs.to_string()),
     ];

@@ -9,6 +9,7 @@ mod admin;
 mod cmd;
 mod journaled;
 mod progress;
+mod reconnect;
 
 use std::process::ExitCode;
 

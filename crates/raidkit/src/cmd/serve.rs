@@ -35,7 +35,10 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 /// Faults: a member with a write error, more than --read-errors-max read errors within
 /// --read-error-window, or a request slower than --io-timeout is marked faulty and the array
 /// continues degraded; a read error is repaired from redundancy. A remote member whose server
-/// cannot be reached at start is left out: the array starts degraded if it can. When a member fails and a spare is present, the rebuild starts by itself,
+/// cannot be reached at start is left out: the array starts degraded if it can. A remote
+/// member that disconnected (or was left out) is retried in the background and added back,
+/// with a rebuild, once its server answers with this array's superblock (--no-reconnect
+/// turns this off). When a member fails and a spare is present, the rebuild starts by itself,
 /// throttled between --speed-min and --speed-max; its progress is kept in the superblocks and
 /// resumes after a restart. With --admin PATH the operator commands (raidkit status, fail,
 /// remove, add, replace, scrub, speed-limit) control the running array.
@@ -140,6 +143,17 @@ pub struct Args {
     #[command(flatten)]
     journal: crate::journaled::JournalArgs,
 
+    /// Do not reconnect remote members in the background. By default a remote (NBD) member
+    /// whose server disconnected, or could not be reached at start, is retried with backoff
+    /// and, once its server answers again with this array's superblock, added back (rebuilt
+    /// from the write-intent bitmap when it can be).
+    #[arg(long)]
+    no_reconnect: bool,
+
+    /// Longest wait between two reconnect attempts of one member (the wait doubles from 1 s).
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    reconnect_interval_max: u64,
+
     /// Member files, block devices or (with --create) RAM (mem:SIZE); role order for --create.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -205,7 +219,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let endpoint = endpoint(&args)?;
     let cache = cache_config(&args)?;
-    let (volume, needs_resync, journal_plan) = open_volume(&args)?;
+    let (volume, needs_resync, journal_plan, left_out) = open_volume(&args)?;
     let volume = Arc::new(volume);
     // Replay the journal before anything else writes (resync included).
     let journaled = Arc::new(crate::journaled::attach(
@@ -216,6 +230,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if needs_resync {
         start_resync(&volume);
     }
+    let reconnector = start_reconnect(&args, &volume, left_out);
     let export_name = args
         .export
         .clone()
@@ -248,6 +263,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         admin.as_ref().map(|socket| (socket, control())),
     ));
     drop(admin);
+    if let Some(reconnector) = reconnector {
+        reconnector.stop();
+    }
     // Close even if serving failed: requests already answered must be flushed.
     // A write-back journal that could not be drained keeps the array dirty (not closed), so
     // the next start replays it.
@@ -316,29 +334,61 @@ fn speed_limits(args: &Args) -> anyhow::Result<SpeedLimits> {
     })
 }
 
-/// Opens the members. With --create every member must open; otherwise a remote member whose
-/// server cannot be reached is left out with a warning and assembly decides whether the array
-/// can start degraded. A local path that cannot be opened is an error (a typo must not start
-/// the array degraded).
-fn open_members(args: &Args, specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
+/// The background reconnect of remote members (not with --read-only or --no-reconnect).
+fn start_reconnect(
+    args: &Args,
+    volume: &Arc<Volume>,
+    left_out: Vec<String>,
+) -> Option<crate::reconnect::Reconnector> {
+    if args.read_only || args.no_reconnect {
+        return None;
+    }
+    let config = crate::reconnect::Config {
+        interval_max: Duration::from_secs(args.reconnect_interval_max),
+        open: open_options(args),
+        remote: remote_options(args),
+    };
+    Some(crate::reconnect::Reconnector::start(
+        Arc::clone(volume),
+        left_out,
+        config,
+    ))
+}
+
+/// Opened members, and the remote ones left out.
+type Opened = (Vec<Arc<dyn Member>>, Vec<String>);
+
+/// Opens the members, and names the remote ones left out. With --create every member must
+/// open; otherwise a remote member whose server cannot be reached is left out with a warning
+/// and assembly decides whether the array can start degraded. A local path that cannot be
+/// opened is an error (a typo must not start the array degraded).
+fn open_members(args: &Args, specs: &[String]) -> anyhow::Result<Opened> {
     let (opts, remote) = (open_options(args), remote_options(args));
     let mut members = Vec::with_capacity(specs.len());
+    let mut left_out = Vec::new();
     for spec in specs {
         match member::open_with(spec, &opts, &remote) {
             Ok(m) => members.push(m),
             Err(e) if args.create || !member::is_nbd_uri(spec) => return Err(e.into()),
-            Err(e) => eprintln!("raidkit: warning: remote member {spec} left out: {e}"),
+            Err(e) => {
+                eprintln!("raidkit: warning: remote member {spec} left out: {e}");
+                left_out.push(spec.clone());
+            }
         }
     }
     if members.is_empty() {
         bail!("no member could be opened");
     }
-    Ok(members)
+    Ok((members, left_out))
 }
 
-/// The assembled volume, and whether it needs a resync (it was found dirty).
-fn open_volume(args: &Args) -> anyhow::Result<(Volume, bool, crate::journaled::Plan)> {
-    let mut members = open_members(args, &args.members)?;
+/// The assembled volume, whether it needs a resync (it was found dirty), the journal plan,
+/// and the remote members left out because their server could not be reached.
+type Opening = (Volume, bool, crate::journaled::Plan, Vec<String>);
+
+/// Opens and assembles (or creates) the array.
+fn open_volume(args: &Args) -> anyhow::Result<Opening> {
+    let (mut members, left_out) = open_members(args, &args.members)?;
     let spares = open_members_all(args, &args.spare)?;
     if args.create {
         create(args, &members, &spares)?;
@@ -374,7 +424,7 @@ fn open_volume(args: &Args) -> anyhow::Result<(Volume, bool, crate::journaled::P
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");
     }
-    Ok((volume, was_dirty && !args.read_only, journal_plan))
+    Ok((volume, was_dirty && !args.read_only, journal_plan, left_out))
 }
 
 /// Opens members that must all be there (spares).

@@ -1,0 +1,394 @@
+//! Background reconnect of remote members (`raidkit serve`): [`Reconnector`] runs one thread
+//! that watches `Volume::status` for roles whose remote (NBD URI) member is faulty, and for
+//! remote members left out at start because their server could not be reached, and puts
+//! such a member back (`Volume::remove` + `Volume::add`, which starts its rebuild) once its
+//! server answers again with this array's superblock.
+//!
+//! A member is only put back after its server was seen *unreachable* (a disconnect), and then
+//! answered on two probes at least [`CONFIRM`] apart: a member failed by the operator, or by
+//! read/write errors or stalls of a server that kept answering, is left to the operator, and
+//! so is a member the operator removed. Each member has its own capped exponential backoff.
+//! Outcomes are logged once per change ([`Tracked`] is the per-member state machine).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use member::{Member, OpenOptions, RemoteOptions};
+use metadata::{MemberState, Volume, VolumeStatus};
+
+/// First retry delay after a failed probe.
+pub const INTERVAL_MIN: Duration = Duration::from_secs(1);
+/// A returning server must still answer this long after it first answered again.
+pub const CONFIRM: Duration = Duration::from_secs(2);
+/// Connect, handshake and superblock read deadline of one probe.
+const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(5);
+/// How often the thread looks at the volume's status.
+const TICK: Duration = Duration::from_millis(250);
+
+/// What one probe of a member's server found.
+#[derive(Debug)]
+pub enum Probe {
+    /// Connecting or the handshake failed.
+    Unreachable(String),
+    /// The server answers but its export is not this array's member (or cannot be read).
+    Refused(String),
+    /// The server answers with a superblock of this array.
+    Ready(Arc<dyn Member>),
+}
+
+/// What to do after a probe.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Wait,
+    AddBack,
+}
+
+/// One remote member being watched.
+struct Tracked {
+    /// Its server was seen unreachable (or could not be reached at start).
+    was_down: bool,
+    /// Status is expected to list it (false for members left out at start, or removed by us).
+    listed: bool,
+    /// When its server first answered again with the right superblock.
+    ready_since: Option<Instant>,
+    next_probe: Instant,
+    backoff: Duration,
+    /// The last outcome logged, so that each change is logged once.
+    last_logged: String,
+}
+
+impl Tracked {
+    fn new(now: Instant, was_down: bool, listed: bool) -> Tracked {
+        Tracked {
+            was_down,
+            listed,
+            ready_since: None,
+            next_probe: now,
+            backoff: INTERVAL_MIN,
+            last_logged: String::new(),
+        }
+    }
+
+    /// Schedules the next probe after the current backoff, then doubles it (capped).
+    fn back_off(&mut self, now: Instant, cap: Duration) {
+        self.next_probe = now + self.backoff.min(cap);
+        self.backoff = (self.backoff * 2).min(cap);
+    }
+
+    /// Advances the state machine with a probe outcome; returns a line to log on a change.
+    fn on_probe(&mut self, probe: &Probe, now: Instant, cap: Duration) -> (Step, Option<String>) {
+        let (key, line) = match probe {
+            Probe::Unreachable(why) => {
+                self.was_down = true;
+                self.ready_since = None;
+                (
+                    "down",
+                    format!("is unreachable ({why}); retrying in the background"),
+                )
+            }
+            Probe::Refused(why) => {
+                self.ready_since = None;
+                ("refused", format!("answers but is not added back: {why}"))
+            }
+            Probe::Ready(_) if !self.was_down => {
+                self.ready_since = None;
+                (
+                    "up",
+                    "is faulty but its server kept answering: left to the operator \
+                     (raidkit remove / add)"
+                        .to_string(),
+                )
+            }
+            Probe::Ready(_) => match self.ready_since {
+                Some(since) if now.duration_since(since) >= CONFIRM => {
+                    return (Step::AddBack, None)
+                }
+                Some(_) => {
+                    self.next_probe = now + TICK;
+                    return (Step::Wait, None);
+                }
+                None => {
+                    self.ready_since = Some(now);
+                    self.next_probe = now + CONFIRM;
+                    self.backoff = INTERVAL_MIN;
+                    return (Step::Wait, None);
+                }
+            },
+        };
+        self.back_off(now, cap);
+        let changed = self.last_logged != key;
+        self.last_logged = key.to_string();
+        (Step::Wait, changed.then_some(line))
+    }
+}
+
+/// Settings of the reconnect thread.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Cap of the per-member retry delay (at least [`INTERVAL_MIN`]).
+    pub interval_max: Duration,
+    pub open: OpenOptions,
+    pub remote: RemoteOptions,
+}
+
+/// The stop flag shared with the thread.
+type StopFlag = Arc<(Mutex<bool>, Condvar)>;
+
+/// The running reconnect thread; [`Reconnector::stop`] ends it.
+pub struct Reconnector {
+    stop: StopFlag,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reconnector {
+    /// Starts watching `volume`; `left_out` are the remote members that could not be reached
+    /// at start (not in the array).
+    pub fn start(volume: Arc<Volume>, left_out: Vec<String>, config: Config) -> Reconnector {
+        assert!(
+            config.interval_max >= INTERVAL_MIN,
+            "reconnect interval cap below 1 s"
+        );
+        let stop: StopFlag = Arc::new((Mutex::new(false), Condvar::new()));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("reconnect".into())
+            .spawn(move || Watcher::new(volume, left_out, config).run(&flag))
+            .ok();
+        if thread.is_none() {
+            eprintln!("raidkit: warning: cannot start the reconnect thread: remote members will not come back by themselves");
+        }
+        Reconnector { stop, thread }
+    }
+
+    /// Stops the thread and waits for it (at most one probe's timeout).
+    pub fn stop(mut self) {
+        let (lock, wake) = &*self.stop;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                eprintln!("raidkit: warning: the reconnect thread panicked");
+            }
+        }
+    }
+}
+
+/// The thread's state.
+struct Watcher {
+    volume: Arc<Volume>,
+    config: Config,
+    tracked: BTreeMap<String, Tracked>,
+}
+
+impl Watcher {
+    fn new(volume: Arc<Volume>, left_out: Vec<String>, mut config: Config) -> Watcher {
+        config.remote.io_timeout = config.remote.io_timeout.min(PROBE_TIMEOUT_MAX);
+        let now = Instant::now();
+        let tracked = left_out
+            .into_iter()
+            .filter(|uri| member::is_nbd_uri(uri))
+            .map(|uri| (uri, Tracked::new(now, true, false)))
+            .collect();
+        Watcher {
+            volume,
+            config,
+            tracked,
+        }
+    }
+
+    fn run(mut self, stop: &StopFlag) {
+        let (lock, wake) = &**stop;
+        let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while !*stopped {
+            drop(stopped);
+            self.tick(Instant::now());
+            stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+            if *stopped {
+                break;
+            }
+            stopped = wake
+                .wait_timeout(stopped, TICK)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.follow_status(&self.volume.status(), now);
+        let due: Vec<String> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| t.next_probe <= now)
+            .map(|(uri, _)| uri.clone())
+            .collect();
+        for uri in due {
+            self.probe_and_step(&uri);
+        }
+    }
+
+    /// Starts tracking newly faulty remote members; stops tracking those that are back, or
+    /// that someone else took out of the array.
+    fn follow_status(&mut self, status: &VolumeStatus, now: Instant) {
+        let roles: BTreeMap<&str, MemberState> = status
+            .members
+            .iter()
+            .filter(|m| m.role.is_some() && !m.name.is_empty())
+            .map(|m| (m.name.as_str(), m.state))
+            .collect();
+        for (name, state) in &roles {
+            if *state == MemberState::Faulty && member::is_nbd_uri(name) {
+                let entry = self.tracked.entry(name.to_string());
+                entry
+                    .or_insert_with(|| Tracked::new(now, false, true))
+                    .listed = true;
+            }
+        }
+        self.tracked.retain(|uri, t| match roles.get(uri.as_str()) {
+            Some(state) => *state == MemberState::Faulty,
+            // Not listed: keep it only if it was never listed (left out) or we removed it.
+            None => !t.listed,
+        });
+    }
+
+    fn probe_and_step(&mut self, uri: &str) {
+        let probe = self.probe(uri);
+        let now = Instant::now();
+        let cap = self.config.interval_max;
+        let Some(t) = self.tracked.get_mut(uri) else {
+            return;
+        };
+        let (step, line) = t.on_probe(&probe, now, cap);
+        if let Some(line) = line {
+            eprintln!("raidkit: member {uri} {line}");
+        }
+        if let (Step::AddBack, Probe::Ready(m)) = (step, probe) {
+            self.add_back(uri, m, now);
+        }
+    }
+
+    /// Connects to the member's server and reads its superblock.
+    fn probe(&self, uri: &str) -> Probe {
+        let member = match member::open_with(uri, &self.config.open, &self.config.remote) {
+            Ok(m) => m,
+            Err(e) => return Probe::Unreachable(e.to_string()),
+        };
+        match metadata::read_superblock(member.as_ref()) {
+            Ok(sb) if sb.array_uuid == self.volume.uuid() => Probe::Ready(member),
+            Ok(sb) => Probe::Refused(format!(
+                "its superblock belongs to another array (\"{}\" {}), not \"{}\" {}",
+                sb.name,
+                sb.array_uuid,
+                self.volume.name(),
+                self.volume.uuid()
+            )),
+            Err(e) => Probe::Refused(format!("no superblock of this array: {e}")),
+        }
+    }
+
+    /// `remove` (if still listed) then `add`: the volume starts the rebuild.
+    fn add_back(&mut self, uri: &str, member: Arc<dyn Member>, now: Instant) {
+        let cap = self.config.interval_max;
+        let regions = self.volume.status().bitmap.map(|b| b.dirty_regions);
+        let rebuild = match regions {
+            Some(n) => format!("rebuild of {n} regions"),
+            None => "full rebuild".to_string(),
+        };
+        eprintln!("raidkit: member {uri} is reachable again; adding it back ({rebuild})");
+        let listed = self
+            .volume
+            .status()
+            .members
+            .iter()
+            .any(|m| m.role.is_some() && m.name == uri);
+        let result = if listed {
+            self.volume.remove(uri)
+        } else {
+            Ok(())
+        };
+        if let Some(t) = self.tracked.get_mut(uri) {
+            // From here status may not list it: that is our doing, not the operator's.
+            t.listed = t.listed && result.is_err();
+        }
+        match result.and_then(|()| self.volume.add(member)) {
+            Ok(()) => {
+                self.tracked.remove(uri);
+            }
+            Err(e) => {
+                eprintln!("raidkit: member {uri} could not be added back: {e}; retrying");
+                if let Some(t) = self.tracked.get_mut(uri) {
+                    t.ready_since = None;
+                    t.last_logged = "add-failed".into();
+                    t.back_off(now, cap);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP: Duration = Duration::from_secs(30);
+
+    fn ready() -> Probe {
+        Probe::Ready(Arc::new(
+            member::MemMember::new("mem:1M", 1 << 20).expect("mem member"),
+        ))
+    }
+
+    #[test]
+    fn faulty_member_whose_server_kept_answering_is_not_added() {
+        let t0 = Instant::now();
+        let mut t = Tracked::new(t0, false, true);
+        let (step, line) = t.on_probe(&ready(), t0, CAP);
+        assert_eq!(step, Step::Wait);
+        assert!(line.expect("logged").contains("left to the operator"));
+        for i in 1..10 {
+            let (step, line) = t.on_probe(&ready(), t0 + CONFIRM * i, CAP);
+            assert_eq!(step, Step::Wait);
+            assert!(line.is_none(), "logged once per change");
+        }
+    }
+
+    #[test]
+    fn disconnected_member_is_added_after_answering_twice() {
+        let t0 = Instant::now();
+        let mut t = Tracked::new(t0, false, true);
+        let down = Probe::Unreachable("refused".into());
+        assert!(t.on_probe(&down, t0, CAP).1.is_some());
+        assert!(t.on_probe(&down, t0, CAP).1.is_none(), "logged once");
+        assert_eq!(t.on_probe(&ready(), t0, CAP).0, Step::Wait);
+        assert_eq!(t.next_probe, t0 + CONFIRM);
+        assert_eq!(t.on_probe(&ready(), t0 + CONFIRM / 2, CAP).0, Step::Wait);
+        assert_eq!(t.on_probe(&ready(), t0 + CONFIRM, CAP).0, Step::AddBack);
+    }
+
+    #[test]
+    fn flapping_or_foreign_server_restarts_the_confirmation() {
+        let t0 = Instant::now();
+        let mut t = Tracked::new(t0, true, false);
+        assert_eq!(t.on_probe(&ready(), t0, CAP).0, Step::Wait);
+        let refused = Probe::Refused("another array".into());
+        let (step, line) = t.on_probe(&refused, t0 + CONFIRM, CAP);
+        assert_eq!(step, Step::Wait);
+        assert!(line.expect("logged").contains("another array"));
+        assert_eq!(t.on_probe(&ready(), t0 + CONFIRM * 2, CAP).0, Step::Wait);
+        assert_eq!(t.on_probe(&ready(), t0 + CONFIRM * 3, CAP).0, Step::AddBack);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let t0 = Instant::now();
+        let cap = Duration::from_secs(5);
+        let mut t = Tracked::new(t0, true, false);
+        let mut delays = Vec::new();
+        for _ in 0..6 {
+            t.on_probe(&Probe::Unreachable("x".into()), t0, cap);
+            delays.push(t.next_probe.duration_since(t0).as_secs());
+        }
+        assert_eq!(delays, [1, 2, 4, 5, 5, 5]);
+    }
+}

@@ -13,6 +13,8 @@ restarted nbdkit serves the same data and superblock again. ``raidkit serve`` ru
 - ``test_member_missing_at_start_comes_back``: RAID 5 whose member's server is down when
   ``serve`` starts (left out, degraded); data written; the server started: the member is added
   back and rebuilt; data and scrub check.
+- ``test_no_reconnect_leaves_member_faulty``: with ``--no-reconnect`` a restarted member's
+  server is left alone (still faulty 5 s later).
 """
 
 import time
@@ -134,4 +136,23 @@ def test_member_missing_at_start_comes_back(tmp_path, members, arrays):
     wait_back(array, 2)
     assert "is reachable again; adding it back" in array.logs(), array.logs()
     check_data(array)
+    array.stop()
+
+
+def test_no_reconnect_leaves_member_faulty(tmp_path, members, arrays):
+    require_tools("nbdkit", "qemu-io")
+    nbdkits = [members(f"m{i}") for i in range(2)]
+    create("1", nbdkits, "stay")
+    for m in nbdkits:
+        m.start()
+    array = arrays(tmp_path, "stay", [m.uri for m in nbdkits],
+                   extra=[*EXTRA, "--no-reconnect"]).start()
+    victim = nbdkits[1]
+    victim.kill()
+    qemu_io(array, f"write -P 0x22 0 {MIB}", "flush")
+    wait_state(array, 1, "faulty", 15)
+    victim.start()
+    time.sleep(5)
+    assert role_state(array, 1) == "faulty", array.status()
+    assert "adding it back" not in array.logs(), array.logs()
     array.stop()

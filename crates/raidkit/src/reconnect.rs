@@ -26,6 +26,8 @@ pub const CONFIRM: Duration = Duration::from_secs(2);
 const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(5);
 /// How often the thread looks at the volume's status.
 const TICK: Duration = Duration::from_millis(250);
+/// The logged outcome of a failed `Volume::add`.
+const ADD_FAILED: &str = "add-failed";
 
 /// What one probe of a member's server found.
 #[derive(Debug)]
@@ -290,12 +292,19 @@ impl Watcher {
     /// `remove` (if still listed) then `add`: the volume starts the rebuild.
     fn add_back(&mut self, uri: &str, member: Arc<dyn Member>, now: Instant) {
         let cap = self.config.interval_max;
+        // After a failed add, the retries stay quiet until something changes.
+        let quiet = self
+            .tracked
+            .get(uri)
+            .is_some_and(|t| t.last_logged == ADD_FAILED);
         let regions = self.volume.status().bitmap.map(|b| b.dirty_regions);
         let rebuild = match regions {
             Some(n) => format!("rebuild of {n} regions"),
             None => "full rebuild".to_string(),
         };
-        eprintln!("raidkit: member {uri} is reachable again; adding it back ({rebuild})");
+        if !quiet {
+            eprintln!("raidkit: member {uri} is reachable again; adding it back ({rebuild})");
+        }
         let listed = self
             .volume
             .status()
@@ -316,10 +325,12 @@ impl Watcher {
                 self.tracked.remove(uri);
             }
             Err(e) => {
-                eprintln!("raidkit: member {uri} could not be added back: {e}; retrying");
+                if !quiet {
+                    eprintln!("raidkit: member {uri} could not be added back: {e}; retrying");
+                }
                 if let Some(t) = self.tracked.get_mut(uri) {
                     t.ready_since = None;
-                    t.last_logged = "add-failed".into();
+                    t.last_logged = ADD_FAILED.into();
                     t.back_off(now, cap);
                 }
             }

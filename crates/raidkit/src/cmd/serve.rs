@@ -334,13 +334,15 @@ fn speed_limits(args: &Args) -> anyhow::Result<SpeedLimits> {
     })
 }
 
-/// The background reconnect of remote members (not with --read-only or --no-reconnect).
+/// The background reconnect of remote members (not with --read-only or --no-reconnect, nor
+/// for levels without redundancy, which cannot rebuild a member).
 fn start_reconnect(
     args: &Args,
     volume: &Arc<Volume>,
     left_out: Vec<String>,
 ) -> Option<crate::reconnect::Reconnector> {
-    if args.read_only || args.no_reconnect {
+    let redundant = !matches!(volume.level(), Level::Linear | Level::Raid0);
+    if args.read_only || args.no_reconnect || !redundant {
         return None;
     }
     let config = crate::reconnect::Config {

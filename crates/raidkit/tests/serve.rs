@@ -263,3 +263,25 @@ fn ram_members_are_served_with_create_only() {
     );
     assert!(server.stop().success());
 }
+
+/// SIGTERM the moment the "serving" line is out must still be a clean stop (exit 0): the
+/// signal handlers are registered before the line is printed, not in a task that may not have
+/// run yet.
+#[test]
+fn sigterm_right_after_the_serving_line_is_a_clean_stop() {
+    for round in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("s.sock");
+        let args = [
+            "--create",
+            "--level",
+            "1",
+            "--unix",
+            socket.to_str().unwrap(),
+            "mem:4M",
+            "mem:4M",
+        ];
+        let status = Server::start(&args).stop();
+        assert!(status.success(), "round {round}: {status:?}");
+    }
+}

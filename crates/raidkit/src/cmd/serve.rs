@@ -503,8 +503,11 @@ async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
     let on_signal = Arc::clone(&stop_tx);
+    // Register for the signals before announcing the export: a SIGTERM sent as soon as the
+    // "serving" line appears must stop the server cleanly, not kill it (default action).
+    let signals = ShutdownSignals::register();
     let signal_task = tokio::spawn(async move {
-        shutdown_signal().await;
+        signals.recv().await;
         let _ = on_signal.send(true);
     });
     if let Some((socket, _)) = &admin {
@@ -541,21 +544,36 @@ async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
 
-/// Completes on the first SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        eprintln!("raidkit: cannot install signal handlers; serving until killed");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
+/// SIGINT and SIGTERM, registered up front (from then on they no longer kill the process).
+struct ShutdownSignals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl ShutdownSignals {
+    /// Must run inside the runtime.
+    fn register() -> ShutdownSignals {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(int), Ok(term)) => ShutdownSignals(Some((int, term))),
+            _ => {
+                eprintln!("raidkit: cannot install signal handlers; serving until killed");
+                ShutdownSignals(None)
+            }
+        }
     }
-    eprintln!("raidkit: shutting down: finishing requests in flight");
+
+    /// Completes on the first SIGINT or SIGTERM.
+    async fn recv(self) {
+        let Some((mut int, mut term)) = self.0 else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("raidkit: shutting down: finishing requests in flight");
+    }
 }
 
 /// "raid5, 4 members, 3.0 GiB"

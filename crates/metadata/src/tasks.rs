@@ -187,6 +187,10 @@ pub(crate) struct Pacer {
     window_start: Instant,
     window_bytes: u64,
     rate: u64,
+    /// The last step's size (per member) and whether clients were busy then: the wait after it
+    /// is recomputed from the limits in force, so a limit changed mid-wait applies at once.
+    last_step_bytes: u64,
+    last_busy: bool,
 }
 
 impl Pacer {
@@ -199,7 +203,20 @@ impl Pacer {
             window_start: now,
             window_bytes: 0,
             rate: 0,
+            last_step_bytes: 0,
+            last_busy: false,
         }
+    }
+
+    /// When the next step may start after the last one, at the limits in force now.
+    fn deadline(&self, limits: SpeedLimits) -> Instant {
+        let rate = if self.last_busy {
+            limits.min_bytes_per_sec
+        } else {
+            limits.max_bytes_per_sec
+        }
+        .max(1);
+        self.started + Duration::from_secs_f64(self.last_step_bytes as f64 / rate as f64)
     }
 
     /// Step size for the current maximum: about an eighth of a second's worth, whole units.
@@ -220,6 +237,7 @@ impl Pacer {
             if core.work.should_yield() {
                 return false;
             }
+            self.next = self.deadline(core.work.limits());
             let now = Instant::now();
             if self.next <= now {
                 self.started = now;
@@ -231,18 +249,12 @@ impl Pacer {
 
     /// Accounts a finished step of `bytes` (per member).
     fn done(&mut self, core: &VolumeCore, bytes: u64) {
-        let limits = core.work.limits();
         let clients = core.array.client_requests();
-        let busy = clients != self.last_client_requests;
+        self.last_busy = clients != self.last_client_requests;
         self.last_client_requests = clients;
-        let rate = if busy {
-            limits.min_bytes_per_sec
-        } else {
-            limits.max_bytes_per_sec
-        }
-        .max(1);
+        self.last_step_bytes = bytes;
         let now = Instant::now();
-        self.next = self.started + Duration::from_secs_f64(bytes as f64 / rate as f64);
+        self.next = self.deadline(core.work.limits());
         self.window_bytes += bytes;
         let elapsed = now.duration_since(self.window_start);
         if elapsed >= Duration::from_secs(1) {

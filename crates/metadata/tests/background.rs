@@ -219,6 +219,39 @@ fn clean_close_mid_rebuild_saves_the_offset_reached() {
 }
 
 #[test]
+fn raising_the_speed_limit_applies_to_a_throttled_rebuild_at_once() {
+    // Regression: the pacer computed its next start from the limit in force when a step ended,
+    // so after one step at 1 byte/s a raised limit waited out days before taking effect.
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, spares) = array_with_spares(dir.path(), "sl", "raid1", 2, 1);
+    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let crawl = SpeedLimits {
+        min_bytes_per_sec: 1,
+        max_bytes_per_sec: 1,
+    };
+    let opts = AssembleOptions {
+        speed_limits: crawl,
+        ..AssembleOptions::default()
+    };
+    let v = assemble(open_all(&all), &opts).unwrap();
+    let model = fill(&v, 5);
+    v.fail("role 0").unwrap();
+    assert!(
+        wait_for(30, || v.status().task.is_some_and(|t| t.done_bytes > 0)),
+        "the first rebuild step ran"
+    );
+    v.set_speed_limits(fast());
+    assert!(
+        v.wait_idle(Duration::from_secs(20)),
+        "the raised limit did not apply: {:?}",
+        v.status().task
+    );
+    assert!(v.array().check().unwrap().is_consistent());
+    v.fail("role 1").unwrap();
+    assert_data(&v, &model, "rebuilt member serves everything");
+}
+
+#[test]
 fn replace_under_writes_never_degrades() {
     for (level, count) in [("raid1", 2), ("raid5", 3), ("raid6", 4), ("raid10", 4)] {
         let dir = tempfile::tempdir().unwrap();

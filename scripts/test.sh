@@ -3,7 +3,7 @@
 #
 #   1. install what is missing (Debian 12, as root): scripts/install-deps.sh
 #   2. cargo build --release
-#   3. cargo test --workspace --release
+#   3. cargo test --workspace --release --no-fail-fast (every crate runs, failures are all listed)
 #   4. end-to-end tests: /usr/bin/python3 -m pytest tests/python against target/release/raidkit
 #
 # Environment:
@@ -75,7 +75,7 @@ TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 RAIDKIT_BIN=$TARGET_DIR/release/raidkit
 
 if step "cargo build --release" cargo build --release --workspace; then
-  step "cargo test --release" cargo test --workspace --release
+  step "cargo test --release" cargo test --workspace --release --no-fail-fast
   step "end-to-end (pytest)" pytest_step
 fi
 

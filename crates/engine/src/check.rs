@@ -65,6 +65,9 @@ impl CheckReport {
     }
 }
 
+/// The present copies of one mirror chunk and what each holds.
+pub(crate) type MirrorCopies = (Vec<Extent>, Vec<Vec<u8>>);
+
 pub(crate) fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).position(|(x, y)| x != y)
@@ -131,8 +134,9 @@ impl Array {
         Ok(())
     }
 
-    fn check_mirror(&self, unit: u64, report: &mut CheckReport) -> Result<(), IoError> {
-        let _held = self.locks.lock(std::iter::once(unit));
+    /// Reads every present copy of mirror chunk `unit` (caller holds its stripe lock); `None`
+    /// when fewer than two copies are present (nothing to compare).
+    pub(crate) fn read_present_copies(&self, unit: u64) -> Result<Option<MirrorCopies>, IoError> {
         let present = self.usable()?;
         let copies: Vec<Extent> = self
             .geometry
@@ -141,8 +145,7 @@ impl Array {
             .filter(|c| present[c.role])
             .collect();
         if copies.len() < 2 {
-            report.units_skipped += 1;
-            return Ok(());
+            return Ok(None);
         }
         let chunk = self.geometry.chunk_bytes() as usize;
         let mut bufs = vec![vec![0u8; chunk]; copies.len()];
@@ -156,6 +159,15 @@ impl Array {
             })
             .collect();
         self.run(ops)?;
+        Ok(Some((copies, bufs)))
+    }
+
+    fn check_mirror(&self, unit: u64, report: &mut CheckReport) -> Result<(), IoError> {
+        let _held = self.locks.lock(std::iter::once(unit));
+        let Some((copies, bufs)) = self.read_present_copies(unit)? else {
+            report.units_skipped += 1;
+            return Ok(());
+        };
         for (copy, buf) in copies.iter().zip(&bufs).skip(1) {
             if let Some(at) = first_difference(&bufs[0], buf) {
                 report.record(Mismatch {

@@ -18,7 +18,7 @@ use crate::error::IoError;
 use crate::io::MemOp;
 use crate::raid56::{block_count, block_role, gen_parity, Columns};
 use crate::Array;
-use layout::{Extent, Level};
+use layout::Level;
 
 /// What a pass over a unit does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,29 +146,10 @@ impl Array {
 
     fn sync_mirror(&self, unit: u64, mode: SyncMode) -> Result<UnitReport, IoError> {
         let _held = self.locks.lock(std::iter::once(unit));
-        let present = self.usable()?;
         let mut report = UnitReport::default();
-        let copies: Vec<Extent> = self
-            .geometry
-            .chunk_copies(unit)
-            .into_iter()
-            .filter(|c| present[c.role])
-            .collect();
-        if copies.len() < 2 {
+        let Some((copies, bufs)) = self.read_present_copies(unit)? else {
             return Ok(report);
-        }
-        let chunk = self.geometry.chunk_bytes() as usize;
-        let mut bufs = vec![vec![0u8; chunk]; copies.len()];
-        let ops = copies
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|(c, buf)| MemOp::Read {
-                role: c.role,
-                offset: c.member_offset,
-                buf,
-            })
-            .collect();
-        self.run(ops)?;
+        };
         report.checked = true;
         let mut writes = Vec::new();
         for (copy, buf) in copies.iter().zip(&bufs).skip(1) {
@@ -180,7 +161,7 @@ impl Array {
                 kind: MismatchKind::Mirror,
                 role: copy.role,
                 member_offset: copy.member_offset + at as u64,
-                array_offset: unit * chunk as u64 + at as u64,
+                array_offset: unit * self.geometry.chunk_bytes() + at as u64,
             });
             if mode != SyncMode::Check {
                 writes.push(MemOp::Write {

@@ -229,6 +229,11 @@ impl Member for FaultyMember {
         self.inner.flush()
     }
 
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.gate(Class::Write, "write", offset, buf.len() as u64)?;
+        self.inner.write_durable_at(buf, offset)
+    }
+
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         self.gate(Class::Write, "trim", offset, len)?;
         self.inner.trim(offset, len)

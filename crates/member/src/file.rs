@@ -217,6 +217,22 @@ impl Member for FileMember {
             .map_err(|e| annotate(&self.name, "flush", 0, self.size_bytes, e))
     }
 
+    /// One `pwritev2(RWF_DSYNC)`: only this range is written back and synced (plus the
+    /// device cache flush), not the file's other dirty pages as `fdatasync` would.
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let len = buf.len() as u64;
+        check_range(&self.name, "write", offset, len, self.size_bytes)?;
+        self.check_writable("write")?;
+        let result = match sys::pwrite_dsync(&self.file, buf, offset) {
+            Err(e) if sys::dsync_unsupported(&e) => self
+                .file
+                .write_all_at(buf, offset)
+                .and_then(|()| self.file.sync_data()),
+            other => other,
+        };
+        result.map_err(|e| annotate(&self.name, "durable write", offset, len, e))
+    }
+
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         check_range(&self.name, "trim", offset, len, self.size_bytes)?;
         self.check_writable("trim")?;

@@ -22,7 +22,7 @@
 //! error naming the member, never a panic; `flush` makes earlier writes durable; after `trim` or
 //! `write_zeroes` the range reads as zeroes (RAID 5/6 parity relies on it: zero data has zero
 //! parity). Every method may fail with an `io::Error` naming the member, and durability is only
-//! promised by `flush`.
+//! promised by `flush` (everything written before it) and `write_durable_at` (that write).
 //!
 //! ```
 //! use member::{open, Member, OpenOptions};
@@ -72,6 +72,14 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()>;
     /// Returns when every earlier completed write is durable.
     fn flush(&self) -> std::io::Result<()>;
+    /// Writes all of `buf` at `offset` and returns once those bytes are durable. Unlike
+    /// `write_at` + `flush` it promises nothing about other writes: a file member syncs only
+    /// this range (`RWF_DSYNC`), so a small metadata write does not force the writeback of
+    /// everything written before it. The default is `write_at` then `flush`.
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.write_at(buf, offset)?;
+        self.flush()
+    }
     /// Releases `[offset, offset + len)`; afterwards the range reads as zeroes.
     fn trim(&self, offset: u64, len: u64) -> std::io::Result<()>;
     /// Makes `[offset, offset + len)` read as zeroes.

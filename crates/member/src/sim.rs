@@ -2,7 +2,8 @@
 //!
 //! Like redb's crash tests and TigerBeetle's simulated storage, it keeps what was written apart
 //! from what was made durable. Writes (and trims, write-zeroes) land in the current image that
-//! reads see, and are logged as unflushed; `flush` makes everything written so far durable.
+//! reads see, and are logged as unflushed; `flush` makes everything written so far durable;
+//! `write_durable_at` makes only its own bytes durable (earlier unflushed writes stay at risk).
 //! [`SimMember::crash`] returns the image a power loss could leave: the durable data plus an
 //! arbitrary, seeded subset of the unflushed writes, each kept write possibly torn at
 //! [`SECTOR_BYTES`] granularity (some of its sectors kept, some not). Sector writes are atomic:
@@ -114,8 +115,18 @@ impl Written {
 struct SimState {
     current: Image,
     durable: Image,
-    unflushed: Vec<(u64, Written)>,
+    unflushed: Vec<Pending>,
     unflushed_bytes: u64,
+}
+
+/// One operation since the last flush. A `durable` one (`write_durable_at`) is already in the
+/// durable image and is kept by every crash; it stays in the log so that a crash replays it
+/// after any older unflushed write to the same bytes.
+#[derive(Debug)]
+struct Pending {
+    offset: u64,
+    written: Written,
+    durable: bool,
 }
 
 /// An in-memory member with separate written and durable data. See the module docs.
@@ -180,19 +191,25 @@ impl SimMember {
         let state = self.lock();
         let mut image = state.durable.clone();
         let mut rng = SimRng::new(seed);
-        for (offset, written) in &state.unflushed {
+        for p in &state.unflushed {
+            let (offset, written) = (p.offset, &p.written);
+            if p.durable {
+                written.apply(&mut image, offset, 0, written.len());
+                continue;
+            }
             match rng.below(3) {
                 0 => {}
-                1 => written.apply(&mut image, *offset, 0, written.len()),
-                _ => tear(&mut image, *offset, written, &mut rng),
+                1 => written.apply(&mut image, offset, 0, written.len()),
+                _ => tear(&mut image, offset, written, &mut rng),
             }
         }
         drop(state);
         SimMember::from_image(&self.name, self.size_bytes, image)
     }
 
-    fn record(&self, offset: u64, written: Written) {
-        let mut state = self.lock();
+    fn record(&self, offset: u64, written: Written, durable: bool) {
+        let mut guard = self.lock();
+        let state = &mut *guard;
         let len = written.len();
         match &written {
             Written::Bytes(b) => state.current.write(b, offset),
@@ -208,8 +225,15 @@ impl SimMember {
             "simulated member {}: more than {SIM_UNFLUSHED_MAX_BYTES} bytes unflushed (flush more often)",
             self.name
         );
+        if durable {
+            written.apply(&mut state.durable, offset, 0, len);
+        }
         if len > 0 {
-            state.unflushed.push((offset, written));
+            state.unflushed.push(Pending {
+                offset,
+                written,
+                durable,
+            });
         }
     }
 }
@@ -257,29 +281,42 @@ impl Member for SimMember {
             buf.len() as u64,
             self.size_bytes,
         )?;
-        self.record(offset, Written::Bytes(buf.to_vec()));
+        self.record(offset, Written::Bytes(buf.to_vec()), false);
         Ok(())
     }
 
     fn flush(&self) -> io::Result<()> {
         let mut guard = self.lock();
         let state = &mut *guard;
-        for (offset, written) in state.unflushed.drain(..) {
-            written.apply(&mut state.durable, offset, 0, written.len());
+        for p in state.unflushed.drain(..) {
+            p.written
+                .apply(&mut state.durable, p.offset, 0, p.written.len());
         }
         state.unflushed_bytes = 0;
         Ok(())
     }
 
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        check_range(
+            &self.name,
+            "write",
+            offset,
+            buf.len() as u64,
+            self.size_bytes,
+        )?;
+        self.record(offset, Written::Bytes(buf.to_vec()), true);
+        Ok(())
+    }
+
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         check_range(&self.name, "trim", offset, len, self.size_bytes)?;
-        self.record(offset, Written::Zeroes(len));
+        self.record(offset, Written::Zeroes(len), false);
         Ok(())
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         check_range(&self.name, "write-zeroes", offset, len, self.size_bytes)?;
-        self.record(offset, Written::Zeroes(len));
+        self.record(offset, Written::Zeroes(len), false);
         Ok(())
     }
 }

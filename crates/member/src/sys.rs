@@ -79,3 +79,44 @@ pub fn is_unsupported(e: &io::Error) -> bool {
         Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL) | Some(libc::ENOTTY)
     )
 }
+
+/// pwritev2(2) with `RWF_DSYNC` of all of `buf` at `offset`: returns once those bytes (and the
+/// metadata needed to read them back) are durable, syncing only this range (unlike
+/// `fdatasync`, which writes back every dirty page of the file). Partial writes are continued.
+/// `Unsupported` errors (EOPNOTSUPP, ENOSYS: a kernel before 4.7 or a filter) are returned as
+/// they are, for the caller to fall back to write + fdatasync.
+pub fn pwrite_dsync(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        let at = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let iov = libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: one iovec describing `buf`, which is live and unchanged for the call; the
+        // kernel only reads from it (a write). The descriptor is kept open by `file`.
+        let rc = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, at, libc::RWF_DSYNC) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let n = rc as usize;
+        assert!(n <= buf.len(), "pwritev2 wrote more than asked");
+        buf = &buf[n..];
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+/// True when pwritev2 with `RWF_DSYNC` is not available here (fall back to write + fdatasync).
+pub fn dsync_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+    )
+}

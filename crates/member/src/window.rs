@@ -78,6 +78,17 @@ impl Member for Window {
         self.inner.flush()
     }
 
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        check_range(
+            &self.name,
+            "write",
+            offset,
+            buf.len() as u64,
+            self.len_bytes,
+        )?;
+        self.inner.write_durable_at(buf, self.offset_bytes + offset)
+    }
+
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         check_range(&self.name, "trim", offset, len, self.len_bytes)?;
         self.inner.trim(self.offset_bytes + offset, len)

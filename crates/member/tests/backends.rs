@@ -60,6 +60,16 @@ fn exercise(m: &dyn Member) {
     assert!(m.trim(size, 1).is_err());
     assert!(m.write_zeroes(u64::MAX, 2).is_err());
     m.flush().unwrap();
+    // A durable write lands where asked (unaligned, across a page) and nowhere else; its
+    // bounds are checked like a plain write's.
+    let durable = pattern(5000, 11);
+    m.write_durable_at(&durable, 300_001).unwrap();
+    assert_eq!(read(m, 300_001, durable.len()), durable);
+    assert_eq!(read(m, 300_000, 1), vec![0]);
+    assert_eq!(read(m, 305_001, 1), vec![0]);
+    let err = m.write_durable_at(&[1, 2], size - 1).unwrap_err();
+    assert!(err.to_string().contains(m.name()), "{err}");
+    assert!(err.to_string().contains("past the end"), "{err}");
     // Zero-length operations at the end are fine.
     m.write_at(&[], size).unwrap();
     m.trim(size, 0).unwrap();

@@ -143,6 +143,45 @@ fn sim_reads_newest_and_flushed_data_survives_every_crash() {
     }
 }
 
+/// `write_durable_at` survives every crash, even over an older unflushed write to the same
+/// bytes, while other unflushed writes stay at risk (it is not a flush).
+#[test]
+fn sim_durable_write_survives_every_crash_and_flushes_nothing_else() {
+    let m = SimMember::new("sim0", 1 << 20);
+    m.write_at(&[1; 4096], 0).unwrap(); // unflushed, elsewhere
+    m.write_at(&[2; 1024], 8192).unwrap(); // unflushed, under the durable write
+    m.write_durable_at(&[3; 512], 8192 + 256).unwrap();
+    m.write_at(&[4; 100], 8192 + 300).unwrap(); // unflushed, newer, over it
+    let mut durable = vec![0u8; 1024];
+    m.read_durable(&mut durable, 8192).unwrap();
+    assert_eq!(&durable[256..768], &[3u8; 512][..], "read_durable shows it");
+    assert_eq!(
+        &durable[..256],
+        &[0u8; 256][..],
+        "the older write is not durable"
+    );
+    let (mut lost_other, mut kept_newer) = (false, false);
+    for s in 0..300 {
+        let after = m.crash(s);
+        let got = read(&after, 8192, 1024);
+        for (i, &b) in got.iter().enumerate().take(768).skip(256) {
+            let newer = (300..400).contains(&i);
+            assert!(b == 3 || (newer && b == 4), "seed {s}: byte {i} is {b}");
+            kept_newer |= b == 4;
+        }
+        lost_other |= read(&after, 0, 4096) != vec![1u8; 4096];
+    }
+    assert!(
+        lost_other,
+        "an unrelated unflushed write was never lost: it was flushed"
+    );
+    assert!(kept_newer, "the newer unflushed write was never kept");
+    m.flush().unwrap();
+    let after = m.crash(7);
+    assert_eq!(&read(&after, 8192 + 256, 44)[..], &[3u8; 44][..]);
+    assert_eq!(&read(&after, 8192 + 300, 100)[..], &[4u8; 100][..]);
+}
+
 /// Each sector of an unflushed write is all new or all old; across seeds writes are lost, kept
 /// and torn.
 #[test]

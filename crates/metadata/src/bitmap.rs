@@ -366,7 +366,7 @@ impl Bitmap {
         Ok(())
     }
 
-    /// Writes `blocks` of `image` to every writable target and flushes, in parallel.
+    /// Writes `blocks` of `image` durably to every writable target, in parallel.
     fn write_blocks(
         &self,
         image: &[u8],
@@ -388,11 +388,14 @@ impl Bitmap {
                 (at, encode_block(&self.array_uuid, image, i))
             })
             .collect();
+        // A durable write of each block, not write + flush: on a file member a flush
+        // (fdatasync) would also write back every data page written before it, so a
+        // sequential writer would wait for the page cache at each new region.
         let write_one = |m: &Arc<dyn Member>| -> io::Result<()> {
             for (at, block) in &encoded {
-                m.write_at(block, *at)?;
+                m.write_durable_at(block, *at)?;
             }
-            m.flush()
+            Ok(())
         };
         let results: Vec<(usize, String, io::Result<()>)> = if targets.len() == 1 {
             let (role, m) = &targets[0];

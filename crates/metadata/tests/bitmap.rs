@@ -228,6 +228,10 @@ impl Member for Ordered {
         self.check(offset);
         self.inner.write_at(buf, offset)
     }
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.check(offset);
+        self.inner.write_durable_at(buf, offset)
+    }
     fn flush(&self) -> std::io::Result<()> {
         self.inner.flush()
     }

@@ -289,6 +289,17 @@ impl Member for GridMember {
         self.sim().flush()
     }
 
+    /// A durable write (the write-intent bitmap's blocks): only its own bytes survive every
+    /// cut, the member's other unflushed writes stay at risk. Superblocks are never written
+    /// this way (they are written, then flushed, and tracked as such).
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        assert!(
+            !is_superblock_write(buf, offset),
+            "superblock written with write_durable_at"
+        );
+        self.mutate(false, |sim| sim.write_durable_at(buf, offset))
+    }
+
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         self.mutate(false, |sim| sim.trim(offset, len))
     }

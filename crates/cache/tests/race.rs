@@ -17,7 +17,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cache::{CacheConfig, ReadAhead, ReadCache};
 use common::{seeds, MemExport, Rng, SeedGuard};
@@ -175,10 +175,34 @@ fn reads_never_older_than_completed_writes() {
 }
 
 /// Caches whole blocks with no generation check: a read that began before a write can
-/// insert its old data after the write completed.
+/// insert its old data after the write completed. To make that race happen on every run, not
+/// only when the scheduler is unkind, a miss holds its data back until two more writes to the
+/// block have completed (bounded wait): writes to one block are serialized by the harness, so
+/// the second of them began after the miss had read, and the inserted data is older than it.
 struct NaiveCache {
     inner: MemExport,
     blocks: Mutex<HashMap<u64, Vec<u8>>>,
+    writes_done: Vec<AtomicU64>,
+}
+
+impl NaiveCache {
+    fn new() -> Self {
+        NaiveCache {
+            inner: MemExport::new((REGIONS * REGION) as usize),
+            blocks: Mutex::new(HashMap::new()),
+            writes_done: (0..REGIONS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Waits (at most 20 ms) until `block` has seen `count` more completed writes.
+    fn wait_for_writes(&self, block: u64, count: u64) {
+        let done = &self.writes_done[block as usize];
+        let target = done.load(Ordering::SeqCst) + count;
+        let deadline = Instant::now() + Duration::from_millis(20);
+        while done.load(Ordering::SeqCst) < target && Instant::now() < deadline {
+            thread::sleep(Duration::from_micros(20));
+        }
+    }
 }
 
 impl Export for NaiveCache {
@@ -194,18 +218,23 @@ impl Export for NaiveCache {
                 continue;
             }
             self.inner.read(block * REGION, chunk)?;
-            thread::sleep(Duration::from_micros(50));
+            self.wait_for_writes(block, 2);
             self.blocks.lock().unwrap().insert(block, chunk.to_vec());
         }
         Ok(())
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        let range = offset / REGION..(offset + data.len() as u64).div_ceil(REGION);
         let mut blocks = self.blocks.lock().unwrap();
-        for b in offset / REGION..(offset + data.len() as u64).div_ceil(REGION) {
+        for b in range.clone() {
             blocks.remove(&b);
         }
         drop(blocks);
-        self.inner.write(offset, data, fua)
+        self.inner.write(offset, data, fua)?;
+        for b in range {
+            self.writes_done[b as usize].fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
     }
     fn flush(&self) -> io::Result<()> {
         Ok(())
@@ -220,11 +249,7 @@ impl Export for NaiveCache {
 
 #[test]
 fn the_check_catches_a_naive_cache() {
-    let naive = NaiveCache {
-        inner: MemExport::new((REGIONS * REGION) as usize),
-        blocks: Mutex::new(HashMap::new()),
-    };
-    let result = hammer(Arc::new(naive), 99);
+    let result = hammer(Arc::new(NaiveCache::new()), 99);
     let message = result.expect_err("a cache without generations serves stale data");
     assert!(
         message.contains("had completed before the read"),

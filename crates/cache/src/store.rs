@@ -131,7 +131,10 @@ impl Store {
     pub fn insert(&self, block: u64, data: &[u8], snapshot: Snapshot, prefetched: bool) {
         assert_eq!(data.len(), self.block_len(block));
         let (cell, local) = self.route(block);
-        let outcome = Self::lock(cell).insert(local, data, snapshot, prefetched);
+        // The gauges change under the shard lock, so that a write dropping this block (under
+        // the same lock, later) subtracts only after it was added.
+        let mut shard = Self::lock(cell);
+        let outcome = shard.insert(local, data, snapshot, prefetched);
         match outcome {
             Insert::Inserted { evicted, allocated } => {
                 if evicted {
@@ -146,6 +149,7 @@ impl Store {
             Insert::Stale => add(&self.counters.stale_skips, 1),
             Insert::Present => {}
         }
+        drop(shard);
         let allocated = self.counters.allocated_bytes.load(Ordering::Relaxed);
         assert!(
             allocated <= self.capacity_bytes,
@@ -182,9 +186,11 @@ impl Store {
         for (shard, cell) in self.cells.iter().enumerate() {
             let range = self.local_range(&blocks, shard as u64);
             if !range.is_empty() && cell.gens.begin_write(range.clone()) {
-                let dropped = Self::lock(cell).drop_range(range);
+                let mut shard = Self::lock(cell);
+                let dropped = shard.drop_range(range);
                 add(&self.counters.invalidations, dropped);
                 sub(&self.counters.resident_blocks, dropped);
+                drop(shard);
             }
         }
     }

@@ -32,6 +32,8 @@ struct Shared {
     locks: Vec<Mutex<()>>,
     completed: Vec<AtomicU64>,
     counter: AtomicU64,
+    /// Reads completed, so writers can wait for readers to keep up (see `writer`).
+    reads: AtomicU64,
     done: AtomicBool,
     failure: Mutex<Option<String>>,
 }
@@ -43,11 +45,26 @@ impl Shared {
     }
 }
 
+/// Waits (bounded) until readers have completed `count` more reads.
+fn wait_for_reads(shared: &Shared, count: u64, limit: Duration) {
+    let target = shared.reads.load(Ordering::SeqCst) + count;
+    let deadline = Instant::now() + limit;
+    while shared.reads.load(Ordering::SeqCst) < target && Instant::now() < deadline {
+        thread::yield_now();
+    }
+}
+
 fn writer(shared: &Shared, seed: u64) {
     let mut rng = Rng::new(seed);
-    for _ in 0..WRITES_PER_WRITER {
+    // Writes interleave with reads even when the scheduler would let writers run ahead
+    // (on 2 cores they can finish before a reader has cached anything, and then nothing races).
+    wait_for_reads(shared, 20, Duration::from_secs(5));
+    for i in 0..WRITES_PER_WRITER {
         if shared.done.load(Ordering::SeqCst) {
             return;
+        }
+        if i % 8 == 0 {
+            wait_for_reads(shared, 1, Duration::from_millis(5));
         }
         let count = 1 + rng.below(3);
         let first = rng.below(REGIONS - count + 1);
@@ -108,6 +125,7 @@ fn reader(shared: &Shared, seed: u64, sequential: bool) {
         if let Err(message) = read_and_check(shared, first, count) {
             return shared.fail(message);
         }
+        shared.reads.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -119,6 +137,7 @@ fn hammer(export: Arc<dyn Export>, seed: u64) -> Result<(), String> {
         completed: (0..REGIONS).map(|_| AtomicU64::new(0)).collect(),
         counter: AtomicU64::new(0),
         done: AtomicBool::new(false),
+        reads: AtomicU64::new(0),
         failure: Mutex::new(None),
     });
     let readers: Vec<_> = (0..4)

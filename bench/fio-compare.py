@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Compare `raidkit serve` with nbdkit on the same backing, using the same fio jobs (nbd engine).
+"""Compare `raidkit serve` with nbdkit and qemu-nbd on the same backing, using the same fio jobs.
 
-Jobs (each time-based, --runtime seconds, after a sequential prefill of the working set; each job
-runs on the reference and then on raidkit, both servers up, so outside load falls on both alike):
+Jobs (fio's nbd engine over a Unix socket; each time-based, --runtime seconds after a 1 s ramp, on
+a working set prefilled sequentially):
   seq-write  1 MiB sequential write, iodepth 16      (MB/s)
   seq-read   1 MiB sequential read,  iodepth 16      (MB/s)
   rand-read  4 KiB random read,      iodepth 32      (IOPS)
   rand-write 4 KiB random write,     iodepth 32      (IOPS)
 
-Configurations (raidkit vs reference):
-  linear-file   single-member linear on a file        vs nbdkit file (same size, same filesystem)
-  linear-ram    single-member linear on mem:          vs nbdkit memory
-  raid0-ram4    RAID 0 over 4 mem: members            vs nbdkit memory
-  raid5-file4   RAID 5 over 4 files                   vs nbdkit file on a single file
+Configurations (raidkit vs the references):
+  linear-file   single-member linear on a file   vs nbdkit file / qemu-nbd on one file
+  linear-ram    single-member linear on mem:     vs nbdkit memory / qemu-nbd on a /dev/shm file
+  raid0-ram4    RAID 0 over 4 mem: members       vs nbdkit memory / qemu-nbd on a /dev/shm file
+  raid5-file4   RAID 5 over 4 files              vs nbdkit file / qemu-nbd on a single file
                 (the goal there is 1 MiB sequential read; all jobs are measured)
 
-Prints markdown tables (figures, raidkit/reference ratios, server CPU time per request, peak
+All servers are up at once and each job runs --rounds times in turn on every server (nbdkit,
+qemu-nbd, raidkit, nbdkit, ...), so load from elsewhere falls on all alike; the tables give the
+median of the rounds. File-backed writes depend on when the kernel writes back dirty pages, which
+moves a single figure by up to 2x: use several rounds.
+
+Prints markdown tables (medians, raidkit/reference ratios, server CPU time per request, peak
 server memory = VmHWM) ready to paste into docs/PERFORMANCE.md.
 
 CPU per request: the server's utime+stime (/proc/PID/stat, all its threads, dead ones included)
@@ -23,9 +28,10 @@ over the whole fio run (ramp included) divided by the requests of that run (fio'
 by (ramp + runtime) / runtime for the ramp). On 2 shared cores this decides throughput, and
 unlike MB/s or IOPS it is barely moved by load from other processes.
 
-Usage: bench/fio-compare.py [--runtime 10] [--size 1G] [--dir /var/tmp/raidkit-bench]
+Usage: bench/fio-compare.py [--runtime 10] [--rounds 3] [--size 1G] [--dir /var/tmp/raidkit-bench]
                             [--raidkit target/release/raidkit] [--configs linear-file,raid0-ram4]
-                            [--jobs rand-read,seq-write] [--raidkit-arg=--cache-size=0]
+                            [--jobs rand-read,seq-write] [--references nbdkit,qemu-nbd]
+                            [--raidkit-arg=--cache-size=0]
 """
 
 import argparse
@@ -33,6 +39,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -166,49 +173,80 @@ def start_raidkit(args, config, workdir, sock):
     return Proc(cmd, sock, ready_line="raidkit: serving"), f"nbd+unix:///{config}?socket={sock}"
 
 
+def reference_image(args, config, workdir, name):
+    """A fresh sparse image of the working set (+64 MiB) for a reference server: in the work
+    directory for file configurations, in /dev/shm (RAM) for the others."""
+    kind = CONFIGS[config][3]
+    folder = workdir if kind == "file" else Path("/dev/shm")
+    image = folder / f"raidkit-bench-{config}-{name}.img"
+    if image.exists():
+        image.unlink()
+    with open(image, "wb") as f:
+        f.truncate(args.size_bytes + 64 * MIB)
+    return image
+
+
 def start_nbdkit(args, config, workdir, sock):
     kind = CONFIGS[config][3]
-    size = args.size_bytes + 64 * MIB
     if kind == "memory":
-        plugin = ["memory", str(size)]
+        plugin = ["memory", str(args.size_bytes + 64 * MIB)]
     else:
-        image = workdir / f"{config}-nbdkit.img"
-        if image.exists():
-            image.unlink()
-        with open(image, "wb") as f:
-            f.truncate(size)
-        plugin = ["file", str(image)]
+        plugin = ["file", str(reference_image(args, config, workdir, "nbdkit"))]
     cmd = ["nbdkit", "--foreground", "--unix", sock, *plugin]
     return Proc(cmd, sock), f"nbd+unix:///?socket={sock}"
 
 
+def start_qemu_nbd(args, config, workdir, sock):
+    image = reference_image(args, config, workdir, "qemu-nbd")
+    # Page cache on (as nbdkit file and raidkit's file members), thread pool I/O, and enough
+    # shared clients for fio plus the prefill.
+    cmd = ["qemu-nbd", "--format=raw", "--persistent", "--shared=8", "--cache=writeback",
+           "--aio=threads", f"--socket={sock}", str(image)]
+    return Proc(cmd, sock), f"nbd+unix:///?socket={sock}"
+
+
+STARTERS = {"nbdkit": start_nbdkit, "qemu-nbd": start_qemu_nbd}
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
 def measure(args, config, workdir, have_raidkit):
-    """Both servers up at once; each job runs on the reference, then on raidkit, so that load
-    from elsewhere on the machine falls on both alike. Returns ({job: (ours, ref)}, peaks)."""
+    """Every server up at once; each job runs round by round on each server in turn, so that
+    load from elsewhere falls on all alike. Returns ({job: {server: (figure, cpu)}}, peaks)."""
     print(f"== {config}", file=sys.stderr)
-    ref, ref_uri = start_nbdkit(args, config, workdir, str(workdir / "nbdkit.sock"))
-    ours = None
+    servers = {}
     try:
+        for name in args.references:
+            servers[name] = STARTERS[name](args, config, workdir, str(workdir / f"{name}.sock"))
         if have_raidkit:
-            ours, our_uri = start_raidkit(args, config, workdir, str(workdir / "raidkit.sock"))
+            servers["raidkit"] = start_raidkit(args, config, workdir,
+                                               str(workdir / "raidkit.sock"))
         prefill = ("prefill", ["--rw=write", "--bs=1m", "--iodepth=16"], "write", "MB/s")
-        for server_uri in [ref_uri] + ([our_uri] if ours else []):
-            run_job(server_uri, prefill, 0, args.size)
+        for _, uri in servers.values():
+            run_job(uri, prefill, 0, args.size)
         results = {}
         for job in [j for j in JOBS if j[0] in args.jobs]:
-            r, r_cpu = run_job(ref_uri, job, args.runtime, args.size, ref)
-            o, o_cpu = (run_job(our_uri, job, args.runtime, args.size, ours) if ours
-                        else (None, None))
-            results[job[0]] = (o, r, o_cpu, r_cpu)
-            print(f"    {job[0]:<10} raidkit {o or 0:12.1f}  nbdkit {r:12.1f} {job[3]}"
-                  f"   CPU/request raidkit {o_cpu or 0:8.1f} us  nbdkit {r_cpu or 0:8.1f} us"
-                  f"   load {os.getloadavg()[0]:.1f}", file=sys.stderr)
-        peaks = (ours.peak_rss_bytes() if ours else None, ref.peak_rss_bytes())
+            runs = {name: [] for name in servers}
+            for _ in range(args.rounds):
+                for name, (proc, uri) in servers.items():
+                    runs[name].append(run_job(uri, job, args.runtime, args.size, proc))
+            results[job[0]] = {name: (median(f for f, _ in r), median(c for _, c in r))
+                               for name, r in runs.items()}
+            line = "   ".join(f"{name} {fig:12.1f} ({cpu or 0:6.1f} us/req)"
+                              for name, (fig, cpu) in results[job[0]].items())
+            print(f"    {job[0]:<10} {line} {job[3]}   load {os.getloadavg()[0]:.1f}",
+                  file=sys.stderr)
+        peaks = {name: proc.peak_rss_bytes() for name, (proc, _) in servers.items()}
     finally:
-        ref.stop()
-        rc = ours.stop() if ours else 0
-    if rc != 0:
-        raise RuntimeError(f"raidkit serve exited {rc} after SIGTERM: {''.join(ours.lines)}")
+        codes = {name: proc.stop() for name, (proc, _) in servers.items()}
+        for f in Path("/dev/shm").glob(f"raidkit-bench-{config}-*.img"):
+            f.unlink()
+    if codes.get("raidkit", 0) != 0:
+        raise RuntimeError(f"raidkit serve exited {codes['raidkit']} after SIGTERM: "
+                           f"{''.join(servers['raidkit'][0].lines)}")
     return results, peaks
 
 
@@ -221,28 +259,39 @@ def us(value):
 
 
 def print_tables(rows, peaks, args):
-    print(f"fio nbd engine over a Unix socket; working set {args.size}, {args.runtime} s per job "
-          "(+1 s ramp) after a sequential prefill; one fio job per run; each job runs on the "
-          "reference, then on raidkit, both servers up. CPU = server CPU time (user+system, all "
+    refs = args.references
+    print(f"fio nbd engine over a Unix socket; working set {args.size}; {args.runtime} s per job "
+          f"(+1 s ramp) after a sequential prefill; median of {args.rounds} rounds, each job "
+          "run in turn on every server, all servers up. CPU = server CPU time (user+system, all "
           "threads) per request, in microseconds.\n")
-    print("| configuration | job | unit | raidkit | reference | ratio | CPU µs/req raidkit | "
-          "CPU µs/req reference |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for config, job, unit, ours, ref, ref_name, o_cpu, r_cpu in rows:
-        ratio = f"{ours / ref:.2f}" if ours is not None and ref else "n/a"
-        ours_text = fmt(ours, unit) if ours is not None else "n/a"
-        print(f"| {config} | {job} | {unit} | {ours_text} | {fmt(ref, unit)} ({ref_name}) | "
-              f"{ratio} | {us(o_cpu)} | {us(r_cpu)} |")
-    print("\n| configuration | raidkit peak RSS (VmHWM) | reference peak RSS |")
-    print("|---|---:|---:|")
-    for config, (ours, ref) in peaks.items():
+    head = ["configuration", "job", "unit", "raidkit", *refs,
+            *[f"ratio vs {r}" for r in refs], "CPU µs/req raidkit", *[f"CPU {r}" for r in refs]]
+    print("| " + " | ".join(head) + " |")
+    print("|---|---|---|" + "---:|" * (len(head) - 3))
+    for config, job, unit, result in rows:
+        ours, ours_cpu = result.get("raidkit", (None, None))
+        cells = [config, job, unit, fmt(ours, unit) if ours is not None else "n/a"]
+        cells += [fmt(result[r][0], unit) for r in refs]
+        cells += [f"{ours / result[r][0]:.2f}" if ours is not None and result[r][0] else "n/a"
+                  for r in refs]
+        cells += [us(ours_cpu)] + [us(result[r][1]) for r in refs]
+        print("| " + " | ".join(cells) + " |")
+    print("\n| configuration | " + " | ".join(f"{n} peak RSS (VmHWM)"
+                                               for n in ["raidkit", *refs]) + " |")
+    print("|---|" + "---:|" * (len(refs) + 1))
+    for config, by_server in peaks.items():
         mib = lambda b: f"{b / MIB:,.0f} MiB" if b else "n/a"  # noqa: E731
-        print(f"| {config} | {mib(ours)} | {mib(ref)} |")
+        print(f"| {config} | " + " | ".join(mib(by_server.get(n))
+                                             for n in ["raidkit", *refs]) + " |")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", type=int, default=10, help="seconds per job (default 10)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs of each job per server; the median is reported (default 3)")
+    parser.add_argument("--references", default="nbdkit,qemu-nbd",
+                        help="reference servers, comma-separated (default nbdkit,qemu-nbd)")
     parser.add_argument("--size", default="1G", help="working set per configuration (default 1G)")
     parser.add_argument("--dir", default="/var/tmp/raidkit-bench", help="backing files go here")
     parser.add_argument("--raidkit", default=os.environ.get(
@@ -262,7 +311,10 @@ def main():
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"unknown configurations: {unknown}; known: {list(CONFIGS)}")
-    for tool in ("fio", "nbdkit"):
+    args.references = [r for r in args.references.split(",") if r]
+    if any(r not in STARTERS for r in args.references) or args.rounds < 1:
+        parser.error(f"references must be among {list(STARTERS)}; rounds at least 1")
+    for tool in ("fio", *args.references):
         if shutil.which(tool) is None:
             parser.error(f"{tool} is not installed (scripts/install-deps.sh installs it)")
     have_raidkit = os.access(args.raidkit, os.X_OK)
@@ -274,11 +326,11 @@ def main():
     rows, peaks = [], {}
     for config in configs:
         results, peaks[config] = measure(args, config, workdir, have_raidkit)
-        ref_name = f"nbdkit {CONFIGS[config][3]}"
         for job, _, _, unit in [j for j in JOBS if j[0] in args.jobs]:
-            ours, ref, o_cpu, r_cpu = results[job]
-            rows.append((config, job, unit, ours, ref, ref_name, o_cpu, r_cpu))
+            rows.append((config, job, unit, results[job]))
         for f in workdir.glob(f"{config}-*.img"):
+            f.unlink()
+        for f in workdir.glob(f"raidkit-bench-{config}-*.img"):
             f.unlink()
     print_tables(rows, peaks, args)
 

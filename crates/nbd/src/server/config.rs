@@ -24,6 +24,10 @@ pub struct ServerConfig {
     pub max_blocking_calls: usize,
     /// Bytes of request and reply buffers held at once, over all connections. Default 1 GiB.
     pub max_buffer_bytes: u64,
+    /// Bytes of idle buffers kept for reuse by later requests (buffers of 64 KiB and more,
+    /// in power-of-two classes); beyond it a finished request's buffer is freed. Default
+    /// 64 MiB.
+    pub max_idle_buffer_bytes: u64,
     /// Largest option data accepted during the handshake; more closes it. Default 64 KiB.
     pub max_option_bytes: u32,
     /// Options one connection may send before it is closed. Default 1024.
@@ -45,6 +49,7 @@ impl Default for ServerConfig {
             max_connections: 64,
             max_blocking_calls: 32,
             max_buffer_bytes: 1 << 30,
+            max_idle_buffer_bytes: 64 << 20,
             max_option_bytes: 64 << 10,
             max_options_per_conn: 1024,
             handshake_timeout: Duration::from_secs(30),
@@ -79,7 +84,9 @@ impl ServerConfig {
             return bad("max_blocking_calls", "must be at least 1");
         }
         let units = self.max_buffer_bytes / BUFFER_UNIT_BYTES;
-        let request_units = u64::from(self.max_request_bytes).div_ceil(BUFFER_UNIT_BYTES);
+        // A request's buffer is charged its size class: up to twice its length.
+        let request_bytes = u64::from(self.max_request_bytes).next_power_of_two();
+        let request_units = request_bytes.div_ceil(BUFFER_UNIT_BYTES);
         if units < request_units || units > u64::from(u32::MAX) {
             return bad(
                 "max_buffer_bytes",

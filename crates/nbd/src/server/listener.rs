@@ -2,8 +2,10 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
+use socket2::SockRef;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 /// Where [`serve`](super::serve) accepts connections. A Unix socket file created by
@@ -96,9 +98,14 @@ impl Listener {
                 // Nagle's algorithm delays small replies behind large ones; the spec asks
                 // servers to disable it.
                 stream.set_nodelay(true)?;
+                set_send_buffer(&stream);
                 Ok(Stream::Tcp(stream))
             }
-            Inner::Unix { listener, .. } => Ok(Stream::Unix(listener.accept().await?.0)),
+            Inner::Unix { listener, .. } => {
+                let stream = listener.accept().await?.0;
+                set_send_buffer(&stream);
+                Ok(Stream::Unix(stream))
+            }
         }
     }
 }
@@ -141,6 +148,21 @@ fn remove_stale_socket(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Send buffer asked for on every connection (the kernel doubles it for bookkeeping and caps
+/// it at `net.core.wmem_max`). The default (~208 KiB) is a fifth of a 1 MiB read reply: the
+/// request thread then sleeps and is woken about ten times per reply while the client drains
+/// the socket. With 1 MiB, 1 MiB sequential reads went from 5.0 to 7.1 GB/s (-15 % server
+/// CPU per request) on a Unix socket, measured in docs/PERFORMANCE.md. Kernel memory, charged
+/// only while replies wait for the client.
+const SEND_BUFFER_BYTES: usize = 1 << 20;
+
+/// Raises the socket's send buffer; a refusal only costs speed, so it is logged, not fatal.
+fn set_send_buffer(socket: &impl AsFd) {
+    if let Err(e) = SockRef::from(socket).set_send_buffer_size(SEND_BUFFER_BYTES) {
+        log::debug!("nbd: cannot raise the socket send buffer: {e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +193,28 @@ mod tests {
             let err = Listener::bind_unix(&file).expect_err("plain file refused");
             assert_eq!(err.kind(), io::ErrorKind::AlreadyExists, "{err}");
             assert_eq!(std::fs::read(&file).expect("read"), b"keep me");
+        });
+    }
+
+    #[test]
+    fn accepted_connections_get_the_larger_send_buffer() {
+        let wmem_max: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+            .expect("read wmem_max")
+            .trim()
+            .parse()
+            .expect("wmem_max is a number");
+        // Linux doubles the value asked for, capped by wmem_max.
+        let expected = 2 * SEND_BUFFER_BYTES.min(wmem_max);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nbd.sock");
+        runtime().block_on(async {
+            let listener = Listener::bind_unix(&path).expect("bind");
+            let _client = UnixStream::connect(&path).await.expect("connect");
+            let Stream::Unix(accepted) = listener.accept().await.expect("accept") else {
+                panic!("a Unix listener accepted a TCP stream");
+            };
+            let size = SockRef::from(&accepted).send_buffer_size().expect("SO_SNDBUF");
+            assert_eq!(size, expected, "wmem_max {wmem_max}");
         });
     }
 }

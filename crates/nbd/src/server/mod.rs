@@ -4,6 +4,7 @@
 //! connection stops reading new requests, requests in flight finish and their replies are
 //! sent, and `serve` returns (after at most [`ServerConfig::shutdown_grace`]).
 
+mod buffers;
 mod config;
 mod connection;
 mod gate;

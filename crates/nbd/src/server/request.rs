@@ -5,6 +5,7 @@
 
 use std::io;
 
+use super::buffers::{Buffer, BufferPool};
 use crate::codec::consts::*;
 use crate::codec::{offset_data_header, BlockDescriptor, Chunk, Request, SimpleReply};
 use crate::errno::nbd_errno;
@@ -178,22 +179,28 @@ fn command(r: &Request) -> Command {
 #[derive(Debug)]
 pub(crate) enum Done {
     Ack,
-    Data(Vec<u8>),
+    Data(Buffer),
     Extents(Vec<BlockDescriptor>),
 }
 
-/// Runs a validated command on the export (blocking). `payload` is the write data.
+/// Runs a validated command on the export (blocking). `payload` is the write data; a read's
+/// buffer comes from `pool` (the caller gives it back after sending).
 pub(crate) fn execute(
     export: &dyn Export,
+    pool: &BufferPool,
     size: u64,
     command: Command,
-    payload: Vec<u8>,
+    payload: &Buffer,
 ) -> io::Result<Done> {
     assert_in_range(&command, size);
     match command {
         Command::Read { offset, length } => {
-            let mut buf = vec![0u8; length as usize];
-            export.read(offset, &mut buf)?;
+            // Not zeroed: the export fills it whole, or fails and it is not sent.
+            let mut buf = pool.take(length as usize);
+            if let Err(e) = export.read(offset, &mut buf) {
+                pool.give(buf);
+                return Err(e);
+            }
             Ok(Done::Data(buf))
         }
         Command::Write {
@@ -203,7 +210,7 @@ pub(crate) fn execute(
         } => {
             assert_eq!(payload.len(), length as usize, "write payload length");
             if length > 0 {
-                export.write(offset, &payload, fua)?;
+                export.write(offset, payload, fua)?;
             }
             Ok(Done::Ack)
         }
@@ -306,7 +313,7 @@ pub(crate) fn success_reply(
     offset: u64,
     done: Done,
     structured: bool,
-) -> (Vec<u8>, Option<Vec<u8>>) {
+) -> (Vec<u8>, Option<Buffer>) {
     match done {
         Done::Ack => (SimpleReply { error: 0, cookie }.encode().to_vec(), None),
         Done::Data(data) if structured && data.is_empty() => {

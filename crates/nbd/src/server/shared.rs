@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::buffers::BufferPool;
 use super::config::{ServerConfig, BUFFER_UNIT_BYTES};
 use super::gate::{Gate, Permit};
 use crate::codec::consts::*;
@@ -16,6 +17,8 @@ pub(crate) struct Shared {
     pub blocking: Gate,
     /// Bounds request/reply buffer bytes held at once, in units of `BUFFER_UNIT_BYTES`.
     pub buffers: Gate,
+    /// Idle request/reply buffers kept for reuse.
+    pub pool: BufferPool,
 }
 
 impl Shared {
@@ -25,6 +28,7 @@ impl Shared {
             size: export.size(),
             blocking: Gate::new(config.max_blocking_calls as u64),
             buffers: Gate::new(units),
+            pool: BufferPool::new(config.max_request_bytes, config.max_idle_buffer_bytes),
             export,
             config,
         }
@@ -66,9 +70,11 @@ impl Shared {
         (1, preferred, maximum)
     }
 
-    /// Reserves buffer budget for `bytes` (blocks while the budget is exhausted).
-    pub fn reserve_buffer(&self, bytes: u64) -> Permit<'_> {
-        let units = bytes.div_ceil(BUFFER_UNIT_BYTES).max(1);
+    /// Reserves buffer budget for a buffer of `bytes` (blocks while the budget is
+    /// exhausted); charged what the pool really allocates for it.
+    pub fn reserve_buffer(&self, bytes: u32) -> Permit<'_> {
+        let charged = BufferPool::charged_bytes(bytes as usize);
+        let units = charged.div_ceil(BUFFER_UNIT_BYTES).max(1);
         self.buffers.acquire(units)
     }
 }

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{oneshot, watch};
 
+use super::buffers::Buffer;
 use super::connection::ConnError;
 use super::gate::Permit;
 use super::request::{self, Command, Session};
@@ -114,7 +115,7 @@ enum Next<'a> {
     Work {
         request: Request,
         command: Command,
-        payload: Vec<u8>,
+        payload: Buffer,
         /// A write's buffer budget, taken before its payload was read.
         budget: Option<Permit<'a>>,
     },
@@ -317,10 +318,15 @@ impl Conn {
         let (payload, budget) = match command {
             Command::Write { length, .. } => {
                 // Within the buffer budget before the bytes arrive (pushes back on reading).
-                let budget = self.shared.reserve_buffer(length.into());
-                (read_payload(input, length)?, Some(budget))
+                let budget = self.shared.reserve_buffer(length);
+                let mut payload = self.shared.pool.take(length as usize);
+                if let Err(e) = input.read_exact(&mut payload) {
+                    self.shared.pool.give(payload);
+                    return Err(e.into());
+                }
+                (payload, Some(budget))
             }
-            _ => (Vec::new(), None),
+            _ => (Buffer::default(), None),
         };
         Ok(Next::Work {
             request,
@@ -331,16 +337,21 @@ impl Conn {
     }
 
     /// Runs one command within the server's bounds and sends its reply.
-    fn work(&self, request: Request, command: Command, payload: Vec<u8>, budget: Option<Permit>) {
+    fn work(&self, request: Request, command: Command, payload: Buffer, budget: Option<Permit>) {
         let shared = &*self.shared;
         let _buffer = match command {
-            Command::Read { length, .. } => Some(shared.reserve_buffer(length.into())),
+            Command::Read { length, .. } => Some(shared.reserve_buffer(length)),
             _ => budget,
         };
         let slot = shared.blocking.acquire(1);
-        let (head, data) = run_command(shared, request, command, payload, self.session.structured);
+        let structured = self.session.structured;
+        let (head, data) = run_command(shared, request, command, &payload, structured);
         drop(slot);
+        shared.pool.give(payload);
         self.send(&head, data.as_deref());
+        if let Some(data) = data {
+            shared.pool.give(data);
+        }
     }
 
     /// Writes one whole reply; a failure ends the connection.
@@ -359,12 +370,12 @@ fn run_command(
     shared: &Shared,
     request: Request,
     command: Command,
-    payload: Vec<u8>,
+    payload: &Buffer,
     structured: bool,
-) -> (Vec<u8>, Option<Vec<u8>>) {
+) -> (Vec<u8>, Option<Buffer>) {
     let export = &*shared.export;
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        request::execute(export, shared.size, command, payload)
+        request::execute(export, &shared.pool, shared.size, command, payload)
     }));
     let cookie = request.cookie;
     match result {
@@ -376,18 +387,6 @@ fn run_command(
             (head, None)
         }
     }
-}
-
-/// Reads exactly `length` payload bytes into one buffer, without zero-filling it first.
-fn read_payload(input: &mut Input, length: u32) -> io::Result<Vec<u8>> {
-    let length = length as usize;
-    let mut buf = Vec::with_capacity(length);
-    input.take(length as u64).read_to_end(&mut buf)?;
-    if buf.len() < length {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    assert_eq!(buf.len(), length);
-    Ok(buf)
 }
 
 /// Skips the payload of a refused write so the stream stays in step.

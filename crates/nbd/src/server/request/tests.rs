@@ -148,12 +148,13 @@ fn descriptors_follow_the_spec() {
 
 #[test]
 fn replies_have_the_right_shape() {
-    let (head, data) = success_reply(9, 4096, Done::Data(vec![1; 10]), true);
+    let data = |bytes: Vec<u8>| Done::Data(Buffer::from_vec(bytes));
+    let (head, data_out) = success_reply(9, 4096, data(vec![1; 10]), true);
     assert_eq!(head.len(), 28);
-    assert_eq!(data.as_deref(), Some(&[1u8; 10][..]));
-    let (head, data) = success_reply(9, 0, Done::Data(vec![1; 10]), false);
-    assert_eq!((head.len(), data.map(|d| d.len())), (16, Some(10)));
-    let (head, _) = success_reply(9, 0, Done::Data(Vec::new()), true);
+    assert_eq!(data_out.as_deref(), Some(&[1u8; 10][..]));
+    let (head, data_out) = success_reply(9, 0, data(vec![1; 10]), false);
+    assert_eq!((head.len(), data_out.map(|d| d.len())), (16, Some(10)));
+    let (head, _) = success_reply(9, 0, data(Vec::new()), true);
     assert_eq!(
         head.len(),
         20,

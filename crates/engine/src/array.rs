@@ -3,6 +3,7 @@
 use crate::error::{EngineError, IoError};
 use crate::io::MemOp;
 use crate::locks::StripeLocks;
+use crate::scratch::{ScratchPool, SCRATCH_IDLE_MAX_BYTES_DEFAULT};
 use crate::state::{FaultCounters, FaultPolicy, MemberHealth};
 use layout::{Geometry, Level};
 use member::Member;
@@ -45,6 +46,8 @@ pub struct Array {
     pub(crate) fanout_min_bytes: AtomicU64,
     /// Issue 5's journal: RAID 5/6 member writes are logged here first (see `write_log`).
     pub(crate) write_log: RwLock<Option<Arc<dyn crate::WriteLog>>>,
+    /// Chunk-sized buffers for RAID 5/6 parity and stripe reads, reused across requests.
+    pub(crate) scratch: ScratchPool,
 }
 
 impl std::fmt::Debug for Array {
@@ -120,6 +123,7 @@ impl Array {
             locks: StripeLocks::new(),
             fanout_min_bytes: AtomicU64::new(FANOUT_MIN_BYTES_DEFAULT),
             write_log: RwLock::new(None),
+            scratch: ScratchPool::new(config.chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
         })
     }
 

@@ -99,7 +99,8 @@ impl Array {
         let _held = self.locks.lock(std::iter::once(stripe));
         let present = self.usable()?;
         let k = g.data_per_stripe();
-        let mut columns = crate::raid56::Columns::new(g, stripe, 0, g.chunk_bytes(), &present);
+        let mut columns =
+            crate::raid56::Columns::new(g, &self.scratch, stripe, (0, g.chunk_bytes()), &present);
         if columns.lost.iter().any(|&b| b < k) || columns.lost.len() == block_count(g) - k {
             report.units_skipped += 1;
             return Ok(());
@@ -108,7 +109,7 @@ impl Array {
         columns.read_ops(g, &mut ops);
         self.run(ops)?;
         let (data, parity) = columns.blocks.split_at(k);
-        let refs: Vec<&[u8]> = data.iter().map(|b| b.as_slice()).collect();
+        let refs: Vec<&[u8]> = data.iter().map(|b| &**b).collect();
         let mut expected = vec![vec![0u8; g.chunk_bytes() as usize]; parity.len()];
         gen_parity(&refs, &mut expected);
         for (i, (have, want)) in parity.iter().zip(&expected).enumerate() {

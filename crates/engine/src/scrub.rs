@@ -65,7 +65,7 @@ impl Array {
         let _held = self.locks.lock(std::iter::once(stripe));
         let present = self.usable()?;
         let mut report = UnitReport::default();
-        let mut columns = Columns::new(g, stripe, 0, g.chunk_bytes(), &present);
+        let mut columns = Columns::new(g, &self.scratch, stripe, (0, g.chunk_bytes()), &present);
         if !columns.lost.is_empty() {
             return Ok(report);
         }
@@ -74,7 +74,7 @@ impl Array {
         self.run(ops)?;
         let k = g.data_per_stripe();
         let (data, parity) = columns.blocks.split_at_mut(k);
-        let refs: Vec<&[u8]> = data.iter().map(|b| b.as_slice()).collect();
+        let refs: Vec<&[u8]> = data.iter().map(|b| &**b).collect();
         let mut expected = vec![vec![0u8; g.chunk_bytes() as usize]; parity.len()];
         gen_parity(&refs, &mut expected);
         report.checked = true;
@@ -102,7 +102,7 @@ impl Array {
                     array_offset: array_base + z as u64 * g.chunk_bytes() + at as u64,
                 });
                 if mode == SyncMode::Repair {
-                    let mut fixed = data[z].clone();
+                    let mut fixed = data[z].to_vec();
                     parity::xor_into(&mut fixed, &parity[0]);
                     parity::xor_into(&mut fixed, &expected[0]);
                     self.run(vec![MemOp::Write {

@@ -285,3 +285,25 @@ fn sigterm_right_after_the_serving_line_is_a_clean_stop() {
         assert!(status.success(), "round {round}: {status:?}");
     }
 }
+
+/// `--buffer-memory` must hold two of the largest requests; a smaller value is refused before
+/// anything is opened (the member file is not created).
+#[test]
+fn buffer_memory_below_two_maximum_requests_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let member = dir.path().join("m.img");
+    let out = raidkit()
+        .args(["serve", "--create", "--level", "linear", "--size", "8M"])
+        .args(["--buffer-memory", "32M", "--unix"])
+        .arg(dir.path().join("s.sock"))
+        .arg(&member)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--buffer-memory") && stderr.contains("below 64M"),
+        "{stderr}"
+    );
+    assert!(!member.exists(), "nothing is created on a refused flag");
+}

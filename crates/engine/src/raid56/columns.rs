@@ -2,6 +2,7 @@
 //! (data 0..k, then P, then Q) over one in-chunk byte range, used to rebuild missing blocks.
 
 use crate::io::MemOp;
+use crate::scratch::{Scratch, ScratchPool};
 use layout::Geometry;
 
 /// Member holding block `block` (data index, then P at k, Q at k+1) of `stripe`.
@@ -20,18 +21,24 @@ pub(crate) fn block_count(g: &Geometry) -> usize {
     g.member_count()
 }
 
-/// All blocks of one stripe over in-chunk range `[lo, hi)`.
-pub(crate) struct Columns {
+/// All blocks of one stripe over in-chunk range `[lo, hi)`, in scratch from the array's pool.
+pub(crate) struct Columns<'p> {
     pub stripe: u64,
     pub member_offset: u64,
     pub lo: u64,
-    pub blocks: Vec<Vec<u8>>,
+    pub blocks: Vec<Scratch<'p>>,
     /// Block indices whose member is missing.
     pub lost: Vec<usize>,
 }
 
-impl Columns {
-    pub(crate) fn new(g: &Geometry, stripe: u64, lo: u64, hi: u64, present: &[bool]) -> Columns {
+impl<'p> Columns<'p> {
+    pub(crate) fn new(
+        g: &Geometry,
+        pool: &'p ScratchPool,
+        stripe: u64,
+        (lo, hi): (u64, u64),
+        present: &[bool],
+    ) -> Columns<'p> {
         assert!(lo < hi && hi <= g.chunk_bytes());
         let width = (hi - lo) as usize;
         let count = block_count(g);
@@ -46,7 +53,7 @@ impl Columns {
             stripe,
             member_offset: stripe * g.chunk_bytes(),
             lo,
-            blocks: (0..count).map(|_| vec![0u8; width]).collect(),
+            blocks: (0..count).map(|_| pool.take(width)).collect(),
             lost,
         }
     }
@@ -98,7 +105,7 @@ impl Columns {
             return;
         }
         let has_q = g.q_role(self.stripe).is_some();
-        let mut refs: Vec<&mut [u8]> = self.blocks.iter_mut().map(|b| b.as_mut_slice()).collect();
+        let mut refs: Vec<&mut [u8]> = self.blocks.iter_mut().map(|b| &mut **b).collect();
         parity::reconstruct(&mut refs, has_q, &self.lost);
     }
 
@@ -106,16 +113,16 @@ impl Columns {
     pub(crate) fn regenerate_parity(&mut self, g: &Geometry) {
         let k = g.data_per_stripe();
         let (data, parity) = self.blocks.split_at_mut(k);
-        let data: Vec<&[u8]> = data.iter().map(|b| b.as_slice()).collect();
+        let data: Vec<&[u8]> = data.iter().map(|b| &**b).collect();
         gen_parity(&data, parity);
     }
 }
 
 /// Computes P (parity.len() == 1) or P and Q (parity.len() == 2) of `data`.
-pub(crate) fn gen_parity(data: &[&[u8]], parity: &mut [Vec<u8>]) {
+pub(crate) fn gen_parity<B: AsMut<[u8]>>(data: &[&[u8]], parity: &mut [B]) {
     match parity {
-        [p] => parity::xor_gen(data, p),
-        [p, q] => parity::pq_gen(data, p, q),
+        [p] => parity::xor_gen(data, p.as_mut()),
+        [p, q] => parity::pq_gen(data, p.as_mut(), q.as_mut()),
         _ => panic!(
             "a stripe has one or two parity blocks, not {}",
             parity.len()

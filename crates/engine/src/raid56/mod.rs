@@ -49,7 +49,8 @@ impl Array {
             let lo = missing.clone().map(|c| c.start).min();
             let hi = missing.map(|c| c.start + c.len).max();
             if let (Some(lo), Some(hi)) = (lo, hi) {
-                rebuilds.push((Columns::new(g, span.stripe, lo, hi, present), span));
+                let columns = Columns::new(g, &self.scratch, span.stripe, (lo, hi), present);
+                rebuilds.push((columns, span));
             }
         }
         // Present chunks inside a rebuilt range are copied from the columns, not read twice.

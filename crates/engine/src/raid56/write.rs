@@ -15,6 +15,7 @@ use super::columns::{block_role, Columns};
 use super::gen_parity;
 use crate::error::IoError;
 use crate::io::MemOp;
+use crate::scratch::{Scratch, ScratchPool};
 use crate::Array;
 use layout::{Geometry, StripeSpan};
 
@@ -27,15 +28,15 @@ enum Mode {
 }
 
 /// One stripe's part of a write.
-struct StripeWrite {
+struct StripeWrite<'p> {
     span: StripeSpan,
     lo: u64,
     hi: u64,
     mode: Mode,
     /// Per block index (data 0..k, P, Q): scratch; empty when the block needs none.
-    blocks: Vec<Vec<u8>>,
+    blocks: Vec<Scratch<'p>>,
     /// Rebuild mode only.
-    columns: Option<Columns>,
+    columns: Option<Columns<'p>>,
 }
 
 /// `present`: readable members; `writable`: members every write must reach (a superset:
@@ -77,19 +78,26 @@ fn choose_mode(g: &Geometry, span: &StripeSpan, present: &[bool], writable: &[bo
     }
 }
 
-impl StripeWrite {
-    fn plan(g: &Geometry, span: StripeSpan, present: &[bool], writable: &[bool]) -> StripeWrite {
+impl<'p> StripeWrite<'p> {
+    fn plan(
+        g: &Geometry,
+        pool: &'p ScratchPool,
+        span: StripeSpan,
+        present: &[bool],
+        writable: &[bool],
+    ) -> StripeWrite<'p> {
         let k = g.data_per_stripe();
         let (lo, hi) = span.parity_range();
         let width = (hi - lo) as usize;
         let mode = choose_mode(g, &span, present, writable);
-        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); g.member_count()];
+        let mut blocks: Vec<Scratch<'p>> =
+            (0..g.member_count()).map(|_| Scratch::empty()).collect();
         let mut columns = None;
         match mode {
             Mode::DataOnly => {}
             Mode::Rmw => {
                 for c in &span.chunks {
-                    blocks[c.data_index] = vec![0; c.len as usize];
+                    blocks[c.data_index] = pool.take(c.len as usize);
                 }
             }
             Mode::Rcw => {
@@ -98,15 +106,17 @@ impl StripeWrite {
                         .chunk(i)
                         .is_some_and(|c| c.start == lo && c.start + c.len == hi);
                     if !whole {
-                        *block = vec![0; width];
+                        *block = pool.take(width);
                     }
                 }
             }
-            Mode::Rebuild => columns = Some(Columns::new(g, span.stripe, lo, hi, present)),
+            Mode::Rebuild => {
+                columns = Some(Columns::new(g, pool, span.stripe, (lo, hi), present));
+            }
         }
         if matches!(mode, Mode::Rmw | Mode::Rcw) {
             for block in blocks.iter_mut().skip(k) {
-                *block = vec![0; width];
+                *block = pool.take(width);
             }
         }
         StripeWrite {
@@ -209,7 +219,7 @@ impl StripeWrite {
                 let refs: Vec<&[u8]> = (0..k)
                     .map(|i| match data[i].is_empty() {
                         true => new(self.span.chunk(i).expect("whole chunk touched")),
-                        false => data[i].as_slice(),
+                        false => &*data[i],
                     })
                     .collect();
                 gen_parity(&refs, parity);
@@ -261,7 +271,7 @@ impl Array {
         let writable = self.writable_snapshot();
         let mut plans: Vec<StripeWrite> = spans
             .into_iter()
-            .map(|span| StripeWrite::plan(g, span, &present, &writable))
+            .map(|span| StripeWrite::plan(g, &self.scratch, span, &present, &writable))
             .collect();
         let mut reads = Vec::new();
         for plan in plans.iter_mut() {

@@ -213,7 +213,9 @@ mod tests {
             let Stream::Unix(accepted) = listener.accept().await.expect("accept") else {
                 panic!("a Unix listener accepted a TCP stream");
             };
-            let size = SockRef::from(&accepted).send_buffer_size().expect("SO_SNDBUF");
+            let size = SockRef::from(&accepted)
+                .send_buffer_size()
+                .expect("SO_SNDBUF");
             assert_eq!(size, expected, "wmem_max {wmem_max}");
         });
     }

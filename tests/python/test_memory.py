@@ -1,0 +1,111 @@
+"""Bounded memory: ``raidkit serve``'s peak resident memory stays under the sum of its configured
+limits plus a small constant, under a load built to go past them.
+
+The server runs a RAID 6 of 4 file members with ``--cache-size 16M --buffer-memory 64M`` (and, in
+the second case, a 64 MiB write-back journal, whose buffer is bounded by ring/8 = 8 MiB). Three
+fio jobs (three connections) then ask for far more than that at once: random writes and random
+reads of 1-32 MiB at queue depth 16 each (up to 1 GiB of request data in flight if the server
+took it all) and small random I/O at queue depth 32, with ``verify=crc32c`` on the writes. The
+peak (VmHWM from /proc/PID/status) must stay under:
+
+    cache + buffer memory x (1 + RAID 6 scratch) + idle buffers + journal buffer + constant
+
+where the RAID 6 scratch is what the engine allocates per request beside its data: P and Q for
+every stripe touched, i.e. as much again as the data with 2 data members per stripe (so x 2 in
+all), the idle buffers kept for reuse are a quarter of the buffer memory, and the constant
+(48 MiB) covers the binary, its libraries, thread stacks and the allocator's slack. An unbounded
+server (no buffer budget: 1 GiB in flight) fails this.
+"""
+
+import subprocess
+
+import pytest
+
+from conftest import SEED, Server, require_tools
+
+MIB = 1024 * 1024
+MEMBER_BYTES = 160 * MIB
+CACHE_BYTES = 16 * MIB
+BUFFER_BYTES = 64 * MIB
+JOURNAL_BYTES = 64 * MIB
+CONSTANT_BYTES = 48 * MIB
+RUNTIME_S = 8
+
+
+class BoundedServer(Server):
+    """RAID 6 x4 with small configured limits, optionally a write-back journal."""
+
+    def __init__(self, workdir, journal):
+        super().__init__(workdir, "6", "unix", MEMBER_BYTES)
+        self.journal = str(self.workdir / "journal.img") if journal else None
+
+    def command(self):
+        cmd = super().command()
+        at = cmd.index("serve") + 1
+        extra = ["--cache-size", str(CACHE_BYTES), "--buffer-memory", str(BUFFER_BYTES)]
+        if self.journal:
+            if not self.created:
+                with open(self.journal, "wb") as f:
+                    f.truncate(JOURNAL_BYTES)
+            extra += ["--journal", self.journal, "--journal-mode", "write-back"]
+        return cmd[:at] + extra + cmd[at:]
+
+    def peak_rss_bytes(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmHWM in /proc/PID/status")
+
+
+def bound_bytes(journal):
+    journal_buffer = JOURNAL_BYTES // 8 if journal else 0
+    idle = BUFFER_BYTES // 4
+    return CACHE_BYTES + 2 * BUFFER_BYTES + idle + journal_buffer + CONSTANT_BYTES
+
+
+def fio_job(name, uri, args):
+    return ["fio", f"--name={name}", "--ioengine=nbd", f"--uri={uri}", "--time_based",
+            f"--runtime={RUNTIME_S}", f"--randseed={SEED % 2**31}", *args]
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["no-journal", "write-back-journal"])
+def test_peak_memory_stays_under_the_configured_limits(tmp_path, journal):
+    require_tools("fio")
+    srv = BoundedServer(tmp_path / "srv", journal)
+    srv.start()
+    try:
+        idle_rss = srv.peak_rss_bytes()
+        uri = srv.uri
+        size = srv.size()
+        jobs = [
+            fio_job("big-writes", uri, ["--rw=randwrite", "--bsrange=1m-32m", "--iodepth=16",
+                                        f"--size={size // 2}", "--verify=crc32c",
+                                        "--verify_fatal=1"]),
+            fio_job("big-reads", uri, ["--rw=randread", "--bsrange=1m-32m", "--iodepth=16",
+                                       f"--offset={size // 2}", f"--size={size // 2}"]),
+            fio_job("small-io", uri, ["--rw=randrw", "--bsrange=4k-64k", "--iodepth=32",
+                                      f"--offset={size // 2}", f"--size={size // 2}"]),
+        ]
+        procs = [subprocess.Popen(job, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, cwd=tmp_path) for job in jobs]
+        outputs = [p.communicate(timeout=RUNTIME_S * 20)[0] for p in procs]
+        for job, proc, out in zip(jobs, procs, outputs):
+            assert proc.returncode == 0, f"{' '.join(job)} failed:\n{out[-3000:]}"
+        peak = srv.peak_rss_bytes()
+        bound = bound_bytes(journal)
+        print(f"peak RSS {peak / MIB:.0f} MiB (idle {idle_rss / MIB:.0f} MiB), "
+              f"bound {bound / MIB:.0f} MiB")
+        assert idle_rss < CONSTANT_BYTES, f"idle server already at {idle_rss / MIB:.0f} MiB"
+        assert peak <= bound, (
+            f"peak RSS {peak / MIB:.0f} MiB above the configured limits' sum "
+            f"{bound / MIB:.0f} MiB (cache {CACHE_BYTES // MIB}, buffers {BUFFER_BYTES // MIB} "
+            f"x 2, idle {BUFFER_BYTES // 4 // MIB}, journal {JOURNAL_BYTES // 8 // MIB if journal else 0},"
+            f" constant {CONSTANT_BYTES // MIB} MiB)\n{srv.logs()}")
+        # The load really filled the buffer memory (else the bound proves nothing).
+        assert peak >= idle_rss + BUFFER_BYTES // 2, (
+            f"peak {peak / MIB:.0f} MiB: the load did not reach the buffer limit")
+    finally:
+        if srv.proc is not None:
+            srv.stop()
+        srv.cleanup()

@@ -35,19 +35,12 @@ Usage: bench/fio-compare.py [--runtime 10] [--rounds 3] [--size 1G] [--dir /var/
 """
 
 import argparse
-import json
 import os
 import shutil
-import signal
-import statistics
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-MIB = 1024 * 1024
+from benchlib import MIB, REPO, Proc, median, parse_size, run_job
 
 JOBS = [
     ("seq-write", ["--rw=write", "--bs=1m", "--iodepth=16"], "write", "MB/s"),
@@ -63,97 +56,6 @@ CONFIGS = {
     "raid0-ram4": ("0", "mem", 4, "memory"),
     "raid5-file4": ("5", "file", 4, "file"),
 }
-
-
-def parse_size(text):
-    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    text = text.strip().lower().removesuffix("ib").removesuffix("b")
-    unit = text[-1] if text[-1] in units else ""
-    return int(text[: len(text) - len(unit)]) * units[unit]
-
-
-class Proc:
-    """A server process; ready when its socket accepts (and, for raidkit, it printed its line)."""
-
-    def __init__(self, cmd, sock, ready_line=None):
-        self.cmd = cmd
-        self.sock = sock
-        if os.path.exists(sock):
-            os.unlink(sock)
-        self.lines = []
-        self.ready = threading.Event()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, text=True)
-        threading.Thread(target=self._pump, args=(ready_line,), daemon=True).start()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{cmd[0]} exited {self.proc.returncode}: {''.join(self.lines)}")
-            if (ready_line is None or self.ready.is_set()) and os.path.exists(sock):
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"{' '.join(cmd)} not ready after 60 s")
-
-    def _pump(self, ready_line):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if ready_line is None or ready_line in line:
-                self.ready.set()
-
-    def peak_rss_bytes(self):
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-        return None
-
-    def cpu_seconds(self):
-        """utime + stime of the whole process (all threads, exited ones too)."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        # Fields 14 and 15 of stat(5); fields[0] is field 3 (state).
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-
-def fio(uri, args, runtime, size, extra):
-    cmd = ["fio", "--name=bench", "--ioengine=nbd", f"--uri={uri}", f"--size={size}",
-           "--output-format=json", *args, *extra]
-    if runtime:
-        cmd += ["--time_based", f"--runtime={runtime}", "--ramp_time=1"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=runtime * 3 + 600)
-    if out.returncode != 0:
-        raise RuntimeError(f"fio failed: {' '.join(cmd)}\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    text = out.stdout[out.stdout.index("{"):]
-    return json.loads(text)["jobs"][0]
-
-
-def run_job(uri, job, runtime, size, server=None):
-    """Runs one fio job; returns (figure, server CPU microseconds per request or None)."""
-    name, args, direction, unit = job
-    cpu_before = server.cpu_seconds() if server else None
-    side = fio(uri, args, runtime, size, [])[direction]
-    cpu_after = server.cpu_seconds() if server else None
-    figure = side["bw_bytes"] / 1e6 if unit == "MB/s" else side["iops"]
-    cpu_us = None
-    if cpu_before is not None and cpu_after is not None and side["total_ios"] > 0:
-        requests = side["total_ios"] * ((runtime + 1) / runtime if runtime else 1)
-        cpu_us = (cpu_after - cpu_before) * 1e6 / requests
-    return figure, cpu_us
 
 
 def start_raidkit(args, config, workdir, sock):
@@ -206,11 +108,6 @@ def start_qemu_nbd(args, config, workdir, sock):
 
 
 STARTERS = {"nbdkit": start_nbdkit, "qemu-nbd": start_qemu_nbd}
-
-
-def median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
 
 
 def measure(args, config, workdir, have_raidkit):

@@ -10,7 +10,6 @@ cached copy. This guards the wiring of `Volume::set_data_changed_hook` to
 import json
 import os
 import subprocess
-import time
 
 import pytest
 

@@ -4,7 +4,6 @@ else 1. Every level; the transport alternates between levels.
 """
 
 import hashlib
-import json
 
 import pytest
 

@@ -12,7 +12,6 @@ the default (empty) name and is listed by NBD_OPT_LIST.
 import json
 
 import nbd
-import pytest
 
 from conftest import CHUNK_BYTES, LEVELS, MAX_REQUEST_BYTES, run
 

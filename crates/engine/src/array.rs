@@ -1,6 +1,7 @@
 //! `Array`: construction, member presence, and dispatch of each request to its level family.
 
 use crate::error::{EngineError, IoError};
+use crate::gather::Gather;
 use crate::io::MemOp;
 use crate::locks::StripeLocks;
 use crate::scratch::{ScratchPool, SCRATCH_IDLE_MAX_BYTES_DEFAULT};
@@ -48,6 +49,8 @@ pub struct Array {
     pub(crate) write_log: RwLock<Option<Arc<dyn crate::WriteLog>>>,
     /// Chunk-sized buffers for RAID 5/6 parity and stripe reads, reused across requests.
     pub(crate) scratch: ScratchPool,
+    /// RAID 5/6: adjacent concurrent writes that share a stripe write it whole, once.
+    pub(crate) gather: Gather,
 }
 
 impl std::fmt::Debug for Array {
@@ -124,6 +127,7 @@ impl Array {
             fanout_min_bytes: AtomicU64::new(FANOUT_MIN_BYTES_DEFAULT),
             write_log: RwLock::new(None),
             scratch: ScratchPool::new(config.chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
+            gather: Gather::new(),
         })
     }
 
@@ -224,13 +228,11 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
-        self.recovering(|| {
-            if self.geometry.level().has_parity() {
-                self.raid56_write(offset, buf)
-            } else {
-                self.plain_write(offset, buf)
-            }
-        })
+        if self.geometry.level().has_parity() {
+            self.gathered_write(offset, buf)
+        } else {
+            self.recovering(|| self.plain_write(offset, buf))
+        }
     }
 
     /// Makes every earlier completed write durable on every writable member (in parallel).

@@ -123,6 +123,36 @@ pub enum IoError {
     Journal { source: std::io::Error },
 }
 
+impl IoError {
+    /// An equal error (same variant and fields; the `io::Error` source keeps its kind and
+    /// message), for a failure two requests share: a stripe written for both (`gather`).
+    pub fn duplicate(&self) -> IoError {
+        let io = |e: &std::io::Error| std::io::Error::new(e.kind(), e.to_string());
+        match self {
+            IoError::Member {
+                role,
+                name,
+                op,
+                offset,
+                len,
+                source,
+            } => IoError::Member {
+                role: *role,
+                name: name.clone(),
+                op: *op,
+                offset: *offset,
+                len: *len,
+                source: io(source),
+            },
+            IoError::ArrayFailed { level, missing } => IoError::ArrayFailed {
+                level: *level,
+                missing: missing.clone(),
+            },
+            IoError::Journal { source } => IoError::Journal { source: io(source) },
+        }
+    }
+}
+
 impl fmt::Display for IoError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -45,6 +45,7 @@
 mod array;
 mod check;
 mod error;
+mod gather;
 mod health;
 mod io;
 mod locks;
@@ -60,6 +61,7 @@ mod write_log;
 pub use array::{Array, ArrayConfig, FANOUT_MIN_BYTES_DEFAULT};
 pub use check::{CheckReport, Mismatch, MismatchKind, MISMATCHES_REPORTED_MAX};
 pub use error::{EngineError, IoError, Op};
+pub use gather::GATHER_WAIT_DEFAULT;
 pub use layout::{Geometry, Level};
 pub use locks::STRIPE_LOCKS_COUNT;
 pub use rebuild_pipeline::RebuildPipeline;

@@ -14,6 +14,7 @@
 use super::columns::{block_role, Columns};
 use super::gen_parity;
 use crate::error::IoError;
+use crate::gather::Outcome;
 use crate::io::MemOp;
 use crate::scratch::{Scratch, ScratchPool};
 use crate::Array;
@@ -288,5 +289,67 @@ impl Array {
             group_ends.push(writes.len());
         }
         self.run_logged(writes, &group_ends)
+    }
+}
+
+/// Puts a taken tail back if its taker unwinds before reporting (see `gather`).
+struct TakenGuard<'a> {
+    array: &'a Array,
+    stripe: Option<u64>,
+}
+
+impl Drop for TakenGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(stripe) = self.stripe {
+            self.array.gather.untake(stripe);
+        }
+    }
+}
+
+impl Array {
+    /// A RAID 5/6 write through stripe gathering (`gather`): a head that completes a pending
+    /// tail writes the whole stripe for both; a tail that may be completed soon waits for the
+    /// next write of its stream. Each write below retries read errors (`recovering`).
+    pub(crate) fn gathered_write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        let stripe_bytes = self.geometry.stripe_data_bytes();
+        let plan = self.gather.enter(offset, buf, stripe_bytes);
+        let mut result = Ok(());
+        if let Some(taken) = &plan.take {
+            let mut guard = TakenGuard {
+                array: self,
+                stripe: Some(taken.stripe),
+            };
+            let written = self.recovering(|| self.raid56_write(taken.lo, &taken.union));
+            guard.stripe = None;
+            self.gather.finish_taken(taken, &written);
+            result = written;
+        }
+        let (lo, hi) = plan.body;
+        if lo < hi {
+            let body = &buf[(lo - offset) as usize..(hi - offset) as usize];
+            result = result.and(self.recovering(|| self.raid56_write(lo, body)));
+        }
+        if let Some(stripe) = plan.tail_stripe {
+            let tail = match self.gather.wait_for_tail(stripe) {
+                Outcome::Written(written) => written,
+                Outcome::Untaken { lo, data } => self.recovering(|| self.raid56_write(lo, &data)),
+            };
+            result = result.and(tail);
+        }
+        self.gather.leave(&plan);
+        result
+    }
+
+    /// How long a RAID 5/6 write's tail waits for the next write of a sequential stream to
+    /// complete its stripe (`Duration::ZERO`: never; default [`crate::GATHER_WAIT_DEFAULT`]).
+    pub fn set_gather_wait(&self, wait: std::time::Duration) {
+        self.gather.set_wait(wait);
+    }
+
+    /// Stripes written whole because two adjacent writes were gathered.
+    pub fn gathered_stripes(&self) -> u64 {
+        self.gather
+            .gathered
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }

@@ -125,6 +125,13 @@ pub struct Args {
     #[arg(long, value_name = "SIZE/s", default_value = "200M", value_parser = super::manage::rate_arg)]
     speed_max: u64,
 
+    /// RAID 5/6: how long the partial last stripe of a sequential write may wait for the next
+    /// write to complete it, so that the stripe is written once, whole, without reading the
+    /// rest of it first (milliseconds; 0 = never wait). It only waits while other writes are
+    /// in flight.
+    #[arg(long, value_name = "MS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    gather_wait: u64,
+
     /// Memory for request and reply data held at once, over all clients: a request that
     /// would go beyond it waits until others finish. A quarter of it (at most 64M) stays
     /// allocated between requests for reuse. At least 64M (two maximum requests).
@@ -274,6 +281,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let cache = cache_config(&args)?;
     let (volume, needs_resync, journal_plan, left_out) = open_volume(&args)?;
     let volume = Arc::new(volume);
+    volume
+        .array()
+        .set_gather_wait(Duration::from_millis(args.gather_wait));
     // Replay the journal before anything else writes (resync included).
     let journaled = Arc::new(crate::journaled::attach(
         journal_plan,

@@ -32,6 +32,18 @@ pub(crate) enum MemOp<'a> {
         offset: u64,
         buf: &'a [u8],
     },
+    /// Adjacent reads of one member merged by `coalesce`: one request for all the buffers.
+    ReadV {
+        role: usize,
+        offset: u64,
+        bufs: Vec<&'a mut [u8]>,
+    },
+    /// Adjacent writes of one member merged by `coalesce`.
+    WriteV {
+        role: usize,
+        offset: u64,
+        bufs: Vec<&'a [u8]>,
+    },
     Trim {
         role: usize,
         offset: u64,
@@ -52,6 +64,8 @@ impl MemOp<'_> {
         match self {
             MemOp::Read { role, .. }
             | MemOp::Write { role, .. }
+            | MemOp::ReadV { role, .. }
+            | MemOp::WriteV { role, .. }
             | MemOp::Trim { role, .. }
             | MemOp::Zero { role, .. }
             | MemOp::Flush { role } => *role,
@@ -62,6 +76,8 @@ impl MemOp<'_> {
         match self {
             MemOp::Read { offset, buf, .. } => (Op::Read, *offset, buf.len() as u64),
             MemOp::Write { offset, buf, .. } => (Op::Write, *offset, buf.len() as u64),
+            MemOp::ReadV { offset, bufs, .. } => (Op::Read, *offset, total(bufs)),
+            MemOp::WriteV { offset, bufs, .. } => (Op::Write, *offset, total(bufs)),
             MemOp::Trim { offset, len, .. } => (Op::Trim, *offset, *len),
             MemOp::Zero { offset, len, .. } => (Op::WriteZeroes, *offset, *len),
             MemOp::Flush { .. } => (Op::Flush, 0, 0),
@@ -71,13 +87,16 @@ impl MemOp<'_> {
 
 impl MemOp<'_> {
     fn is_write(&self) -> bool {
-        !matches!(self, MemOp::Read { .. })
+        !matches!(self, MemOp::Read { .. } | MemOp::ReadV { .. })
     }
 
     fn apply(&self, member: &dyn Member) -> std::io::Result<()> {
         match self {
-            MemOp::Read { .. } => unreachable!("reads go through apply_read"),
+            MemOp::Read { .. } | MemOp::ReadV { .. } => {
+                unreachable!("reads are applied in member_io")
+            }
             MemOp::Write { offset, buf, .. } => member.write_at(buf, *offset),
+            MemOp::WriteV { offset, bufs, .. } => member.write_vectored_at(bufs, *offset),
             MemOp::Trim { offset, len, .. } => member.trim(*offset, *len),
             MemOp::Zero { offset, len, .. } => member.write_zeroes(*offset, *len),
             MemOp::Flush { .. } => member.flush(),
@@ -107,6 +126,7 @@ impl Array {
         let started = Instant::now();
         let result = match &mut op {
             MemOp::Read { offset, buf, .. } => member.read_at(buf, *offset),
+            MemOp::ReadV { offset, bufs, .. } => member.read_vectored_at(bufs, *offset),
             other => other.apply(member.as_ref()),
         };
         let elapsed = started.elapsed();
@@ -274,6 +294,8 @@ fn group_cost(group: &[MemOp<'_>]) -> u64 {
         let bytes = match op {
             MemOp::Read { buf, .. } => buf.len() as u64,
             MemOp::Write { buf, .. } => buf.len() as u64,
+            MemOp::ReadV { bufs, .. } => total(bufs),
+            MemOp::WriteV { bufs, .. } => total(bufs),
             MemOp::Zero { len, .. } => *len,
             MemOp::Trim { .. } => 0,
             MemOp::Flush { .. } => u64::MAX,
@@ -282,43 +304,188 @@ fn group_cost(group: &[MemOp<'_>]) -> u64 {
     })
 }
 
-/// Merges adjacent trims / write-zeroes on the same member into one operation.
+/// Bytes of a vectored operation's buffers.
+fn total<B: AsRef<[u8]>>(bufs: &[B]) -> u64 {
+    bufs.iter().map(|b| b.as_ref().len() as u64).sum()
+}
+
+/// Merges consecutive operations of one member on adjacent ranges into one: trims and
+/// write-zeroes into one longer range, reads and writes into one vectored request (the chunks
+/// a request has in consecutive stripes of a member are adjacent on it: one `preadv` or one
+/// NBD request instead of one per chunk). Order is kept: only neighbours in the batch merge.
 fn coalesce(ops: Vec<MemOp<'_>>) -> Vec<MemOp<'_>> {
     let mut out: Vec<MemOp<'_>> = Vec::with_capacity(ops.len());
     for op in ops {
-        if let Some(prev) = out.last_mut() {
-            match (prev, &op) {
-                (
-                    MemOp::Trim {
-                        role: r1,
-                        offset: o1,
-                        len: l1,
-                    },
-                    MemOp::Trim {
-                        role: r2,
-                        offset: o2,
-                        len: l2,
-                    },
-                )
-                | (
-                    MemOp::Zero {
-                        role: r1,
-                        offset: o1,
-                        len: l1,
-                    },
-                    MemOp::Zero {
-                        role: r2,
-                        offset: o2,
-                        len: l2,
-                    },
-                ) if *r1 == *r2 && *o1 + *l1 == *o2 => {
-                    *l1 += *l2;
-                    continue;
+        match out.pop() {
+            None => out.push(op),
+            Some(prev) => match merge(prev, op) {
+                Ok(merged) => out.push(merged),
+                Err((prev, op)) => {
+                    out.push(prev);
+                    out.push(op);
                 }
-                _ => {}
-            }
+            },
         }
-        out.push(op);
     }
     out
+}
+
+/// `prev` and `op` as one operation, or both back when they do not continue each other.
+fn merge<'a>(prev: MemOp<'a>, op: MemOp<'a>) -> Result<MemOp<'a>, (MemOp<'a>, MemOp<'a>)> {
+    use MemOp::*;
+    let (kind, offset, len) = prev.describe();
+    let (next_kind, next_offset, _) = op.describe();
+    let continues = prev.role() == op.role()
+        && kind == next_kind
+        && kind != Op::Flush
+        && offset + len == next_offset;
+    if !continues {
+        return Err((prev, op));
+    }
+    match (prev, op) {
+        (Trim { role, offset, len }, Trim { len: more, .. }) => Ok(Trim {
+            role,
+            offset,
+            len: len + more,
+        }),
+        (Zero { role, offset, len }, Zero { len: more, .. }) => Ok(Zero {
+            role,
+            offset,
+            len: len + more,
+        }),
+        (Read { role, offset, buf }, Read { buf: next, .. }) => Ok(ReadV {
+            role,
+            offset,
+            bufs: vec![buf, next],
+        }),
+        (
+            ReadV {
+                role,
+                offset,
+                mut bufs,
+            },
+            Read { buf: next, .. },
+        ) => {
+            bufs.push(next);
+            Ok(ReadV { role, offset, bufs })
+        }
+        (Write { role, offset, buf }, Write { buf: next, .. }) => Ok(WriteV {
+            role,
+            offset,
+            bufs: vec![buf, next],
+        }),
+        (
+            WriteV {
+                role,
+                offset,
+                mut bufs,
+            },
+            Write { buf: next, .. },
+        ) => {
+            bufs.push(next);
+            Ok(WriteV { role, offset, bufs })
+        }
+        (prev, op) => Err((prev, op)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(ops: &[MemOp<'_>]) -> Vec<(usize, Op, u64, u64, usize)> {
+        ops.iter()
+            .map(|op| {
+                let (kind, offset, len) = op.describe();
+                let parts = match op {
+                    MemOp::ReadV { bufs, .. } => bufs.len(),
+                    MemOp::WriteV { bufs, .. } => bufs.len(),
+                    _ => 1,
+                };
+                (op.role(), kind, offset, len, parts)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn adjacent_operations_of_a_member_merge_in_order() {
+        let data = [7u8; 100];
+        let (mut a, mut b, mut c, mut d) =
+            (vec![0u8; 10], vec![0u8; 20], vec![0u8; 5], vec![0u8; 5]);
+        let ops = vec![
+            MemOp::Read {
+                role: 0,
+                offset: 0,
+                buf: &mut a,
+            },
+            MemOp::Read {
+                role: 0,
+                offset: 10,
+                buf: &mut b,
+            },
+            MemOp::Read {
+                role: 0,
+                offset: 30,
+                buf: &mut c,
+            },
+            // A gap: not merged.
+            MemOp::Read {
+                role: 0,
+                offset: 40,
+                buf: &mut d,
+            },
+            // Another member.
+            MemOp::Write {
+                role: 1,
+                offset: 45,
+                buf: &data[..5],
+            },
+            MemOp::Write {
+                role: 1,
+                offset: 50,
+                buf: &data[5..15],
+            },
+            // A write after a read of the same range: different kinds never merge.
+            MemOp::Trim {
+                role: 1,
+                offset: 60,
+                len: 4,
+            },
+            MemOp::Trim {
+                role: 1,
+                offset: 64,
+                len: 4,
+            },
+            MemOp::Zero {
+                role: 1,
+                offset: 68,
+                len: 4,
+            },
+            MemOp::Flush { role: 1 },
+            MemOp::Flush { role: 1 },
+        ];
+        let merged = coalesce(ops);
+        assert_eq!(
+            shape(&merged),
+            vec![
+                (0, Op::Read, 0, 35, 3),
+                (0, Op::Read, 40, 5, 1),
+                (1, Op::Write, 45, 15, 2),
+                (1, Op::Trim, 60, 8, 1),
+                (1, Op::WriteZeroes, 68, 4, 1),
+                (1, Op::Flush, 0, 0, 1),
+                (1, Op::Flush, 0, 0, 1),
+            ]
+        );
+        // The merged read fills the original buffers in order.
+        let member = member::MemMember::new("m", 1000).unwrap();
+        let pattern: Vec<u8> = (0..100).collect();
+        member.write_at(&pattern, 0).unwrap();
+        let mut merged = merged;
+        if let MemOp::ReadV { offset, bufs, .. } = &mut merged[0] {
+            member.read_vectored_at(bufs, *offset).unwrap();
+        }
+        drop(merged);
+        assert_eq!([a, b, c].concat(), pattern[..35].to_vec());
+    }
 }

@@ -208,6 +208,23 @@ impl Member for FileMember {
             .map_err(|e| annotate(&self.name, "write", offset, len, e))
     }
 
+    /// One `preadv` for all of `bufs` (a request's contiguous chunks on this member).
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+        check_range(&self.name, "read", offset, len, self.size_bytes)?;
+        sys::preadv_all(&self.file, bufs, offset)
+            .map_err(|e| annotate(&self.name, "read", offset, len, e))
+    }
+
+    /// One `pwritev` for all of `bufs`.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+        check_range(&self.name, "write", offset, len, self.size_bytes)?;
+        self.check_writable("write")?;
+        sys::pwritev_all(&self.file, bufs, offset)
+            .map_err(|e| annotate(&self.name, "write", offset, len, e))
+    }
+
     fn flush(&self) -> io::Result<()> {
         if self.read_only {
             return Ok(());

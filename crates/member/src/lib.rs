@@ -70,6 +70,32 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
     /// Writes all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()>;
+    /// Reads `bufs` one after the other from `offset` on: the bytes of
+    /// `[offset, offset + total length)`, as one request where the backend can (`preadv` for
+    /// files, one NBD read for remote members). The default reads each buffer in turn.
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> std::io::Result<()> {
+        let len = vectored_len(bufs.iter().map(|b| b.len()));
+        error::check_range(self.name(), "read", offset, len, self.len())?;
+        let mut at = offset;
+        for buf in bufs.iter_mut() {
+            self.read_at(buf, at)?;
+            at += buf.len() as u64;
+        }
+        Ok(())
+    }
+    /// Writes `bufs` one after the other from `offset` on, as one request where the backend
+    /// can (`pwritev`, one NBD write). The default writes each buffer in turn. Like two
+    /// `write_at` calls, it is not atomic: a crash may leave any part of it written.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
+        let len = vectored_len(bufs.iter().map(|b| b.len()));
+        error::check_range(self.name(), "write", offset, len, self.len())?;
+        let mut at = offset;
+        for buf in bufs {
+            self.write_at(buf, at)?;
+            at += buf.len() as u64;
+        }
+        Ok(())
+    }
     /// Returns when every earlier completed write is durable.
     fn flush(&self) -> std::io::Result<()>;
     /// Writes all of `buf` at `offset` and returns once those bytes are durable. Unlike
@@ -99,6 +125,11 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Total bytes of a vectored request's buffers.
+pub(crate) fn vectored_len(lens: impl Iterator<Item = usize>) -> u64 {
+    lens.map(|l| l as u64).sum()
 }
 
 /// How [`open`] opens a member.

@@ -1,10 +1,11 @@
-//! The only `unsafe` of this crate: Linux ioctls and fallocate on a raw file descriptor.
+//! The only `unsafe` of this crate: Linux ioctls, fallocate and vectored positional I/O on a
+//! raw file descriptor.
 //!
 //! Each call passes a valid, open descriptor borrowed from a `File` that outlives the call, and
 //! pointers to locals of exactly the size the kernel reads or writes, so each block is sound.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::AsRawFd;
 
 // Block-device ioctl numbers from <linux/fs.h>, in the generic _IOC encoding used by x86, x86_64,
@@ -109,6 +110,87 @@ pub fn pwrite_dsync(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<
         assert!(n <= buf.len(), "pwritev2 wrote more than asked");
         buf = &buf[n..];
         offset += n as u64;
+    }
+    Ok(())
+}
+
+/// Buffers passed to one `preadv`/`pwritev` call at most (Linux's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
+
+/// pwritev(2) of all of `bufs`, one after the other, at `offset`; partial writes are
+/// continued.
+pub fn pwritev_all(file: &File, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = bufs
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| IoSlice::new(b))
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let at = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let count = rest.len().min(IOV_MAX) as libc::c_int;
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std guarantees it); the
+        // first `count` entries describe buffers borrowed for the call, which the kernel only
+        // reads. The descriptor is kept open by `file`.
+        let rc = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                rest.as_ptr().cast::<libc::iovec>(),
+                count,
+                at,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut rest, rc as usize);
+        offset += rc as u64;
+    }
+    Ok(())
+}
+
+/// preadv(2) filling all of `bufs`, one after the other, from `offset`; partial reads are
+/// continued, and the end of the file before they are full is `UnexpectedEof`.
+pub fn preadv_all(file: &File, bufs: &mut [&mut [u8]], mut offset: u64) -> io::Result<()> {
+    let mut slices: Vec<IoSliceMut<'_>> = bufs
+        .iter_mut()
+        .filter(|b| !b.is_empty())
+        .map(|b| IoSliceMut::new(b))
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let at = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let count = rest.len().min(IOV_MAX) as libc::c_int;
+        // SAFETY: `IoSliceMut` is ABI-compatible with `iovec` on Unix (std guarantees it); the
+        // first `count` entries describe buffers exclusively borrowed for the call, which the
+        // kernel fills. The descriptor is kept open by `file`.
+        let rc = unsafe {
+            libc::preadv(
+                file.as_raw_fd(),
+                rest.as_ptr().cast::<libc::iovec>(),
+                count,
+                at,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if rc == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        IoSliceMut::advance_slices(&mut rest, rc as usize);
+        offset += rc as u64;
     }
     Ok(())
 }

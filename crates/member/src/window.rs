@@ -74,6 +74,20 @@ impl Member for Window {
         self.inner.write_at(buf, self.offset_bytes + offset)
     }
 
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+        check_range(&self.name, "read", offset, len, self.len_bytes)?;
+        self.inner
+            .read_vectored_at(bufs, self.offset_bytes + offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+        check_range(&self.name, "write", offset, len, self.len_bytes)?;
+        self.inner
+            .write_vectored_at(bufs, self.offset_bytes + offset)
+    }
+
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }

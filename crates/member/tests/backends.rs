@@ -75,12 +75,47 @@ fn exercise(m: &dyn Member) {
     m.trim(size, 0).unwrap();
 }
 
+/// Vectored reads and writes: the buffers one after the other, bounds checked on the total
+/// before anything is written.
+fn exercise_vectored(m: &dyn Member) {
+    let size = m.len();
+    let parts = [
+        pattern(3000, 21),
+        Vec::new(),
+        pattern(70_000, 22),
+        pattern(1, 23),
+    ];
+    let slices: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+    m.write_vectored_at(&slices, 400_001).unwrap();
+    let whole = parts.concat();
+    assert_eq!(read(m, 400_001, whole.len()), whole);
+    assert_eq!(read(m, 400_000, 1), vec![0]);
+    assert_eq!(read(m, 400_001 + whole.len() as u64, 1), vec![0]);
+    let (mut x, mut y) = (vec![0u8; 50_000], vec![0u8; whole.len() - 50_000]);
+    m.read_vectored_at(&mut [&mut x, &mut [], &mut y], 400_001)
+        .unwrap();
+    assert_eq!([x, y].concat(), whole);
+    let last = read(m, size - 1, 1);
+    let err = m.write_vectored_at(&[&[1], &[2]], size - 1).unwrap_err();
+    assert!(err.to_string().contains(m.name()), "{err}");
+    assert!(err.to_string().contains("past the end"), "{err}");
+    assert_eq!(
+        read(m, size - 1, 1),
+        last,
+        "nothing written past a refused range"
+    );
+    let (mut a, mut b) = ([0u8; 1], [0u8; 1]);
+    assert!(m.read_vectored_at(&mut [&mut a, &mut b], size - 1).is_err());
+    m.write_vectored_at(&[], size).unwrap();
+}
+
 #[test]
 fn mem_member_behaves() {
     let m = open("mem:4M", &OpenOptions::default()).unwrap();
     assert_eq!(m.len(), 4 << 20);
     assert_eq!(m.name(), "mem:4M");
     exercise(m.as_ref());
+    exercise_vectored(m.as_ref());
 }
 
 #[test]
@@ -159,6 +194,7 @@ fn file_member_behaves_and_stays_sparse() {
         blocks * 512 <= 256 << 10,
         "after trims only edges allocated: {blocks} blocks"
     );
+    exercise_vectored(m.as_ref());
     // Trim of a large written region releases its blocks.
     m.write_at(&vec![5u8; 8 << 20], 16 << 20).unwrap();
     m.flush().unwrap();
@@ -221,6 +257,7 @@ fn window_maps_offsets_and_checks_bounds() {
     let w = Window::new(Arc::clone(&inner), 1 << 20, 1 << 20);
     assert_eq!(w.len(), 1 << 20);
     exercise(&w);
+    exercise_vectored(&w);
     w.write_at(b"abc", 5).unwrap();
     assert_eq!(read(inner.as_ref(), (1 << 20) + 5, 3), b"abc".to_vec());
     assert_eq!(
@@ -270,6 +307,7 @@ fn block_device_member_via_loop_device() {
         let m = open(&dev, &OpenOptions::default()).unwrap();
         assert_eq!(m.len(), 8 << 20, "size from BLKGETSIZE64");
         exercise(m.as_ref());
+        exercise_vectored(m.as_ref());
         // Aligned trim goes through fallocate/BLKZEROOUT.
         m.write_at(&vec![7u8; 1 << 20], 2 << 20).unwrap();
         m.trim(2 << 20, 1 << 20).unwrap();

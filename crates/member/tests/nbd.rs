@@ -156,6 +156,23 @@ fn exercise(m: &dyn Member, rng: &mut SimRng) {
     assert!(m.read_at(&mut two, size - 1).is_err());
     assert!(m.trim(u64::MAX, 2).is_err());
     m.write_at(&[], size).unwrap();
+    // Vectored: parts cut anywhere, one request (or pieces of the server's maximum).
+    let parts = [
+        random_bytes(rng, 1000),
+        random_bytes(rng, 7192),
+        Vec::new(),
+        random_bytes(rng, 3 << 20),
+    ];
+    let slices: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+    let whole = parts.concat();
+    for at in [4096, 4097] {
+        m.write_vectored_at(&slices, at).unwrap();
+        assert_eq!(read(m, at, whole.len()), whole, "vectored write at {at}");
+        let (mut x, mut y) = (vec![0u8; 12_345], vec![0u8; whole.len() - 12_345]);
+        m.read_vectored_at(&mut [&mut x, &mut y], at).unwrap();
+        assert_eq!([x, y].concat(), whole, "vectored read at {at}");
+    }
+    assert!(m.write_vectored_at(&[&[1], &[2]], size - 1).is_err());
 }
 
 #[test]

@@ -267,18 +267,20 @@ impl Connection {
         flags: u16,
         offset: u64,
         len: u32,
-        payload: Option<&[u8]>,
+        payload: &[&[u8]],
         timeout: Duration,
     ) -> Result<Ticket, Failure> {
-        assert_eq!(payload.is_some(), cmd == wire::CMD_WRITE);
-        if let Some(p) = payload {
-            assert_eq!(p.len(), len as usize);
+        let payload_len: usize = payload.iter().map(|p| p.len()).sum();
+        if cmd == wire::CMD_WRITE {
+            assert_eq!(payload_len, len as usize, "write payload length");
+        } else {
+            assert_eq!(payload_len, 0, "only writes carry a payload");
         }
         let deadline = Instant::now() + timeout;
         let read_len = if cmd == wire::CMD_READ { len } else { 0 };
         let (cookie, rx) = self.register(read_len, deadline)?;
         let header = wire::request_header(flags, cmd, cookie, offset, len);
-        let sent = self.send(&header, payload.unwrap_or(&[]), deadline);
+        let sent = self.send(&header, payload, deadline);
         let mut state = self.shared.lock();
         assert!(state.sending);
         state.sending = false;
@@ -339,13 +341,16 @@ impl Connection {
         Ok((cookie, rx))
     }
 
-    fn send(&self, header: &[u8], payload: &[u8], deadline: Instant) -> io::Result<()> {
+    fn send(&self, header: &[u8], payload: &[&[u8]], deadline: Instant) -> io::Result<()> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());
         }
         self.shared.stream.set_write_timeout(remaining)?;
-        let mut bufs = [IoSlice::new(header), IoSlice::new(payload)];
+        let mut bufs: Vec<IoSlice<'_>> = std::iter::once(header)
+            .chain(payload.iter().copied())
+            .map(IoSlice::new)
+            .collect();
         self.shared.stream.write_vectored_all(&mut bufs)
     }
 

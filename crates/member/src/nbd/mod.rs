@@ -80,9 +80,11 @@ impl fmt::Display for NbdServerError {
 impl std::error::Error for NbdServerError {}
 
 /// What a member call asks the connection to carry.
-enum Data<'a> {
-    Read(&'a mut [u8]),
-    Write(&'a [u8]),
+enum Data<'a, 'b> {
+    /// Read into these buffers, one after the other.
+    Read(&'a mut [&'b mut [u8]]),
+    /// Write these buffers, one after the other.
+    Write(&'a [&'b [u8]]),
     /// Writes of zero bytes (the server cannot write zeroes itself).
     Zeroes,
     /// No payload (write-zeroes).
@@ -298,7 +300,7 @@ impl NbdMember {
         cmd: u16,
         offset: u64,
         len: u64,
-        mut data: Data<'_>,
+        mut data: Data<'_, '_>,
     ) -> io::Result<()> {
         assert!(
             self.is_aligned(offset, len),
@@ -318,13 +320,13 @@ impl NbdMember {
                 let piece = (len - done).min(piece_max);
                 let range = done as usize..(done + piece) as usize;
                 let payload = match &data {
-                    Data::Write(buf) => Some(&buf[range.clone()]),
-                    Data::Zeroes => Some(&ZEROES[..range.len()]),
-                    _ => None,
+                    Data::Write(parts) => sub_slices(parts, range.clone()),
+                    Data::Zeroes => vec![&ZEROES[..range.len()]],
+                    _ => Vec::new(),
                 };
                 let at = offset + done;
                 let ticket = conn
-                    .submit(cmd, 0, at, piece as u32, payload, timeout)
+                    .submit(cmd, 0, at, piece as u32, &payload, timeout)
                     .map_err(|f| self.failure(op, at, piece, f))?;
                 queue.push_back((ticket, range));
                 done += piece;
@@ -335,9 +337,9 @@ impl NbdMember {
             let reply = conn
                 .wait(ticket, timeout)
                 .map_err(|f| self.failure(op, at, range.len() as u64, f))?;
-            if let Data::Read(buf) = &mut data {
+            if let Data::Read(parts) = &mut data {
                 assert_eq!(reply.len(), range.len());
-                buf[range].copy_from_slice(&reply);
+                scatter(parts, range.start, &reply);
             }
         }
         Ok(())
@@ -366,7 +368,7 @@ impl NbdMember {
                 wire::CMD_READ,
                 start,
                 b,
-                Data::Read(&mut tmp[..b as usize]),
+                Data::Read(&mut [&mut tmp[..b as usize]]),
             )?;
         }
         if (offset + buf.len() as u64) != end {
@@ -376,7 +378,7 @@ impl NbdMember {
                 wire::CMD_READ,
                 end - b,
                 b,
-                Data::Read(&mut tmp[at..]),
+                Data::Read(&mut [&mut tmp[at..]]),
             )?;
         }
         let at = (offset - start) as usize;
@@ -386,7 +388,7 @@ impl NbdMember {
             wire::CMD_WRITE,
             start,
             end - start,
-            Data::Write(&tmp),
+            Data::Write(&[&tmp]),
         )
     }
 
@@ -437,7 +439,7 @@ impl Member for NbdMember {
             return Ok(());
         }
         if self.is_aligned(offset, len) {
-            return self.transfer("read", wire::CMD_READ, offset, len, Data::Read(buf));
+            return self.transfer("read", wire::CMD_READ, offset, len, Data::Read(&mut [buf]));
         }
         let (start, end) = self.aligned_outer(offset, len);
         let mut tmp = vec![0u8; (end - start) as usize];
@@ -446,7 +448,7 @@ impl Member for NbdMember {
             wire::CMD_READ,
             start,
             end - start,
-            Data::Read(&mut tmp),
+            Data::Read(&mut [&mut tmp]),
         )?;
         let at = (offset - start) as usize;
         buf.copy_from_slice(&tmp[at..at + buf.len()]);
@@ -460,9 +462,37 @@ impl Member for NbdMember {
             return Ok(());
         }
         if self.is_aligned(offset, len) {
-            return self.transfer("write", wire::CMD_WRITE, offset, len, Data::Write(buf));
+            return self.transfer("write", wire::CMD_WRITE, offset, len, Data::Write(&[buf]));
         }
         self.write_unaligned(buf, offset)
+    }
+
+    /// One NBD read (or several of at most the server's maximum) for all of `bufs`, when the
+    /// range is aligned to the server's block size; otherwise part by part.
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+        check_range(&self.name, "read", offset, len, self.size_bytes)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if !self.is_aligned(offset, len) {
+            return read_parts(self, bufs, offset);
+        }
+        self.transfer("read", wire::CMD_READ, offset, len, Data::Read(bufs))
+    }
+
+    /// One NBD write (or several of at most the server's maximum) for all of `bufs`, sent
+    /// with one `writev` each, when aligned; otherwise part by part.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+        self.check_writable("write", offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if !self.is_aligned(offset, len) {
+            return write_parts(self, bufs, offset);
+        }
+        self.transfer("write", wire::CMD_WRITE, offset, len, Data::Write(bufs))
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -472,7 +502,7 @@ impl Member for NbdMember {
         }
         let timeout = self.remote.io_timeout;
         let ticket = conn
-            .submit(wire::CMD_FLUSH, 0, 0, 0, None, timeout)
+            .submit(wire::CMD_FLUSH, 0, 0, 0, &[], timeout)
             .map_err(|f| self.failure("flush", 0, 0, f))?;
         conn.wait(ticket, timeout)
             .map(|_| ())
@@ -490,5 +520,94 @@ impl Member for NbdMember {
 
     fn reconnect(&self) -> io::Result<()> {
         NbdMember::reconnect(self)
+    }
+}
+
+/// Reads `bufs` one by one (the default of `Member::read_vectored_at`).
+fn read_parts(member: &NbdMember, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+    let mut at = offset;
+    for buf in bufs.iter_mut() {
+        member.read_at(buf, at)?;
+        at += buf.len() as u64;
+    }
+    Ok(())
+}
+
+/// Writes `bufs` one by one.
+fn write_parts(member: &NbdMember, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+    let mut at = offset;
+    for buf in bufs {
+        member.write_at(buf, at)?;
+        at += buf.len() as u64;
+    }
+    Ok(())
+}
+
+/// Bytes `range` of the concatenation of `parts`, as slices of the parts.
+fn sub_slices<'b>(parts: &[&'b [u8]], range: std::ops::Range<usize>) -> Vec<&'b [u8]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for part in parts {
+        let end = start + part.len();
+        let lo = range.start.max(start);
+        let hi = range.end.min(end);
+        if lo < hi {
+            out.push(&part[lo - start..hi - start]);
+        }
+        start = end;
+    }
+    assert_eq!(
+        out.iter().map(|s| s.len()).sum::<usize>(),
+        range.len(),
+        "range inside the parts"
+    );
+    out
+}
+
+/// Copies `data` into the concatenation of `parts`, starting at byte `at`.
+fn scatter(parts: &mut [&mut [u8]], at: usize, data: &[u8]) {
+    let mut start = 0;
+    let mut copied = 0;
+    for part in parts.iter_mut() {
+        let end = start + part.len();
+        let lo = at.max(start);
+        let hi = (at + data.len()).min(end);
+        if lo < hi {
+            part[lo - start..hi - start].copy_from_slice(&data[lo - at..hi - at]);
+            copied += hi - lo;
+        }
+        start = end;
+    }
+    assert_eq!(copied, data.len(), "reply inside the parts");
+}
+
+#[cfg(test)]
+mod vectored_tests {
+    use super::{scatter, sub_slices};
+
+    #[test]
+    fn sub_slices_and_scatter_cross_part_boundaries() {
+        let a: Vec<u8> = (0..10).collect();
+        let b: Vec<u8> = (10..13).collect();
+        let c: Vec<u8> = (13..20).collect();
+        let parts: [&[u8]; 3] = [&a, &b, &c];
+        for lo in 0..20 {
+            for hi in lo..=20 {
+                let got: Vec<u8> = sub_slices(&parts, lo..hi).concat();
+                assert_eq!(got, (lo as u8..hi as u8).collect::<Vec<u8>>(), "{lo}..{hi}");
+            }
+        }
+        for at in 0..20 {
+            for len in 0..=(20 - at) {
+                let (mut x, mut y, mut z) = (vec![0u8; 4], vec![0u8; 0], vec![0u8; 16]);
+                let mut out: [&mut [u8]; 3] = [&mut x, &mut y, &mut z];
+                let data: Vec<u8> = (100..100 + len as u8).collect();
+                scatter(&mut out, at, &data);
+                let whole = [x, y, z].concat();
+                let mut want = vec![0u8; 20];
+                want[at..at + len].copy_from_slice(&data);
+                assert_eq!(whole, want, "at {at} len {len}");
+            }
+        }
     }
 }

@@ -1,15 +1,17 @@
 //! The journal in `raidkit`: `--journal PATH [--journal-mode M]` at create and serve, the
 //! checks at assembly (a lost write-back journal refuses to start without
-//! `--force-journal-loss`), replay, the write-through hook, and the write-back export.
+//! `--force-journal-loss`), and attaching it (replay, the write-through hook, the write-back
+//! export: the `journaled` crate, shared with the power-loss simulation).
 //!
 //! The superblocks reference the journal by UUID and mode (`journal_uuid`, `journal_kind`);
 //! the journal's path is not recorded: give it again with `--journal PATH` at every start.
 
-use std::io;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
+use ::journaled::AttachOptions;
+pub use ::journaled::Journaled;
 use anyhow::{bail, Context};
-use journal::{Backing, Journal, Mode, WriteBack, WriteThroughLog};
+use journal::Mode;
 use member::{Member, OpenOptions};
 use metadata::{ArrayState, JournalRef, Superblock, Volume, SUPERBLOCK_OFFSET};
 
@@ -205,226 +207,45 @@ fn lost_journal(
     Ok(Plan::None)
 }
 
-/// The journal attached to a running volume.
-pub struct Journaled {
-    volume: Arc<Volume>,
-    journal: Option<Arc<Journal>>,
-    writeback: Option<WriteBack>,
-    /// Every write (RAID 5/6 with a journal) is durable in the journal once acknowledged, so
-    /// FLUSH and FUA need no member flush.
-    logs_every_write: bool,
-}
-
 /// Test hook: `RAIDKIT_TEST_APPLY_DELAY_MS` slows every write-back apply, so a test can kill
 /// the server while acknowledged writes are only in the journal.
 const APPLY_DELAY_ENV: &str = "RAIDKIT_TEST_APPLY_DELAY_MS";
 
-/// `Volume` as the write-back cache's backing store.
-struct VolumeBacking(Arc<Volume>, Option<std::time::Duration>);
-
-impl Backing for VolumeBacking {
-    fn size(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn stripe_bytes(&self) -> u64 {
-        let geometry = self.0.array().geometry();
-        match geometry.level().has_parity() {
-            true => geometry.stripe_data_bytes(),
-            false => geometry.chunk_bytes(),
-        }
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        Ok(self.0.read(offset, buf)?)
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        if let Some(delay) = self.1 {
-            std::thread::sleep(delay);
-        }
-        Ok(self.0.write(offset, data)?)
-    }
-    fn flush(&self) -> io::Result<()> {
-        Ok(self.0.flush()?)
-    }
-    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.0.trim(offset, len)?)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.0.write_zeroes(offset, len)?)
-    }
-}
-
 /// After assembly, before serving (and before any resync): replays the journal into the
-/// volume, starts a new journal session and hooks it into the write path.
+/// volume, starts a new journal session and hooks it into the write path (`journaled`).
 pub fn attach(plan: Plan, volume: &Arc<Volume>, read_only: bool) -> anyhow::Result<Journaled> {
     let Plan::Use(jm, jsb) = plan else {
-        return Ok(Journaled {
-            volume: Arc::clone(volume),
-            journal: None,
-            writeback: None,
-            logs_every_write: false,
-        });
+        return Ok(Journaled::none(volume));
     };
-    let delay = std::env::var(APPLY_DELAY_ENV)
+    let apply_delay = std::env::var(APPLY_DELAY_ENV)
         .ok()
         .and_then(|ms| ms.parse().ok())
         .map(std::time::Duration::from_millis);
-    // One stripe's member writes (every member's chunk) must fit one record.
-    let stripe_record = volume.chunk_bytes() * volume.member_status().len() as u64 + 4096;
-    if volume.level().has_parity() && stripe_record > jsb.max_record_bytes() {
-        bail!(
-            "journal {} is too small for this array: a stripe record needs {stripe_record} \
-             bytes, the journal takes records of at most {} (a sixteenth of its ring); use a \
-             journal of at least {} bytes",
-            jm.name(),
-            jsb.max_record_bytes(),
-            stripe_record * 16 + 8192
-        );
-    }
-    let backing = Arc::new(VolumeBacking(Arc::clone(volume), delay));
-    let summary = journal::recover(jm.as_ref(), &jsb, volume.array(), Some(backing.as_ref()))
-        .with_context(|| format!("replaying journal {}", jm.name()))?;
-    eprintln!(
-        "raidkit: journal {} ({}): replayed {} records ({} write-back writes, {} bytes)",
-        jm.name(),
-        jsb.mode,
-        summary.records,
-        summary.array_writes,
-        summary.array_write_bytes
-    );
-    let weak: Weak<Volume> = Arc::downgrade(volume);
-    let flusher: journal::Flusher = Arc::new(move || match weak.upgrade() {
-        Some(v) => Ok(v.flush()?),
-        None => Ok(()),
-    });
-    let mode = jsb.mode;
-    let j = Journal::start(jm, jsb, &summary, flusher).context("starting the journal")?;
-    if volume.level().has_parity() {
-        volume
-            .array()
-            .set_write_log(Some(Arc::new(WriteThroughLog::new(Arc::clone(&j)))));
-    }
-    if (mode == Mode::WriteBack || summary.records > 0) && !read_only {
-        // Acknowledged writes may sit in the journal from now on: the superblocks must say
-        // dirty (an empty write marks them), so a clean state always means "drained". After a
-        // replay (written below the volume) this also lets `close` mark the array clean.
-        volume.write(0, &[]).context("marking the array dirty")?;
-    }
-    let writeback = match mode {
-        Mode::WriteThrough => None,
-        Mode::WriteBack => Some(
-            WriteBack::start(Arc::clone(&j), backing, journal::BUFFER_BYTES_DEFAULT)
-                .context("starting the write-back cache")?,
-        ),
+    let (name, mode) = (jm.name().to_string(), jsb.mode);
+    let opts = AttachOptions {
+        read_only,
+        apply_delay,
     };
-    Ok(Journaled {
-        volume: Arc::clone(volume),
-        logs_every_write: volume.level().has_parity(),
-        journal: Some(j),
-        writeback,
-    })
+    let (journaled, summary) =
+        Journaled::attach(jm, jsb, volume, opts).with_context(|| format!("journal {name}"))?;
+    eprintln!(
+        "raidkit: journal {name} ({mode}): replayed {} records ({} write-back writes, {} bytes)",
+        summary.records, summary.array_writes, summary.array_write_bytes
+    );
+    Ok(journaled)
 }
 
-impl Journaled {
-    /// The NBD export over `inner` (the volume's): reads, writes, flushes and discards go
-    /// through the write-back cache when there is one, straight to `inner` otherwise.
-    pub fn export<E: nbd::Export>(self: &Arc<Self>, inner: E) -> JournaledExport<E> {
-        JournaledExport {
-            journaled: Arc::clone(self),
-            inner,
-        }
-    }
-
-    /// Clean shutdown, first half (before `Volume::close`): applies every buffered write.
-    pub fn drain(&self) -> anyhow::Result<()> {
-        if let Some(wb) = &self.writeback {
-            wb.close().context("draining the write-back journal")?;
-        }
-        Ok(())
-    }
-
-    /// Clean shutdown, second half (after `Volume::close`): checkpoints the journal empty and
-    /// unhooks it.
-    pub fn close(&self) -> anyhow::Result<()> {
-        if let Some(j) = &self.journal {
-            let live = j.close().context("closing the journal")?;
-            self.volume.array().set_write_log(None);
-            if live > 0 {
-                eprintln!(
-                    "raidkit: journal {}: {live} records left for replay",
-                    j.name()
-                );
-            }
-        }
-        Ok(())
-    }
+/// Clean shutdown, first half (before `Volume::close`): applies every buffered write.
+pub fn drain(journaled: &Journaled) -> anyhow::Result<()> {
+    journaled.drain().context("draining the write-back journal")
 }
 
-/// An export with the write-back cache (if any) in front of `inner`.
-pub struct JournaledExport<E> {
-    journaled: Arc<Journaled>,
-    inner: E,
-}
-
-impl<E: nbd::Export> nbd::Export for JournaledExport<E> {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        match &self.journaled.writeback {
-            Some(wb) => wb.read(offset, buf),
-            None => self.inner.read(offset, buf),
+/// Clean shutdown, second half (after `Volume::close`): checkpoints the journal empty.
+pub fn close(journaled: &Journaled) -> anyhow::Result<()> {
+    if let Some((name, live)) = journaled.close().context("closing the journal")? {
+        if live > 0 {
+            eprintln!("raidkit: journal {name}: {live} records left for replay");
         }
     }
-    /// With a journal logging every write, durable once acknowledged: FUA needs nothing more.
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
-        match &self.journaled.writeback {
-            Some(wb) => wb.write(offset, data),
-            None => {
-                let fua = fua && !self.journaled.logs_every_write;
-                self.inner.write(offset, data, fua)
-            }
-        }
-    }
-    /// With a journal logging every write, every acknowledged write is already durable in it
-    /// (replay restores it), so a FLUSH returns at once; the members are flushed by
-    /// checkpoints.
-    fn flush(&self) -> io::Result<()> {
-        match (&self.journaled.writeback, &self.journaled.journal) {
-            (Some(wb), _) => wb.flush(),
-            (None, Some(j)) if self.journaled.logs_every_write => match j.failure() {
-                Some(reason) => Err(io::Error::other(format!("journal {}: {reason}", j.name()))),
-                None => Ok(()),
-            },
-            _ => self.inner.flush(),
-        }
-    }
-    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        match &self.journaled.writeback {
-            Some(wb) => wb.trim(offset, len),
-            None => self.inner.trim(offset, len),
-        }
-    }
-    fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> io::Result<()> {
-        match &self.journaled.writeback {
-            Some(wb) => wb.write_zeroes(offset, len),
-            None => self.inner.write_zeroes(offset, len, may_trim),
-        }
-    }
-    /// Buffered writes are not in `inner`'s map: with write-back, everything is data.
-    fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<nbd::Extent>> {
-        match &self.journaled.writeback {
-            Some(_) => Ok(vec![nbd::Extent::data(len)]),
-            None => self.inner.block_status(offset, len),
-        }
-    }
-    fn preferred_block_size(&self) -> u32 {
-        self.inner.preferred_block_size()
-    }
-    /// The journal is shared by every connection, as the volume is.
-    fn can_multi_conn(&self) -> bool {
-        self.inner.can_multi_conn()
-    }
-    fn can_fast_zero(&self) -> bool {
-        self.journaled.writeback.is_none() && self.inner.can_fast_zero()
-    }
+    Ok(())
 }

@@ -33,10 +33,7 @@ mod seeds;
 mod torn;
 
 pub use grid::{sub_seed, CutPolicy, GridMember, PowerGrid};
-pub use journaled::{
-    journal_case, journal_case_ordered, replay, Journaled, ReplayOrder, VolumeBacking,
-    JOURNAL_BYTES,
-};
+pub use journaled::{journal_case, journal_case_ordered, Journaled, ReplayOrder, JOURNAL_BYTES};
 pub use model::{RegionModel, MAYBE_OPS_MAX};
 pub use recover::{
     recover_and_verify, recover_with, removal_sets, wait_recovered, RECOVERY_TIMEOUT,

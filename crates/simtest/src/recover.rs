@@ -46,12 +46,12 @@ pub fn recover_with(
         )
     });
     let volume = Arc::new(volume);
-    if let Some((jm, after_resync)) = journal {
+    let attached = journal.map(|(jm, after_resync)| {
         if after_resync {
             wait_recovered(&volume, context);
         }
-        crate::journaled::replay(&volume, jm.as_ref(), context);
-    }
+        crate::journaled::attach(&volume, jm, context)
+    });
     wait_recovered(&volume, context);
     let image = read_all(&volume);
     for model in models {
@@ -66,9 +66,13 @@ pub fn recover_with(
             scrub_clean(&volume, context);
         }
     }
-    volume
-        .close()
-        .unwrap_or_else(|e| panic!("{context}: close after recovery: {e}"));
+    match &attached {
+        Some(attached) => crate::journaled::close(&volume, attached, context),
+        None => volume
+            .close()
+            .unwrap_or_else(|e| panic!("{context}: close after recovery: {e}")),
+    }
+    drop(attached);
     drop(volume);
     // Every level, linear and RAID 0 included (they stayed dirty before 26486fa).
     let after = freshest_state(&images);

@@ -101,9 +101,9 @@ fn remove(path: Option<String>, force: bool, specs: &[String]) -> anyhow::Result
             .context("assembling the array to replay its journal")?;
         let volume = Arc::new(volume);
         let attached = journaled::attach(Plan::Use(jm, jsb), &volume, false)?;
-        attached.drain()?;
+        journaled::drain(&attached)?;
         volume.close().context("closing the array")?;
-        attached.close()?;
+        journaled::close(&attached)?;
         drop(attached);
         drop(volume);
         journaled::set_journal_ref(&members, None)?;

@@ -218,8 +218,11 @@ fn cached_export(
     journaled: &Arc<crate::journaled::Journaled>,
     cache: CacheConfig,
 ) -> anyhow::Result<Arc<dyn nbd::Export>> {
-    let export = ReadCache::new(journaled.export(VolumeExport(Arc::clone(volume))), cache)
-        .context("starting the read cache")?;
+    let export = ReadCache::new(
+        journaled.export(::journaled::VolumeExport(Arc::clone(volume))),
+        cache,
+    )
+    .context("starting the read cache")?;
     let export = Arc::new(export);
     // A scrub repair or a resync can change what the volume reads underneath the cache (a
     // RAID 6 data fix, a mirror copy rewritten): drop those blocks. Weak, so the volume does
@@ -331,14 +334,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Close even if serving failed: requests already answered must be flushed.
     // A write-back journal that could not be drained keeps the array dirty (not closed), so
     // the next start replays it.
-    let drained = journaled.drain();
+    let drained = crate::journaled::drain(&journaled);
     let closed = match drained {
         Ok(()) => volume
             .close()
             .with_context(|| format!("closing array \"{}\" (flush and mark clean)", volume.name())),
         Err(_) => Ok(()),
     };
-    let journal_closed = journaled.close();
+    let journal_closed = crate::journaled::close(&journaled);
     served?;
     drained?;
     closed?;
@@ -656,56 +659,4 @@ fn human_bytes(bytes: u64) -> String {
         }
     }
     format!("{bytes} bytes")
-}
-
-/// `metadata::Volume` as an NBD export.
-struct VolumeExport(Arc<Volume>);
-
-impl nbd::Export for VolumeExport {
-    fn size(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        Ok(self.0.read(offset, buf)?)
-    }
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> std::io::Result<()> {
-        self.0.write(offset, data)?;
-        if fua {
-            self.0.flush()?;
-        }
-        Ok(())
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        Ok(self.0.flush()?)
-    }
-    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        Ok(self.0.trim(offset, len)?)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64, _may_trim: bool) -> std::io::Result<()> {
-        Ok(self.0.write_zeroes(offset, len)?)
-    }
-    fn preferred_block_size(&self) -> u32 {
-        full_stripe_bytes(
-            self.0.level(),
-            self.0.chunk_bytes(),
-            self.0.member_status().len(),
-        )
-    }
-    /// Flush flushes every member, and nothing is cached per connection: a flush on any
-    /// connection covers writes completed on all of them.
-    fn can_multi_conn(&self) -> bool {
-        true
-    }
-}
-
-/// Data bytes in one full stripe (no read-modify-write at this size); 4 KiB for the levels
-/// that never read to write (linear, RAID 1).
-fn full_stripe_bytes(level: Level, chunk_bytes: u64, members: usize) -> u32 {
-    let data_members = match level {
-        Level::Linear | Level::Raid1 => return 4096,
-        Level::Raid10 => (members / 2).max(1),
-        _ => members - level.parity_count(),
-    };
-    let bytes = chunk_bytes * data_members as u64;
-    u32::try_from(bytes).unwrap_or(u32::MAX)
 }

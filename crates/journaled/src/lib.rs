@@ -1,0 +1,376 @@
+//! A volume served over NBD with its journal attached: the glue `raidkit serve` runs, in a
+//! library so that the power-loss simulation (`simtest`) tests this code and not a copy of it.
+//!
+//! - [`VolumeExport`]: a `metadata::Volume` as an [`nbd::Export`] (FUA = write then flush; the
+//!   preferred block size is one full stripe of data).
+//! - [`Journaled::attach`]: after assembly and before anything else writes, replays the journal
+//!   into the volume, starts a new journal session, hooks the write-through log into RAID 5/6
+//!   stripe writes and, in write-back mode, starts the write-back cache.
+//! - [`JournaledExport`]: the export with the journal in front: reads, writes and discards go
+//!   through the write-back cache when there is one; with a journal logging every write
+//!   (RAID 5/6), FLUSH returns at once and FUA needs no member flush, because every
+//!   acknowledged write is durable in the journal already and replay restores it.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # fn demo(volume: Arc<metadata::Volume>, jm: Arc<dyn member::Member>) -> Result<(), Box<dyn std::error::Error>> {
+//! use journaled::{AttachOptions, Journaled, VolumeExport};
+//! let jsb = journal::read_superblock(jm.as_ref())?;
+//! let (journaled, replayed) = Journaled::attach(jm, jsb, &volume, AttachOptions::default())?;
+//! let journaled = Arc::new(journaled);
+//! let export = journaled.export(VolumeExport(Arc::clone(&volume)));
+//! // ... serve `export` (nbd::serve), then at shutdown:
+//! journaled.drain()?;
+//! volume.close()?;
+//! journaled.close()?;
+//! # let _ = (export, replayed); Ok(()) }
+//! ```
+
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use journal::{Backing, Journal, JournalError, Mode, ScanSummary, WriteBack, WriteThroughLog};
+use layout::Level;
+use member::Member;
+use metadata::{Volume, VolumeError};
+
+/// `metadata::Volume` as an NBD export.
+pub struct VolumeExport(pub Arc<Volume>);
+
+impl nbd::Export for VolumeExport {
+    fn size(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        Ok(self.0.read(offset, buf)?)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        self.0.write(offset, data)?;
+        if fua {
+            self.0.flush()?;
+        }
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(self.0.flush()?)
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        Ok(self.0.trim(offset, len)?)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, _may_trim: bool) -> io::Result<()> {
+        Ok(self.0.write_zeroes(offset, len)?)
+    }
+    fn preferred_block_size(&self) -> u32 {
+        full_stripe_bytes(
+            self.0.level(),
+            self.0.chunk_bytes(),
+            self.0.member_status().len(),
+        )
+    }
+    /// Flush flushes every member, and nothing is cached per connection: a flush on any
+    /// connection covers writes completed on all of them.
+    fn can_multi_conn(&self) -> bool {
+        true
+    }
+}
+
+/// Data bytes in one full stripe (no read-modify-write at this size); 4 KiB for the levels
+/// that never read to write (linear, RAID 1).
+pub fn full_stripe_bytes(level: Level, chunk_bytes: u64, members: usize) -> u32 {
+    let data_members = match level {
+        Level::Linear | Level::Raid1 => return 4096,
+        Level::Raid10 => (members / 2).max(1),
+        _ => members - level.parity_count(),
+    };
+    let bytes = chunk_bytes * data_members as u64;
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}
+
+/// `Volume` as the write-back cache's backing store (and replay's target for write-back
+/// records).
+struct VolumeBacking {
+    volume: Arc<Volume>,
+    /// Test hook: every apply sleeps this long first (see [`AttachOptions::apply_delay`]).
+    apply_delay: Option<Duration>,
+}
+
+impl Backing for VolumeBacking {
+    fn size(&self) -> u64 {
+        self.volume.size_bytes()
+    }
+    /// The full-stripe data size with parity (applied runs are cut there), else the chunk.
+    fn stripe_bytes(&self) -> u64 {
+        let geometry = self.volume.array().geometry();
+        match geometry.level().has_parity() {
+            true => geometry.stripe_data_bytes(),
+            false => geometry.chunk_bytes(),
+        }
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        Ok(self.volume.read(offset, buf)?)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        if let Some(delay) = self.apply_delay {
+            std::thread::sleep(delay);
+        }
+        Ok(self.volume.write(offset, data)?)
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(self.volume.flush()?)
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        Ok(self.volume.trim(offset, len)?)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        Ok(self.volume.write_zeroes(offset, len)?)
+    }
+}
+
+/// How [`Journaled::attach`] attaches a journal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttachOptions {
+    /// The volume is served read-only: replay still writes below it, but nothing marks it.
+    pub read_only: bool,
+    /// Test hook: each write-back apply waits this long, so a test can kill the server while
+    /// acknowledged writes are only in the journal.
+    pub apply_delay: Option<Duration>,
+}
+
+/// Why a journal could not be attached.
+#[derive(Debug)]
+pub enum AttachError {
+    /// One stripe's member writes do not fit one journal record.
+    TooSmall {
+        journal: String,
+        stripe_record_bytes: u64,
+        max_record_bytes: u64,
+    },
+    /// Replaying the journal into the volume failed.
+    Replay(JournalError),
+    /// The new journal session could not start.
+    Start(JournalError),
+    /// The volume could not be marked dirty before acknowledged writes may sit in the journal.
+    MarkDirty(VolumeError),
+    /// The write-back cache's applier could not start.
+    WriteBack(io::Error),
+}
+
+impl fmt::Display for AttachError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttachError::TooSmall {
+                journal,
+                stripe_record_bytes,
+                max_record_bytes,
+            } => write!(
+                f,
+                "journal {journal} is too small for this array: a stripe record needs \
+                 {stripe_record_bytes} bytes, the journal takes records of at most \
+                 {max_record_bytes} (a sixteenth of its ring); use a journal of at least {} \
+                 bytes",
+                stripe_record_bytes * 16 + 8192
+            ),
+            AttachError::Replay(e) => write!(f, "replaying the journal: {e}"),
+            AttachError::Start(e) => write!(f, "starting the journal: {e}"),
+            AttachError::MarkDirty(e) => write!(f, "marking the array dirty: {e}"),
+            AttachError::WriteBack(e) => write!(f, "starting the write-back cache: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for AttachError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AttachError::TooSmall { .. } => None,
+            AttachError::Replay(e) | AttachError::Start(e) => Some(e),
+            AttachError::MarkDirty(e) => Some(e),
+            AttachError::WriteBack(e) => Some(e),
+        }
+    }
+}
+
+/// The journal attached to a running volume (or none).
+pub struct Journaled {
+    volume: Arc<Volume>,
+    journal: Option<Arc<Journal>>,
+    writeback: Option<WriteBack>,
+    /// Every write (RAID 5/6 with a journal) is durable in the journal once acknowledged, so
+    /// FLUSH and FUA need no member flush.
+    logs_every_write: bool,
+}
+
+impl Journaled {
+    /// A volume without a journal: the export passes everything through.
+    pub fn none(volume: &Arc<Volume>) -> Journaled {
+        Journaled {
+            volume: Arc::clone(volume),
+            journal: None,
+            writeback: None,
+            logs_every_write: false,
+        }
+    }
+
+    /// After assembly, before serving (and before any resync): replays the journal on `jm`
+    /// (whose superblock is `jsb`, already checked to belong to this array) into `volume`,
+    /// starts a new journal session and hooks it into the write path. Returns what replay
+    /// found.
+    pub fn attach(
+        jm: Arc<dyn Member>,
+        jsb: journal::Superblock,
+        volume: &Arc<Volume>,
+        opts: AttachOptions,
+    ) -> Result<(Journaled, ScanSummary), AttachError> {
+        // One stripe's member writes (every member's chunk) must fit one record.
+        let stripe_record_bytes = volume.chunk_bytes() * volume.member_status().len() as u64 + 4096;
+        if volume.level().has_parity() && stripe_record_bytes > jsb.max_record_bytes() {
+            return Err(AttachError::TooSmall {
+                journal: jm.name().to_string(),
+                stripe_record_bytes,
+                max_record_bytes: jsb.max_record_bytes(),
+            });
+        }
+        let backing = Arc::new(VolumeBacking {
+            volume: Arc::clone(volume),
+            apply_delay: opts.apply_delay,
+        });
+        let summary = journal::recover(jm.as_ref(), &jsb, volume.array(), Some(backing.as_ref()))
+            .map_err(AttachError::Replay)?;
+        let weak: Weak<Volume> = Arc::downgrade(volume);
+        let flusher: journal::Flusher = Arc::new(move || match weak.upgrade() {
+            Some(v) => Ok(v.flush()?),
+            None => Ok(()),
+        });
+        let mode = jsb.mode;
+        let j = Journal::start(jm, jsb, &summary, flusher).map_err(AttachError::Start)?;
+        if volume.level().has_parity() {
+            let log = Arc::new(WriteThroughLog::new(Arc::clone(&j)));
+            volume.array().set_write_log(Some(log));
+        }
+        if (mode == Mode::WriteBack || summary.records > 0) && !opts.read_only {
+            // Acknowledged writes may sit in the journal from now on: the superblocks must
+            // say dirty (an empty write marks them), so a clean state always means "drained".
+            // After a replay (written below the volume) this also lets `close` mark it clean.
+            volume.write(0, &[]).map_err(AttachError::MarkDirty)?;
+        }
+        let writeback = match mode {
+            Mode::WriteThrough => None,
+            Mode::WriteBack => Some(
+                WriteBack::start(Arc::clone(&j), backing, journal::BUFFER_BYTES_DEFAULT)
+                    .map_err(AttachError::WriteBack)?,
+            ),
+        };
+        let journaled = Journaled {
+            volume: Arc::clone(volume),
+            logs_every_write: volume.level().has_parity(),
+            journal: Some(j),
+            writeback,
+        };
+        Ok((journaled, summary))
+    }
+
+    /// The NBD export over `inner` (the volume's): reads, writes, flushes and discards go
+    /// through the write-back cache when there is one, straight to `inner` otherwise.
+    pub fn export<E: nbd::Export>(self: &Arc<Self>, inner: E) -> JournaledExport<E> {
+        JournaledExport {
+            journaled: Arc::clone(self),
+            inner,
+        }
+    }
+
+    /// True with a write-back journal: every acknowledged write is durable.
+    pub fn acks_are_durable(&self) -> bool {
+        self.writeback.is_some()
+    }
+
+    /// Clean shutdown, first half (before `Volume::close`): applies every buffered write.
+    pub fn drain(&self) -> io::Result<()> {
+        match &self.writeback {
+            Some(wb) => wb.close(),
+            None => Ok(()),
+        }
+    }
+
+    /// Clean shutdown, second half (after `Volume::close`): checkpoints the journal empty and
+    /// unhooks it. Returns the records left for replay (0 after a clean drain), and the
+    /// journal's name.
+    pub fn close(&self) -> Result<Option<(String, u64)>, JournalError> {
+        let Some(j) = &self.journal else {
+            return Ok(None);
+        };
+        let live = j.close()?;
+        self.volume.array().set_write_log(None);
+        Ok(Some((j.name().to_string(), live)))
+    }
+}
+
+/// An export with the write-back cache (if any) in front of `inner`.
+pub struct JournaledExport<E> {
+    journaled: Arc<Journaled>,
+    inner: E,
+}
+
+impl<E: nbd::Export> nbd::Export for JournaledExport<E> {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        match &self.journaled.writeback {
+            Some(wb) => wb.read(offset, buf),
+            None => self.inner.read(offset, buf),
+        }
+    }
+    /// With a journal logging every write, durable once acknowledged: FUA needs nothing more.
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        match &self.journaled.writeback {
+            Some(wb) => wb.write(offset, data),
+            None => {
+                let fua = fua && !self.journaled.logs_every_write;
+                self.inner.write(offset, data, fua)
+            }
+        }
+    }
+    /// With a journal logging every write, every acknowledged write is already durable in it
+    /// (replay restores it), so a FLUSH returns at once; the members are flushed by
+    /// checkpoints.
+    fn flush(&self) -> io::Result<()> {
+        match (&self.journaled.writeback, &self.journaled.journal) {
+            (Some(wb), _) => wb.flush(),
+            (None, Some(j)) if self.journaled.logs_every_write => match j.failure() {
+                Some(reason) => Err(io::Error::other(format!("journal {}: {reason}", j.name()))),
+                None => Ok(()),
+            },
+            _ => self.inner.flush(),
+        }
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        match &self.journaled.writeback {
+            Some(wb) => wb.trim(offset, len),
+            None => self.inner.trim(offset, len),
+        }
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> io::Result<()> {
+        match &self.journaled.writeback {
+            Some(wb) => wb.write_zeroes(offset, len),
+            None => self.inner.write_zeroes(offset, len, may_trim),
+        }
+    }
+    /// Buffered writes are not in `inner`'s map: with write-back, everything is data.
+    fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<nbd::Extent>> {
+        match &self.journaled.writeback {
+            Some(_) => Ok(vec![nbd::Extent::data(len)]),
+            None => self.inner.block_status(offset, len),
+        }
+    }
+    fn preferred_block_size(&self) -> u32 {
+        self.inner.preferred_block_size()
+    }
+    /// The journal is shared by every connection, as the volume is.
+    fn can_multi_conn(&self) -> bool {
+        self.inner.can_multi_conn()
+    }
+    fn can_fast_zero(&self) -> bool {
+        self.journaled.writeback.is_none() && self.inner.can_fast_zero()
+    }
+}

@@ -340,14 +340,20 @@ impl Shared {
         }
     }
 
-    /// A contiguous run of extents from the cursor on, cut at a stripe boundary.
+    /// A contiguous run of extents from the cursor on (or, when the journal is under
+    /// pressure, from the extent of the oldest record: see `Journal::under_pressure`), cut
+    /// at a stripe boundary.
     fn take_batch(&self, b: &mut Buffer) -> Batch {
         let stripe = self.backing.stripe_bytes().max(1);
         let limit = (APPLY_BYTES_MAX / stripe).max(1) * stripe;
-        let start = match b.extents.range(b.cursor..).next() {
-            Some((&s, _)) => s,
-            None => *b.extents.keys().next().expect("not empty"),
-        };
+        let oldest = || b.extents.iter().min_by_key(|(_, e)| e.seq).map(|(&s, _)| s);
+        let from_cursor = || b.extents.range(b.cursor..).next().map(|(&s, _)| s);
+        let start = match self.journal.under_pressure() {
+            true => oldest(),
+            false => from_cursor(),
+        }
+        .or_else(|| b.extents.keys().next().copied())
+        .expect("not empty");
         let mut batch = Batch {
             offset: start,
             data: Vec::new(),

@@ -240,6 +240,16 @@ impl Journal {
         self.shared.logical_max
     }
 
+    /// True when the ring is so full that new write-back records wait: only the reserve (a
+    /// quarter of the ring) is left, for the write-through records of applying the write-back
+    /// data already logged. Nothing after the oldest incomplete record can be released by a
+    /// checkpoint, so the write-back applier must then apply the oldest records first: that
+    /// always fits in the reserve, completes them, and lets a checkpoint free the ring.
+    pub fn under_pressure(&self) -> bool {
+        let ring = lock(&self.shared.ring);
+        ring.used_bytes + self.shared.reserve() > self.shared.capacity
+    }
+
     pub fn stats(&self) -> JournalStats {
         let ring = lock(&self.shared.ring);
         JournalStats {
@@ -389,6 +399,11 @@ fn write_superblock(member: &dyn Member, sb: &Superblock) -> Result<(), JournalE
 }
 
 impl Shared {
+    /// Ring bytes new write-back records leave free (see [`Journal::under_pressure`]).
+    fn reserve(&self) -> u64 {
+        self.capacity / 4
+    }
+
     fn failed(&self, ring: &Ring) -> Result<(), JournalError> {
         match &ring.failed {
             Some(reason) => Err(JournalError::Failed {
@@ -425,7 +440,11 @@ impl Shared {
             self.failed(&ring)?;
             let needed = self.bytes_needed(ring.head, records);
             let fits = ring.used_bytes + needed <= self.capacity;
-            let logical_fits = logical == 0 || ring.logical_bytes + logical <= self.logical_max;
+            // Write-back records also leave the reserve free: the write-through records of
+            // applying them need it (see `Journal::under_pressure`).
+            let logical_fits = logical == 0
+                || (ring.logical_bytes + logical <= self.logical_max
+                    && ring.used_bytes + needed + self.reserve() <= self.capacity);
             if fits && logical_fits {
                 return Ok(ring);
             }

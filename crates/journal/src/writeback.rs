@@ -2,14 +2,23 @@
 //!
 //! A write is logged as `ArrayWrite` records, kept in a bounded in-memory buffer of
 //! non-overlapping extents, and acknowledged once the records are durable. Reads overlay the
-//! buffer on the array. One applier thread writes buffered extents to the array, merging
-//! contiguous ones (up to [`APPLY_BYTES_MAX`], cut at stripe boundaries) so small sequential
-//! writes become full-stripe writes, and marks their records complete; the journal then
-//! checkpoints. A record is complete once every byte of it is on the array or superseded by a
-//! newer record.
+//! buffer on the array. [`APPLIERS`] applier threads write buffered extents to the array,
+//! merging contiguous ones (up to [`APPLY_BYTES_MAX`], cut at stripe boundaries) so small
+//! sequential writes become full-stripe writes, and mark their records complete; the journal
+//! then checkpoints. A record is complete once every byte of it is on the array or superseded
+//! by a newer record.
+//!
+//! Appliers work in parallel on disjoint stripes: an extent in a stripe another applier is
+//! writing is left until that write is done, so an older version of some bytes can never land
+//! on the array after a newer one (the newer extent replaced it in the buffer while the older
+//! one was being written; it is applied after). Each apply reserves ring space for its
+//! write-through records first ([`Journal::reserve_apply`]); when none is left, one applier
+//! at a time applies the oldest record, which lets the journal checkpoint (docs/DESIGN.md,
+//! "Bounds and no deadlock").
 //!
 //! Locks, in order: `order` (serialises submits so buffer order = sequence order) → `buf` →
-//! the journal's own lock. The applier takes only `buf`, so it always makes progress.
+//! the journal's own lock. Appliers take only `buf` and then the journal's lock, and hold
+//! neither while writing, so they always make progress.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -19,8 +28,11 @@ use std::thread::JoinHandle;
 use crate::format::Record;
 use crate::writer::Journal;
 
-/// Largest array write the applier issues at once.
+/// Largest array write an applier issues at once.
 pub const APPLY_BYTES_MAX: u64 = 4 << 20;
+/// Applier threads: array writes in flight at once (each one of them an RMW on RAID 5/6, so a
+/// single applier was bound by member latency: 3x fewer random writes than without a journal).
+pub const APPLIERS: usize = 8;
 /// Default bound of buffered (acknowledged, not yet applied) bytes.
 pub const BUFFER_BYTES_DEFAULT: u64 = 64 << 20;
 
@@ -29,6 +41,10 @@ pub trait Backing: Send + Sync + 'static {
     fn size(&self) -> u64;
     /// Data bytes of one full stripe (merging aligns to it); 4096 when there is no parity.
     fn stripe_bytes(&self) -> u64;
+    /// When the backing logs its writes to this journal (RAID 5/6 with the write-through
+    /// hook): its chunk bytes and parity chunks per stripe, from which the ring space of an
+    /// apply is bounded. `None` when applies write no records.
+    fn logged_parity(&self) -> Option<(u64, u64)>;
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()>;
     fn flush(&self) -> io::Result<()>;
@@ -52,7 +68,10 @@ struct Buffer {
     refs: HashMap<u64, u32>,
     next_id: u64,
     cursor: u64,
-    applying: bool,
+    /// Byte ranges appliers are writing now (at most [`APPLIERS`]).
+    in_flight: Vec<(u64, u64)>,
+    /// An apply of the oldest record under ring pressure is running (one at a time).
+    forced: bool,
     shutdown: bool,
     failed: Option<String>,
 }
@@ -71,7 +90,7 @@ struct Shared {
 /// The write-back cache. Thread-safe.
 pub struct WriteBack {
     shared: Arc<Shared>,
-    applier: Mutex<Option<JoinHandle<()>>>,
+    appliers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -79,7 +98,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WriteBack {
-    /// Starts the cache and its applier thread. Buffered bytes are at most
+    /// Starts the cache and its applier threads. Buffered bytes are at most
     /// `min(buffer_bytes_max, journal.array_write_bytes_max())`.
     pub fn start(
         journal: Arc<Journal>,
@@ -98,14 +117,18 @@ impl WriteBack {
             gate: RwLock::new(()),
             buffer_max,
         });
-        let worker = Arc::clone(&shared);
-        let handle = std::thread::Builder::new()
-            .name("journal-apply".into())
-            .spawn(move || worker.apply_loop())?;
-        Ok(WriteBack {
+        let wb = WriteBack {
             shared,
-            applier: Mutex::new(Some(handle)),
-        })
+            appliers: Mutex::new(Vec::with_capacity(APPLIERS)),
+        };
+        for i in 0..APPLIERS {
+            let worker = Arc::clone(&wb.shared);
+            let handle = std::thread::Builder::new()
+                .name(format!("journal-apply{i}"))
+                .spawn(move || worker.apply_loop())?;
+            lock(&wb.appliers).push(handle);
+        }
+        Ok(wb)
     }
 
     pub fn journal(&self) -> &Arc<Journal> {
@@ -182,25 +205,27 @@ impl WriteBack {
     }
 
     /// Applies everything buffered, flushes the array, checkpoints the journal empty and
-    /// stops the applier.
+    /// stops the appliers.
     pub fn close(&self) -> io::Result<()> {
         let drained = self.shared.drain_exclusive().map(drop);
+        self.stop_appliers();
+        drained
+    }
+
+    fn stop_appliers(&self) {
         lock(&self.shared.buf).shutdown = true;
         self.shared.cond.notify_all();
-        if let Some(handle) = lock(&self.applier).take() {
+        let handles = std::mem::take(&mut *lock(&self.appliers));
+        for handle in handles {
             let _ = handle.join();
         }
-        drained
     }
 }
 
 impl Drop for WriteBack {
+    /// If a thread failed to start, `start` returns an error and this stops those that did.
     fn drop(&mut self) {
-        lock(&self.shared.buf).shutdown = true;
-        self.shared.cond.notify_all();
-        if let Some(handle) = lock(&self.applier).take() {
-            let _ = handle.join();
-        }
+        self.stop_appliers();
     }
 }
 
@@ -305,7 +330,7 @@ impl Shared {
     fn drain_exclusive(&self) -> io::Result<std::sync::RwLockWriteGuard<'_, ()>> {
         let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let mut b = lock(&self.buf);
-        while (b.bytes > 0 || b.applying) && b.failed.is_none() {
+        while (b.bytes > 0 || !b.in_flight.is_empty()) && b.failed.is_none() {
             self.cond.notify_all();
             b = self.cond.wait(b).unwrap_or_else(|p| p.into_inner());
         }
@@ -320,18 +345,31 @@ impl Shared {
         loop {
             let batch = {
                 let mut b = lock(&self.buf);
-                while b.extents.is_empty() && !b.shutdown {
+                loop {
+                    if b.failed.is_some() || (b.shutdown && b.extents.is_empty()) {
+                        return;
+                    }
+                    if let Some(batch) = self.take_batch(&mut b) {
+                        break batch;
+                    }
                     b = self.cond.wait(b).unwrap_or_else(|p| p.into_inner());
                 }
-                if b.extents.is_empty() || b.failed.is_some() {
-                    return;
-                }
-                b.applying = true;
-                self.take_batch(&mut b)
             };
             let result = self.backing.write(batch.offset, &batch.data);
+            if batch.reserved > 0 {
+                self.journal.release_apply(batch.reserved);
+            }
             let mut b = lock(&self.buf);
-            b.applying = false;
+            let end = batch.offset + batch.data.len() as u64;
+            let at = b
+                .in_flight
+                .iter()
+                .position(|&r| r == (batch.offset, end))
+                .expect("an applied range is in flight");
+            b.in_flight.swap_remove(at);
+            if batch.forced {
+                b.forced = false;
+            }
             match result {
                 Ok(()) => self.retire(&mut b, &batch.parts),
                 Err(e) => b.failed = Some(e.to_string()),
@@ -340,36 +378,100 @@ impl Shared {
         }
     }
 
-    /// A contiguous run of extents from the cursor on (or, when the journal is under
-    /// pressure, from the extent of the oldest record: see `Journal::under_pressure`), cut
-    /// at a stripe boundary.
-    fn take_batch(&self, b: &mut Buffer) -> Batch {
+    /// The next batch to apply, registered in flight with its ring space reserved, or `None`
+    /// when this applier must wait for another to finish.
+    ///
+    /// Normally a contiguous run of extents no other applier is writing, from the cursor on,
+    /// cut at a stripe boundary. When the ring has no room for its write-through records
+    /// (see [`Journal::reserve_apply`]) it is instead the oldest buffered extent alone, once
+    /// no other applier is writing it or applying an oldest extent.
+    fn take_batch(&self, b: &mut Buffer) -> Option<Batch> {
         let stripe = self.backing.stripe_bytes().max(1);
         let limit = (APPLY_BYTES_MAX / stripe).max(1) * stripe;
-        let oldest = || b.extents.iter().min_by_key(|(_, e)| e.seq).map(|(&s, _)| s);
-        let from_cursor = || b.extents.range(b.cursor..).next().map(|(&s, _)| s);
-        let start = match self.journal.under_pressure() {
-            true => oldest(),
-            false => from_cursor(),
+        // Appliers work on different stripes: same-stripe writes would only queue on the
+        // engine's stripe lock (and the same bytes must never be written by two at once).
+        let stripe_span = |lo: u64, hi: u64| (lo / stripe, hi.div_ceil(stripe));
+        let busy = |b: &Buffer, s: u64, e: &Extent| {
+            let (lo, hi) = stripe_span(s, s + e.data.len() as u64);
+            b.in_flight.iter().any(|&(flo, fhi)| {
+                let (flo, fhi) = stripe_span(flo, fhi);
+                lo < fhi && flo < hi
+            })
+        };
+        // By offset from the cursor (sequential data becomes full-stripe writes), but oldest
+        // first once the ring is half full, before it comes under pressure.
+        let start = {
+            let free = || b.extents.iter().filter(|&(&s, e)| !busy(b, s, e));
+            match self.journal.half_full() {
+                true => free().min_by_key(|&(&s, e)| (e.seq, s)),
+                false => free()
+                    .find(|&(&s, _)| s >= b.cursor)
+                    .or_else(|| free().next()),
+            }
+            .map(|(&s, _)| s)?
+        };
+        // Applies in flight copy at most about 2 x APPLY_BYTES_MAX of the buffer.
+        let copied: u64 = b.in_flight.iter().map(|&(lo, hi)| hi - lo).sum();
+        if copied >= APPLY_BYTES_MAX {
+            return None;
         }
-        .or_else(|| b.extents.keys().next().copied())
-        .expect("not empty");
+        let mut parts = Vec::new();
+        let mut len = 0u64;
+        for (&s, e) in b.extents.range(start..) {
+            let too_big = len + e.data.len() as u64 > limit && len > 0;
+            if s != start + len || too_big || busy(b, s, e) {
+                break;
+            }
+            len += e.data.len() as u64;
+            parts.push((s, e.id));
+        }
         let mut batch = Batch {
             offset: start,
             data: Vec::new(),
-            parts: Vec::new(),
+            parts,
+            reserved: 0,
+            forced: false,
         };
-        for (&s, e) in b.extents.range(start..) {
-            let at = start + batch.data.len() as u64;
-            let room = limit.saturating_sub(batch.data.len() as u64);
-            if s != at || (e.data.len() as u64 > room && !batch.data.is_empty()) {
-                break;
+        let bound = |offset: u64, len: u64| match self.backing.logged_parity() {
+            Some((chunk, parity)) => {
+                self.journal
+                    .apply_bytes_bound(offset, len, stripe, chunk.max(1), parity)
             }
-            batch.data.extend_from_slice(&e.data);
-            batch.parts.push((s, e.id));
+            None => 0,
+        };
+        let needed = bound(start, len);
+        if needed == 0 || self.journal.reserve_apply(needed) {
+            batch.reserved = needed;
+            batch.data.reserve_exact(len as usize);
+            for &(s, _) in &batch.parts {
+                batch.data.extend_from_slice(&b.extents[&s].data);
+            }
+        } else {
+            // Ring pressure: only the oldest record's extents, one at a time.
+            if b.forced {
+                return None;
+            }
+            let (&s, e) = b.extents.iter().min_by_key(|&(&s, e)| (e.seq, s))?;
+            if busy(b, s, e) {
+                return None;
+            }
+            batch = Batch {
+                offset: s,
+                data: e.data.clone(),
+                parts: vec![(s, e.id)],
+                reserved: bound(s, e.data.len() as u64),
+                forced: true,
+            };
+            self.journal.force_reserve_apply(batch.reserved);
+            b.forced = true;
         }
-        b.cursor = start + batch.data.len() as u64;
-        batch
+        let end = batch.offset + batch.data.len() as u64;
+        assert!(end > batch.offset, "a batch holds at least one extent");
+        if !batch.forced {
+            b.cursor = end;
+        }
+        b.in_flight.push((batch.offset, end));
+        Some(batch)
     }
 
     /// Removes the extents the applier wrote, unless a newer write replaced them meanwhile.
@@ -388,6 +490,10 @@ struct Batch {
     offset: u64,
     data: Vec<u8>,
     parts: Vec<(u64, u64)>,
+    /// Ring bytes reserved for the apply's write-through records.
+    reserved: u64,
+    /// The oldest record's apply under ring pressure.
+    forced: bool,
 }
 
 /// Replays one write-back record onto the array as whole stripes: reads the stripes the record

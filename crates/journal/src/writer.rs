@@ -18,7 +18,8 @@ use member::Member;
 use uuid::Uuid;
 
 use crate::format::{
-    align_up, Mode, Record, Superblock, RECORD_ALIGN, RING_BYTES_MIN, RING_OFFSET,
+    align_up, Mode, Record, Superblock, HEADER_BYTES, OP_ENTRY_BYTES, RECORD_ALIGN, RING_BYTES_MIN,
+    RING_OFFSET,
 };
 use crate::scan::ScanSummary;
 use crate::JournalError;
@@ -46,6 +47,8 @@ pub struct JournalStats {
     pub commits: u64,
     pub checkpoints: u64,
     pub durable_seq: u64,
+    /// Write-back applies made oldest-record-first because the ring was under pressure.
+    pub pressure_applies: u64,
 }
 
 struct Live {
@@ -62,6 +65,9 @@ struct Ring {
     used_bytes: u64,
     /// Ring bytes of write-back records after the tail (bounded by `logical_max`).
     logical_bytes: u64,
+    /// Ring bytes reserved by write-back appliers for the write-through records of the
+    /// array writes they are making (see [`Journal::reserve_apply`]).
+    apply_reserved: u64,
     live: VecDeque<Live>,
     queue: Vec<(u64, Vec<u8>)>,
     queued_last: u64,
@@ -176,6 +182,7 @@ impl Journal {
             next_seq: sb.tail_seq,
             used_bytes: 0,
             logical_bytes: 0,
+            apply_reserved: 0,
             live: VecDeque::new(),
             queue: Vec::new(),
             queued_last: 0,
@@ -240,14 +247,71 @@ impl Journal {
         self.shared.logical_max
     }
 
-    /// True when the ring is so full that new write-back records wait: only the reserve (a
-    /// quarter of the ring) is left, for the write-through records of applying the write-back
-    /// data already logged. Nothing after the oldest incomplete record can be released by a
-    /// checkpoint, so the write-back applier must then apply the oldest records first: that
-    /// always fits in the reserve, completes them, and lets a checkpoint free the ring.
-    pub fn under_pressure(&self) -> bool {
+    /// Reserves `bytes` of ring for the write-through records of one write-back apply, if
+    /// that leaves the reserve (a quarter of the ring) free: appliers in parallel can then
+    /// never fill the ring between them. `false` means the ring is under pressure: nothing
+    /// after the oldest incomplete record can be released by a checkpoint, so the write-back
+    /// cache must apply the oldest record first, one apply at a time, with
+    /// [`Journal::force_reserve_apply`]: all the applies of one record fit in the reserve,
+    /// complete it, and let a checkpoint free the ring (see docs/DESIGN.md).
+    pub fn reserve_apply(&self, bytes: u64) -> bool {
+        let mut ring = lock(&self.shared.ring);
+        let fits = ring.used_bytes + ring.apply_reserved + bytes + self.shared.reserve()
+            <= self.shared.capacity;
+        if fits {
+            ring.apply_reserved += bytes;
+        }
+        fits
+    }
+
+    /// True when half the ring is in use: records behind the oldest incomplete one cannot be
+    /// released, so the write-back cache should apply its oldest records next.
+    pub fn half_full(&self) -> bool {
         let ring = lock(&self.shared.ring);
-        ring.used_bytes + self.shared.reserve() > self.shared.capacity
+        (ring.used_bytes + ring.apply_reserved) * 2 > self.shared.capacity
+    }
+
+    /// Reserves `bytes` for the single oldest-record apply under pressure, whatever is left.
+    pub fn force_reserve_apply(&self, bytes: u64) {
+        let mut ring = lock(&self.shared.ring);
+        ring.apply_reserved += bytes;
+        ring.stats.pressure_applies += 1;
+    }
+
+    /// Returns a reservation once the apply's records are written (they count as used).
+    pub fn release_apply(&self, bytes: u64) {
+        let mut ring = lock(&self.shared.ring);
+        ring.apply_reserved = ring
+            .apply_reserved
+            .checked_sub(bytes)
+            .expect("released more apply reservation than was reserved");
+        drop(ring);
+        self.shared.cond.notify_all();
+    }
+
+    /// Ring bytes the write-through records of an array write of `len` bytes at `offset`
+    /// can take at most, on an array whose stripes hold `stripe` data bytes in chunks of
+    /// `chunk` with `parity` parity chunks: the data, every parity chunk of every stripe
+    /// touched (gathering may merge the write with others into wider parity updates), one
+    /// record per stripe with its headers and alignment, and the waste of one wrap (at most
+    /// the record that did not fit at the ring's end).
+    pub fn apply_bytes_bound(
+        &self,
+        offset: u64,
+        len: u64,
+        stripe: u64,
+        chunk: u64,
+        parity: u64,
+    ) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let stripes = (offset + len - 1) / stripe - offset / stripe + 1;
+        let ops = 2 * (stripe / chunk + parity);
+        let per_stripe =
+            parity * chunk + HEADER_BYTES as u64 + 8 + ops * OP_ENTRY_BYTES as u64 + RECORD_ALIGN;
+        let wrap = len.min(stripe) + per_stripe;
+        len + stripes * per_stripe + wrap
     }
 
     pub fn stats(&self) -> JournalStats {
@@ -399,7 +463,8 @@ fn write_superblock(member: &dyn Member, sb: &Superblock) -> Result<(), JournalE
 }
 
 impl Shared {
-    /// Ring bytes new write-back records leave free (see [`Journal::under_pressure`]).
+    /// Ring bytes new write-back records and parallel applies leave free (see
+    /// [`Journal::reserve_apply`]).
     fn reserve(&self) -> u64 {
         self.capacity / 4
     }
@@ -441,10 +506,11 @@ impl Shared {
             let needed = self.bytes_needed(ring.head, records);
             let fits = ring.used_bytes + needed <= self.capacity;
             // Write-back records also leave the reserve free: the write-through records of
-            // applying them need it (see `Journal::under_pressure`).
+            // applying them need it (see `Journal::reserve_apply`).
             let logical_fits = logical == 0
                 || (ring.logical_bytes + logical <= self.logical_max
-                    && ring.used_bytes + needed + self.reserve() <= self.capacity);
+                    && ring.used_bytes + ring.apply_reserved + needed + self.reserve()
+                        <= self.capacity);
             if fits && logical_fits {
                 return Ok(ring);
             }

@@ -108,6 +108,17 @@ impl Backing for VolumeBacking {
             false => geometry.chunk_bytes(),
         }
     }
+    fn logged_parity(&self) -> Option<(u64, u64)> {
+        let array = &self.volume.array();
+        let geometry = array.geometry();
+        let logged = array.has_write_log() && geometry.level().has_parity();
+        logged.then(|| {
+            (
+                geometry.chunk_bytes(),
+                geometry.level().parity_count() as u64,
+            )
+        })
+    }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         Ok(self.volume.read(offset, buf)?)
     }

@@ -202,6 +202,16 @@ impl std::error::Error for AttachError {
     }
 }
 
+/// A running journal's state.
+#[derive(Debug, Clone)]
+pub struct JournalStatus {
+    pub name: String,
+    pub write_back: bool,
+    pub stats: journal::JournalStats,
+    /// Write-back: acknowledged bytes not yet written to the members.
+    pub unapplied_bytes: Option<u64>,
+}
+
 /// The journal attached to a running volume (or none).
 pub struct Journaled {
     volume: Arc<Volume>,
@@ -288,6 +298,17 @@ impl Journaled {
             journaled: Arc::clone(self),
             inner,
         }
+    }
+
+    /// The journal's state for `raidkit status` (`None` without a journal).
+    pub fn status(&self) -> Option<JournalStatus> {
+        let j = self.journal.as_ref()?;
+        Some(JournalStatus {
+            name: j.name().to_string(),
+            write_back: self.writeback.is_some(),
+            stats: j.stats(),
+            unapplied_bytes: self.writeback.as_ref().map(WriteBack::buffered_bytes),
+        })
     }
 
     /// True with a write-back journal: every acknowledged write is durable.

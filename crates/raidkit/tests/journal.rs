@@ -356,3 +356,64 @@ fn write_through_journal_survives_kill9_and_a_lost_one_is_detached() {
         "{err}"
     );
 }
+
+/// `raidkit status` shows the journal (mode, ring use, acknowledged bytes not yet on the
+/// members) and the read cache, from the running server.
+#[test]
+fn status_shows_the_write_back_journal_and_the_cache() {
+    if !have_qemu_io() {
+        return;
+    }
+    let a = Array::create(Some("write-back"));
+    let j = a.journal.clone();
+    let admin = a.dir.path().join("admin.sock").display().to_string();
+    // Each apply sleeps 3 s first: the writes below are only in the journal for a while.
+    let (s, _) = a.serve(
+        &["--journal", &j, "--admin", &admin],
+        &[("RAIDKIT_TEST_APPLY_DELAY_MS", "3000")],
+    );
+    qemu_io(
+        &s.uri,
+        &["write -P 7 0 64k".into(), "write -P 9 1M 8k".into()],
+    );
+    let status = |json: bool| {
+        let mut args = vec!["status", "--admin", &admin];
+        if json {
+            args.push("--json");
+        }
+        let out = raidkit().args(&args).output().expect("raidkit status");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("UTF-8")
+    };
+    let v: serde_json::Value = serde_json::from_str(&status(true)).expect("JSON status");
+    let journal = &v["journal"];
+    assert_eq!(journal["name"], j.as_str(), "{v}");
+    assert_eq!(journal["mode"], "write-back", "{v}");
+    // The 16 MiB journal less its two superblock copies (docs/FORMAT.md).
+    assert_eq!(journal["ring_bytes"], (16 << 20) - 8192, "{v}");
+    assert!(journal["used_bytes"].as_u64() > Some(72 << 10), "{v}");
+    assert!(journal["commits"].as_u64() >= Some(1), "{v}");
+    let unapplied = journal["unapplied_bytes"]
+        .as_u64()
+        .expect("unapplied bytes");
+    assert!(unapplied > 0 && unapplied <= 72 << 10, "{v}");
+    assert_eq!(v["cache"]["capacity_bytes"], 64 << 20, "{v}");
+    let text = status(false);
+    assert!(
+        text.contains(&format!("journal {j} (write-back): "))
+            && text.contains("not yet on the members"),
+        "{text}"
+    );
+    assert!(text.contains("read cache: "), "{text}");
+    s.stop();
+    let (s, _) = a.serve(&["--journal", &j], &[]);
+    qemu_io(
+        &s.uri,
+        &["read -P 7 0 64k".into(), "read -P 9 1M 8k".into()],
+    );
+    s.stop();
+}

@@ -15,7 +15,11 @@ pub struct VolumeControl {
     volume: Arc<Volume>,
     open: OpenOptions,
     remote: RemoteOptions,
+    sections: Vec<(&'static str, StatusSection)>,
 }
+
+/// A part of the status kept outside the volume (the journal, the read cache).
+pub type StatusSection = Box<dyn Fn() -> Value + Send + Sync>;
 
 impl VolumeControl {
     pub fn new(volume: Arc<Volume>, open: OpenOptions, remote: RemoteOptions) -> VolumeControl {
@@ -24,7 +28,25 @@ impl VolumeControl {
             volume,
             open,
             remote,
+            sections: Vec::new(),
         }
+    }
+
+    /// Adds `key` to the status object, with `section()`'s value at each request.
+    pub fn with_section(mut self, key: &'static str, section: StatusSection) -> VolumeControl {
+        self.sections.push((key, section));
+        self
+    }
+
+    fn status(&self) -> Result<Value, ApiError> {
+        let mut status = serde_json::to_value(self.volume.status())
+            .map_err(|e| ApiError::new(500, format!("cannot encode the status: {e}")))?;
+        if let Value::Object(fields) = &mut status {
+            for (key, section) in &self.sections {
+                fields.insert((*key).to_string(), section());
+            }
+        }
+        Ok(status)
     }
 
     fn open_member(&self, spec: &str) -> Result<Arc<dyn member::Member>, ApiError> {
@@ -70,8 +92,7 @@ impl Control for VolumeControl {
     fn handle(&self, request: Request) -> Result<Value, ApiError> {
         let v = &self.volume;
         match request {
-            Request::Status => serde_json::to_value(v.status())
-                .map_err(|e| ApiError::new(500, format!("cannot encode the status: {e}"))),
+            Request::Status => self.status(),
             Request::Fail { member } => {
                 v.fail(&member).map_err(volume_error)?;
                 done(format!("member {member} marked faulty"))

@@ -213,11 +213,13 @@ fn cache_config(args: &Args) -> anyhow::Result<CacheConfig> {
 }
 
 /// The volume as an NBD export behind the read cache (a pass-through with --cache-size 0).
+type Cached = ReadCache<::journaled::JournaledExport<::journaled::VolumeExport>>;
+
 fn cached_export(
     volume: &Arc<Volume>,
     journaled: &Arc<crate::journaled::Journaled>,
     cache: CacheConfig,
-) -> anyhow::Result<Arc<dyn nbd::Export>> {
+) -> anyhow::Result<Arc<Cached>> {
     let export = ReadCache::new(
         journaled.export(::journaled::VolumeExport(Arc::clone(volume))),
         cache,
@@ -234,6 +236,25 @@ fn cached_export(
         }
     }));
     Ok(export)
+}
+
+/// The journal's part of the admin status (field names are stable, like the rest).
+fn journal_section(status: Option<::journaled::JournalStatus>) -> serde_json::Value {
+    let Some(j) = status else {
+        return serde_json::Value::Null;
+    };
+    serde_json::json!({
+        "name": j.name,
+        "mode": if j.write_back { "write-back" } else { "write-through" },
+        "ring_bytes": j.stats.capacity_bytes,
+        "used_bytes": j.stats.used_bytes,
+        "write_back_record_bytes": j.stats.array_write_bytes,
+        "records_live": j.stats.records_live,
+        "commits": j.stats.commits,
+        "checkpoints": j.stats.checkpoints,
+        "pressure_applies": j.stats.pressure_applies,
+        "unapplied_bytes": j.unapplied_bytes,
+    })
 }
 
 /// The NBD server's identity and limits.
@@ -312,20 +333,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let export = cached_export(&volume, &journaled, cache)?;
     let control = || -> Arc<dyn Control> {
-        Arc::new(VolumeControl::new(
+        let control = VolumeControl::new(
             Arc::clone(&volume),
             open_options(&args),
             remote_options(&args),
-        ))
+        );
+        let cached = Arc::downgrade(&export);
+        let control = control.with_section(
+            "cache",
+            Box::new(move || match cached.upgrade() {
+                Some(cache) => serde_json::to_value(cache.stats()).unwrap_or_default(),
+                None => serde_json::Value::Null,
+            }),
+        );
+        match journaled.status().is_some() {
+            true => {
+                let journaled = Arc::clone(&journaled);
+                Arc::new(control.with_section(
+                    "journal",
+                    Box::new(move || journal_section(journaled.status())),
+                ))
+            }
+            false => Arc::new(control),
+        }
     };
+    let admin_control = admin.as_ref().map(|socket| (socket, control()));
     let served = runtime.block_on(serve(
         &volume,
-        &journaled,
+        export,
         endpoint,
         server_config(&args, &volume, export_name),
-        cache,
-        admin.as_ref().map(|socket| (socket, control())),
+        admin_control,
     ));
     drop(admin);
     if let Some(reconnector) = reconnector {
@@ -543,10 +583,9 @@ fn create(
 
 async fn serve(
     volume: &Arc<Volume>,
-    journaled: &Arc<crate::journaled::Journaled>,
+    export: Arc<Cached>,
     endpoint: Endpoint,
     config: nbd::ServerConfig,
-    cache: CacheConfig,
     admin: Option<(&AdminSocket, Arc<dyn Control>)>,
 ) -> anyhow::Result<()> {
     let listener = match &endpoint {
@@ -577,7 +616,7 @@ async fn serve(
         describe(volume)
     );
     std::io::stdout().flush().context("writing to stdout")?;
-    let export = cached_export(volume, journaled, cache)?;
+    let export: Arc<dyn nbd::Export> = export;
     let nbd_served = async {
         let result = nbd::serve(listener, export, config, stopped(stop_rx.clone())).await;
         let _ = stop_tx.send(true);

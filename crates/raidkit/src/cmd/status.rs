@@ -11,8 +11,9 @@ use crate::admin::client::Client;
 /// Prints the array name, level, chunk, size and health (clean, active, degraded, resyncing,
 /// rebuilding, failed), a /proc/mdstat style summary (`[4/3] [UU_U]`: roles / in-sync roles,
 /// U = in sync), every member with its role, state and error counts (read errors, write
-/// errors, timeouts), the background task with progress, speed and ETA, the speed limits and
-/// the last scrub's result.
+/// errors, timeouts), the background task with progress, speed and ETA, the speed limits, the
+/// journal (mode, ring in use, write-back data not yet on the members, applies under ring
+/// pressure), the read cache (memory held, hit rate) and the last scrub's result.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The admin socket of the server (`raidkit serve --admin PATH`).
@@ -44,6 +45,34 @@ pub struct Status {
     pub speed_limits: Limits,
     pub last_scrub: Option<Scrub>,
     pub events: u64,
+    /// Added by `raidkit serve` (not part of `metadata::VolumeStatus`).
+    pub journal: Option<JournalView>,
+    pub cache: Option<CacheView>,
+}
+
+/// The journal section of the status (see `journal_section` in serve.rs).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct JournalView {
+    pub name: String,
+    pub mode: String,
+    pub ring_bytes: u64,
+    pub used_bytes: u64,
+    pub commits: u64,
+    pub checkpoints: u64,
+    pub pressure_applies: u64,
+    pub unapplied_bytes: Option<u64>,
+}
+
+/// The read cache section of the status (`cache::CacheStats`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CacheView {
+    pub hits: u64,
+    pub misses: u64,
+    pub prefetch_hits: u64,
+    pub allocated_bytes: u64,
+    pub capacity_bytes: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -181,10 +210,59 @@ pub fn render(s: &Status) -> String {
         human_bytes(s.speed_limits.min_bytes_per_sec),
         human_bytes(s.speed_limits.max_bytes_per_sec)
     );
+    if let Some(j) = &s.journal {
+        out += &journal_line(j);
+    }
+    if let Some(c) = &s.cache {
+        out += &cache_line(c);
+    }
     if let Some(scrub) = &s.last_scrub {
         out += &scrub_report(scrub);
     }
     out
+}
+
+fn journal_line(j: &JournalView) -> String {
+    let mut line = format!(
+        "  journal {} ({}): {} of {} in use",
+        j.name,
+        j.mode,
+        human_bytes(j.used_bytes),
+        human_bytes(j.ring_bytes)
+    );
+    if let Some(unapplied) = j.unapplied_bytes {
+        line += &format!(", {} not yet on the members", human_bytes(unapplied));
+    }
+    line += &format!(", {} commits, {} checkpoints", j.commits, j.checkpoints);
+    if j.pressure_applies > 0 {
+        line += &format!(
+            ", {} applies under ring pressure (a larger journal would avoid them)",
+            j.pressure_applies
+        );
+    }
+    line + "\n"
+}
+
+fn cache_line(c: &CacheView) -> String {
+    if c.capacity_bytes == 0 {
+        return "  read cache: off\n".to_string();
+    }
+    let lookups = c.hits + c.misses;
+    let rate = match lookups {
+        0 => "no reads yet".to_string(),
+        n => format!(
+            "{:.0} % of block lookups hit",
+            c.hits as f64 * 100.0 / n as f64
+        ),
+    };
+    format!(
+        "  read cache: {} of {} held, {rate} ({} hits, {} misses, {} read-ahead hits)\n",
+        human_bytes(c.allocated_bytes),
+        human_bytes(c.capacity_bytes),
+        c.hits,
+        c.misses,
+        c.prefetch_hits
+    )
 }
 
 fn member_line(m: &MemberStatus) -> String {
@@ -318,5 +396,44 @@ mod tests {
             text.contains("b  (errors: 0 read, 0 write, 0 timeouts)  rebuilt 1.0 MiB"),
             "{text}"
         );
+        assert!(
+            !text.contains("journal") && !text.contains("read cache"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn renders_the_journal_and_the_cache() {
+        let json = r#"{"name":"demo","level":"raid5","health":"active","members":[],
+          "journal":{"name":"/dev/shm/j","mode":"write-back","ring_bytes":268435456,
+            "used_bytes":3145728,"commits":10,"checkpoints":2,"pressure_applies":0,
+            "unapplied_bytes":1048576},
+          "cache":{"hits":3,"misses":1,"prefetch_hits":2,"allocated_bytes":2097152,
+            "capacity_bytes":67108864}}"#;
+        let text = render(&serde_json::from_str(json).unwrap());
+        assert!(
+            text.contains(
+                "journal /dev/shm/j (write-back): 3.0 MiB of 256.0 MiB in use, 1.0 MiB not yet \
+                 on the members, 10 commits, 2 checkpoints\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "read cache: 2.0 MiB of 64.0 MiB held, 75 % of block lookups hit (3 hits, \
+                 1 misses, 2 read-ahead hits)"
+            ),
+            "{text}"
+        );
+        let json = r#"{"journal":{"name":"j","mode":"write-through","ring_bytes":1048576,
+          "used_bytes":0,"pressure_applies":4,"unapplied_bytes":null},
+          "cache":{"capacity_bytes":0}}"#;
+        let text = render(&serde_json::from_str(json).unwrap());
+        assert!(
+            text.contains("journal j (write-through): 0 B of 1.0 MiB in use, 0 commits"),
+            "{text}"
+        );
+        assert!(text.contains("4 applies under ring pressure"), "{text}");
+        assert!(text.contains("read cache: off"), "{text}");
     }
 }

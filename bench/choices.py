@@ -22,7 +22,9 @@ Tables:
   1. levels x chunk sizes (linear 1 member, RAID 1 over 2, RAID 0/10/5/6 over 4), cache off,
      no journal: the raw cost of each layout;
   2. RAID 5 over 4 with the default chunk: read cache off / on (64M, adaptive read-ahead), and
-     no journal / write-through / write-back journal (a RAM file in /dev/shm).
+     no journal / write-through / write-back journal (a RAM file in /dev/shm). Before each job
+     the write-back journal is left to drain (polled with `raidkit status`), so every job is
+     measured on its own; the waits are printed.
 
 Usage: bench/choices.py [--members disk|ram] [--runtime 5] [--size 256M] [--chunks 64K,128K,512K]
                         [--levels linear,1,0,10,5,6] [--jobs seq-write,...] [--tables 1,2]
@@ -31,6 +33,7 @@ Results and the date and machine go in docs/PERFORMANCE.md ("What each choice co
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -96,11 +99,31 @@ def member_specs(args, workdir, level, chunk):
     return specs, extra + ["--assume-clean"], disks.stop
 
 
+def wait_applied(args, admin, label, timeout_s=300):
+    """With a write-back journal, waits until what the previous job wrote is on the members,
+    so each job is measured on its own (the wait is reported: it is what a burst costs)."""
+    start = time.monotonic()
+    while True:
+        out = subprocess.run([args.raidkit, "status", "--json", "--admin", admin],
+                             capture_output=True, text=True, timeout=60, check=True)
+        unapplied = (json.loads(out.stdout).get("journal") or {}).get("unapplied_bytes")
+        if not unapplied:
+            break
+        if time.monotonic() - start > timeout_s:
+            raise RuntimeError(f"{label}: {unapplied} bytes still unapplied after {timeout_s} s")
+        time.sleep(0.1)
+    waited = time.monotonic() - start
+    if waited >= 0.1:
+        print(f"    {label:<28} waited {waited:.1f} s for the write-back journal to drain",
+              file=sys.stderr)
+
+
 def measure(args, workdir, level, chunk, serve_args, label):
     specs, extra, cleanup = member_specs(args, workdir, level, chunk)
     sock = str(workdir / "raidkit.sock")
+    admin = str(workdir / "admin.sock")
     cmd = [args.raidkit, "serve", "--create", "--level", level, "--name", "bench",
-           "--unix", sock, *extra, *serve_args, *args.raidkit_arg, *specs]
+           "--unix", sock, "--admin", admin, *extra, *serve_args, *args.raidkit_arg, *specs]
     results = {}
     server = None
     try:
@@ -109,6 +132,7 @@ def measure(args, workdir, level, chunk, serve_args, label):
         prefill = ("prefill", ["--rw=write", "--bs=1m", "--iodepth=16"], "write", "MB/s")
         run_job(uri, prefill, 0, args.size)
         for job in [j for j in JOBS if j[0] in args.jobs]:
+            wait_applied(args, admin, label)
             results[job[0]] = run_job(uri, job, args.runtime, args.size, server)[0]
             print(f"    {label:<28} {job[0]:<10} {results[job[0]]:12.1f} {job[3]}   "
                   f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)

@@ -401,12 +401,10 @@ impl Shared {
         // By offset from the cursor (sequential data becomes full-stripe writes), but oldest
         // first once the ring is half full, before it comes under pressure.
         let start = {
-            let free = || b.extents.iter().filter(|&(&s, e)| !busy(b, s, e));
+            let free = |from: u64| b.extents.range(from..).filter(|&(&s, e)| !busy(b, s, e));
             match self.journal.half_full() {
-                true => free().min_by_key(|&(&s, e)| (e.seq, s)),
-                false => free()
-                    .find(|&(&s, _)| s >= b.cursor)
-                    .or_else(|| free().next()),
+                true => free(0).min_by_key(|&(&s, e)| (e.seq, s)),
+                false => free(b.cursor).next().or_else(|| free(0).next()),
             }
             .map(|(&s, _)| s)?
         };

@@ -81,21 +81,21 @@ pub fn is_unsupported(e: &io::Error) -> bool {
     )
 }
 
-/// pwritev2(2) with `RWF_DSYNC` of all of `buf` at `offset`: returns once those bytes (and the
-/// metadata needed to read them back) are durable, syncing only this range (unlike
-/// `fdatasync`, which writes back every dirty page of the file). Partial writes are continued.
-/// `Unsupported` errors (EOPNOTSUPP, ENOSYS: a kernel before 4.7 or a filter) are returned as
-/// they are, for the caller to fall back to write + fdatasync.
-pub fn pwrite_dsync(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
-    while !buf.is_empty() {
+/// Runs `call(at)`, one positioned system call for the part not yet transferred at file
+/// offset `at`, until it returns `None` (nothing left): partial transfers are continued (the
+/// call moves its buffers past what it returns), EINTR is retried, and a call that transfers
+/// nothing is the error `nothing`. The call must return the syscall's result untouched, so
+/// that `errno` is still its own when the result is negative.
+fn transfer_all(
+    mut offset: u64,
+    nothing: io::ErrorKind,
+    mut call: impl FnMut(i64) -> Option<isize>,
+) -> io::Result<()> {
+    loop {
         let at = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let iov = libc::iovec {
-            iov_base: buf.as_ptr() as *mut libc::c_void,
-            iov_len: buf.len(),
+        let Some(rc) = call(at) else {
+            return Ok(());
         };
-        // SAFETY: one iovec describing `buf`, which is live and unchanged for the call; the
-        // kernel only reads from it (a write). The descriptor is kept open by `file`.
-        let rc = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, at, libc::RWF_DSYNC) };
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -104,14 +104,36 @@ pub fn pwrite_dsync(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<
             return Err(e);
         }
         if rc == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
+            return Err(nothing.into());
         }
-        let n = rc as usize;
-        assert!(n <= buf.len(), "pwritev2 wrote more than asked");
-        buf = &buf[n..];
-        offset += n as u64;
+        offset += rc as u64;
     }
-    Ok(())
+}
+
+/// pwritev2(2) with `RWF_DSYNC` of all of `buf` at `offset`: returns once those bytes (and the
+/// metadata needed to read them back) are durable, syncing only this range (unlike
+/// `fdatasync`, which writes back every dirty page of the file). Partial writes are continued.
+/// `Unsupported` errors (EOPNOTSUPP, ENOSYS: a kernel before 4.7 or a filter) are returned as
+/// they are, for the caller to fall back to write + fdatasync.
+pub fn pwrite_dsync(file: &File, mut buf: &[u8], offset: u64) -> io::Result<()> {
+    transfer_all(offset, io::ErrorKind::WriteZero, |at| {
+        if buf.is_empty() {
+            return None;
+        }
+        let iov = libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: one iovec describing `buf`, which is live and unchanged for the call; the
+        // kernel only reads from it (a write). The descriptor is kept open by `file`.
+        let rc = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, at, libc::RWF_DSYNC) };
+        if rc > 0 {
+            let n = rc as usize;
+            assert!(n <= buf.len(), "pwritev2 wrote more than asked");
+            buf = &buf[n..];
+        }
+        Some(rc)
+    })
 }
 
 /// Buffers passed to one `preadv`/`pwritev` call at most (Linux's `IOV_MAX`).
@@ -119,15 +141,17 @@ const IOV_MAX: usize = 1024;
 
 /// pwritev(2) of all of `bufs`, one after the other, at `offset`; partial writes are
 /// continued.
-pub fn pwritev_all(file: &File, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
+pub fn pwritev_all(file: &File, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = bufs
         .iter()
         .filter(|b| !b.is_empty())
         .map(|b| IoSlice::new(b))
         .collect();
     let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let at = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    transfer_all(offset, io::ErrorKind::WriteZero, |at| {
+        if rest.is_empty() {
+            return None;
+        }
         let count = rest.len().min(IOV_MAX) as libc::c_int;
         // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std guarantees it); the
         // first `count` entries describe buffers borrowed for the call, which the kernel only
@@ -140,33 +164,26 @@ pub fn pwritev_all(file: &File, bufs: &[&[u8]], mut offset: u64) -> io::Result<(
                 at,
             )
         };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        if rc > 0 {
+            IoSlice::advance_slices(&mut rest, rc as usize);
         }
-        if rc == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        IoSlice::advance_slices(&mut rest, rc as usize);
-        offset += rc as u64;
-    }
-    Ok(())
+        Some(rc)
+    })
 }
 
 /// preadv(2) filling all of `bufs`, one after the other, from `offset`; partial reads are
 /// continued, and the end of the file before they are full is `UnexpectedEof`.
-pub fn preadv_all(file: &File, bufs: &mut [&mut [u8]], mut offset: u64) -> io::Result<()> {
+pub fn preadv_all(file: &File, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
     let mut slices: Vec<IoSliceMut<'_>> = bufs
         .iter_mut()
         .filter(|b| !b.is_empty())
         .map(|b| IoSliceMut::new(b))
         .collect();
     let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let at = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    transfer_all(offset, io::ErrorKind::UnexpectedEof, |at| {
+        if rest.is_empty() {
+            return None;
+        }
         let count = rest.len().min(IOV_MAX) as libc::c_int;
         // SAFETY: `IoSliceMut` is ABI-compatible with `iovec` on Unix (std guarantees it); the
         // first `count` entries describe buffers exclusively borrowed for the call, which the
@@ -179,20 +196,11 @@ pub fn preadv_all(file: &File, bufs: &mut [&mut [u8]], mut offset: u64) -> io::R
                 at,
             )
         };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        if rc > 0 {
+            IoSliceMut::advance_slices(&mut rest, rc as usize);
         }
-        if rc == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        IoSliceMut::advance_slices(&mut rest, rc as usize);
-        offset += rc as u64;
-    }
-    Ok(())
+        Some(rc)
+    })
 }
 
 /// True when pwritev2 with `RWF_DSYNC` is not available here (fall back to write + fdatasync).

@@ -107,6 +107,18 @@ fn exercise_vectored(m: &dyn Member) {
     let (mut a, mut b) = ([0u8; 1], [0u8; 1]);
     assert!(m.read_vectored_at(&mut [&mut a, &mut b], size - 1).is_err());
     m.write_vectored_at(&[], size).unwrap();
+    // More buffers than one preadv/pwritev call takes (IOV_MAX, 1024): the rest is continued.
+    let many: Vec<Vec<u8>> = (0..1500usize)
+        .map(|i| pattern(7 + i % 5, i as u8))
+        .collect();
+    let slices: Vec<&[u8]> = many.iter().map(|p| p.as_slice()).collect();
+    m.write_vectored_at(&slices, 900_000).unwrap();
+    let whole = many.concat();
+    let mut back: Vec<Vec<u8>> = many.iter().map(|p| vec![0u8; p.len()]).collect();
+    let mut refs: Vec<&mut [u8]> = back.iter_mut().map(|b| b.as_mut_slice()).collect();
+    m.read_vectored_at(&mut refs, 900_000).unwrap();
+    assert_eq!(back.concat(), whole);
+    assert_eq!(read(m, 900_000, whole.len()), whole);
 }
 
 #[test]

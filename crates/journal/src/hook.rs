@@ -7,7 +7,7 @@ use std::sync::Arc;
 use engine::{Array, LogTicket, LoggedOp, WriteLog};
 use member::Member;
 
-use crate::format::{MemberOp, Record, Superblock};
+use crate::format::{MemberOp, Record, Superblock, HEADER_BYTES, OP_ENTRY_BYTES, RECORD_ALIGN};
 use crate::scan::{scan, ScanSummary};
 use crate::writeback::{replay_array_write, Backing};
 use crate::writer::{Journal, Ticket};
@@ -42,6 +42,37 @@ impl WriteLog for WriteThroughLog {
             last: ticket.1,
         });
     }
+}
+
+/// [`Backing::stripe_bytes`](crate::Backing::stripe_bytes) of an array: the full-stripe data
+/// size with parity (applied runs are cut there), else the chunk.
+pub fn array_stripe_bytes(array: &Array) -> u64 {
+    let geometry = array.geometry();
+    match geometry.level().has_parity() {
+        true => geometry.stripe_data_bytes(),
+        false => geometry.chunk_bytes(),
+    }
+}
+
+/// [`Backing::logged_bytes_bound`](crate::Backing::logged_bytes_bound) of an array: the ring
+/// bytes the write-through records of writing `len` bytes at `offset` can take at most; 0
+/// unless the array logs its writes (RAID 5/6 with a [`WriteThroughLog`]). That is the data,
+/// every parity chunk of every stripe touched (gathering may merge the write with others into
+/// wider parity updates), one record per stripe with its headers and alignment, and the waste
+/// of one wrap (at most one stripe's record, which did not fit at the ring's end).
+pub fn array_logged_bytes_bound(array: &Array, offset: u64, len: u64) -> u64 {
+    let geometry = array.geometry();
+    let parity = geometry.level().parity_count() as u64;
+    if len == 0 || parity == 0 || !array.has_write_log() {
+        return 0;
+    }
+    let (stripe, chunk) = (geometry.stripe_data_bytes(), geometry.chunk_bytes());
+    let stripes = (offset + len - 1) / stripe - offset / stripe + 1;
+    let ops = 2 * (stripe / chunk + parity);
+    let per_stripe =
+        parity * chunk + HEADER_BYTES as u64 + 8 + ops * OP_ENTRY_BYTES as u64 + RECORD_ALIGN;
+    let wrap = len.min(stripe) + per_stripe;
+    len + stripes * per_stripe + wrap
 }
 
 fn to_member_op<'a>(op: &LoggedOp<'a>) -> MemberOp<'a> {

@@ -50,7 +50,7 @@ pub use format::{
     align_up, decode_record, Header, MemberOp, Mode, Record, Superblock, HEADER_BYTES,
     JOURNAL_VERSION, RECORD_ALIGN, RING_BYTES_MIN, RING_OFFSET, SUPERBLOCK_BYTES,
 };
-pub use hook::{recover, WriteThroughLog};
+pub use hook::{array_logged_bytes_bound, array_stripe_bytes, recover, WriteThroughLog};
 pub use scan::{read_superblock, scan, ScanSummary};
 pub use writeback::{
     replay_array_write, Backing, WriteBack, APPLY_BYTES_MAX, BUFFER_BYTES_DEFAULT,

@@ -39,12 +39,12 @@ pub const BUFFER_BYTES_DEFAULT: u64 = 64 << 20;
 /// What the write-back cache writes to: the array (a `metadata::Volume` in raidkit).
 pub trait Backing: Send + Sync + 'static {
     fn size(&self) -> u64;
-    /// Data bytes of one full stripe (merging aligns to it); 4096 when there is no parity.
+    /// Data bytes of one full stripe (merging aligns to it); the chunk when there is no parity.
     fn stripe_bytes(&self) -> u64;
-    /// When the backing logs its writes to this journal (RAID 5/6 with the write-through
-    /// hook): its chunk bytes and parity chunks per stripe, from which the ring space of an
-    /// apply is bounded. `None` when applies write no records.
-    fn logged_parity(&self) -> Option<(u64, u64)>;
+    /// Ring bytes the records logged by `write(offset, data of len bytes)` can take at most
+    /// (the backing's writes may be logged to this journal: RAID 5/6 with the write-through
+    /// hook); 0 when they log nothing. For an array: [`crate::array_logged_bytes_bound`].
+    fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64;
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()>;
     fn flush(&self) -> io::Result<()>;
@@ -430,14 +430,7 @@ impl Shared {
             reserved: 0,
             forced: false,
         };
-        let bound = |offset: u64, len: u64| match self.backing.logged_parity() {
-            Some((chunk, parity)) => {
-                self.journal
-                    .apply_bytes_bound(offset, len, stripe, chunk.max(1), parity)
-            }
-            None => 0,
-        };
-        let needed = bound(start, len);
+        let needed = self.backing.logged_bytes_bound(start, len);
         if needed == 0 || self.journal.reserve_apply(needed) {
             batch.reserved = needed;
             batch.data.reserve_exact(len as usize);
@@ -457,7 +450,7 @@ impl Shared {
                 offset: s,
                 data: e.data.clone(),
                 parts: vec![(s, e.id)],
-                reserved: bound(s, e.data.len() as u64),
+                reserved: self.backing.logged_bytes_bound(s, e.data.len() as u64),
                 forced: true,
             };
             self.journal.force_reserve_apply(batch.reserved);

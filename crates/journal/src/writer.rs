@@ -18,8 +18,7 @@ use member::Member;
 use uuid::Uuid;
 
 use crate::format::{
-    align_up, Mode, Record, Superblock, HEADER_BYTES, OP_ENTRY_BYTES, RECORD_ALIGN, RING_BYTES_MIN,
-    RING_OFFSET,
+    align_up, Mode, Record, Superblock, RECORD_ALIGN, RING_BYTES_MIN, RING_OFFSET,
 };
 use crate::scan::ScanSummary;
 use crate::JournalError;
@@ -287,31 +286,6 @@ impl Journal {
             .expect("released more apply reservation than was reserved");
         drop(ring);
         self.shared.cond.notify_all();
-    }
-
-    /// Ring bytes the write-through records of an array write of `len` bytes at `offset`
-    /// can take at most, on an array whose stripes hold `stripe` data bytes in chunks of
-    /// `chunk` with `parity` parity chunks: the data, every parity chunk of every stripe
-    /// touched (gathering may merge the write with others into wider parity updates), one
-    /// record per stripe with its headers and alignment, and the waste of one wrap (at most
-    /// the record that did not fit at the ring's end).
-    pub fn apply_bytes_bound(
-        &self,
-        offset: u64,
-        len: u64,
-        stripe: u64,
-        chunk: u64,
-        parity: u64,
-    ) -> u64 {
-        if len == 0 {
-            return 0;
-        }
-        let stripes = (offset + len - 1) / stripe - offset / stripe + 1;
-        let ops = 2 * (stripe / chunk + parity);
-        let per_stripe =
-            parity * chunk + HEADER_BYTES as u64 + 8 + ops * OP_ENTRY_BYTES as u64 + RECORD_ALIGN;
-        let wrap = len.min(stripe) + per_stripe;
-        len + stripes * per_stripe + wrap
     }
 
     pub fn stats(&self) -> JournalStats {

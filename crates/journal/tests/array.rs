@@ -69,21 +69,10 @@ impl Backing for ArrayBacking {
         self.0.size_bytes()
     }
     fn stripe_bytes(&self) -> u64 {
-        match self.0.geometry().level().has_parity() {
-            true => self.0.geometry().stripe_data_bytes(),
-            false => self.0.geometry().chunk_bytes(),
-        }
+        journal::array_stripe_bytes(&self.0)
     }
-    fn logged_parity(&self) -> Option<(u64, u64)> {
-        let array = &self.0;
-        let geometry = array.geometry();
-        let logged = array.has_write_log() && geometry.level().has_parity();
-        logged.then(|| {
-            (
-                geometry.chunk_bytes(),
-                geometry.level().parity_count() as u64,
-            )
-        })
+    fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
+        journal::array_logged_bytes_bound(&self.0, offset, len)
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         Ok(self.0.read(offset, buf)?)
@@ -462,4 +451,89 @@ fn write_back_with_a_small_ring_never_wedges() {
             panic!("seed {base}: writer {t}'s slice byte {i} is not the newest write");
         }
     }
+}
+
+/// A write-ahead log that records nothing but the ring bytes its records would take.
+#[derive(Default)]
+struct Measuring(std::sync::Mutex<u64>);
+
+impl engine::WriteLog for Measuring {
+    fn log(&self, groups: &[Vec<engine::LoggedOp<'_>>]) -> io::Result<engine::LogTicket> {
+        let bytes: u64 = groups
+            .iter()
+            .map(|g| {
+                let ops = g
+                    .iter()
+                    .map(|op| match *op {
+                        engine::LoggedOp::Write { role, offset, data } => {
+                            journal::MemberOp::Write {
+                                role: role as u32,
+                                offset,
+                                data,
+                            }
+                        }
+                        engine::LoggedOp::Zero { role, offset, len } => journal::MemberOp::Zero {
+                            role: role as u32,
+                            offset,
+                            len,
+                        },
+                    })
+                    .collect();
+                journal::Record::MemberOps(ops).ring_bytes()
+            })
+            .sum();
+        *self.0.lock().unwrap() += bytes;
+        Ok(engine::LogTicket(0, 0))
+    }
+    fn done(&self, _: engine::LogTicket) {}
+}
+
+/// The ring space a write-back apply reserves (`array_logged_bytes_bound`) covers the
+/// write-through records the write really logs, for writes of every size and alignment
+/// (chunk and stripe straddling ones too), on RAID 5 and 6; and nothing is reserved for
+/// levels that log nothing.
+#[test]
+fn apply_reservations_cover_the_records_logged() {
+    let base = seed("apply_reservations_cover_the_records_logged");
+    for level in [Level::Raid5, Level::Raid6] {
+        let world = World::new();
+        let sims: Vec<Arc<SimMember>> = names(level)
+            .iter()
+            .map(|n| world.member(n, MEMBER_BYTES))
+            .collect();
+        let a = assemble(level, &sims, &[]);
+        assert_eq!(
+            journal::array_logged_bytes_bound(&a, 0, 4096),
+            0,
+            "no log set"
+        );
+        let log = Arc::new(Measuring::default());
+        a.set_write_log(Some(Arc::clone(&log) as Arc<dyn engine::WriteLog>));
+        let mut rng = Rng::new(base);
+        for _ in 0..300 {
+            let len = 1 + rng.below(5 * CHUNK);
+            let offset = rng.below(a.size_bytes() - len);
+            let before = *log.0.lock().unwrap();
+            a.write(offset, &pattern(rng.next(), len as usize)).unwrap();
+            let logged = *log.0.lock().unwrap() - before;
+            let bound = journal::array_logged_bytes_bound(&a, offset, len);
+            assert!(
+                logged > 0 && logged <= bound,
+                "seed {base}, {level}: a write of {len} bytes at {offset} logged {logged} \
+                 ring bytes, above its reservation {bound}"
+            );
+        }
+    }
+    let world = World::new();
+    let sims: Vec<Arc<SimMember>> = names(Level::Raid1)
+        .iter()
+        .map(|n| world.member(n, MEMBER_BYTES))
+        .collect();
+    let a = assemble(Level::Raid1, &sims, &[]);
+    a.set_write_log(Some(Arc::new(Measuring::default())));
+    assert_eq!(
+        journal::array_logged_bytes_bound(&a, 0, 4096),
+        0,
+        "RAID 1 logs nothing"
+    );
 }

@@ -100,24 +100,11 @@ impl Backing for VolumeBacking {
     fn size(&self) -> u64 {
         self.volume.size_bytes()
     }
-    /// The full-stripe data size with parity (applied runs are cut there), else the chunk.
     fn stripe_bytes(&self) -> u64 {
-        let geometry = self.volume.array().geometry();
-        match geometry.level().has_parity() {
-            true => geometry.stripe_data_bytes(),
-            false => geometry.chunk_bytes(),
-        }
+        journal::array_stripe_bytes(self.volume.array())
     }
-    fn logged_parity(&self) -> Option<(u64, u64)> {
-        let array = &self.volume.array();
-        let geometry = array.geometry();
-        let logged = array.has_write_log() && geometry.level().has_parity();
-        logged.then(|| {
-            (
-                geometry.chunk_bytes(),
-                geometry.level().parity_count() as u64,
-            )
-        })
+    fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
+        journal::array_logged_bytes_bound(self.volume.array(), offset, len)
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         Ok(self.volume.read(offset, buf)?)

@@ -60,8 +60,8 @@ class BoundedServer(Server):
         raise AssertionError("no VmHWM in /proc/PID/status")
 
 
-# journal::writeback: runs in flight stop being taken once they hold APPLY_BYTES_MAX (4 MiB),
-# so at most twice that.
+# journal::writeback: no run is taken once the runs in flight hold APPLY_BYTES_MAX (4 MiB), and
+# a run is at most 4 MiB here (whole 128 KiB stripes; records <= 64 MiB / 16), so < 8 MiB.
 APPLIES_IN_FLIGHT_BYTES = 8 * MIB
 
 

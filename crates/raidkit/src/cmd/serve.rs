@@ -238,7 +238,8 @@ fn cached_export(
     Ok(export)
 }
 
-/// The journal's part of the admin status (field names are stable, like the rest).
+/// The journal's part of the admin status (field names are stable, like the rest; null
+/// without a journal).
 fn journal_section(status: Option<::journaled::JournalStatus>) -> serde_json::Value {
     let Some(j) = status else {
         return serde_json::Value::Null;
@@ -348,16 +349,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 None => serde_json::Value::Null,
             }),
         );
-        match journaled.status().is_some() {
-            true => {
-                let journaled = Arc::clone(&journaled);
-                Arc::new(control.with_section(
-                    "journal",
-                    Box::new(move || journal_section(journaled.status())),
-                ))
-            }
-            false => Arc::new(control),
-        }
+        let journaled = Arc::clone(&journaled);
+        Arc::new(control.with_section(
+            "journal",
+            Box::new(move || journal_section(journaled.status())),
+        ))
     };
     let admin_control = admin.as_ref().map(|socket| (socket, control()));
     let served = runtime.block_on(serve(

@@ -76,12 +76,7 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> std::io::Result<()> {
         let len = vectored_len(bufs.iter().map(|b| b.len()));
         error::check_range(self.name(), "read", offset, len, self.len())?;
-        let mut at = offset;
-        for buf in bufs.iter_mut() {
-            self.read_at(buf, at)?;
-            at += buf.len() as u64;
-        }
-        Ok(())
+        read_each(self, bufs, offset)
     }
     /// Writes `bufs` one after the other from `offset` on, as one request where the backend
     /// can (`pwritev`, one NBD write). The default writes each buffer in turn. Like two
@@ -89,12 +84,7 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
         let len = vectored_len(bufs.iter().map(|b| b.len()));
         error::check_range(self.name(), "write", offset, len, self.len())?;
-        let mut at = offset;
-        for buf in bufs {
-            self.write_at(buf, at)?;
-            at += buf.len() as u64;
-        }
-        Ok(())
+        write_each(self, bufs, offset)
     }
     /// Returns when every earlier completed write is durable.
     fn flush(&self) -> std::io::Result<()>;
@@ -125,6 +115,35 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Reads `bufs` one after the other from `offset` with `read_at` (a vectored read where the
+/// backend has no single request for it).
+pub(crate) fn read_each<M: Member + ?Sized>(
+    member: &M,
+    bufs: &mut [&mut [u8]],
+    offset: u64,
+) -> std::io::Result<()> {
+    let mut at = offset;
+    for buf in bufs.iter_mut() {
+        member.read_at(buf, at)?;
+        at += buf.len() as u64;
+    }
+    Ok(())
+}
+
+/// Writes `bufs` one after the other from `offset` with `write_at`.
+pub(crate) fn write_each<M: Member + ?Sized>(
+    member: &M,
+    bufs: &[&[u8]],
+    offset: u64,
+) -> std::io::Result<()> {
+    let mut at = offset;
+    for buf in bufs {
+        member.write_at(buf, at)?;
+        at += buf.len() as u64;
+    }
+    Ok(())
 }
 
 /// Total bytes of a vectored request's buffers.

@@ -476,7 +476,7 @@ impl Member for NbdMember {
             return Ok(());
         }
         if !self.is_aligned(offset, len) {
-            return read_parts(self, bufs, offset);
+            return crate::read_each(self, bufs, offset);
         }
         self.transfer("read", wire::CMD_READ, offset, len, Data::Read(bufs))
     }
@@ -490,7 +490,7 @@ impl Member for NbdMember {
             return Ok(());
         }
         if !self.is_aligned(offset, len) {
-            return write_parts(self, bufs, offset);
+            return crate::write_each(self, bufs, offset);
         }
         self.transfer("write", wire::CMD_WRITE, offset, len, Data::Write(bufs))
     }
@@ -521,26 +521,6 @@ impl Member for NbdMember {
     fn reconnect(&self) -> io::Result<()> {
         NbdMember::reconnect(self)
     }
-}
-
-/// Reads `bufs` one by one (the default of `Member::read_vectored_at`).
-fn read_parts(member: &NbdMember, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
-    let mut at = offset;
-    for buf in bufs.iter_mut() {
-        member.read_at(buf, at)?;
-        at += buf.len() as u64;
-    }
-    Ok(())
-}
-
-/// Writes `bufs` one by one.
-fn write_parts(member: &NbdMember, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
-    let mut at = offset;
-    for buf in bufs {
-        member.write_at(buf, at)?;
-        at += buf.len() as u64;
-    }
-    Ok(())
 }
 
 /// Bytes `range` of the concatenation of `parts`, as slices of the parts.

@@ -292,13 +292,9 @@ impl Array {
 fn group_cost(group: &[MemOp<'_>]) -> u64 {
     group.iter().fold(0u64, |cost, op| {
         let bytes = match op {
-            MemOp::Read { buf, .. } => buf.len() as u64,
-            MemOp::Write { buf, .. } => buf.len() as u64,
-            MemOp::ReadV { bufs, .. } => total(bufs),
-            MemOp::WriteV { bufs, .. } => total(bufs),
-            MemOp::Zero { len, .. } => *len,
             MemOp::Trim { .. } => 0,
             MemOp::Flush { .. } => u64::MAX,
+            moves => moves.describe().2,
         };
         cost.saturating_add(bytes)
     })

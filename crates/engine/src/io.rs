@@ -10,7 +10,6 @@ use crate::state::FaultReason;
 use crate::Array;
 use member::Member;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn gone() -> std::io::Error {
@@ -133,7 +132,7 @@ impl Array {
         self.in_flight[role].fetch_sub(1, Ordering::Relaxed);
         if let (Some(new), true) = (replacement, op.is_write()) {
             if let Err(e) = op.apply(new.as_ref()) {
-                self.abort_replacement(role, &new, &e);
+                self.drop_failed_replacement(role, &new, &e);
             }
         }
         self.judge(role, kind, result, elapsed)
@@ -204,26 +203,6 @@ impl Array {
             Ok(())
         } else {
             Err(e)
-        }
-    }
-
-    /// A write to the replacement failed: the replace is abandoned, the role keeps its member.
-    fn abort_replacement(&self, role: usize, new: &Arc<dyn Member>, e: &std::io::Error) {
-        let mut slot = self.slot_mut(role);
-        if slot
-            .replacement
-            .as_ref()
-            .is_some_and(|r| Arc::ptr_eq(r, new))
-        {
-            slot.replacement = None;
-            self.epoch.fetch_add(1, Ordering::AcqRel);
-            *self.faults[role]
-                .last_fault
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(FaultReason::WriteError(format!(
-                "replacement {}: {e}",
-                new.name()
-            )));
         }
     }
 

@@ -141,7 +141,7 @@ impl Array {
             self.reconstruct(role, offset, &mut buf, &readable, false)?;
         }
         if let Err(e) = new.write_at(&buf, offset) {
-            self.cancel_replace_with(role, &new, &e);
+            self.drop_failed_replacement(role, &new, &e);
             return Ok(false);
         }
         Ok(true)
@@ -346,23 +346,33 @@ impl Array {
         self.slot_mut(role).replacement.take()
     }
 
-    fn cancel_replace_with(&self, role: usize, new: &Arc<dyn Member>, e: &std::io::Error) {
+    /// A write to `new`, the replacement of `role`, failed (a client write repeated on it or a
+    /// copy step): the replace is abandoned and the role keeps its member. The one place this
+    /// happens, whoever saw the error. The state epoch moves, so the volume rewrites the
+    /// superblocks (dropping the replace) before the request that saw the error completes:
+    /// the replacement missed that write and must never be trusted to hold the role.
+    pub(crate) fn drop_failed_replacement(
+        &self,
+        role: usize,
+        new: &Arc<dyn Member>,
+        e: &std::io::Error,
+    ) {
         let mut slot = self.slot_mut(role);
-        if slot
-            .replacement
-            .as_ref()
-            .is_some_and(|r| Arc::ptr_eq(r, new))
-        {
-            slot.replacement = None;
-            drop(slot);
-            *self.faults[role]
-                .last_fault
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(FaultReason::WriteError(format!(
-                "replacement {}: {e}",
-                new.name()
-            )));
+        let current = slot.replacement.as_ref();
+        if !current.is_some_and(|r| Arc::ptr_eq(r, new)) {
+            return; // already cancelled, or a later replace: not ours to drop
         }
+        slot.replacement = None;
+        // Bump the epoch while the slot is held: whoever sees no replacement sees the new epoch.
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        drop(slot);
+        *self.faults[role]
+            .last_fault
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(FaultReason::WriteError(format!(
+            "replacement {}: {e}",
+            new.name()
+        )));
     }
 }
 

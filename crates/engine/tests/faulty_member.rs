@@ -95,3 +95,38 @@ fn random_read_errors_vanishing_member_and_bad_range() {
         );
     }
 }
+
+/// A replacement whose write fails is dropped the same way whoever saw the error — a client
+/// write repeated on it or a copy step: the role keeps its member, the fault is recorded, and
+/// the state epoch moves, which is what makes the volume rewrite the superblocks (dropping the
+/// replace) before the request completes. (The copy-step path used to skip the epoch.)
+#[test]
+fn a_failed_replacement_is_dropped_and_the_epoch_moves_whoever_saw_the_error() {
+    let chunk = 8 * KIB;
+    for via_client_write in [false, true] {
+        let (_controls, array) = faulty_array(Level::Raid5, 3, chunk, 16, 1);
+        let size = array.geometry().member_data_bytes(1);
+        let inner: Arc<dyn Member> = Arc::new(MemMember::new("new", size).unwrap());
+        let new = FaultyMember::with_seed(inner, 7);
+        let control = new.control();
+        array.start_replace(1, Arc::new(new)).unwrap();
+        assert!(array.replace_step(1, 0, chunk).unwrap());
+        control.fail_writes(FaultRule::Always);
+        let epoch = array.state_epoch();
+        if via_client_write {
+            array.write(0, &vec![7u8; 3 * chunk as usize]).unwrap();
+        } else {
+            assert!(!array.replace_step(1, chunk, chunk).unwrap());
+        }
+        let how = if via_client_write {
+            "client write"
+        } else {
+            "copy step"
+        };
+        assert!(array.replacement(1).is_none(), "{how}: replacement kept");
+        assert!(array.state_epoch() > epoch, "{how}: the epoch did not move");
+        assert_eq!(array.health_of(1), MemberHealth::InSync, "{how}");
+        let fault = array.fault_stats(1).last_fault.unwrap_or_default();
+        assert!(fault.contains("replacement new"), "{how}: {fault:?}");
+    }
+}

@@ -556,6 +556,13 @@ impl VolumeCore {
     }
 
     fn write_superblocks_once(&self, meta: &mut MetaState) -> Result<(), VolumeError> {
+        // The engine dropped a replacement whose write failed (it missed that write): the
+        // replace ends on disk too, before the request that saw the error completes.
+        if let Some((role, _)) = &meta.replacing {
+            if self.array.replacement(*role).is_none() {
+                meta.replacing = None;
+            }
+        }
         let events = meta.events.checked_add(1).expect("events counter overflow");
         let now = crate::now_secs();
         let table = self.role_table(meta);

@@ -321,6 +321,50 @@ fn replace_under_writes_never_degrades() {
     }
 }
 
+/// A replacement whose write fails (here a client write repeated on it) is dropped, and the
+/// superblocks say so before the client's write completes: the client's write succeeds (the
+/// role still has its member), and the role table no longer lists the replacement, which
+/// missed that write. Before, the superblocks were rewritten with the dead replacement still
+/// in them, so its failing superblock write failed the client's request.
+#[test]
+fn a_replacement_that_fails_a_client_write_is_dropped_on_disk_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "rf", "raid5", 3);
+    let new = files(dir.path(), "new", 1);
+    let v = assemble_paths(&paths);
+    let model = fill(&v, 6);
+    // One step, then the worker waits (for hours at 1 byte/s): only the client sees the error.
+    v.set_speed_limits(SpeedLimits {
+        min_bytes_per_sec: 1,
+        max_bytes_per_sec: 1,
+    });
+    let with = Wrapped::new(open_all(&new).remove(0), &name(&new[0]));
+    v.replace("role 1", with.clone()).unwrap();
+    let deadline = Instant::now() + WAIT;
+    while v.status().task.is_none_or(|t| t.done_bytes == 0) {
+        assert!(Instant::now() < deadline, "the first copy step did not run");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let uuid = read_sb(&new[0]).member_uuid;
+    assert!(read_sb(&paths[0])
+        .roles
+        .iter()
+        .any(|e| e.member_uuid == uuid));
+    with.writes_fail.store(true, Ordering::Relaxed);
+    v.write(0, &model[..200_000])
+        .expect("a failed replacement does not fail the client's write");
+    let sb = read_sb(&paths[0]);
+    assert!(
+        sb.roles.iter().all(|e| e.member_uuid != uuid),
+        "the replacement is still in the role table: {:?}",
+        sb.roles
+    );
+    let status = v.status();
+    assert_eq!(status.health, ArrayHealth::Active, "{status:?}");
+    assert!(status.members.iter().all(|m| m.name != name(&new[0])));
+    assert_data(&v, &model, "after the replacement failed");
+}
+
 #[test]
 fn scrub_locates_and_repairs_corruption_in_a_member_file() {
     for (level, count) in [("raid1", 2), ("raid5", 3), ("raid6", 4), ("raid10", 4)] {

@@ -64,10 +64,18 @@ fn create_then_examine_text_and_json() {
         "level           raid5",
         "role            2 of 4",
         "state           clean",
-        "chunk bytes     65536",
+        "chunk bytes     65536 (64.0 KiB)",
+        "data bytes      9437184 (9.0 MiB)",
     ] {
         assert!(text.contains(needle), "{needle:?} in:\n{text}");
     }
+    // Dates in UTC, ISO 8601 (e.g. "2026-11-25T05:40:27Z"), not seconds since the epoch.
+    let created = text.lines().find(|l| l.contains("created")).unwrap();
+    let date = created.split_whitespace().nth(1).unwrap();
+    assert!(
+        date.len() == 20 && date.ends_with('Z') && date.as_bytes()[10] == b'T',
+        "{created:?}"
+    );
 
     let mut args = vec!["examine", "--json"];
     args.extend(strs(&members));

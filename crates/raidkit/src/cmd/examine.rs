@@ -5,6 +5,8 @@ use member::OpenOptions;
 use metadata::{ArrayState, Role, RoleState, Superblock};
 use serde::Serialize;
 
+use super::status::human_bytes;
+
 /// Print the raidkit superblock of each member (read-only; nothing is written).
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -114,8 +116,23 @@ fn to_json(member: &str, sb: &Superblock) -> SuperblockJson {
     }
 }
 
-fn print_text(j: &SuperblockJson) {
-    println!("{}:", j.member);
+/// 65536 → "65536 (64.0 KiB)": the exact value first, the unit form beside it.
+fn bytes(n: u64) -> String {
+    if n < 1024 {
+        return n.to_string();
+    }
+    format!("{n} ({})", human_bytes(n))
+}
+
+/// Seconds since the Unix epoch → "2026-11-25T07:30:28Z" (UTC, ISO 8601).
+fn date(secs: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// The text form: sizes in bytes with units beside them, dates in UTC (`--json` keeps raw
+/// values).
+fn render_text(j: &SuperblockJson) -> String {
     let role = match j.role {
         Some(r) => format!("{r} of {}", j.member_count),
         None => "spare".to_string(),
@@ -125,34 +142,43 @@ fn print_text(j: &SuperblockJson) {
         ("array uuid", j.array_uuid.clone()),
         ("array name", j.array_name.clone()),
         ("level", j.level.clone()),
-        ("chunk bytes", j.chunk_bytes.to_string()),
+        ("chunk bytes", bytes(j.chunk_bytes)),
         ("members", j.member_count.to_string()),
         ("role", role),
         ("member uuid", j.member_uuid.clone()),
-        ("data offset", j.data_offset_bytes.to_string()),
-        ("data bytes", j.data_bytes.to_string()),
-        ("array bytes", j.array_size_bytes.to_string()),
+        ("data offset", bytes(j.data_offset_bytes)),
+        ("data bytes", bytes(j.data_bytes)),
+        ("array bytes", bytes(j.array_size_bytes)),
+        ("member bytes", bytes(j.member_bytes)),
         ("events", j.events.to_string()),
         ("state", j.state.to_string()),
         (
             "bitmap",
             match j.bitmap_region_bytes {
-                Some(r) => format!("{r} bytes per bit"),
+                Some(r) => format!("{} per bit", human_bytes(r)),
                 None => "none".to_string(),
             },
         ),
-        ("created", j.ctime_secs.to_string()),
-        ("updated", j.utime_secs.to_string()),
+        ("created", date(j.ctime_secs)),
+        ("updated", date(j.utime_secs)),
     ];
+    let mut out = format!("{}:\n", j.member);
     for (key, value) in rows {
-        println!("  {key:<15} {value}");
+        out += &format!("  {key:<15} {value}\n");
+    }
+    if let Some(offset) = j.recovery_offset_bytes {
+        out += &format!("  {:<15} {}\n", "rebuilt to", bytes(offset));
     }
     for r in &j.roles {
-        println!(
-            "  role {:<10} {} {} ({} bytes)",
-            r.role, r.state, r.member_uuid, r.data_bytes
+        out += &format!(
+            "  role {:<10} {} {} ({})\n",
+            r.role,
+            r.state,
+            r.member_uuid,
+            human_bytes(r.data_bytes)
         );
     }
+    out
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -171,8 +197,63 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         for j in &out {
-            print_text(j);
+            print!("{}", render_text(j));
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_shows_dates_in_utc_and_sizes_with_units() {
+        let j = SuperblockJson {
+            member: "a.img".into(),
+            format_version: 1,
+            feature_compat: 0,
+            feature_incompat: 0,
+            array_uuid: "u".into(),
+            array_name: "media".into(),
+            level: "raid5".into(),
+            layout: 0,
+            chunk_bytes: 65536,
+            member_count: 4,
+            role: Some(2),
+            spare: false,
+            member_uuid: "m".into(),
+            data_offset_bytes: 1 << 20,
+            data_bytes: 9 << 20,
+            array_size_bytes: 27 << 20,
+            member_bytes: 10 << 20,
+            ctime_secs: 1795585227,
+            utime_secs: 1795585228,
+            events: 3,
+            state: "clean",
+            recovery_offset_bytes: Some(3 << 20),
+            bitmap_region_bytes: Some(64 << 20),
+            roles: vec![RoleJson {
+                role: 0,
+                member_uuid: "m".into(),
+                data_bytes: 9 << 20,
+                state: "active",
+            }],
+        };
+        let text = render_text(&j);
+        for needle in [
+            "  created         2026-11-25T05:40:27Z\n",
+            "  updated         2026-11-25T05:40:28Z\n",
+            "  chunk bytes     65536 (64.0 KiB)\n",
+            "  data offset     1048576 (1.0 MiB)\n",
+            "  array bytes     28311552 (27.0 MiB)\n",
+            "  member bytes    10485760 (10.0 MiB)\n",
+            "  bitmap          64.0 MiB per bit\n",
+            "  rebuilt to      3145728 (3.0 MiB)\n",
+            "  role 0          active m (9.0 MiB)\n",
+        ] {
+            assert!(text.contains(needle), "{needle:?} in:\n{text}");
+        }
+        assert!(!text.contains("1795585227"), "{text}");
+    }
 }

@@ -12,8 +12,14 @@
 #   PYTEST_ARGS="..."    extra pytest arguments, e.g. "-k qemu -x"
 #   CARGO_TARGET_DIR     honoured (the binary is taken from $CARGO_TARGET_DIR/release/raidkit)
 #   SKIP_INSTALL=1       do not try to install packages
+#   RAIDKIT_ALLOW_MISSING_TOOLS=1
+#                        a test whose tool (nbdkit, qemu-io, ...) is missing is skipped instead
+#                        of failed (crates/testsupport, tests/python/skips.py)
+#   CI=true              any skip that is not environment-dependent (not root, no FUSE, ...)
+#                        fails the run
 #
 # Exits non-zero if any step fails; pytest collecting no test at all counts as a failure.
+# Every skip (Rust and pytest) is collected in $RAIDKIT_SKIP_LOG and listed in the summary.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -40,6 +46,20 @@ step() { # step NAME COMMAND...
   return $rc
 }
 
+# Lists the skips the tests recorded; with CI=true, one not environment-dependent fails the run.
+skip_summary() {
+  [[ -s $RAIDKIT_SKIP_LOG ]] || { echo "    skipped: none"; return; }
+  local total env
+  total=$(wc -l <"$RAIDKIT_SKIP_LOG")
+  env=$(grep -c '^environment' "$RAIDKIT_SKIP_LOG" || true)
+  echo "    skipped: $total ($env environment-dependent)"
+  awk -F'\t' '{ printf "      %-12s %s: %s\n", $1, $2, $3 }' "$RAIDKIT_SKIP_LOG"
+  if [[ ${CI:-} == true ]] && ((total > env)); then
+    echo "    CI=true: $((total - env)) skip(s) not environment-dependent: counted as a failure"
+    failed=1
+  fi
+}
+
 summary() {
   echo
   echo "==> summary"
@@ -47,6 +67,7 @@ summary() {
   for i in "${!NAMES[@]}"; do
     printf '    %-28s %-18s %s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}"
   done
+  skip_summary
   if ((failed)); then
     echo "==> FAILED"
   else
@@ -64,6 +85,10 @@ pytest_step() {
   fi
   return $rc
 }
+
+RAIDKIT_SKIP_LOG=$(mktemp "${TMPDIR:-/tmp}/raidkit-skips.XXXXXX")
+export RAIDKIT_SKIP_LOG
+trap 'rm -f "$RAIDKIT_SKIP_LOG"' EXIT
 
 if [[ ${SKIP_INSTALL:-0} != 1 ]]; then
   step "install dependencies" ./scripts/install-deps.sh || { summary; exit 1; }

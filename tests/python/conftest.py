@@ -33,6 +33,11 @@ from pathlib import Path
 
 import pytest
 
+pytest.register_assert_rewrite("skips")
+import skips  # noqa: E402 (after the rewrite registration)
+
+pytest_plugins = ["skips"]
+
 REPO = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("RAIDKIT_SEED") or random.SystemRandom().randrange(2**32))
 SOAK = os.environ.get("RAIDKIT_SOAK", "0") not in ("", "0")
@@ -307,6 +312,5 @@ def server(request, make_server):
 
 
 def require_tools(*tools):
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"missing tools: {', '.join(missing)}")
+    """Fails the test if a tool is missing (see skips.py for the opt-out)."""
+    skips.require_tools(*tools)

@@ -11,11 +11,11 @@ import json
 import os
 import subprocess
 
+import nbd
 import pytest
 
+import skips
 from conftest import RAIDKIT_BIN, SERVER_KIND, run
-
-nbd = pytest.importorskip("nbd")
 
 MIB = 1024 * 1024
 CHUNK = 128 * 1024
@@ -39,7 +39,7 @@ def connect(sock):
     return h
 
 
-@pytest.mark.skipif(SERVER_KIND != "raidkit", reason="tests raidkit's own cache and scrub")
+@pytest.mark.skipif(SERVER_KIND != "raidkit", reason=skips.env_reason("RAIDKIT_TEST_SERVER: tests raidkit's own cache and scrub"))
 def test_scrub_repair_below_the_cache_is_seen_by_clients(tmp_path):
     members = [tmp_path / f"m{i}.img" for i in range(4)]
     proc, sock, admin = start_server(tmp_path, members)

@@ -47,12 +47,14 @@ from pathlib import Path
 
 import pytest
 
+import skips
+
 from conftest import (RAIDKIT_BIN, SEED, SERVER_KIND, START_TIMEOUT_S, STOP_TIMEOUT_S,
                       require_tools, run)
 
 # Fault handling and the admin API are raidkit's own: nothing to compare a reference server on.
 pytestmark = pytest.mark.skipif(SERVER_KIND != "raidkit",
-                                reason="raidkit-only (RAIDKIT_TEST_SERVER is not raidkit)")
+                                reason=skips.env_reason("raidkit-only (RAIDKIT_TEST_SERVER is not raidkit)"))
 
 MIB = 1024 * 1024
 MEMBER_BYTES = 32 * MIB

@@ -4,7 +4,8 @@ it through a loop device, ext4 is made on it and a tree of files is copied in; a
 must read back with equal checksums (and fsck still clean).
 
 Subset: RAID 5 over a Unix socket, RAID 6 over TCP, RAID 10 over a Unix socket. Skipped (never
-passed) when not root, or when FUSE or loop devices are missing.
+passed; environment-dependent, see skips.py) when not root, or when FUSE or loop devices are
+missing; a missing tool fails.
 """
 
 import hashlib
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import skips
 from conftest import require_tools, rng_for, run
 
 KIB = 1024
@@ -26,12 +28,12 @@ SUBSET = [("5", "unix"), ("6", "tcp"), ("10", "unix")]
 def require_fuse_and_loop():
     require_tools("nbdfuse", "fusermount3", "mkfs.ext4", "e2fsck", "losetup", "mount", "umount")
     if os.geteuid() != 0:
-        pytest.skip("mounting a loop device needs root")
+        skips.environment("mounting a loop device needs root")
     if not os.path.exists("/dev/fuse"):
-        pytest.skip("/dev/fuse is missing (no FUSE in this machine or container)")
+        skips.environment("/dev/fuse is missing (no FUSE in this machine or container)")
     probe = subprocess.run(["losetup", "-f"], capture_output=True, text=True)
     if probe.returncode != 0 or not os.path.exists("/dev/loop-control"):
-        pytest.skip(f"no free loop device: {probe.stderr.strip()}")
+        skips.environment(f"no free loop device: {probe.stderr.strip()}")
 
 
 def make_tree(root, rng, total_bytes):

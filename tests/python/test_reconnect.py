@@ -21,11 +21,13 @@ import time
 
 import pytest
 
+import skips
+
 from conftest import RAIDKIT_BIN, SERVER_KIND, require_tools, run
 from test_faults import Array, Nbdkit, members, arrays, scrub_clean  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(SERVER_KIND != "raidkit",
-                                reason="raidkit-only (RAIDKIT_TEST_SERVER is not raidkit)")
+                                reason=skips.env_reason("raidkit-only (RAIDKIT_TEST_SERVER is not raidkit)"))
 
 MIB = 1024 * 1024
 # A rebuild of the 4 MiB written while degraded takes ~4 s at 1 MiB/s: long enough to see.

@@ -34,18 +34,6 @@ impl Drop for Server {
     }
 }
 
-fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        println!("SKIPPED: {tool} is not installed");
-    }
-    found
-}
-
 /// Waits until the server wrote its pid file, which both servers do once they listen.
 fn wait_until_ready(pid_file: &Path, child: &mut Child) {
     let start = Instant::now();
@@ -177,7 +165,7 @@ fn exercise(m: &dyn Member, rng: &mut SimRng) {
 
 #[test]
 fn nbdkit_memory_over_unix_socket() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -190,12 +178,12 @@ fn nbdkit_memory_over_unix_socket() {
 
 #[test]
 fn nbdkit_memory_over_tcp_ipv4_and_ipv6() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     for (bind, host) in [("127.0.0.1", "127.0.0.1"), ("::1", "[::1]")] {
         let Ok(listener) = std::net::TcpListener::bind((bind, 0)) else {
-            println!("SKIPPED: cannot bind {bind}");
+            testsupport::skip_environment(&format!("cannot bind {bind} (no IPv6 here?)"));
             continue;
         };
         let port = listener.local_addr().unwrap().port();
@@ -232,7 +220,7 @@ fn nbdkit_memory_over_tcp_ipv4_and_ipv6() {
 
 #[test]
 fn nbdkit_file_plugin_data_lands_in_the_file() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -255,7 +243,7 @@ fn nbdkit_file_plugin_data_lands_in_the_file() {
 
 #[test]
 fn qemu_nbd_named_export() {
-    if !have("qemu-nbd") {
+    if !testsupport::require_tool("qemu-nbd") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -292,7 +280,7 @@ fn qemu_nbd_named_export() {
 
 #[test]
 fn export_name_fallback_without_fixed_newstyle() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -305,7 +293,7 @@ fn export_name_fallback_without_fixed_newstyle() {
 
 #[test]
 fn oldstyle_server_and_bad_uris_are_refused_clearly() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -322,7 +310,7 @@ fn oldstyle_server_and_bad_uris_are_refused_clearly() {
 
 #[test]
 fn write_zeroes_falls_back_to_written_zeroes() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -347,7 +335,7 @@ fn write_zeroes_falls_back_to_written_zeroes() {
 
 #[test]
 fn min_block_size_read_modify_write_and_max_split() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -384,7 +372,7 @@ fn min_block_size_read_modify_write_and_max_split() {
 
 #[test]
 fn concurrent_threads_share_one_connection() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -427,7 +415,7 @@ fn concurrent_threads_share_one_connection() {
 
 #[test]
 fn killed_server_fails_every_request_quickly() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -480,7 +468,7 @@ fn killed_server_fails_every_request_quickly() {
 
 #[test]
 fn stalled_server_times_out_within_the_deadline() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -515,7 +503,7 @@ fn server_errno(err: &std::io::Error) -> u32 {
 
 #[test]
 fn server_errors_carry_errno_op_and_range() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -551,7 +539,7 @@ fn server_errors_carry_errno_op_and_range() {
 
 #[test]
 fn server_eio_on_reads() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -578,7 +566,7 @@ fn start_file_server(sock: &Path, file: &Path) -> Server {
 
 #[test]
 fn reconnect_after_the_server_restarts() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -615,7 +603,7 @@ fn reconnect_after_the_server_restarts() {
 
 #[test]
 fn requests_in_flight_stay_bounded() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -651,7 +639,7 @@ fn requests_in_flight_stay_bounded() {
 
 #[test]
 fn qemu_nbd_with_4k_alignment() {
-    if !have("qemu-nbd") {
+    if !testsupport::require_tool("qemu-nbd") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -691,7 +679,7 @@ fn qemu_nbd_with_4k_alignment() {
 
 #[test]
 fn server_without_flush_is_described_as_not_durable() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -750,7 +738,7 @@ fn silent_server_times_out_the_handshake() {
 /// those borders, so a lost update in a shared block would show.
 #[test]
 fn random_ops_match_a_reference_under_min_block_size() {
-    if !have("nbdkit") {
+    if !testsupport::require_tool("nbdkit") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,5 @@
 //! The server driven by real NBD clients (libnbd's nbdinfo and nbdcopy, QEMU's qemu-io).
-//! A missing client prints "SKIPPED: ..." and returns.
+//! A missing client fails the test (see `testsupport::require_tool`).
 
 mod common;
 
@@ -10,17 +10,6 @@ use std::sync::Arc;
 use common::*;
 
 const SIZE: usize = 32 << 20;
-
-fn have(tool: &str) -> bool {
-    let found = Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        println!("SKIPPED: {tool} is not installed (apt-get install libnbd-bin qemu-utils)");
-    }
-    found
-}
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().expect("spawn client");
@@ -42,7 +31,7 @@ fn start(transport: Transport, jitter_us: u64) -> (Arc<MemExport>, TestServer) {
 
 #[test]
 fn nbdinfo_shows_flags_and_block_sizes() {
-    if !have("nbdinfo") {
+    if !testsupport::require_tool("nbdinfo") {
         return;
     }
     let (_export, server) = start(Transport::Unix, 0);
@@ -88,7 +77,7 @@ fn qemu_io(uri: &str, commands: &[String]) -> String {
 
 /// Plain, FUA, write-zeroes, discard and flush at aligned and unaligned offsets.
 fn qemu_io_patterns(transport: Transport) {
-    if !have("qemu-io") {
+    if !testsupport::require_tool("qemu-io") {
         return;
     }
     let (export, server) = start(transport, 0);
@@ -129,7 +118,7 @@ fn qemu_io_patterns_over_tcp() {
 /// replies complete out of order, and every pattern still verifies.
 #[test]
 fn qemu_io_concurrent_requests_complete_out_of_order() {
-    if !have("qemu-io") {
+    if !testsupport::require_tool("qemu-io") {
         return;
     }
     let seed = seed();
@@ -161,7 +150,7 @@ fn temp_file(name: &str) -> PathBuf {
 
 #[test]
 fn nbdcopy_in_and_out_with_several_connections() {
-    if !have("nbdcopy") {
+    if !testsupport::require_tool("nbdcopy") {
         return;
     }
     let seed = seed();

@@ -2,7 +2,8 @@
 //! write-back journal holding unapplied writes → restart replays them; a lost write-back
 //! journal refuses to start without `--force-journal-loss`; `journal add` / `remove` on a
 //! stopped array; write-zeroes and discards through the write-back cache. Offsets and patterns
-//! come from a seed (`RAIDKIT_SEED`, printed). Skips (printing "SKIPPED") without qemu-io.
+//! come from a seed (`RAIDKIT_SEED`, printed). Fails without qemu-io
+//! (see `testsupport::require_tool`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -12,17 +13,6 @@ use std::time::{Duration, Instant};
 
 fn raidkit() -> Command {
     Command::new(env!("CARGO_BIN_EXE_raidkit"))
-}
-
-fn have_qemu_io() -> bool {
-    let ok = Command::new("qemu-io")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        println!("SKIPPED: qemu-io is not installed (apt-get install qemu-utils)");
-    }
-    ok
 }
 
 fn seed() -> u64 {
@@ -208,7 +198,7 @@ impl Array {
 
 #[test]
 fn kill9_with_unapplied_write_back_data_replays_on_restart() {
-    if !have_qemu_io() {
+    if !testsupport::require_tool("qemu-io") {
         return;
     }
     let seed = seed();
@@ -247,7 +237,7 @@ fn kill9_with_unapplied_write_back_data_replays_on_restart() {
 
 #[test]
 fn lost_write_back_journal_refuses_without_force() {
-    if !have_qemu_io() {
+    if !testsupport::require_tool("qemu-io") {
         return;
     }
     let a = Array::create(Some("write-back"));
@@ -286,7 +276,7 @@ fn lost_write_back_journal_refuses_without_force() {
 
 #[test]
 fn journal_add_and_remove_on_a_stopped_array() {
-    if !have_qemu_io() {
+    if !testsupport::require_tool("qemu-io") {
         return;
     }
     let a = Array::create(None);
@@ -324,7 +314,7 @@ fn journal_add_and_remove_on_a_stopped_array() {
 
 #[test]
 fn write_through_journal_survives_kill9_and_a_lost_one_is_detached() {
-    if !have_qemu_io() {
+    if !testsupport::require_tool("qemu-io") {
         return;
     }
     let seed = seed();
@@ -361,7 +351,7 @@ fn write_through_journal_survives_kill9_and_a_lost_one_is_detached() {
 /// members) and the read cache, from the running server.
 #[test]
 fn status_shows_the_write_back_journal_and_the_cache() {
-    if !have_qemu_io() {
+    if !testsupport::require_tool("qemu-io") {
         return;
     }
     let a = Array::create(Some("write-back"));

@@ -1,6 +1,7 @@
 //! `raidkit serve` end to end: create and serve each level over a Unix socket, write and read
 //! patterns with qemu-io, SIGTERM → exit 0 and every superblock clean, restart over TCP from the
-//! same member files and read the same data back. Skips (printing "SKIPPED") without qemu-io.
+//! same member files and read the same data back. Fails without qemu-io (see
+//! `testsupport::require_tool`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -10,17 +11,6 @@ use std::time::{Duration, Instant};
 
 fn raidkit() -> Command {
     Command::new(env!("CARGO_BIN_EXE_raidkit"))
-}
-
-fn have_qemu_io() -> bool {
-    let ok = Command::new("qemu-io")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        println!("SKIPPED: qemu-io is not installed (apt-get install qemu-utils)");
-    }
-    ok
 }
 
 /// A running `raidkit serve` and the URI it printed.
@@ -149,7 +139,7 @@ fn member_paths(dir: &Path, count: usize) -> Vec<String> {
 }
 
 fn serve_level(level: &str, count: usize) {
-    if !have_qemu_io() {
+    if !testsupport::require_tool("qemu-io") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -236,7 +226,7 @@ fn ram_members_are_served_with_create_only() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    if !have_qemu_io() {
+    if !testsupport::require_tool("qemu-io") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -21,7 +21,7 @@ import pytest
 
 import skips
 
-from conftest import MAX_REQUEST_BYTES
+from conftest import MAX_REQUEST_BYTES, rng_for
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -103,6 +103,57 @@ def test_over_maximum_size(srv):
     assert h.pread(4096, 0) == b"\x31" * 4096, "an oversize write changed data"
     h.shutdown()
     assert_serves(srv)
+
+
+def test_integrityhuge_pattern(srv):
+    """The transaction pattern of nbd-tester-client's ``integrityhuge`` (the reference NBD
+    implementation's make-integrityhuge; the tester is not packaged in Debian): on a 50 MB area,
+    lengths 1 KiB-aligned from 1 KiB up to nearly the whole area, reads, writes, FUA writes and
+    flushes, from a client that never asks for block sizes. raidkit serves every request up to
+    the spec's default maximum payload (2^25 bytes, also what it advertises) and answers a
+    larger one with EINVAL, changing nothing and keeping the connection (docs/DESIGN.md,
+    "Requests over the maximum payload"); a reference server may accept them.
+    """
+    rng = rng_for("integrityhuge")
+    h = connect(srv.uri)  # strict mode off: libnbd would refuse the oversize requests itself
+    area = min(50 * 1000 * 1000, h.get_size()) // KIB * KIB
+    assert area > MAX_REQUEST_BYTES + 2 * KIB, "the export is too small for the pattern"
+    model = bytearray(area)
+    for at in range(0, area, MAX_REQUEST_BYTES):
+        h.pwrite(bytes(min(MAX_REQUEST_BYTES, area - at)), at)
+    refused = 0
+    for i in range(24):
+        length = rng.randrange(0, area - 2 * KIB) // KIB * KIB + KIB
+        kind = rng.choice(["read", "write", "write", "fua", "flush"])
+        if i < 2:  # at least one oversize read and write, whatever the seed
+            length = rng.randrange(MAX_REQUEST_BYTES, area - KIB) // KIB * KIB + KIB
+            kind = ["read", "write"][i]
+        offset = rng.randrange(0, area - length + 1) // KIB * KIB
+        oversize = length > MAX_REQUEST_BYTES and srv.is_raidkit
+        what = f"transaction {i}: {kind} {length} bytes at {offset}"
+        if kind == "flush":
+            h.flush()
+        elif kind == "read" and oversize:
+            assert_nbd_error("EINVAL", h.pread, length, offset)
+            refused += 1
+        elif kind == "read":
+            assert h.pread(length, offset) == model[offset:offset + length], what
+        else:
+            data = rng.randbytes(length)
+            flags = nbd.CMD_FLAG_FUA if kind == "fua" else 0
+            if oversize:
+                assert_nbd_error("EINVAL", h.pwrite, data, offset, flags=flags)
+                refused += 1
+            else:
+                h.pwrite(data, offset, flags=flags)
+                model[offset:offset + length] = data
+    for at in range(0, area, MAX_REQUEST_BYTES):
+        piece = min(MAX_REQUEST_BYTES, area - at)
+        assert h.pread(piece, at) == model[at:at + piece], f"area at {at} differs from the model"
+    h.shutdown()
+    assert_serves(srv)
+    if srv.is_raidkit:
+        assert refused >= 2
 
 
 def test_unknown_flags(srv):

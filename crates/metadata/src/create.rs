@@ -373,9 +373,11 @@ fn build_superblocks(
             } else {
                 RoleState::Spare
             },
+            replacing: None,
         };
     }
     let make = |role: usize| Superblock {
+        replace_offset_bytes: None,
         version: FORMAT_VERSION,
         feature_compat: 0,
         feature_incompat: 0,

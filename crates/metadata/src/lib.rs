@@ -59,9 +59,9 @@ pub use status::{
 };
 pub use superblock::{
     checksum, level_code, validate_name, ArrayState, BitmapRef, JournalRef, Role, RoleEntry,
-    RoleState, Superblock, SuperblockError, DATA_OFFSET_DEFAULT, FEATURE_COMPAT_RESYNC_OFFSET,
-    FEATURE_INCOMPAT_BITMAP, FORMAT_VERSION, MAGIC, MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES,
-    SUPERBLOCK_OFFSET, UNUSED_ROLE,
+    RoleState, Superblock, SuperblockError, DATA_OFFSET_DEFAULT, FEATURE_COMPAT_REPLACE,
+    FEATURE_COMPAT_RESYNC_OFFSET, FEATURE_INCOMPAT_BITMAP, FORMAT_VERSION, MAGIC, MAX_MEMBERS,
+    NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
 };
 pub use uuid::Uuid;
 pub use volume::{DataChangedHook, Volume, VolumeCore, VolumeError};

@@ -211,6 +211,7 @@ impl VolumeCore {
         sb.data_bytes = member.len() - t.data_offset_bytes;
         sb.member_bytes = member.len();
         sb.recovery_offset_bytes = None;
+        sb.replace_offset_bytes = None;
         Ok(Held { whole: member, sb })
     }
 
@@ -235,7 +236,8 @@ impl VolumeCore {
                 "role {role} is not in sync; add a spare instead"
             )));
         }
-        let held = self.new_spare(&meta, with)?;
+        let mut held = self.new_spare(&meta, with)?;
+        held.sb.replace_offset_bytes = Some(0);
         let data_bytes = meta.template.roles[role].data_bytes;
         self.array
             .start_replace(role, held.window(data_bytes))
@@ -275,6 +277,7 @@ impl VolumeCore {
         held.sb.role = Role::Active(role as u32);
         held.sb.data_bytes = needed;
         held.sb.recovery_offset_bytes = Some(0);
+        held.sb.replace_offset_bytes = None;
         meta.template.roles[role].member_uuid = held.sb.member_uuid;
         let window = held.window(needed);
         let whole = Arc::clone(&held.whole);
@@ -308,6 +311,32 @@ impl VolumeCore {
         self.write_superblocks(&mut meta)
     }
 
+    /// Where the copy onto `role`'s replacement starts: the offset its superblock records.
+    pub(crate) fn replace_offset(&self, role: usize) -> u64 {
+        let meta = self.lock_meta();
+        match &meta.replacing {
+            Some((r, held)) if *r == role => held.sb.replace_offset_bytes.unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// Records that the replacement of `role` holds the role's data below `offset`, after
+    /// making it durable there (a clean shutdown mid-copy; the next start resumes here).
+    pub(crate) fn checkpoint_replace(&self, role: usize, offset: u64) -> Result<(), VolumeError> {
+        let Some(new) = self.array.replacement(role) else {
+            return Ok(());
+        };
+        if new.flush().is_err() {
+            return self.abandon_replace(role);
+        }
+        let mut meta = self.lock_meta();
+        match meta.replacing.as_mut() {
+            Some((r, held)) if *r == role => held.sb.replace_offset_bytes = Some(offset),
+            _ => return Ok(()),
+        }
+        self.write_superblocks(&mut meta)
+    }
+
     /// The copy is complete: the new member's data is made durable, the superblocks record
     /// it in the role (the old member keeps its old superblock, now stale), then the engine
     /// swaps the members. Until the swap every write reaches both.
@@ -326,6 +355,7 @@ impl VolumeCore {
         held.sb.role = Role::Active(role as u32);
         held.sb.data_bytes = needed;
         held.sb.recovery_offset_bytes = None;
+        held.sb.replace_offset_bytes = None;
         meta.template.roles[role].member_uuid = held.sb.member_uuid;
         let whole = Arc::clone(&held.whole);
         meta.roles[role] = Some(held);

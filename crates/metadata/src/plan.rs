@@ -46,6 +46,9 @@ pub struct Plan {
     pub degraded: bool,
     /// Indices (into the input) of this array's spares.
     pub spares: Vec<usize>,
+    /// A replace to resume: the role, the index (into the input) of its replacement, and the
+    /// offset to copy from (the recorded one after a clean shutdown, 0 after a crash).
+    pub replacing: Option<(usize, usize, u64)>,
 }
 
 /// Why an array was not assembled. No member byte was changed.
@@ -178,8 +181,10 @@ pub fn plan(found: &[(String, Superblock)], opts: &AssembleOptions) -> Result<Pl
         warnings: Vec::new(),
         degraded: false,
         spares: Vec::new(),
+        replacing: None,
     };
     assign_roles(found, &mut plan)?;
+    assign_replacement(found, &mut plan);
     check_survives(&mut plan, opts)?;
     Ok(plan)
 }
@@ -379,6 +384,40 @@ fn assign_roles(found: &[(String, Superblock)], plan: &mut Plan) -> Result<(), A
         plan.roles[role] = Some(index);
     }
     Ok(())
+}
+
+/// A spare the freshest table records as replacing role `r` resumes the replace if `r`'s
+/// member is present and in sync; otherwise it stays a spare (and is rebuilt into `r` if the
+/// role is missing, as a replace whose old member failed). The copy restarts from 0 unless the
+/// array was shut down cleanly and the spare's superblock is current: after a crash, a write
+/// in flight may have reached one of the two members only.
+fn assign_replacement(found: &[(String, Superblock)], plan: &mut Plan) {
+    let sb = &plan.superblock;
+    let target = plan.spares.iter().enumerate().find_map(|(i, &index)| {
+        let role = sb.replacing_role(found[index].1.member_uuid)?;
+        Some((i, index, role))
+    });
+    let Some((i, index, role)) = target else {
+        return;
+    };
+    let (name, spare) = &found[index];
+    let in_sync = plan.roles[role].is_some_and(|h| found[h].1.recovery_offset_bytes.is_none());
+    if !in_sync {
+        plan.warnings.push(format!(
+            "member {name}: was replacing role {role}, which is not in sync now; kept as a spare"
+        ));
+        return;
+    }
+    let current = spare.events == sb.events && sb.state == ArrayState::Clean;
+    let offset = match current {
+        true => spare.replace_offset_bytes.unwrap_or(0),
+        false => 0,
+    };
+    plan.spares.remove(i);
+    plan.replacing = Some((role, index, offset));
+    plan.warnings.push(format!(
+        "member {name}: the replace of role {role} resumes at data offset {offset}"
+    ));
 }
 
 /// md's event margin: a member exactly one event behind whose role the freshest table still

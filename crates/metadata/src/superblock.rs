@@ -54,6 +54,7 @@ const OFF_BITMAP_REGION: usize = 208;
 const OFF_JOURNAL_UUID: usize = 216;
 const OFF_JOURNAL_KIND: usize = 232;
 const OFF_RESYNC: usize = 240;
+const OFF_REPLACE: usize = 248;
 const OFF_ROLE_TABLE: usize = 256;
 const ROLE_ENTRY_BYTES: usize = 32;
 const OFF_CHECKSUM: usize = SUPERBLOCK_BYTES - 4;
@@ -66,6 +67,13 @@ pub const FEATURE_INCOMPAT_BITMAP: u64 = 1;
 pub const FEATURE_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_BITMAP;
 /// `feature_compat` bit: `resync_offset_bytes` (byte 240) is meaningful.
 pub const FEATURE_COMPAT_RESYNC_OFFSET: u64 = 1;
+/// `feature_compat` bit (bit 2): a replace is recorded — a spare role-table entry's
+/// `replacing` (entry bytes 25..32) and the replacement's own `replace_offset_bytes` (byte
+/// 248) are meaningful. A reader that ignores it sees the replacement as a plain spare, which
+/// is safe: the old member kept its role and every write.
+pub const FEATURE_COMPAT_REPLACE: u64 = 1 << 2;
+/// Role-table entry byte 25: flags; bit 0 = the entry's spare is replacing the role at 28..32.
+const ENTRY_FLAG_REPLACING: u8 = 1;
 
 /// Whether the array was shut down cleanly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +114,9 @@ pub struct RoleEntry {
     pub member_uuid: Uuid,
     pub data_bytes: u64,
     pub state: RoleState,
+    /// A spare entry only: this spare is the target of a replace of that role (the role's
+    /// member keeps serving until the copy is done). Needs [`FEATURE_COMPAT_REPLACE`].
+    pub replacing: Option<u32>,
 }
 
 /// Where the write-intent bitmap lives on every member (docs/FORMAT.md "Write-intent bitmap").
@@ -156,6 +167,10 @@ pub struct Superblock {
     /// (initial sync, or a resync stopped by a clean shutdown). `None`: all in sync. Present
     /// exactly when `feature_compat` has [`FEATURE_COMPAT_RESYNC_OFFSET`].
     pub resync_offset_bytes: Option<u64>,
+    /// The replacement target of a replace only (a spare superblock): its data-area bytes
+    /// before this offset were copied from the role and flushed, as of a clean shutdown.
+    /// Needs [`FEATURE_COMPAT_REPLACE`].
+    pub replace_offset_bytes: Option<u64>,
     pub bitmap: Option<BitmapRef>,
     pub journal: Option<JournalRef>,
     /// `MAX_MEMBERS` slots; slot `r < member_count` describes role `r`.
@@ -310,6 +325,26 @@ impl Superblock {
         }
     }
 
+    /// Sets [`FEATURE_COMPAT_REPLACE`] exactly when a replace is recorded (a `replacing` entry
+    /// or a `replace_offset_bytes`); call after changing either.
+    pub fn sync_replace_feature(&mut self) {
+        let recorded =
+            self.replace_offset_bytes.is_some() || self.roles.iter().any(|e| e.replacing.is_some());
+        match recorded {
+            true => self.feature_compat |= FEATURE_COMPAT_REPLACE,
+            false => self.feature_compat &= !FEATURE_COMPAT_REPLACE,
+        }
+    }
+
+    /// The role a replace is copying onto the spare `member_uuid`, if the table records one.
+    pub fn replacing_role(&self, member_uuid: Uuid) -> Option<usize> {
+        self.roles
+            .iter()
+            .find(|e| e.state == RoleState::Spare && e.member_uuid == member_uuid)
+            .and_then(|e| e.replacing)
+            .map(|r| r as usize)
+    }
+
     /// Sets (or removes) the write-intent bitmap together with its feature bit.
     pub fn set_bitmap(&mut self, bitmap: Option<BitmapRef>) {
         self.bitmap = bitmap;
@@ -334,6 +369,10 @@ impl Superblock {
             b.put(at, entry.member_uuid.as_bytes());
             b.u64(at + 16, entry.data_bytes);
             b.put(at + 24, &[role_state_code(entry.state)]);
+            if let Some(role) = entry.replacing {
+                b.put(at + 25, &[ENTRY_FLAG_REPLACING]);
+                b.u32(at + 28, role);
+            }
         }
         let crc = checksum(&bytes);
         bytes[OFF_CHECKSUM..].copy_from_slice(&crc.to_le_bytes());
@@ -390,6 +429,9 @@ impl Superblock {
         }
         if let Some(resync) = self.resync_offset_bytes {
             b.u64(OFF_RESYNC, resync);
+        }
+        if let Some(offset) = self.replace_offset_bytes {
+            b.u64(OFF_REPLACE, offset);
         }
         if let Some(journal) = self.journal {
             b.put(OFF_JOURNAL_UUID, journal.uuid.as_bytes());
@@ -474,6 +516,7 @@ impl Superblock {
                 & FEATURE_COMPAT_RESYNC_OFFSET
                 != 0)
                 .then(|| get_u64(bytes, OFF_RESYNC)),
+            replace_offset_bytes: decode_replace_offset(bytes),
             bitmap: decode_bitmap(bytes),
             journal: decode_journal(bytes),
             roles: decode_roles(bytes)?,
@@ -561,6 +604,29 @@ impl Superblock {
         {
             return Err(field_err("resync_offset", "past the end of the array"));
         }
+        self.validate_replace()
+    }
+
+    fn validate_replace(&self) -> Result<(), SuperblockError> {
+        let recorded =
+            self.replace_offset_bytes.is_some() || self.roles.iter().any(|e| e.replacing.is_some());
+        if recorded && self.feature_compat & FEATURE_COMPAT_REPLACE == 0 {
+            return Err(field_err("replace", "recorded without its feature bit"));
+        }
+        // The copy offset is recorded exactly on the spare the table names as replacing.
+        let target = self.role == Role::Spare && self.replacing_role(self.member_uuid).is_some();
+        if self.replace_offset_bytes.is_some() != target {
+            return Err(field_err(
+                "replace_offset",
+                "present on a member that is not the recorded replacement, or missing on it",
+            ));
+        }
+        if self
+            .replace_offset_bytes
+            .is_some_and(|r| r > self.data_bytes)
+        {
+            return Err(field_err("replace_offset", "past the data area"));
+        }
         Ok(())
     }
 
@@ -638,6 +704,18 @@ impl Superblock {
                 ));
             }
         }
+        let replacing: Vec<(usize, u32)> = (self.roles.iter().enumerate())
+            .filter_map(|(slot, e)| e.replacing.map(|r| (slot, r)))
+            .collect();
+        if let Some(&(slot, role)) = replacing.first() {
+            let spare = self.roles[slot].state == RoleState::Spare;
+            if replacing.len() > 1 || !spare || role as usize >= count {
+                return Err(field_err(
+                    "roles",
+                    format!("slot {slot}: a replace of role {role} recorded on a slot that is not the only replacing spare"),
+                ));
+            }
+        }
         if let Some(r) = self.role_index() {
             let entry = &self.roles[r];
             if entry.member_uuid != self.member_uuid || entry.data_bytes != self.data_bytes {
@@ -678,7 +756,27 @@ fn decode_journal(bytes: &[u8; SUPERBLOCK_BYTES]) -> Option<JournalRef> {
     })
 }
 
+fn has_replace(bytes: &[u8; SUPERBLOCK_BYTES]) -> bool {
+    get_u64(bytes, OFF_FEATURE_COMPAT) & FEATURE_COMPAT_REPLACE != 0
+}
+
+/// The copy offset, on the replacement target only (a spare its own table names as replacing).
+fn decode_replace_offset(bytes: &[u8; SUPERBLOCK_BYTES]) -> Option<u64> {
+    let spare = get_u32(bytes, OFF_ROLE) == ROLE_SPARE;
+    (has_replace(bytes) && spare && replace_target(bytes)).then(|| get_u64(bytes, OFF_REPLACE))
+}
+
+/// Whether this spare's own uuid is recorded as a replacement target in its table.
+fn replace_target(bytes: &[u8; SUPERBLOCK_BYTES]) -> bool {
+    let uuid: [u8; 16] = get(bytes, OFF_MEMBER_UUID);
+    (0..MAX_MEMBERS).any(|slot| {
+        let at = OFF_ROLE_TABLE + slot * ROLE_ENTRY_BYTES;
+        get::<16>(bytes, at) == uuid && bytes[at + 25] & ENTRY_FLAG_REPLACING != 0
+    })
+}
+
 fn decode_roles(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<Vec<RoleEntry>, SuperblockError> {
+    let replace = has_replace(bytes);
     (0..MAX_MEMBERS)
         .map(|slot| {
             let at = OFF_ROLE_TABLE + slot * ROLE_ENTRY_BYTES;
@@ -686,10 +784,12 @@ fn decode_roles(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<Vec<RoleEntry>, Superb
             let state = role_state_from_code(code).ok_or_else(|| {
                 field_err("roles", format!("slot {slot}: unknown state code {code}"))
             })?;
+            let flagged = replace && bytes[at + 25] & ENTRY_FLAG_REPLACING != 0;
             Ok(RoleEntry {
                 member_uuid: Uuid::from_bytes(get(bytes, at)),
                 data_bytes: get_u64(bytes, at + 16),
                 state,
+                replacing: flagged.then(|| get_u32(bytes, at + 28)),
             })
         })
         .collect()
@@ -700,4 +800,5 @@ pub const UNUSED_ROLE: RoleEntry = RoleEntry {
     member_uuid: Uuid::nil(),
     data_bytes: 0,
     state: RoleState::Unused,
+    replacing: None,
 };

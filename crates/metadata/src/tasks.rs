@@ -483,17 +483,21 @@ impl VolumeCore {
         self.write_superblocks(&mut meta)
     }
 
+    /// Copies `role` onto its replacement from the recorded offset (0 for a new replace or
+    /// after a crash; where a clean shutdown stopped it otherwise), then gives it the role.
     fn run_replace(&self, role: usize) -> Result<(), VolumeError> {
         let total = self.array.geometry().member_data_bytes(role);
         let chunk = self.chunk_bytes();
         let mut pacer = Pacer::new(self);
-        let mut offset = 0;
+        let mut offset = self.replace_offset(role).min(total);
         while offset < total {
             if self.array.health_of(role) != MemberHealth::InSync {
                 return self.replace_becomes_rebuild(role);
             }
             if !pacer.wait_turn(self) {
-                return Ok(());
+                // Paused or stopping (a clean shutdown): record how far the copy got, so the
+                // next start resumes the replace there.
+                return self.checkpoint_replace(role, offset);
             }
             let len = pacer.step_bytes(self, chunk).min(total - offset);
             if !self.array.replace_step(role, offset, len)? {

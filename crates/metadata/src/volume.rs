@@ -203,7 +203,7 @@ impl Volume {
     /// the order the plan indexes. Starts the background worker, which resumes a rebuild,
     /// starts a resync of a dirty array, or puts a spare into a missing role.
     pub(crate) fn start(
-        plan: Plan,
+        mut plan: Plan,
         members: Vec<Arc<dyn Member>>,
         own: Vec<Superblock>,
     ) -> Result<Volume, AssembleError> {
@@ -252,17 +252,34 @@ impl Volume {
             }
             _ => None,
         };
+        let replacing = plan.replacing.and_then(|(role, i, offset)| {
+            let mut h = held(i);
+            h.sb.replace_offset_bytes = Some(offset);
+            let window = h.window(sb.roles[role].data_bytes);
+            array.start_replace(role, window).ok()?;
+            Some((role, h))
+        });
+        let mut spares: Vec<Held> = plan.spares.iter().map(|&i| held(i)).collect();
+        if let (Some((role, i, _)), None) = (plan.replacing, &replacing) {
+            plan.warnings.push(format!(
+                "member {}: the replace of role {role} cannot resume; kept as a spare",
+                members[i].name()
+            ));
+            spares.push(held(i));
+        }
+        let mut template = sb.clone();
+        template.replace_offset_bytes = None;
         let meta = MetaState {
             resync_full_from,
             partial_rebuild: vec![None; count],
             roles,
-            spares: plan.spares.iter().map(|&i| held(i)).collect(),
-            replacing: None,
+            spares,
+            replacing,
             events: sb.events,
             disk_state: sb.state,
             resync_offset,
             resync_after_crash: crashed,
-            template: sb.clone(),
+            template,
         };
         let core = Arc::new(VolumeCore {
             persisted_epoch: AtomicU64::new(array.state_epoch()),
@@ -582,6 +599,7 @@ impl VolumeCore {
             held.sb.utime_secs = now;
             held.sb.roles = table.clone();
             held.sb.set_resync_offset(resync);
+            held.sb.sync_replace_feature();
         }
         // Every member's superblock is written and flushed in parallel (a flush is
         // milliseconds on real disks), then failures are judged.
@@ -643,17 +661,19 @@ impl VolumeCore {
         let spares = meta
             .spares
             .iter()
-            .chain(meta.replacing.iter().map(|(_, h)| h));
+            .map(|h| (h, None))
+            .chain((meta.replacing.iter()).map(|(role, h)| (h, Some(*role as u32))));
         let mut slot = health.len();
         for entry in table.iter_mut().skip(health.len()) {
             *entry = UNUSED_ROLE;
         }
-        for held in spares {
+        for (held, replacing) in spares {
             assert!(slot < MAX_MEMBERS, "more spares than role-table slots");
             table[slot] = RoleEntry {
                 member_uuid: held.sb.member_uuid,
                 data_bytes: held.sb.data_bytes,
                 state: RoleState::Spare,
+                replacing,
             };
             slot += 1;
         }

@@ -365,6 +365,115 @@ fn a_replacement_that_fails_a_client_write_is_dropped_on_disk_first() {
     assert_data(&v, &model, "after the replacement failed");
 }
 
+/// Waits until the running replace of role 1 has copied something (one step at 1 byte/s).
+fn wait_first_replace_step(v: &Volume) -> u64 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let task = v.status().task;
+        if let Some(t) = task.filter(|t| t.kind == TaskKind::Replace && t.done_bytes > 0) {
+            return t.done_bytes;
+        }
+        assert!(Instant::now() < deadline, "the replace made no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A replace stopped part-way — by a clean shutdown (`close`, as on SIGTERM) or by a crash
+/// (the volume dropped dirty) — resumes as a replace at the next assembly, never as a spare
+/// rebuild: the old member keeps serving in sync and the array is never degraded. After a
+/// clean shutdown the copy resumes at the recorded offset, after a crash from 0 (a write in
+/// flight may have reached only one of the two). Then the new member holds the role. Before,
+/// the new member came back as a plain spare and nothing resumed.
+#[test]
+fn an_interrupted_replace_resumes_as_a_replace() {
+    for (how, clean) in [("clean shutdown", true), ("crash", false)] {
+        for (level, count) in [("raid5", 3), ("raid1", 2)] {
+            let what = format!("{level}, {how}");
+            let dir = tempfile::tempdir().unwrap();
+            let paths = new_array(dir.path(), "ir", level, count);
+            let new = files(dir.path(), "new", 1);
+            let v = assemble_paths(&paths);
+            let model = fill(&v, 8);
+            v.set_speed_limits(SpeedLimits {
+                min_bytes_per_sec: 1,
+                max_bytes_per_sec: 1,
+            });
+            v.replace("role 1", open_all(&new).remove(0)).unwrap();
+            let copied = wait_first_replace_step(&v);
+            let total = v.status().task.unwrap().total_bytes;
+            assert!(copied < total, "{what}: the copy finished in one step");
+            if clean {
+                v.close().unwrap();
+            } else {
+                v.write(0, &model[..4096]).unwrap(); // dirty: the drop below is a crash
+            }
+            drop(v);
+            let new_sb = read_sb(&new[0]);
+            let entry = read_sb(&paths[0]).roles[count];
+            assert_eq!(entry.member_uuid, new_sb.member_uuid, "{what}");
+            assert_eq!(
+                entry.replacing,
+                Some(1),
+                "{what}: the table records the replace"
+            );
+            if clean {
+                assert_eq!(new_sb.replace_offset_bytes, Some(copied), "{what}");
+            }
+
+            let mut all = paths.clone();
+            all.push(new[0].clone());
+            let v = assemble_paths(&all);
+            let status = v.status();
+            assert_eq!(status.health, ArrayHealth::Rebuilding, "{what}: {status:?}");
+            assert_eq!(status.members[1].state, MemberState::Replacing, "{what}");
+            assert_eq!(status.members[1].name, name(&paths[1]), "{what}");
+            let target = status.members.iter().find(|m| m.name == name(&new[0]));
+            let target = target.unwrap_or_else(|| panic!("{what}: no target in {status:?}"));
+            assert_eq!(target.state, MemberState::ReplacementTarget, "{what}");
+            let resumed_at = if clean { copied } else { 0 };
+            let warning = format!("resumes at data offset {resumed_at}");
+            assert!(
+                v.warnings().iter().any(|w| w.contains(&warning)),
+                "{what}: {:?}",
+                v.warnings()
+            );
+            v.set_speed_limits(fast());
+            let deadline = Instant::now() + WAIT;
+            while !v.wait_idle(Duration::from_millis(10)) {
+                let status = v.status();
+                assert!(
+                    status.members[..count]
+                        .iter()
+                        .all(|m| matches!(m.state, MemberState::Active | MemberState::Replacing)),
+                    "{what}: a role left sync while the replace resumed: {status:?}"
+                );
+                if let Some(t) = &status.task {
+                    assert_ne!(t.kind, TaskKind::Rebuild, "{what}: resumed as a rebuild");
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: the replace did not finish"
+                );
+            }
+            let status = v.status();
+            assert_eq!(status.members[1].name, name(&new[0]), "{what}");
+            assert_eq!(status.members[1].state, MemberState::Active, "{what}");
+            assert!(
+                matches!(status.health, ArrayHealth::Clean | ArrayHealth::Active),
+                "{what}: {status:?}"
+            );
+            assert!(v.array().check().unwrap().is_consistent(), "{what}");
+            assert_data(&v, &model, &what);
+            v.close().unwrap();
+            drop(v);
+            let sb = read_sb(&new[0]);
+            assert_eq!(sb.role_index(), Some(1), "{what}");
+            assert_eq!(sb.replace_offset_bytes, None, "{what}");
+            assert!(sb.roles.iter().all(|e| e.replacing.is_none()), "{what}");
+        }
+    }
+}
+
 #[test]
 fn scrub_locates_and_repairs_corruption_in_a_member_file() {
     for (level, count) in [("raid1", 2), ("raid5", 3), ("raid6", 4), ("raid10", 4)] {

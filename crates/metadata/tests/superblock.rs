@@ -220,3 +220,53 @@ fn members_of_different_sizes() {
     assert!(sbs.iter().all(|s| s.data_bytes == 2 << 20));
     assert_eq!(sbs[0].array_size_bytes, 4 << 20);
 }
+
+/// A replace recorded on disk (feature_compat bit 2): the spare entry names the role it
+/// replaces (entry bytes 25..32) and the target's own superblock its copy offset (byte 248).
+/// A reader that ignores the bit (an older raidkit, or bit 2 cleared) sees a plain spare; an
+/// array written before the bit existed decodes unchanged.
+#[test]
+fn a_replace_record_roundtrips_and_is_ignored_without_its_feature_bit() {
+    let members = mem_members(4, "8M");
+    let mut opts = CreateOptions::new("raid5".parse().unwrap(), "replace");
+    opts.spares = vec![members[3].clone()];
+    let written = create(&members[..3], &opts).unwrap();
+    let old = &written[0];
+    assert_eq!(old.feature_compat & metadata::FEATURE_COMPAT_REPLACE, 0);
+    let mut spare = written[3].clone();
+    assert_eq!(spare.role, Role::Spare);
+    assert_eq!(spare.replace_offset_bytes, None);
+    assert!(spare.roles.iter().all(|e| e.replacing.is_none()));
+    spare.roles[3].replacing = Some(1);
+    spare.replace_offset_bytes = Some(192 * 1024);
+    spare.sync_replace_feature();
+    assert_ne!(spare.feature_compat & metadata::FEATURE_COMPAT_REPLACE, 0);
+    let bytes = spare.encode();
+    assert_eq!(Superblock::decode(&bytes), Ok(spare.clone()));
+    assert_eq!(bytes[256 + 3 * 32 + 25], 1, "entry flag byte");
+    assert_eq!(
+        &bytes[256 + 3 * 32 + 28..256 + 3 * 32 + 32],
+        &1u32.to_le_bytes()
+    );
+    assert_eq!(&bytes[248..256], &(192u64 * 1024).to_le_bytes());
+    assert_eq!(spare.replacing_role(spare.member_uuid), Some(1));
+
+    // The same bytes with bit 2 cleared (what a reader that ignores it sees): a plain spare.
+    let mut ignored = bytes.clone();
+    ignored[16] &= !(metadata::FEATURE_COMPAT_REPLACE as u8);
+    let crc = metadata::checksum(&ignored);
+    ignored[4092..].copy_from_slice(&crc.to_le_bytes());
+    let plain = Superblock::decode(&ignored).unwrap();
+    assert_eq!(plain.replace_offset_bytes, None);
+    assert!(plain.roles.iter().all(|e| e.replacing.is_none()));
+    assert_eq!(plain.roles[3].state, RoleState::Spare);
+
+    // Recorded without the bit, or an offset on a member that is not the target: refused.
+    let mut bad = spare.clone();
+    bad.feature_compat &= !metadata::FEATURE_COMPAT_REPLACE;
+    assert!(bad.validate().is_err());
+    let mut holder = written[1].clone();
+    holder.replace_offset_bytes = Some(0);
+    holder.sync_replace_feature();
+    assert!(holder.validate().is_err());
+}

@@ -45,6 +45,8 @@ struct SuperblockJson {
     events: u64,
     state: &'static str,
     recovery_offset_bytes: Option<u64>,
+    /// The target of a replace: its data-area bytes copied so far (as of a clean shutdown).
+    replace_offset_bytes: Option<u64>,
     /// The write-intent bitmap: array bytes per bit, or null without one.
     bitmap_region_bytes: Option<u64>,
     roles: Vec<RoleJson>,
@@ -56,6 +58,8 @@ struct RoleJson {
     member_uuid: String,
     data_bytes: u64,
     state: &'static str,
+    /// A spare that is the target of a replace of this role.
+    replacing: Option<u32>,
 }
 
 fn state_name(state: ArrayState) -> &'static str {
@@ -86,6 +90,7 @@ fn to_json(member: &str, sb: &Superblock) -> SuperblockJson {
             member_uuid: r.member_uuid.to_string(),
             data_bytes: r.data_bytes,
             state: role_state_name(r.state),
+            replacing: r.replacing,
         })
         .collect();
     SuperblockJson {
@@ -111,6 +116,7 @@ fn to_json(member: &str, sb: &Superblock) -> SuperblockJson {
         events: sb.events,
         state: state_name(sb.state),
         recovery_offset_bytes: sb.recovery_offset_bytes,
+        replace_offset_bytes: sb.replace_offset_bytes,
         bitmap_region_bytes: sb.bitmap.map(|b| b.region_bytes),
         roles,
     }
@@ -169,9 +175,16 @@ fn render_text(j: &SuperblockJson) -> String {
     if let Some(offset) = j.recovery_offset_bytes {
         out += &format!("  {:<15} {}\n", "rebuilt to", bytes(offset));
     }
+    if let Some(offset) = j.replace_offset_bytes {
+        out += &format!("  {:<15} {}\n", "replaced to", bytes(offset));
+    }
     for r in &j.roles {
+        let replacing = match r.replacing {
+            Some(role) => format!(", replacing role {role}"),
+            None => String::new(),
+        };
         out += &format!(
-            "  role {:<10} {} {} ({})\n",
+            "  role {:<10} {} {} ({}{replacing})\n",
             r.role,
             r.state,
             r.member_uuid,
@@ -232,12 +245,14 @@ mod tests {
             events: 3,
             state: "clean",
             recovery_offset_bytes: Some(3 << 20),
+            replace_offset_bytes: None,
             bitmap_region_bytes: Some(64 << 20),
             roles: vec![RoleJson {
                 role: 0,
                 member_uuid: "m".into(),
                 data_bytes: 9 << 20,
                 state: "active",
+                replacing: None,
             }],
         };
         let text = render_text(&j);

@@ -24,6 +24,9 @@ served from the NBD URIs with an admin socket.
 - ``test_spare_at_start_takes_over``: ``serve --spare`` writes a spare superblock; when a
   member is failed the rebuild onto the spare starts by itself; after a restart (the spare
   given again) the array is whole.
+- ``test_restart_resumes_replace``: a replace stopped by SIGTERM or kill -9 resumes as a replace
+  after the restart (old member ``replacing`` and in sync, never degraded), then the new member
+  holds the role; fio verify and scrub clean.
 - ``test_replace_under_fio``: ``replace --wait`` while a fio verify job runs: status never
   shows the array degraded; verify clean.
 - ``test_scrub_finds_and_repairs_corruption``: bytes overwritten in one member file's data area
@@ -456,6 +459,67 @@ def test_restart_resumes_rebuild(tmp_path, members, arrays):
     array.cli("speed-limit", "--max", "200M")
     array.cli("status", "--watch", timeout=300)
     assert array.role_states() == ["active"] * 3, array.status()
+    fio_verify(array, tmp_path)
+    scrub_clean(array)
+    array.stop()
+
+
+def replace_task(status):
+    task = status["task"]
+    return task if task is not None and task["kind"] == "replace" else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["sigterm", "kill"])
+def test_restart_resumes_replace(tmp_path, members, arrays, stop):
+    """A replace interrupted by SIGTERM or kill -9 resumes as a replace after the restart, not
+    as a spare rebuild: the old member stays in sync and serving, the array is never degraded,
+    and afterwards the new member holds the role (docs/FORMAT.md "Replace")."""
+    require_tools("nbdkit", "fio")
+    nbdkits, array = new_array(tmp_path, members, arrays, "5", f"rr{stop}")
+    array.extra = ["--speed-min", "1M", "--speed-max", "2M"]
+    array.start()
+    check_fio(run(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1"), timeout=300, cwd=tmp_path),
+              "fio write")
+    new = members("new").start()
+    array.cli("replace", "role 1", "--with", new.uri)
+    deadline = time.monotonic() + 30
+    while not (replace_task(array.status()) or {}).get("done_bytes"):
+        assert time.monotonic() < deadline, f"the replace made no progress: {array.status()}"
+        time.sleep(0.1)
+    if stop == "sigterm":
+        array.stop()
+    else:
+        array.proc.kill()
+        array.proc.wait()
+        array.proc = None
+    sb = json.loads(run([RAIDKIT_BIN, "examine", "--json", str(new.image)]).stdout)[0]
+    assert [r["replacing"] for r in sb["roles"] if r["state"] == "spare"] == [1], sb
+    if stop == "sigterm":
+        assert sb["replace_offset_bytes"] > 0, sb
+    array.start(members=[m.uri for m in nbdkits] + [new.uri])
+    wait_task(array)
+    status = array.status()
+    assert replace_task(status) is not None, f"no replace after the restart: {status}"
+    states = {m["name"]: m["state"] for m in status["members"]}
+    assert states[nbdkits[1].uri] == "replacing", status
+    assert states[new.uri] == "replacement_target", status
+    # Watched at the throttled rate for a while, then at full speed until the copy is done.
+    slow_until = time.monotonic() + 2
+    raised = False
+    while replace_task(status := array.status()) is not None:
+        assert status["health"] not in ("degraded", "failed"), status
+        assert all(s in ("active", "replacing") for s in array.role_states()), status
+        if not raised and time.monotonic() > slow_until:
+            array.cli("speed-limit", "--max", "200M")
+            raised = True
+        time.sleep(0.1)
+    array.cli("speed-limit", "--max", "200M")
+    array.cli("status", "--watch", timeout=300)
+    status = array.status()
+    names = [m["name"] for m in status["members"] if m["role"] is not None]
+    assert names[1] == new.uri, status
+    assert array.role_states() == ["active"] * 3, status
     fio_verify(array, tmp_path)
     scrub_clean(array)
     array.stop()

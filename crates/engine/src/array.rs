@@ -51,6 +51,8 @@ pub struct Array {
     pub(crate) scratch: ScratchPool,
     /// RAID 5/6: adjacent concurrent writes that share a stripe write it whole, once.
     pub(crate) gather: Gather,
+    /// Sync units a write refused for lack of space may have left inconsistent (`unsynced`).
+    pub(crate) unsynced: crate::unsynced::Unsynced,
 }
 
 impl std::fmt::Debug for Array {
@@ -128,6 +130,7 @@ impl Array {
             write_log: RwLock::new(None),
             scratch: ScratchPool::new(config.chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
             gather: Gather::new(),
+            unsynced: Default::default(),
         })
     }
 
@@ -212,6 +215,7 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
+        self.resync_unsynced_before_read(offset, buf.len() as u64);
         self.recovering(|| {
             if self.geometry.level().has_parity() {
                 self.raid56_read(offset, &mut *buf)
@@ -221,17 +225,29 @@ impl Array {
         })
     }
 
-    /// Writes `buf` at `offset`, keeping every copy and parity block consistent.
+    /// Writes `buf` at `offset`, keeping every copy and parity block consistent. A member that
+    /// refuses for lack of space fails the write (`IoError::is_no_space`) without being failed;
+    /// the units written are then resynced later (see [`Array::unsynced_units`]).
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
         self.assert_range(offset, buf.len() as u64);
         self.client_requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
             return Ok(());
         }
-        if self.geometry.level().has_parity() {
+        let result = if self.geometry.level().has_parity() {
             self.gathered_write(offset, buf)
         } else {
             self.recovering(|| self.plain_write(offset, buf))
+        };
+        self.note_failed_write(&result, offset, buf.len() as u64);
+        result
+    }
+
+    /// A write refused for lack of space may have reached some members and not others: its
+    /// units are recorded for a resync (see `unsynced`). Other errors fail members instead.
+    fn note_failed_write(&self, result: &Result<(), IoError>, offset: u64, len: u64) {
+        if result.as_ref().is_err_and(IoError::is_no_space) {
+            self.mark_unsynced(offset, len);
         }
     }
 
@@ -263,13 +279,15 @@ impl Array {
         if len == 0 {
             return Ok(());
         }
-        self.recovering(|| {
+        let result = self.recovering(|| {
             if self.geometry.level().has_parity() {
                 self.raid56_discard(offset, len, how)
             } else {
                 self.plain_discard(offset, len, how)
             }
-        })
+        });
+        self.note_failed_write(&result, offset, len);
+        result
     }
 }
 

@@ -186,8 +186,24 @@ impl std::error::Error for IoError {
     }
 }
 
+impl IoError {
+    /// A member refused the request for lack of space (see [`crate::is_no_space`]).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, IoError::Member { source, .. } if crate::is_no_space(source))
+    }
+
+    /// The kind a caller above should see: a lack of space keeps its kind (`StorageFull`,
+    /// `QuotaExceeded`: an NBD client gets `ENOSPC`, not `EIO`), everything else is `Other`.
+    pub fn kind(&self) -> std::io::ErrorKind {
+        match self {
+            IoError::Member { source, .. } if crate::is_no_space(source) => source.kind(),
+            _ => std::io::ErrorKind::Other,
+        }
+    }
+}
+
 impl From<IoError> for std::io::Error {
     fn from(e: IoError) -> std::io::Error {
-        std::io::Error::other(e)
+        std::io::Error::new(e.kind(), e)
     }
 }

@@ -145,6 +145,7 @@ impl Array {
             read_errors: c.read_errors.load(Ordering::Relaxed),
             write_errors: c.write_errors.load(Ordering::Relaxed),
             timeouts: c.timeouts.load(Ordering::Relaxed),
+            no_space_errors: c.no_space_errors.load(Ordering::Relaxed),
             last_fault: c
                 .last_fault
                 .lock()

@@ -6,7 +6,7 @@
 //! members busy at once.
 
 use crate::error::{IoError, Op};
-use crate::state::FaultReason;
+use crate::state::{is_no_space, FaultReason};
 use crate::Array;
 use member::Member;
 use std::sync::atomic::Ordering;
@@ -159,7 +159,8 @@ impl Array {
     }
 
     /// Fault policy for one finished member request: a write-type error or a timeout fails the
-    /// member (the error is then absorbed: the array goes on without it); a read error is
+    /// member (the error is then absorbed: the array goes on without it) — except a lack of
+    /// space (ENOSPC, EDQUOT), which is counted and returned, failing the request; a read error is
     /// counted (failing the member over the limit) and returned, so the request is repaired
     /// and retried from redundancy.
     fn judge(
@@ -196,6 +197,12 @@ impl Array {
                     },
                 );
             }
+            return Err(e);
+        }
+        if is_no_space(&e) {
+            // The storage under the member is full: not a member fault (see `is_no_space`).
+            // The request fails; the caller marks what it may have left half-written.
+            counters.no_space_errors.fetch_add(1, Ordering::Relaxed);
             return Err(e);
         }
         counters.write_errors.fetch_add(1, Ordering::Relaxed);

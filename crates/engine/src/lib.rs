@@ -56,6 +56,7 @@ mod recover;
 mod scratch;
 mod scrub;
 mod state;
+mod unsynced;
 mod write_log;
 
 pub use array::{Array, ArrayConfig, FANOUT_MIN_BYTES_DEFAULT};
@@ -67,7 +68,8 @@ pub use locks::STRIPE_LOCKS_COUNT;
 pub use rebuild_pipeline::RebuildPipeline;
 pub use scratch::SCRATCH_IDLE_MAX_BYTES_DEFAULT;
 pub use scrub::{SyncMode, UnitReport};
-pub use state::{FaultPolicy, FaultReason, FaultStats, MemberHealth};
+pub use state::{is_no_space, FaultPolicy, FaultReason, FaultStats, MemberHealth};
+pub use unsynced::UNSYNCED_RANGES_MAX;
 pub use write_log::{LogTicket, LoggedOp, WriteLog};
 
 /// How a discarded range is passed to members.

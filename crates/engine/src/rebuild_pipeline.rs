@@ -20,7 +20,8 @@
 //! Errors: a source read error ends the overlap for that step — the previous write is
 //! finished, the locks released, and the step is redone by [`Array::rebuild_step`], which
 //! repairs and retries like a client read. A write error fails the new member (as in
-//! `rebuild_step`), which ends the rebuild.
+//! `rebuild_step`), which ends the rebuild — except a lack of space, which is kept for
+//! [`RebuildPipeline::take_no_space`] so the rebuild redoes those rows.
 
 use std::sync::mpsc;
 use std::thread::Scope;
@@ -42,6 +43,7 @@ struct Job {
 
 /// A finished write, with its buffer back for reuse.
 struct Done {
+    offset: u64,
     result: Result<(), IoError>,
     buf: Vec<u8>,
 }
@@ -62,6 +64,8 @@ pub struct RebuildPipeline<'s> {
     done: mpsc::Receiver<Done>,
     pending: Option<Pending<'s>>,
     free: Vec<Vec<u8>>,
+    /// The lowest step whose write the member refused for lack of space (not yet reported).
+    no_space: Option<(u64, IoError)>,
 }
 
 impl Array {
@@ -85,6 +89,7 @@ impl Array {
                         buf: &job.buf,
                     });
                     let reply = Done {
+                        offset: job.offset,
                         result,
                         buf: job.buf,
                     };
@@ -101,6 +106,7 @@ impl Array {
             done,
             pending: None,
             free: Vec::new(),
+            no_space: None,
         }
     }
 }
@@ -156,13 +162,34 @@ impl<'s> RebuildPipeline<'s> {
             Ok(done) => done,
             Err(_) => panic!("the rebuild writer thread ended with a write in flight"),
         };
-        if let Err(e) = done.result {
+        match done.result {
+            Err(e) if e.is_no_space() => {
+                // Not a fault of the new member: the step must be redone once there is space.
+                if self
+                    .no_space
+                    .as_ref()
+                    .is_none_or(|(at, _)| done.offset < *at)
+                {
+                    self.no_space = Some((done.offset, e));
+                }
+            }
             // As in `rebuild_step`: a write error fails the new member and ends the rebuild.
-            self.array
-                .try_fail_member(self.role, FaultReason::WriteError(e.to_string()));
+            Err(e) => {
+                self.array
+                    .try_fail_member(self.role, FaultReason::WriteError(e.to_string()));
+            }
+            Ok(()) => {}
         }
         drop(pending);
         self.keep(done.buf);
+    }
+
+    /// The lowest member offset of a finished step whose write the new member refused for lack
+    /// of space (ENOSPC, EDQUOT), since the last call. The member is not failed for it: the
+    /// rebuild must go back and redo from there (once there is space), or it would finish
+    /// with those rows never written.
+    pub fn take_no_space(&mut self) -> Option<(u64, IoError)> {
+        self.no_space.take()
     }
 
     /// Takes the locks of the next step's rows (see the module docs on deadlock freedom).

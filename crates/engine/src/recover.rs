@@ -75,6 +75,9 @@ impl Array {
             Ok(()) => true,
             // Another member failed while reconstructing: its error was counted; retry.
             Err(IoError::Member { role: other, .. }) if other != role => true,
+            // No space to write the repaired range back: not the member's fault; the read
+            // fails (it was not served from redundancy either).
+            Err(e) if e.is_no_space() => false,
             Err(e) => self.try_fail_member(role, FaultReason::Unrepairable(e.to_string())),
         }
     }

@@ -48,6 +48,19 @@ impl Array {
         }
     }
 
+    /// The sync units `[lo, hi)` holding array bytes `[offset, offset+len)` (`len > 0`).
+    pub(crate) fn sync_units_of(&self, offset: u64, len: u64) -> (u64, u64) {
+        assert!(len > 0 && self.sync_unit_count() > 0);
+        let unit_bytes = match self.geometry.level() {
+            Level::Raid5 | Level::Raid6 => self.geometry.stripe_data_bytes(),
+            _ => self.geometry.chunk_bytes(),
+        };
+        let hi = (offset + len)
+            .div_ceil(unit_bytes)
+            .min(self.sync_unit_count());
+        (offset / unit_bytes, hi)
+    }
+
     /// Checks (and in `Repair`/`Resync` mode fixes) one unit.
     pub fn sync_unit(&self, unit: u64, mode: SyncMode) -> Result<UnitReport, IoError> {
         assert!(

@@ -2,7 +2,7 @@
 //!
 //! | from | to | trigger |
 //! |---|---|---|
-//! | `InSync` | `Faulty` | write/flush/trim error, read errors over the policy's limit, a request slower than the timeout, `fail_member` |
+//! | `InSync` | `Faulty` | write/flush/trim error (not a lack of space: [`is_no_space`]), read errors over the policy's limit, a request slower than the timeout, `fail_member` |
 //! | `Recovering` | `Faulty` | the same faults on the member being rebuilt |
 //! | `Missing`, `Faulty` | `Recovering` | [`Array::attach_member`]: a new or returning member starts its rebuild |
 //! | `Recovering` | `InSync` | [`Array::finish_rebuild`]: every row was rebuilt |
@@ -116,6 +116,8 @@ pub(crate) struct FaultCounters {
     pub read_errors: AtomicU64,
     pub write_errors: AtomicU64,
     pub timeouts: AtomicU64,
+    /// Write-type requests refused for lack of space (not faults: see [`is_no_space`]).
+    pub no_space_errors: AtomicU64,
     /// Times of recent read errors (at most `read_errors_max + 1` kept).
     pub recent_reads: Mutex<VecDeque<Instant>>,
     pub last_fault: Mutex<Option<FaultReason>>,
@@ -145,6 +147,7 @@ impl FaultCounters {
         self.read_errors.store(0, Ordering::Relaxed);
         self.write_errors.store(0, Ordering::Relaxed);
         self.timeouts.store(0, Ordering::Relaxed);
+        self.no_space_errors.store(0, Ordering::Relaxed);
         self.recent_reads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -158,6 +161,20 @@ pub struct FaultStats {
     pub read_errors: u64,
     pub write_errors: u64,
     pub timeouts: u64,
+    /// Writes the member refused for lack of space (ENOSPC, EDQUOT): counted, never a fault.
+    pub no_space_errors: u64,
     /// Why the member was last declared faulty, if it was.
     pub last_fault: Option<String>,
+}
+
+/// True when a member refused a request for lack of space: `ENOSPC` (the filesystem or pool
+/// under a sparse file member is full) or `EDQUOT` (a quota). That is a condition of the
+/// storage the member lives on — usually shared by every member on the same filesystem — not
+/// a fault of the member: failing it would throw redundancy away and fix nothing. The request
+/// fails with that error instead (the NBD client sees `ENOSPC`).
+pub fn is_no_space(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }

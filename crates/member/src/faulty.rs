@@ -3,7 +3,8 @@
 //! A [`FaultControl`] handle (cloneable, shared with the member) switches faults on and off while
 //! the member is in use: reads and/or writes fail by a [`FaultRule`] (always, in a byte range,
 //! every Nth, with a seeded probability), every operation is delayed, or the member "vanishes"
-//! (every operation fails). Writes here are `write_at`, `trim`, `write_zeroes` and `flush`.
+//! (every operation fails); write errors may carry a kind such as `StorageFull` (ENOSPC, see
+//! [`FaultControl::fail_writes_as`]). Writes here are `write_at`, `trim`, `write_zeroes` and `flush`.
 //! Decisions are taken under one lock in operation order, so a single-threaded sequence of
 //! operations with the same seed fails the same operations every run.
 
@@ -45,6 +46,8 @@ struct FaultState {
     writes: Option<Rule>,
     delay: Duration,
     vanished: bool,
+    /// The kind of injected write errors (`Other` unless set: an I/O error).
+    write_error_kind: io::ErrorKind,
     rng: SimRng,
     injected_count: u64,
 }
@@ -78,13 +81,22 @@ impl FaultControl {
         });
     }
 
-    /// Makes writes (write, trim, write-zeroes, flush) fail by `rule`.
+    /// Makes writes (write, trim, write-zeroes, flush) fail by `rule` with I/O errors.
     pub fn fail_writes(&self, rule: FaultRule) {
         Self::check(&rule);
-        self.lock().writes = Some(Rule {
+        let mut s = self.lock();
+        s.writes = Some(Rule {
             rule,
             seen_count: 0,
         });
+        s.write_error_kind = io::ErrorKind::Other;
+    }
+
+    /// Makes writes fail by `rule` with errors of `kind`: `StorageFull` is what a sparse file
+    /// member returns when its filesystem is full (ENOSPC), `QuotaExceeded` for EDQUOT.
+    pub fn fail_writes_as(&self, rule: FaultRule, kind: io::ErrorKind) {
+        self.fail_writes(rule);
+        self.lock().write_error_kind = kind;
     }
 
     /// Delays every operation by `delay` before it runs (zero: no delay).
@@ -104,6 +116,7 @@ impl FaultControl {
         s.writes = None;
         s.delay = Duration::ZERO;
         s.vanished = false;
+        s.write_error_kind = io::ErrorKind::Other;
     }
 
     /// Restarts the random sequence used by `Probability` rules.
@@ -116,13 +129,18 @@ impl FaultControl {
         self.lock().injected_count
     }
 
-    /// Decides one operation: its delay, or the injected error's reason.
-    fn decide(&self, class: Class, offset: u64, len: u64) -> Result<Duration, &'static str> {
+    /// Decides one operation: its delay, or the injected error's kind and reason.
+    fn decide(
+        &self,
+        class: Class,
+        offset: u64,
+        len: u64,
+    ) -> Result<Duration, (io::ErrorKind, &'static str)> {
         let mut guard = self.lock();
         let s = &mut *guard;
         if s.vanished {
             s.injected_count += 1;
-            return Err("device vanished (injected)");
+            return Err((io::ErrorKind::Other, "device vanished (injected)"));
         }
         let rule = match class {
             Class::Read => s.reads.as_mut(),
@@ -142,7 +160,20 @@ impl FaultControl {
         };
         if fails {
             s.injected_count += 1;
-            return Err("injected I/O error");
+            return Err(match (class, s.write_error_kind) {
+                (Class::Write, io::ErrorKind::StorageFull) => (
+                    io::ErrorKind::StorageFull,
+                    "no space left on device (injected)",
+                ),
+                (Class::Write, io::ErrorKind::QuotaExceeded) => (
+                    io::ErrorKind::QuotaExceeded,
+                    "disk quota exceeded (injected)",
+                ),
+                (Class::Write, kind) if kind != io::ErrorKind::Other => {
+                    (kind, "injected write error")
+                }
+                _ => (io::ErrorKind::Other, "injected I/O error"),
+            });
         }
         Ok(s.delay)
     }
@@ -168,6 +199,7 @@ impl FaultyMember {
             writes: None,
             delay: Duration::ZERO,
             vanished: false,
+            write_error_kind: io::ErrorKind::Other,
             rng: SimRng::new(seed),
             injected_count: 0,
         };
@@ -197,10 +229,13 @@ impl FaultyMember {
                 }
                 Ok(())
             }
-            Err(reason) => Err(io::Error::other(format!(
-                "member {}: {op} of {len} bytes at offset {offset}: {reason}",
-                self.inner.name()
-            ))),
+            Err((kind, reason)) => Err(io::Error::new(
+                kind,
+                format!(
+                    "member {}: {op} of {len} bytes at offset {offset}: {reason}",
+                    self.inner.name()
+                ),
+            )),
         }
     }
 }

@@ -14,6 +14,9 @@
 //!   range, every Nth, by probability; delays; vanishing) for fault-handling tests.
 //! - [`SimMember`]: an in-memory member that keeps written apart from durable data and simulates
 //!   a power loss ([`SimMember::crash`]) for crash tests.
+//! - [`filesystem_of`], [`allocated_bytes`], [`preallocate`]: the filesystem under a file
+//!   member and how much of it a sparse member takes (for "filesystem full" reports and
+//!   `create --preallocate`).
 //! - [`open`] turns what the user typed (`mem:1G`, a path, an NBD URI) into an `Arc<dyn Member>`;
 //!   [`parse_size`] is the size parser (`K`, `M`, `G`, `T` suffixes, powers of 1024) shared with
 //!   the command line.
@@ -41,6 +44,7 @@ mod nbd;
 mod rng;
 mod sim;
 mod size;
+mod space;
 mod sys;
 mod window;
 
@@ -58,6 +62,7 @@ pub use nbd::{
 pub use rng::SimRng;
 pub use sim::{SimMember, SECTOR_BYTES, SIM_MAX_BYTES};
 pub use size::{parse_size, SizeError};
+pub use space::{allocated_bytes, filesystem_of, preallocate, FilesystemSpace};
 pub use window::Window;
 
 /// A device an array is built from. See the crate docs for the contract.

@@ -1,5 +1,5 @@
-//! The only `unsafe` of this crate: Linux ioctls, fallocate and vectored positional I/O on a
-//! raw file descriptor.
+//! The only `unsafe` of this crate: Linux ioctls, fallocate, statvfs and vectored positional
+//! I/O on a raw file descriptor.
 //!
 //! Each call passes a valid, open descriptor borrowed from a `File` that outlives the call, and
 //! pointers to locals of exactly the size the kernel reads or writes, so each block is sound.
@@ -55,6 +55,8 @@ pub enum Fallocate {
     PunchHole,
     /// Make the range read as zeroes (may keep it allocated); the size is unchanged.
     ZeroRange,
+    /// Allocate the range's blocks (holes read as zeroes still); the size is unchanged.
+    Allocate,
 }
 
 /// fallocate(2) with `mode` on `[offset, offset + len)`.
@@ -62,6 +64,7 @@ pub fn fallocate(file: &File, mode: Fallocate, offset: u64, len: u64) -> io::Res
     let flags = match mode {
         Fallocate::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
         Fallocate::ZeroRange => libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+        Fallocate::Allocate => libc::FALLOC_FL_KEEP_SIZE,
     };
     let offset = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let len = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -209,4 +212,21 @@ pub fn dsync_unsupported(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
     )
+}
+
+/// Space of the filesystem holding `path` (statvfs): bytes available to unprivileged users and
+/// total bytes.
+pub fn statvfs(path: &std::path::Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is a NUL-terminated string and `st` a live local the call fills.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut st) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let unit = st.f_frsize as u64;
+    Ok((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
 }

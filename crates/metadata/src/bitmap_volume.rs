@@ -146,9 +146,11 @@ impl VolumeCore {
     }
 
     /// Clearing is allowed only with every role in sync (a member away keeps its bits: it is
-    /// caught up from them) and no resync pending.
+    /// caught up from them), no resync pending and no unit left unsynced by a lack of space.
     fn may_clear(&self, bitmap: &Bitmap) -> bool {
-        if !self.resync_finished() {
+        // Units a write refused for lack of space may have half-written keep their regions'
+        // bits until resynced: a crash meanwhile resyncs them at assembly.
+        if !self.resync_finished() || self.array.unsynced_units() > 0 {
             return false;
         }
         let all_in_sync = self
@@ -185,12 +187,16 @@ impl VolumeCore {
         self.bitmap_error(result.map(|_| ()));
     }
 
-    /// A failed bitmap write fails that member (if the array survives it) and is recorded.
+    /// A failed bitmap write fails that member (if the array survives it) and is recorded;
+    /// one refused for lack of space fails nothing (the bits it did not clear stay set).
     fn bitmap_error(&self, result: Result<(), BitmapWriteError>) {
-        if let Err(e) = result {
-            let reason = engine::FaultReason::WriteError(format!("bitmap: {}", e.source));
-            self.array.try_fail_member(e.role, reason);
-            let _ = self.settle();
+        match result {
+            Err(e) if !engine::is_no_space(&e.source) => {
+                let reason = engine::FaultReason::WriteError(format!("bitmap: {}", e.source));
+                self.array.try_fail_member(e.role, reason);
+                let _ = self.settle();
+            }
+            _ => {}
         }
     }
 

@@ -54,8 +54,8 @@ pub use bitmap_volume::BitmapStatus;
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use plan::{plan, AssembleError, AssembleOptions, Plan, StaleMember};
 pub use status::{
-    ArrayHealth, FaultPolicy, MemberState, MemberStatus, MismatchLocation, ScrubReport,
-    SpeedLimits, TaskKind, TaskStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
+    ArrayHealth, FaultPolicy, FilesystemStatus, MemberState, MemberStatus, MismatchLocation,
+    ScrubReport, SpeedLimits, TaskKind, TaskStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
 };
 pub use superblock::{
     checksum, level_code, validate_name, ArrayState, BitmapRef, JournalRef, Role, RoleEntry,
@@ -64,7 +64,7 @@ pub use superblock::{
     NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
 };
 pub use uuid::Uuid;
-pub use volume::{DataChangedHook, Volume, VolumeCore, VolumeError};
+pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeCore, VolumeError};
 
 use member::Member;
 

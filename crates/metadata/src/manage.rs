@@ -9,7 +9,9 @@ use engine::{FaultReason, MemberHealth};
 use member::Member;
 use uuid::Uuid;
 
-use crate::status::{ArrayHealth, MemberState, MemberStatus, SpeedLimits, TaskKind, VolumeStatus};
+use crate::status::{
+    ArrayHealth, FilesystemStatus, MemberState, MemberStatus, SpeedLimits, TaskKind, VolumeStatus,
+};
 use crate::superblock::{Role, Superblock, MAX_MEMBERS};
 use crate::volume::{Held, MetaState, Redundancy, VolumeCore, VolumeError};
 use crate::{read_superblock, ReadSuperblockError};
@@ -472,6 +474,10 @@ impl VolumeCore {
                 read_errors: stats.read_errors,
                 write_errors: stats.write_errors,
                 timeouts: stats.timeouts,
+                no_space_errors: stats.no_space_errors,
+                filesystem: held
+                    .filter(|_| stats.no_space_errors > 0)
+                    .and_then(|h| FilesystemStatus::of_member(h.whole.name())),
                 rebuild_offset_bytes,
             });
         }
@@ -502,6 +508,7 @@ impl VolumeCore {
             last_scrub: work.last_scrub.clone(),
             events: meta.events,
             bitmap: self.bitmap_status(),
+            unsynced_bytes: self.array.unsynced_units() * self.sync_unit_array_bytes(),
         }
     }
 
@@ -513,7 +520,7 @@ impl VolumeCore {
             ArrayHealth::Rebuilding
         } else if readable.contains(&false) {
             ArrayHealth::Degraded
-        } else if meta.resync_offset.is_some() {
+        } else if meta.resync_offset.is_some() || self.array.unsynced_units() > 0 {
             ArrayHealth::Resyncing
         } else if self.is_dirty() {
             ArrayHealth::Active
@@ -531,6 +538,8 @@ fn plain_status(role: Option<usize>, held: &Held, state: MemberState) -> MemberS
         read_errors: 0,
         write_errors: 0,
         timeouts: 0,
+        no_space_errors: 0,
+        filesystem: None,
         rebuild_offset_bytes: None,
     }
 }

@@ -69,8 +69,53 @@ pub struct MemberStatus {
     pub read_errors: u64,
     pub write_errors: u64,
     pub timeouts: u64,
+    /// Writes the member refused for lack of space (ENOSPC, EDQUOT): not faults, the
+    /// member stays in the array and those writes failed with "no space" to the client.
+    pub no_space_errors: u64,
+    /// After such a refusal, the filesystem holding a file member, as it is now.
+    pub filesystem: Option<FilesystemStatus>,
     /// Rebuilding members: data-area bytes rebuilt so far.
     pub rebuild_offset_bytes: Option<u64>,
+}
+
+/// The filesystem under a file member (see [`MemberStatus::filesystem`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FilesystemStatus {
+    pub mount_point: String,
+    pub fs_type: String,
+    pub free_bytes: u64,
+    pub size_bytes: u64,
+}
+
+impl FilesystemStatus {
+    /// The filesystem holding the member named `name` when that is a regular file's path.
+    pub fn of_member(name: &str) -> Option<FilesystemStatus> {
+        let path = std::path::Path::new(name);
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            return None;
+        }
+        let fs = member::filesystem_of(path).ok()?;
+        Some(FilesystemStatus {
+            mount_point: fs.mount_point.display().to_string(),
+            fs_type: fs.fs_type,
+            free_bytes: fs.free_bytes,
+            size_bytes: fs.size_bytes,
+        })
+    }
+}
+
+impl std::fmt::Display for FilesystemStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.fs_type.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", self.fs_type),
+        };
+        write!(
+            f,
+            "filesystem {}{kind}: {} bytes free of {}",
+            self.mount_point, self.free_bytes, self.size_bytes
+        )
+    }
 }
 
 /// A kind of background work.
@@ -141,6 +186,10 @@ pub struct VolumeStatus {
     pub events: u64,
     /// The write-intent bitmap, if the array has one.
     pub bitmap: Option<crate::BitmapStatus>,
+    /// Array bytes whose parity or mirror copies a write refused for lack of space may have
+    /// left inconsistent; resynced in the background once there is space (health shows
+    /// `resyncing` meanwhile).
+    pub unsynced_bytes: u64,
 }
 
 pub(crate) fn level_name(level: Level) -> String {

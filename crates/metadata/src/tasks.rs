@@ -31,6 +31,8 @@ const CHECKPOINT_PERCENT: u64 = 5;
 const CHECKPOINT_INTERVAL_MIN: Duration = Duration::from_secs(1);
 /// Consecutive failed steps after which a task gives up (until the next state change).
 const STEP_ERRORS_MAX: u32 = 10;
+/// After a member refused a resync write for lack of space, the next try waits this long.
+const NO_SPACE_RETRY: Duration = Duration::from_secs(1);
 
 /// A unit of background work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +40,11 @@ pub(crate) enum Task {
     Replace(usize),
     Rebuild(usize),
     Resync,
-    Scrub { repair: bool },
+    /// Units a write refused for lack of space may have half-written (`engine::unsynced`).
+    Unsynced,
+    Scrub {
+        repair: bool,
+    },
 }
 
 pub(crate) struct WorkState {
@@ -50,6 +56,8 @@ pub(crate) struct WorkState {
     pub current: Option<TaskStatus>,
     pub last_scrub: Option<ScrubReport>,
     pub last_error: Option<String>,
+    /// No resync of unsynced units before this (a member refused one for lack of space).
+    pub unsynced_not_before: Option<Instant>,
 }
 
 /// The worker's mailbox: flags, limits and progress, with a condition variable.
@@ -70,6 +78,7 @@ impl Work {
                 current: None,
                 last_scrub: None,
                 last_error: None,
+                unsynced_not_before: None,
             }),
             changed: Condvar::new(),
         }
@@ -326,7 +335,12 @@ impl VolumeCore {
             return Some(Task::Resync);
         }
         drop(meta);
-        let repair = self.work.lock().scrub_request?;
+        let work = self.work.lock();
+        let unsynced_due = work.unsynced_not_before.is_none_or(|t| Instant::now() >= t);
+        if self.array.unsynced_units() > 0 && all_in_sync && unsynced_due {
+            return Some(Task::Unsynced);
+        }
+        let repair = work.scrub_request?;
         Some(Task::Scrub { repair })
     }
 
@@ -335,6 +349,7 @@ impl VolumeCore {
             Task::Replace(role) => self.run_replace(role),
             Task::Rebuild(role) => self.run_rebuild(role),
             Task::Resync => self.run_resync(),
+            Task::Unsynced => self.run_unsynced(),
             Task::Scrub { repair } => self.run_scrub(repair),
         };
         self.settle()?;
@@ -420,7 +435,13 @@ impl VolumeCore {
                 .step_bytes(self, chunk)
                 .min(rows_max * chunk)
                 .min(end - offset);
-            if let Err(e) = pipeline.step(offset, len) {
+            let stepped = pipeline.step(offset, len);
+            if let Some((_, e)) = pipeline.take_no_space() {
+                // The new member's filesystem is full: end this run; the next one starts at
+                // the last checkpoint, which never passes a step that was not written.
+                return Err(e.into());
+            }
+            if let Err(e) = stepped {
                 errors += 1;
                 if errors > STEP_ERRORS_MAX {
                     return Err(e.into());
@@ -447,10 +468,16 @@ impl VolumeCore {
             self.report(TaskKind::Rebuild, Some(role), shown, of, &pacer);
             if checkpoint.due(offset) && offset < total {
                 pipeline.drain();
+                if let Some((_, e)) = pipeline.take_no_space() {
+                    return Err(e.into());
+                }
                 self.checkpoint_rebuild(role, Some(offset))?;
             }
         }
         pipeline.drain();
+        if let Some((_, e)) = pipeline.take_no_space() {
+            return Err(e.into());
+        }
         self.settle()?;
         if self.array.health_of(role) == MemberHealth::Recovering {
             self.checkpoint_rebuild(role, None)?;
@@ -462,7 +489,19 @@ impl VolumeCore {
     /// rebuild is complete and the member becomes in sync.
     fn checkpoint_rebuild(&self, role: usize, offset: Option<u64>) -> Result<(), VolumeError> {
         if let Some(member) = self.array.member(role) {
-            if member.flush().is_err() {
+            let flushed = member.flush();
+            if let Err(source) = flushed {
+                if engine::is_no_space(&source) {
+                    // Not the new member's fault: the rebuild tries again later.
+                    return Err(VolumeError::Array(engine::IoError::Member {
+                        role,
+                        name: member.name().to_string(),
+                        op: engine::Op::Flush,
+                        offset: 0,
+                        len: 0,
+                        source,
+                    }));
+                }
                 self.array.try_fail_member(
                     role,
                     engine::FaultReason::WriteError("flush of rebuilt data failed".into()),
@@ -576,6 +615,45 @@ impl VolumeCore {
         drop(meta);
         self.resync_finished();
         result
+    }
+
+    /// Resyncs the units writes refused for lack of space may have half-written, one at a
+    /// time under its lock. Still no space: tries again after [`NO_SPACE_RETRY`].
+    fn run_unsynced(&self) -> Result<(), VolumeError> {
+        let chunk = self.chunk_bytes();
+        let mut pacer = Pacer::new(self);
+        let total = self.array.unsynced_units();
+        let mut done = 0;
+        loop {
+            if !pacer.wait_turn(self) {
+                return Ok(());
+            }
+            let result = {
+                let _gate = self.begin_write()?;
+                self.array.resync_next_unsynced()
+            };
+            match result {
+                None => return Ok(()),
+                Some(Ok(found)) if !found.checked => return Ok(()), // degraded: kept
+                Some(Ok(found)) => self.report_data_changes(&found),
+                Some(Err(e)) if e.is_no_space() => {
+                    self.work.lock().unsynced_not_before = Some(Instant::now() + NO_SPACE_RETRY);
+                    return Ok(());
+                }
+                Some(Err(e)) => return Err(e.into()),
+            }
+            self.settle()?;
+            done += 1;
+            pacer.done(self, chunk);
+            let left = self.array.unsynced_units();
+            self.report(
+                TaskKind::Resync,
+                None,
+                done * chunk,
+                (done + left).max(total) * chunk,
+                &pacer,
+            );
+        }
     }
 
     /// Array bytes covered by one sync unit.

@@ -84,9 +84,26 @@ impl From<IoError> for VolumeError {
     }
 }
 
+impl VolumeError {
+    /// A member refused a write for lack of space (ENOSPC, EDQUOT; see [`engine::is_no_space`]).
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            VolumeError::Array(e) => e.is_no_space(),
+            VolumeError::Superblock { source, .. } => engine::is_no_space(source),
+            _ => false,
+        }
+    }
+}
+
 impl From<VolumeError> for io::Error {
+    /// Keeps a lack of space's kind (an NBD client gets `ENOSPC`); anything else is `Other`.
     fn from(e: VolumeError) -> io::Error {
-        io::Error::other(e)
+        let kind = match &e {
+            VolumeError::Array(a) => a.kind(),
+            VolumeError::Superblock { source, .. } if engine::is_no_space(source) => source.kind(),
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, e)
     }
 }
 
@@ -193,10 +210,20 @@ pub struct VolumeCore {
     pub(crate) read_fixup: AtomicBool,
     /// Array bytes below which the running resync has passed.
     pub(crate) resync_progress: AtomicU64,
+    /// Where notices for the operator go (see [`VolumeCore::set_notice_hook`]).
+    notice: RwLock<Option<NoticeHook>>,
+    /// When the last "out of space" notice was given, and writes refused since.
+    no_space_noted: Mutex<(Option<std::time::Instant>, u64)>,
 }
 
 /// See [`VolumeCore::set_data_changed_hook`].
 pub type DataChangedHook = Box<dyn Fn(u64, u64) + Send + Sync>;
+
+/// See [`VolumeCore::set_notice_hook`].
+pub type NoticeHook = Box<dyn Fn(&str) + Send + Sync>;
+
+/// At most one "out of space" notice per this interval (each says how many writes were refused).
+const NO_SPACE_NOTICE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Volume {
     /// Builds the volume `plan` decided; `members` and `own` (each member's superblock) are in
@@ -300,6 +327,8 @@ impl Volume {
                 resync_offset.is_some() && matches!(sb.level, Level::Raid1 | Level::Raid10),
             ),
             resync_progress: AtomicU64::new(resync_offset.unwrap_or(0)),
+            notice: RwLock::new(None),
+            no_space_noted: Mutex::new((None, 0)),
         });
         let worker = crate::tasks::spawn(Arc::clone(&core));
         let clearer = core
@@ -384,6 +413,7 @@ impl VolumeCore {
         let result = self.array.write(offset, buf);
         drop(intent);
         self.settle()?;
+        self.note_no_space(&result);
         Ok(result?)
     }
 
@@ -393,6 +423,7 @@ impl VolumeCore {
         let result = self.array.trim(offset, len);
         drop(intent);
         self.settle()?;
+        self.note_no_space(&result);
         Ok(result?)
     }
 
@@ -402,6 +433,7 @@ impl VolumeCore {
         let result = self.array.write_zeroes(offset, len);
         drop(intent);
         self.settle()?;
+        self.note_no_space(&result);
         Ok(result?)
     }
 
@@ -412,13 +444,22 @@ impl VolumeCore {
     }
 
     /// Clean shutdown: pauses background work, flushes the array and marks it clean
-    /// (events + 1) with the progress of unfinished resyncs and rebuilds, so the next assembly
+    /// (dirty if units a lack of space left half-written cannot be resynced yet; events + 1) with the progress of unfinished resyncs and rebuilds, so the next assembly
     /// resumes them. The volume stays usable; a later write marks it dirty again and resumes
     /// background work.
     pub fn close(&self) -> Result<(), VolumeError> {
         self.work.pause();
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         self.array.flush()?;
+        // Units a lack of space left half-written are resynced now if there is space again;
+        // those left keep the array marked dirty (and their bitmap bits set), so the next
+        // assembly resyncs them.
+        while let Some(Ok(found)) = self.array.resync_next_unsynced() {
+            if !found.checked {
+                break;
+            }
+        }
+        let unsynced = self.array.unsynced_units() > 0;
         self.clear_bitmap_at_close()?;
         let mut meta = self.lock_meta();
         let progress = meta.resync_offset.is_some()
@@ -434,9 +475,12 @@ impl VolumeCore {
         if !self.dirty.load(Ordering::Acquire) && !progress && !changed && !disk_dirty {
             return Ok(());
         }
-        meta.disk_state = ArrayState::Clean;
+        meta.disk_state = match unsynced {
+            true => ArrayState::Dirty,
+            false => ArrayState::Clean,
+        };
         self.write_superblocks(&mut meta)?;
-        self.dirty.store(false, Ordering::Release);
+        self.dirty.store(unsynced, Ordering::Release);
         Ok(())
     }
 
@@ -478,6 +522,59 @@ impl VolumeCore {
     /// read-error rewrites never change what is read.) For a read cache above the volume.
     pub fn set_data_changed_hook(&self, hook: DataChangedHook) {
         *self.data_changed.write().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// Registers `hook`, called with one line for the operator when something needs their
+    /// attention that is not an error of a request: a member's filesystem is full (at most
+    /// one line every 10 s, naming the member, the filesystem and the writes refused).
+    pub fn set_notice_hook(&self, hook: NoticeHook) {
+        *self.notice.write().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    fn notice(&self, line: &str) {
+        let hook = self.notice.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(hook) = hook.as_ref() {
+            hook(line);
+        }
+    }
+
+    /// A write refused for lack of space: counted, and told to the operator (rate-limited)
+    /// with the member and the filesystem that is full.
+    fn note_no_space(&self, result: &Result<(), engine::IoError>) {
+        let Err(e @ engine::IoError::Member { role, .. }) = result else {
+            return;
+        };
+        if !e.is_no_space() {
+            return;
+        }
+        let mut noted = self
+            .no_space_noted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        noted.1 += 1;
+        if noted
+            .0
+            .is_some_and(|t| t.elapsed() < NO_SPACE_NOTICE_INTERVAL)
+        {
+            return;
+        }
+        let refused = std::mem::take(&mut noted.1);
+        noted.0 = Some(std::time::Instant::now());
+        drop(noted);
+        let name = self.lock_meta().roles[*role]
+            .as_ref()
+            .map(|h| h.whole.name().to_string())
+            .unwrap_or_default();
+        let place = crate::status::FilesystemStatus::of_member(&name)
+            .map(|fs| format!(" ({fs})"))
+            .unwrap_or_default();
+        self.notice(&format!(
+            "array \"{}\": member {name} (role {role}) is out of space{place}: {refused} \
+             write(s) refused with \"no space left on device\" since the last notice; no member \
+             was failed. Free space there (or raise the quota) and writes succeed again; the \
+             stripes those writes left half-written are then resynced",
+            self.name
+        ));
     }
 
     pub(crate) fn data_changed(&self, offset: u64, len: u64) {
@@ -525,7 +622,9 @@ impl VolumeCore {
             };
             tries += 1;
             let reason = engine::FaultReason::WriteError(format!("bitmap: {}", e.source));
-            if tries > MAX_MEMBERS || !self.array.try_fail_member(e.role, reason) {
+            // A lack of space fails the write (nothing was written), not the member.
+            let no_space = engine::is_no_space(&e.source);
+            if no_space || tries > MAX_MEMBERS || !self.array.try_fail_member(e.role, reason) {
                 return Err(VolumeError::Superblock {
                     name: e.name,
                     source: e.source,
@@ -629,10 +728,14 @@ impl VolumeCore {
         });
         for (role, name, result) in results {
             let Err(source) = result else { continue };
-            let failed = role.is_some_and(|r| {
-                self.array
-                    .try_fail_member(r, engine::FaultReason::WriteError(source.to_string()))
-            });
+            // A lack of space is not the member's fault: the request fails instead. The
+            // member's superblock is then one event behind, which assembly accepts (margin),
+            // and the next write of the superblocks writes the same events again.
+            let failed = !engine::is_no_space(&source)
+                && role.is_some_and(|r| {
+                    self.array
+                        .try_fail_member(r, engine::FaultReason::WriteError(source.to_string()))
+                });
             if !failed {
                 return Err(VolumeError::Superblock { name, source });
             }

@@ -527,6 +527,7 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");
     }
+    volume.set_notice_hook(Box::new(|line| eprintln!("raidkit: warning: {line}")));
     Ok((volume, was_dirty && !args.read_only, journal_plan, left_out))
 }
 

@@ -11,7 +11,8 @@ use crate::admin::client::Client;
 /// Prints the array name, level, chunk, size and health (clean, active, degraded, resyncing,
 /// rebuilding, failed), a /proc/mdstat style summary (`[4/3] [UU_U]`: roles / in-sync roles,
 /// U = in sync), every member with its role, state and error counts (read errors, write
-/// errors, timeouts), the background task with progress, speed and ETA, the speed limits, the
+/// errors, timeouts; writes refused for lack of space with the filesystem that is full), the
+/// background task with progress, speed and ETA, the speed limits, the
 /// journal (mode, ring in use, write-back data not yet on the members, applies under ring
 /// pressure), the read cache (memory held, hit rate) and the last scrub's result.
 #[derive(Debug, clap::Args)]
@@ -45,6 +46,7 @@ pub struct Status {
     pub speed_limits: Limits,
     pub last_scrub: Option<Scrub>,
     pub events: u64,
+    pub unsynced_bytes: u64,
     /// Added by `raidkit serve` (not part of `metadata::VolumeStatus`).
     pub journal: Option<JournalView>,
     pub cache: Option<CacheView>,
@@ -84,7 +86,19 @@ pub struct MemberStatus {
     pub read_errors: u64,
     pub write_errors: u64,
     pub timeouts: u64,
+    pub no_space_errors: u64,
+    pub filesystem: Option<FilesystemView>,
     pub rebuild_offset_bytes: Option<u64>,
+}
+
+/// The filesystem under a file member that refused writes for lack of space.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct FilesystemView {
+    pub mount_point: String,
+    pub fs_type: String,
+    pub free_bytes: u64,
+    pub size_bytes: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -201,6 +215,14 @@ pub fn render(s: &Status) -> String {
     out += &format!("  uuid {}, events {}\n", s.uuid, s.events);
     for m in &s.members {
         out += &member_line(m);
+        out += &no_space_line(m);
+    }
+    if s.unsynced_bytes > 0 {
+        out += &format!(
+            "  {} of stripes left half-written by writes refused for lack of space: \
+             resynced once there is space\n",
+            human_bytes(s.unsynced_bytes)
+        );
     }
     if let Some(task) = &s.task {
         out += &format!("  {}\n", task_line(task));
@@ -283,6 +305,32 @@ fn member_line(m: &MemberStatus) -> String {
         line += &format!("  rebuilt {}", human_bytes(offset));
     }
     line + "\n"
+}
+
+/// A member that refused writes for lack of space: how many, and the filesystem that is full.
+fn no_space_line(m: &MemberStatus) -> String {
+    if m.no_space_errors == 0 {
+        return String::new();
+    }
+    let place = match &m.filesystem {
+        Some(fs) => {
+            let kind = match fs.fs_type.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", fs.fs_type),
+            };
+            format!(
+                "; filesystem {}{kind} has {} free of {}",
+                fs.mount_point,
+                human_bytes(fs.free_bytes),
+                human_bytes(fs.size_bytes)
+            )
+        }
+        None => String::new(),
+    };
+    format!(
+        "          out of space: {} writes refused (not a fault){place}\n",
+        m.no_space_errors
+    )
 }
 
 /// `rebuild role 2: 45.0% (1.2 GiB of 2.7 GiB) at 150.0 MiB/s, ETA 0:00:12`
@@ -435,5 +483,41 @@ mod tests {
         );
         assert!(text.contains("4 applies under ring pressure"), "{text}");
         assert!(text.contains("read cache: off"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod no_space_tests {
+    use super::*;
+
+    #[test]
+    fn a_member_out_of_space_names_its_filesystem() {
+        let mut status = Status {
+            name: "a".into(),
+            unsynced_bytes: 3 << 20,
+            ..Status::default()
+        };
+        status.members.push(MemberStatus {
+            role: Some(1),
+            name: "/mnt/t/m1".into(),
+            state: "active".into(),
+            no_space_errors: 7,
+            filesystem: Some(FilesystemView {
+                mount_point: "/mnt/t".into(),
+                fs_type: "tmpfs".into(),
+                free_bytes: 0,
+                size_bytes: 200 << 20,
+            }),
+            ..MemberStatus::default()
+        });
+        let text = render(&status);
+        assert!(
+            text.contains("out of space: 7 writes refused (not a fault); filesystem /mnt/t (tmpfs) has 0 B free of 200.0 MiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("3.0 MiB of stripes left half-written"),
+            "{text}"
+        );
     }
 }

@@ -10,6 +10,7 @@ mod cmd;
 mod journaled;
 mod progress;
 mod reconnect;
+mod space;
 
 use std::process::ExitCode;
 

@@ -13,6 +13,10 @@ use metadata::CreateOptions;
 /// a raidkit superblock or has non-zero data in its first MiB is refused unless --force is
 /// given. Every level but linear uses the smallest member's data size (rounded down to the
 /// chunk) on every member.
+///
+/// Member files created with --size are sparse: they take space on their filesystem only as the
+/// array is written. When the members on one filesystem could outgrow its free space, create
+/// says so; --preallocate reserves the space up front instead.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// RAID level: linear (alias concat), 0 (raid0), 1 (raid1), 10 (raid10), 5 (raid5),
@@ -50,6 +54,12 @@ pub struct Args {
     /// of in the background the first time the array is served.
     #[arg(long, conflicts_with = "assume_clean")]
     sync_now: bool,
+
+    /// Reserve the member files' blocks now (fallocate) instead of leaving them sparse, so a
+    /// full filesystem can never refuse the array's writes later. Refused before anything is
+    /// written when the filesystem has not the room. (A client's TRIM releases blocks again.)
+    #[arg(long)]
+    preallocate: bool,
 
     #[command(flatten)]
     bitmap: BitmapArgs,
@@ -123,7 +133,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
         ..defaults
     };
+    let files: Vec<String> = args.members.iter().chain(&args.spare).cloned().collect();
+    if args.preallocate {
+        crate::space::check_preallocation(&files)?;
+    }
     let superblocks = metadata::create(&members, &create_opts)?;
+    crate::space::after_create(&files, args.preallocate)?;
     if args.journal.journal.is_some() {
         let jsb = crate::journaled::add_journal(&members, &args.journal)?;
         println!(

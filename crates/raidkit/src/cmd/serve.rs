@@ -90,6 +90,11 @@ pub struct Args {
     #[arg(long, requires = "create")]
     assume_clean: bool,
 
+    /// With --create: reserve the member files' blocks now (fallocate) instead of leaving
+    /// them sparse, so a full filesystem never refuses the array's writes.
+    #[arg(long, requires = "create")]
+    preallocate: bool,
+
     #[command(flatten)]
     bitmap: super::create::BitmapArgs,
 
@@ -573,9 +578,13 @@ fn create(
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
         ..defaults
     };
+    let files: Vec<String> = args.members.iter().chain(&args.spare).cloned().collect();
+    if args.preallocate {
+        crate::space::check_preallocation(&files)?;
+    }
     metadata::create(members, &opts)
         .with_context(|| format!("creating {level} array \"{name}\""))?;
-    Ok(())
+    crate::space::after_create(&files, args.preallocate)
 }
 
 async fn serve(

@@ -16,6 +16,12 @@
 //! at a time applies the oldest record, which lets the journal checkpoint (docs/DESIGN.md,
 //! "Bounds and no deadlock").
 //!
+//! When the array refuses an apply for lack of space (its members' filesystem is full), the
+//! extents stay buffered and their records in the journal: appliers try again every
+//! [`NO_SPACE_RETRY`], a client write that would have to wait for buffer space fails with
+//! `StorageFull` instead, and a drain (trim, close) fails the same way, leaving the records for
+//! the next start's replay.
+//!
 //! Locks, in order: `order` (serialises submits so buffer order = sequence order) → `buf` →
 //! the journal's own lock. Appliers take only `buf` and then the journal's lock, and hold
 //! neither while writing, so they always make progress.
@@ -24,6 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::format::Record;
 use crate::writer::Journal;
@@ -74,7 +81,14 @@ struct Buffer {
     forced: bool,
     shutdown: bool,
     failed: Option<String>,
+    /// The array refused the last apply for lack of space (ENOSPC, EDQUOT): the extents stay
+    /// buffered (their records stay in the journal) and appliers wait until this instant
+    /// before trying again; the error says what happened. Cleared by a successful apply.
+    no_space: Option<(Instant, String)>,
 }
+
+/// After the array refused an apply for lack of space, appliers try again this much later.
+pub const NO_SPACE_RETRY: Duration = Duration::from_secs(1);
 
 struct Shared {
     journal: Arc<Journal>,
@@ -267,6 +281,10 @@ impl Shared {
             let _order = lock(&self.order);
             let mut b = lock(&self.buf);
             while b.bytes > 0 && b.bytes + len > self.buffer_max && b.failed.is_none() {
+                // The buffer drains only once the array has space again: refuse, not hang.
+                if let Some((_, reason)) = &b.no_space {
+                    return Err(self.no_space_error(reason, b.bytes));
+                }
                 self.cond.notify_all();
                 b = self.cond.wait(b).unwrap_or_else(|p| p.into_inner());
             }
@@ -331,6 +349,9 @@ impl Shared {
         let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let mut b = lock(&self.buf);
         while (b.bytes > 0 || !b.in_flight.is_empty()) && b.failed.is_none() {
+            if let (Some((_, reason)), true) = (&b.no_space, b.in_flight.is_empty()) {
+                return Err(self.no_space_error(reason, b.bytes));
+            }
             self.cond.notify_all();
             b = self.cond.wait(b).unwrap_or_else(|p| p.into_inner());
         }
@@ -341,13 +362,40 @@ impl Shared {
         Ok(gate)
     }
 
+    /// "No space" for a client request while applies are refused for lack of space.
+    fn no_space_error(&self, reason: &str, buffered: u64) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "write-back journal {}: {buffered} bytes wait to be applied to the array, \
+                 whose members are out of space ({reason}); they stay in the journal and are \
+                 applied once space is freed (or at the next start)",
+                self.journal.name()
+            ),
+        )
+    }
+
     fn apply_loop(&self) {
         loop {
             let batch = {
                 let mut b = lock(&self.buf);
                 loop {
-                    if b.failed.is_some() || (b.shutdown && b.extents.is_empty()) {
+                    // Shutting down while out of space: the records stay in the journal.
+                    let give_up = b.shutdown && b.no_space.is_some();
+                    if b.failed.is_some() || (b.shutdown && b.extents.is_empty()) || give_up {
                         return;
+                    }
+                    if let Some(wait) = b
+                        .no_space
+                        .as_ref()
+                        .and_then(|(at, _)| at.checked_duration_since(Instant::now()))
+                    {
+                        b = self
+                            .cond
+                            .wait_timeout(b, wait)
+                            .map(|(g, _)| g)
+                            .unwrap_or_else(|p| p.into_inner().0);
+                        continue;
                     }
                     if let Some(batch) = self.take_batch(&mut b) {
                         break batch;
@@ -371,7 +419,14 @@ impl Shared {
                 b.forced = false;
             }
             match result {
-                Ok(()) => self.retire(&mut b, &batch.parts),
+                Ok(()) => {
+                    b.no_space = None;
+                    self.retire(&mut b, &batch.parts);
+                }
+                // Not a failure of the array: keep the extents, try again later.
+                Err(e) if engine::is_no_space(&e) => {
+                    b.no_space = Some((Instant::now() + NO_SPACE_RETRY, e.to_string()));
+                }
                 Err(e) => b.failed = Some(e.to_string()),
             }
             self.cond.notify_all();

@@ -1,0 +1,189 @@
+//! A write-back journal whose array runs out of space (the members' filesystem is full): the
+//! applier keeps the records instead of failing the array, a client write that would wait for
+//! buffer space fails with `StorageFull`, everything acknowledged is applied once space is
+//! back, and a close while still full leaves the records for the next start's replay.
+
+use std::io::{self, ErrorKind};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use engine::{Array, ArrayConfig, Level, MemberHealth};
+use journal::{format, read_superblock, recover, Backing, Journal, Mode, WriteBack};
+use member::{FaultControl, FaultRule, FaultyMember, MemMember, Member};
+
+const CHUNK: u64 = 16 << 10;
+const MEMBER_BYTES: u64 = 1 << 20;
+const JOURNAL_BYTES: u64 = (4 << 20) + 8192;
+const BUFFER_BYTES: u64 = 256 << 10;
+
+struct ArrayBacking(Arc<Array>);
+
+impl Backing for ArrayBacking {
+    fn size(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn stripe_bytes(&self) -> u64 {
+        journal::array_stripe_bytes(&self.0)
+    }
+    fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
+        journal::array_logged_bytes_bound(&self.0, offset, len)
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        Ok(self.0.read(offset, buf)?)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        Ok(self.0.write(offset, data)?)
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(self.0.flush()?)
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        Ok(self.0.trim(offset, len)?)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        Ok(self.0.write_zeroes(offset, len)?)
+    }
+}
+
+struct Rig {
+    controls: Vec<FaultControl>,
+    members: Vec<Arc<dyn Member>>,
+    journal_member: Arc<dyn Member>,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let mut controls = Vec::new();
+        let members = (0..4)
+            .map(|i| {
+                let inner = Arc::new(MemMember::new(&format!("m{i}"), MEMBER_BYTES).unwrap());
+                let f = FaultyMember::new(inner);
+                controls.push(f.control());
+                Arc::new(f) as Arc<dyn Member>
+            })
+            .collect();
+        let journal_member = Arc::new(MemMember::new("journal", JOURNAL_BYTES).unwrap());
+        Rig {
+            controls,
+            members,
+            journal_member,
+        }
+    }
+
+    fn array(&self) -> Arc<Array> {
+        let config = ArrayConfig {
+            level: Level::Raid5,
+            chunk_bytes: CHUNK,
+            member_count: 4,
+            member_data_bytes: vec![MEMBER_BYTES; 4],
+        };
+        let members = self.members.iter().cloned().map(Some).collect();
+        Arc::new(Array::new(config, members).unwrap())
+    }
+
+    /// Starts the write-back cache over `a`; `fresh` formats the journal first.
+    fn write_back(&self, a: &Arc<Array>, fresh: bool) -> WriteBack {
+        let jm = &self.journal_member;
+        let sb = match fresh {
+            true => format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap(),
+            false => read_superblock(jm.as_ref()).unwrap(),
+        };
+        let backing = ArrayBacking(Arc::clone(a));
+        let summary = recover(jm.as_ref(), &sb, a, Some(&backing)).unwrap();
+        let weak: Weak<Array> = Arc::downgrade(a);
+        let flusher: journal::Flusher = Arc::new(move || match weak.upgrade() {
+            Some(a) => a.flush().map_err(io::Error::from),
+            None => Ok(()),
+        });
+        let j = Journal::start(Arc::clone(jm), sb, &summary, flusher).unwrap();
+        WriteBack::start(j, Arc::new(backing), BUFFER_BYTES).unwrap()
+    }
+
+    fn fill(&self) {
+        for role in [1, 2] {
+            self.controls[role].fail_writes_as(FaultRule::Always, ErrorKind::StorageFull);
+        }
+    }
+
+    fn heal(&self) {
+        self.controls.iter().for_each(FaultControl::heal);
+    }
+}
+
+fn data(tag: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| tag.wrapping_mul(31) ^ (i as u8)).collect()
+}
+
+/// Writes 64 KiB blocks through `wb` until one is refused; returns the model of what was
+/// acknowledged and the count.
+fn write_until_refused(wb: &WriteBack, model: &mut [u8]) -> usize {
+    let block = 64 << 10;
+    for i in 0..(model.len() / block) {
+        let bytes = data(i as u8 + 1, block);
+        match wb.write((i * block) as u64, &bytes) {
+            Ok(()) => model[i * block..(i + 1) * block].copy_from_slice(&bytes),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::StorageFull, "{e}");
+                assert!(e.to_string().contains("out of space"), "{e}");
+                return i;
+            }
+        }
+    }
+    panic!("no write was refused although the array is out of space");
+}
+
+#[test]
+fn write_back_keeps_records_while_the_array_is_out_of_space() {
+    let rig = Rig::new();
+    let a = rig.array();
+    let wb = rig.write_back(&a, true);
+    let mut model = vec![0u8; a.size_bytes() as usize];
+    rig.fill();
+    let acked = write_until_refused(&wb, &mut model);
+    assert!(acked > 0, "writes into the journal were acknowledged first");
+    assert!(wb.flush().is_ok(), "the journal itself has not failed");
+    let mut got = vec![0u8; model.len()];
+    wb.read(0, &mut got).unwrap();
+    assert!(got == model, "acknowledged writes read back while waiting");
+    assert_eq!(a.health_snapshot(), vec![MemberHealth::InSync; 4]);
+    rig.heal();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while wb.buffered_bytes() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "never applied after space came back"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wb.write(0, &data(200, 4096)).unwrap();
+    model[..4096].copy_from_slice(&data(200, 4096));
+    wb.close().unwrap();
+    while let Some(r) = a.resync_next_unsynced() {
+        r.unwrap();
+    }
+    a.read(0, &mut got).unwrap();
+    assert!(got == model, "the array holds every acknowledged write");
+    assert!(a.check().unwrap().is_consistent());
+}
+
+#[test]
+fn a_close_while_out_of_space_leaves_the_records_for_replay() {
+    let rig = Rig::new();
+    let a = rig.array();
+    let wb = rig.write_back(&a, true);
+    let mut model = vec![0u8; a.size_bytes() as usize];
+    rig.fill();
+    write_until_refused(&wb, &mut model);
+    let e = wb.close().expect_err("the buffer cannot be drained");
+    assert_eq!(e.kind(), ErrorKind::StorageFull, "{e}");
+    drop(wb);
+    drop(a);
+    // The next start, with space: replay applies what was acknowledged.
+    rig.heal();
+    let a = rig.array();
+    let wb = rig.write_back(&a, false);
+    wb.close().unwrap();
+    let mut got = vec![0u8; model.len()];
+    a.read(0, &mut got).unwrap();
+    assert!(got == model, "replay restored every acknowledged write");
+}

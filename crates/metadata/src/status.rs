@@ -112,9 +112,19 @@ impl std::fmt::Display for FilesystemStatus {
         };
         write!(
             f,
-            "filesystem {}{kind}: {} bytes free of {}",
-            self.mount_point, self.free_bytes, self.size_bytes
+            "filesystem {}{kind}: {} free of {}",
+            self.mount_point,
+            mib(self.free_bytes),
+            mib(self.size_bytes)
         )
+    }
+}
+
+/// 104857600 → "100.0 MiB" (one decimal; small sizes in bytes).
+fn mib(bytes: u64) -> String {
+    match bytes {
+        0..=1023 => format!("{bytes} B"),
+        _ => format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64),
     }
 }
 

@@ -409,32 +409,47 @@ impl VolumeCore {
 
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError> {
         let _gate = self.begin_write()?;
-        let intent = self.intend(offset, buf.len() as u64)?;
+        let intent = self
+            .intend(offset, buf.len() as u64)
+            .inspect_err(|e| self.note_no_space(e))?;
         let result = self.array.write(offset, buf);
         drop(intent);
         self.settle()?;
-        self.note_no_space(&result);
-        Ok(result?)
+        let result = result.map_err(VolumeError::from);
+        if let Err(e) = &result {
+            self.note_no_space(e);
+        }
+        result
     }
 
     pub fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         let _gate = self.begin_write()?;
-        let intent = self.intend(offset, len)?;
+        let intent = self
+            .intend(offset, len)
+            .inspect_err(|e| self.note_no_space(e))?;
         let result = self.array.trim(offset, len);
         drop(intent);
         self.settle()?;
-        self.note_no_space(&result);
-        Ok(result?)
+        let result = result.map_err(VolumeError::from);
+        if let Err(e) = &result {
+            self.note_no_space(e);
+        }
+        result
     }
 
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         let _gate = self.begin_write()?;
-        let intent = self.intend(offset, len)?;
+        let intent = self
+            .intend(offset, len)
+            .inspect_err(|e| self.note_no_space(e))?;
         let result = self.array.write_zeroes(offset, len);
         drop(intent);
         self.settle()?;
-        self.note_no_space(&result);
-        Ok(result?)
+        let result = result.map_err(VolumeError::from);
+        if let Err(e) = &result {
+            self.note_no_space(e);
+        }
+        result
     }
 
     pub fn flush(&self) -> Result<(), VolumeError> {
@@ -538,12 +553,10 @@ impl VolumeCore {
         }
     }
 
-    /// A write refused for lack of space: counted, and told to the operator (rate-limited)
-    /// with the member and the filesystem that is full.
-    fn note_no_space(&self, result: &Result<(), engine::IoError>) {
-        let Err(e @ engine::IoError::Member { role, .. }) = result else {
-            return;
-        };
+    /// A write refused for lack of space (by a member's data area, or its bitmap or superblock
+    /// area): told to the operator, rate-limited, with the member and the filesystem that is
+    /// full.
+    fn note_no_space(&self, e: &VolumeError) {
         if !e.is_no_space() {
             return;
         }
@@ -561,18 +574,23 @@ impl VolumeCore {
         let refused = std::mem::take(&mut noted.1);
         noted.0 = Some(std::time::Instant::now());
         drop(noted);
-        let name = self.lock_meta().roles[*role]
-            .as_ref()
-            .map(|h| h.whole.name().to_string())
-            .unwrap_or_default();
+        let name = match e {
+            VolumeError::Array(engine::IoError::Member { role, .. }) => self.lock_meta().roles
+                [*role]
+                .as_ref()
+                .map(|h| h.whole.name().to_string())
+                .unwrap_or_default(),
+            VolumeError::Superblock { name, .. } => name.clone(),
+            _ => String::new(),
+        };
         let place = crate::status::FilesystemStatus::of_member(&name)
             .map(|fs| format!(" ({fs})"))
             .unwrap_or_default();
         self.notice(&format!(
-            "array \"{}\": member {name} (role {role}) is out of space{place}: {refused} \
-             write(s) refused with \"no space left on device\" since the last notice; no member \
-             was failed. Free space there (or raise the quota) and writes succeed again; the \
-             stripes those writes left half-written are then resynced",
+            "array \"{}\": member {name} is out of space{place}: {refused} write(s) refused \
+             with \"no space left on device\" since the last notice; no member was failed. Free \
+             space there (or raise the quota) and writes succeed again; the stripes those writes \
+             left half-written are then resynced",
             self.name
         ));
     }

@@ -144,3 +144,46 @@ fn a_close_while_still_full_leaves_the_array_to_resync() {
     v.resync().unwrap();
     assert!(v.array().check().unwrap().is_consistent());
 }
+
+#[test]
+fn a_bitmap_bit_refused_for_lack_of_space_fails_the_write_not_the_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "nb", "raid1", 2);
+    let faulty: Vec<FaultyMember> = open_all(&paths)
+        .into_iter()
+        .map(FaultyMember::new)
+        .collect();
+    let controls: Vec<_> = faulty.iter().map(|f| f.control()).collect();
+    let members: Vec<Arc<dyn Member>> = faulty.into_iter().map(|f| Arc::new(f) as _).collect();
+    let v = assemble(members, &AssembleOptions::default()).unwrap();
+    v.write(0, &pattern(4096, 1)).unwrap(); // the dirty mark is written
+    let notices = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = Arc::clone(&notices);
+    v.set_notice_hook(Box::new(move |line| {
+        sink.lock().unwrap().push(line.to_string())
+    }));
+    // Once the region's bit is clear again, member 1 refuses every write, its bitmap block
+    // included: the next write must set the bit first, and that is what fails.
+    v.set_bitmap_idle(std::time::Duration::from_millis(100));
+    assert!(wait_for(30, || v.bitmap_status().unwrap().dirty_regions == 0));
+    controls[1].fail_writes_as(FaultRule::Always, ErrorKind::StorageFull);
+    let e = v.write(0, &pattern(4096, 2));
+    let status = v.status();
+    assert!(
+        status
+            .members
+            .iter()
+            .all(|m| m.state == MemberState::Active),
+        "{status:?}"
+    );
+    let e = e.expect_err("member 1 refuses every write");
+    assert!(e.is_no_space(), "{e}");
+    assert!(
+        matches!(e, metadata::VolumeError::Superblock { .. }),
+        "the bitmap write is what fails: {e}"
+    );
+    assert_eq!(notices.lock().unwrap().len(), 1);
+    assert!(notices.lock().unwrap()[0].contains(&paths[1].display().to_string()));
+    controls[1].heal();
+    v.write(0, &pattern(4096, 3)).unwrap();
+}

@@ -11,6 +11,12 @@ as environment-dependent) and puts the member files on it.
   written again and more after them, the half-written stripes are resynced (status goes back
   to zero unsynced bytes), every acknowledged block reads back, a scrub finds 0 mismatches,
   and the server stops cleanly.
+- ``test_full_filesystem_under_a_write_back_journal``: the same array with a write-back
+  journal on another filesystem. Writes are acknowledged from the journal past the point where
+  the members' filesystem is full; the appliers are refused, the journal keeps the records, and
+  only when its buffer is full is the client refused (``ENOSPC``). The server is stopped while
+  still full (it cannot drain: not a clean exit), space is freed, the restart replays the
+  journal, and every acknowledged block reads back; scrub finds 0 mismatches.
 - ``test_create_preallocate``: ``create --preallocate`` reserves every member file's blocks
   (``st_blocks``); when the filesystem cannot hold them it refuses before writing anything.
 """
@@ -71,13 +77,16 @@ def status(admin):
 
 
 class Serve:
-    def __init__(self, workdir, members):
+    def __init__(self, workdir, members, extra=(), log_name="serve.log"):
         self.dir = Path(workdir)
         self.sock = self.dir / "nbd.sock"
         self.admin = self.dir / "admin.sock"
-        self.log_path = self.dir / "serve.log"
+        self.log_path = self.dir / log_name
+        for p in (self.sock, self.admin):
+            if p.exists():
+                p.unlink()
         cmd = [RAIDKIT_BIN, "serve", "--unix", str(self.sock), "--admin", str(self.admin),
-               *map(str, members)]
+               *extra, *map(str, members)]
         log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
                                      stdin=subprocess.DEVNULL)
@@ -99,10 +108,12 @@ class Serve:
     def log(self):
         return self.log_path.read_text()
 
-    def stop(self):
+    def stop(self, expect_ok=True):
         self.proc.terminate()
         code = self.proc.wait(timeout=60)
-        assert code == 0, f"serve exited {code}\n{self.log()}"
+        if expect_ok:
+            assert code == 0, f"serve exited {code}\n{self.log()}"
+        return code
 
 
 def wait_until(what, cond, timeout=60):
@@ -192,3 +203,65 @@ def test_create_preallocate(tmp_path, tmpfs):
     assert "--preallocate" in proc.stderr and str(fs) in proc.stderr, proc.stderr
     examine = run([RAIDKIT_BIN, "examine", str(big[0])], check=False)
     assert examine.returncode != 0, "a superblock was written although create was refused"
+
+
+def fill_until_refused(h, rng, size):
+    """Sequential 1 MiB writes from 0 until one fails; the failure must be ENOSPC. Returns the
+    acknowledged blocks (offset -> sha256) and the refused offset."""
+    acked = {}
+    offset = 0
+    while offset + BLOCK <= size:
+        data = rng.randbytes(BLOCK)
+        try:
+            h.pwrite(data, offset)
+        except nbd.Error as err:
+            assert no_space(err), f"write at {offset}: {err} (errno {err.errno})"
+            return acked, offset
+        acked[offset] = hashlib.sha256(data).digest()
+        offset += BLOCK
+    pytest.fail("the filesystem never filled up")
+
+
+def test_full_filesystem_under_a_write_back_journal(tmp_path, tmpfs):
+    rng = random.Random(f"{SEED}:no_space_journal")
+    fs = tmpfs(200)
+    filler = fs / "filler"
+    filler.write_bytes(os.urandom(100 * MIB))
+    members = [fs / f"m{i}.img" for i in range(4)]
+    journal = tmp_path / "journal.img"
+    run([RAIDKIT_BIN, "create", "--level", "5", "--size", "100M", "--chunk", "64K",
+         "--journal", str(journal), "--journal-size", "128M", "--journal-mode", "write-back",
+         *map(str, members)])
+    extra = ["--journal", str(journal)]
+    srv = Serve(tmp_path, members, extra)
+    try:
+        h = nbd.NBD()
+        h.connect_uri(srv.uri)
+        size = h.get_size()
+        acked, refused_at = fill_until_refused(h, rng, size)
+        s = status(srv.admin)
+        assert [m["state"] for m in s["members"]] == ["active"] * 4, s["members"]
+        assert s["journal"]["unapplied_bytes"] > 0, s["journal"]
+        member_bytes = sum(m.stat().st_blocks * 512 for m in members)
+        assert member_bytes < refused_at * 4 // 3, \
+            "the client was refused only once the journal's buffer was full"
+        h.shutdown()
+    finally:
+        code = srv.stop(expect_ok=False)
+    assert code != 0, "a server that could not apply its journal must not report a clean stop"
+    filler.unlink()
+    srv = Serve(tmp_path, members, extra, log_name="serve-2.log")
+    try:
+        h = nbd.NBD()
+        h.connect_uri(srv.uri)
+        for at, digest in sorted(acked.items()):
+            assert hashlib.sha256(h.pread(BLOCK, at)).digest() == digest, \
+                f"acknowledged block at {at} reads back wrong after the replay"
+        h.shutdown()
+        wait_until("the resync of half-written stripes",
+                   lambda: status(srv.admin)["unsynced_bytes"] == 0)
+        scrub = run([RAIDKIT_BIN, "scrub", "--admin", str(srv.admin), "--wait"],
+                    timeout=300).stdout
+        assert " 0 mismatches" in scrub, scrub
+    finally:
+        srv.stop()

@@ -53,6 +53,8 @@ pub struct Array {
     pub(crate) gather: Gather,
     /// Sync units a write refused for lack of space may have left inconsistent (`unsynced`).
     pub(crate) unsynced: crate::unsynced::Unsynced,
+    /// RAID 5/6: which stripes' parity may disagree with their data (during a sync).
+    pub(crate) trust: crate::trust::TrustSlot,
 }
 
 impl std::fmt::Debug for Array {
@@ -131,6 +133,7 @@ impl Array {
             scratch: ScratchPool::new(config.chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
             gather: Gather::new(),
             unsynced: Default::default(),
+            trust: crate::trust::TrustSlot::new(),
         })
     }
 

@@ -15,6 +15,9 @@
 //!   `finish_rebuild` (rebuild; [`RebuildPipeline`] overlaps one step's write with the next
 //!   step's reads), `start_replace` + `replace_step` + `finish_replace` (replace),
 //!   `sync_unit` with [`SyncMode`] (scrub, repair with RAID 6 single-member location, resync).
+//! - [`ParityTrust`]: set by `metadata` while an initial sync or resync is pending, it names
+//!   the RAID 5/6 stripes whose parity may disagree with their data; writes there regenerate
+//!   parity from the data (never read-modify-write), so they survive a member loss.
 //!
 //! Inside: `plain` serves linear/0/1/10, `raid56` serves RAID 5/6 (stripe plans choosing
 //! read-modify-write or reconstruct-write), `locks` is the bounded stripe-lock table, `io`
@@ -56,6 +59,7 @@ mod recover;
 mod scratch;
 mod scrub;
 mod state;
+mod trust;
 mod unsynced;
 mod write_log;
 
@@ -69,6 +73,7 @@ pub use rebuild_pipeline::RebuildPipeline;
 pub use scratch::SCRATCH_IDLE_MAX_BYTES_DEFAULT;
 pub use scrub::{SyncMode, UnitReport};
 pub use state::{is_no_space, FaultPolicy, FaultReason, FaultStats, MemberHealth};
+pub use trust::ParityTrust;
 pub use unsynced::UNSYNCED_RANGES_MAX;
 pub use write_log::{LogTicket, LoggedOp, WriteLog};
 

@@ -48,14 +48,12 @@ pub fn assemble(
         .filter_map(|s| members.iter().find(|m| m.name() == s.name).cloned())
         .collect();
     let own: Vec<_> = found.into_iter().map(|(_, sb)| sb).collect();
-    let volume = Volume::start(decided, members, own)?;
+    let volume = Volume::start(decided, members, own, opts)?;
     for member in stale {
         volume
             .re_add_stale(&member)
             .map_err(|e| AssembleError::Engine(format!("re-adding {}: {e}", member.name())))?;
     }
-    volume.set_fault_policy(opts.fault_policy);
-    volume.set_speed_limits(opts.speed_limits);
     for spare in &opts.spares {
         volume
             .add(Arc::clone(spare))

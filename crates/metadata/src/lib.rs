@@ -36,6 +36,7 @@ mod bitmap_volume;
 mod create;
 mod manage;
 mod plan;
+mod resync_trust;
 mod status;
 mod superblock;
 mod tasks;

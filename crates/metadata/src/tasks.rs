@@ -585,28 +585,22 @@ impl VolumeCore {
                 return Ok(());
             }
             let step = (pacer.step_bytes(self, chunk) / chunk).min(units - unit);
-            let mut synced = 0;
-            {
-                let _gate = self.begin_write()?;
-                for u in unit..unit + step {
-                    if full_from.is_some() && !self.unit_awaits_resync(u, full_from) {
-                        continue;
-                    }
-                    let found = self.array.sync_unit(u, SyncMode::Resync)?;
-                    self.report_data_changes(&found);
-                    synced += 1;
-                }
-            }
+            let (synced, reached) = self.resync_step(unit, unit + step, full_from)?;
             self.settle()?;
-            unit += step;
             done += synced;
             pacer.done(self, synced.max(1) * chunk);
+            // Published only now that every unit below `reached` is synced: writes trust the
+            // parity below it (see `resync_trust`).
             self.resync_progress
-                .store(unit * unit_bytes, std::sync::atomic::Ordering::Release);
-            self.lock_meta().resync_offset = Some(unit * unit_bytes);
+                .store(reached * unit_bytes, std::sync::atomic::Ordering::Release);
+            self.lock_meta().resync_offset = Some(reached * unit_bytes);
             self.report(kind, None, done * chunk, total.max(done) * chunk, &pacer);
-            unit = self.next_resync_unit(unit, units, full_from);
+            if reached < unit + step {
+                return Ok(()); // a member left: the resync waits for it to be in sync again
+            }
+            unit = self.next_resync_unit(reached, units, full_from);
         }
+        self.trust_synced_parity();
         let mut meta = self.lock_meta();
         meta.resync_offset = None;
         meta.resync_after_crash = false;
@@ -654,6 +648,31 @@ impl VolumeCore {
                 &pacer,
             );
         }
+    }
+
+    /// Resyncs the units of `[from, to)` that await it. Returns how many were synced and the
+    /// unit reached: `to`, or the first unit that could not be synced because a member left
+    /// meanwhile (it must not count as synced).
+    fn resync_step(
+        &self,
+        from: u64,
+        to: u64,
+        full_from: Option<u64>,
+    ) -> Result<(u64, u64), VolumeError> {
+        let _gate = self.begin_write()?;
+        let mut synced = 0;
+        for u in from..to {
+            if full_from.is_some() && !self.unit_awaits_resync(u, full_from) {
+                continue;
+            }
+            let found = self.array.sync_unit(u, SyncMode::Resync)?;
+            if !found.checked {
+                return Ok((synced, u));
+            }
+            self.report_data_changes(&found);
+            synced += 1;
+        }
+        Ok((synced, to))
     }
 
     /// Array bytes covered by one sync unit.

@@ -28,7 +28,7 @@ use member::{Member, Window};
 use uuid::Uuid;
 
 use crate::bitmap::{Bitmap, WriteIntent};
-use crate::plan::{AssembleError, Plan, StaleMember};
+use crate::plan::{AssembleError, AssembleOptions, Plan, StaleMember};
 use crate::superblock::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
 use crate::superblock::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
 use crate::tasks::Work;
@@ -214,6 +214,8 @@ pub struct VolumeCore {
     notice: RwLock<Option<NoticeHook>>,
     /// When the last "out of space" notice was given, and writes refused since.
     no_space_noted: Mutex<(Option<std::time::Instant>, u64)>,
+    /// This core (for hooks handed to the engine, which must not keep it alive).
+    pub(crate) this: std::sync::Weak<VolumeCore>,
 }
 
 /// See [`VolumeCore::set_data_changed_hook`].
@@ -233,6 +235,7 @@ impl Volume {
         mut plan: Plan,
         members: Vec<Arc<dyn Member>>,
         own: Vec<Superblock>,
+        opts: &AssembleOptions,
     ) -> Result<Volume, AssembleError> {
         assert_eq!(members.len(), own.len());
         let sb = &plan.superblock;
@@ -308,7 +311,8 @@ impl Volume {
             resync_after_crash: crashed,
             template,
         };
-        let core = Arc::new(VolumeCore {
+        let core = Arc::new_cyclic(|this| VolumeCore {
+            this: this.clone(),
             persisted_epoch: AtomicU64::new(array.state_epoch()),
             array,
             level: sb.level,
@@ -330,6 +334,12 @@ impl Volume {
             notice: RwLock::new(None),
             no_space_noted: Mutex::new((None, 0)),
         });
+        if let Some(progress) = resync_offset {
+            core.distrust_unsynced_parity(progress, resync_full_from);
+        }
+        // Before the worker starts: its first step already obeys the limits.
+        core.set_fault_policy(opts.fault_policy);
+        core.set_speed_limits(opts.speed_limits);
         let worker = crate::tasks::spawn(Arc::clone(&core));
         let clearer = core
             .bitmap
@@ -506,6 +516,7 @@ impl VolumeCore {
             let mut meta = self.lock_meta();
             if meta.resync_offset.is_none() && self.level.has_redundancy() {
                 meta.resync_offset = Some(0);
+                self.distrust_unsynced_parity(0, None);
             }
         }
         self.work.resume();

@@ -8,7 +8,10 @@
 //! - `DataOnly`: no parity member present (RAID 5 missing P): write the data alone.
 //!
 //! Healthy stripes take whichever of Rcw and Rmw reads fewer bytes (md's rule; ties go to
-//! Rcw). All plans of one request read in one parallel batch, compute, then write in one
+//! Rcw) — except stripes whose parity is untrusted (an initial sync or resync has not reached
+//! them, see `trust`): they never use Rmw, which would keep the old parity's error, but
+//! regenerate parity from all data over the range (Rcw, or Rebuild when a data member is
+//! missing). All plans of one request read in one parallel batch, compute, then write in one
 //! parallel batch, all under the request's stripe locks.
 
 use super::columns::{block_role, Columns};
@@ -41,8 +44,15 @@ struct StripeWrite<'p> {
 }
 
 /// `present`: readable members; `writable`: members every write must reach (a superset:
-/// members being rebuilt are written but not read).
-fn choose_mode(g: &Geometry, span: &StripeSpan, present: &[bool], writable: &[bool]) -> Mode {
+/// members being rebuilt are written but not read); `untrusted`: the stripe's parity may
+/// disagree with its data.
+fn choose_mode(
+    g: &Geometry,
+    span: &StripeSpan,
+    present: &[bool],
+    writable: &[bool],
+    untrusted: bool,
+) -> Mode {
     let k = g.data_per_stripe();
     let parity = k..k + g.level().parity_count();
     let parity_role = |b: usize| block_role(g, span.stripe, b);
@@ -57,15 +67,18 @@ fn choose_mode(g: &Geometry, span: &StripeSpan, present: &[bool], writable: &[bo
     if !span.chunks.iter().all(|c| present[c.role]) {
         return Mode::Rebuild;
     }
-    if parity_write_only {
-        // The old parity cannot be read, so it must be computed from all the data.
+    if parity_write_only || untrusted {
+        // The old parity cannot be read, or may be wrong (an Rmw would keep its error): it is
+        // computed from all the data. With a data member missing, its part is what the
+        // stripe's parity reconstructs — all that is known of it; the written bytes and the
+        // present data are then protected by parity consistent with them.
         return if data_all_readable {
             Mode::Rcw
         } else {
             Mode::Rebuild
         };
     }
-    if !(0..k).all(|i| present[g.data_role(span.stripe, i)]) {
+    if !data_all_readable {
         return Mode::Rmw;
     }
     let (lo, hi) = span.parity_range();
@@ -86,11 +99,20 @@ impl<'p> StripeWrite<'p> {
         span: StripeSpan,
         present: &[bool],
         writable: &[bool],
+        untrusted: bool,
     ) -> StripeWrite<'p> {
         let k = g.data_per_stripe();
         let (lo, hi) = span.parity_range();
         let width = (hi - lo) as usize;
-        let mode = choose_mode(g, &span, present, writable);
+        let mode = choose_mode(g, &span, present, writable, untrusted);
+        if untrusted {
+            assert_ne!(
+                mode,
+                Mode::Rmw,
+                "stripe {}: Rmw on untrusted parity",
+                span.stripe
+            );
+        }
         let mut blocks: Vec<Scratch<'p>> =
             (0..g.member_count()).map(|_| Scratch::empty()).collect();
         let mut columns = None;
@@ -270,9 +292,14 @@ impl Array {
         let _held = self.locks.lock(spans.iter().map(|s| s.stripe));
         let present = self.usable()?;
         let writable = self.writable_snapshot();
+        // Asked under the stripe locks: a sync step rewrites a stripe under its lock too.
+        let trust = self.trust.get();
         let mut plans: Vec<StripeWrite> = spans
             .into_iter()
-            .map(|span| StripeWrite::plan(g, &self.scratch, span, &present, &writable))
+            .map(|span| {
+                let untrusted = self.parity_untrusted(trust.as_ref(), span.stripe);
+                StripeWrite::plan(g, &self.scratch, span, &present, &writable, untrusted)
+            })
             .collect();
         let mut reads = Vec::new();
         for plan in plans.iter_mut() {

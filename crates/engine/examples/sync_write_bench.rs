@@ -58,7 +58,9 @@ fn main() {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                array.write((x % blocks) * BLOCK_BYTES, &buf).expect("write");
+                array
+                    .write((x % blocks) * BLOCK_BYTES, &buf)
+                    .expect("write");
             }
             let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(WRITES);
             println!("round {round} {name}: {us:.2} us per 4 KiB write");

@@ -93,10 +93,16 @@ impl Unsynced {
         true
     }
 
-    /// Takes the lowest unit out.
+    /// Takes the lowest unit out (under one lock: two callers never get the same unit, and
+    /// `None` means the set was empty).
     pub(crate) fn pop_first(&self) -> Option<u64> {
-        let first = *self.lock().first_key_value()?.0;
-        self.remove(first).then_some(first)
+        let mut ranges = self.lock();
+        let (start, end) = ranges.pop_first()?;
+        if start + 1 < end {
+            ranges.insert(start + 1, end);
+        }
+        self.store_count(&ranges);
+        Some(start)
     }
 
     fn store_count(&self, ranges: &BTreeMap<u64, u64>) {

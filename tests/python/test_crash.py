@@ -62,6 +62,8 @@ class AdminServer(Server):
             # The journal's periodic checkpoint (an array flush) counts as client activity, so
             # the resync would crawl at the default minimum rate: raise the minimum.
             extra += ["--journal", self.journal, "--speed-min", "200M"]
+            # tmp_path may be on tmpfs (Debian's /tmp); a kill -9 does not empty it.
+            extra += ["--allow-volatile-journal"]
             if not self.created:
                 extra += ["--journal-mode", self.journal_mode, "--journal-size", "64M"]
         return cmd[:at] + extra + cmd[at:]

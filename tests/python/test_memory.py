@@ -50,6 +50,8 @@ class BoundedServer(Server):
                 with open(self.journal, "wb") as f:
                     f.truncate(JOURNAL_BYTES)
             extra += ["--journal", self.journal, "--journal-mode", "write-back"]
+            # tmp_path may be on tmpfs (Debian's /tmp); nothing here cuts the power.
+            extra += ["--allow-volatile-journal"]
         return cmd[:at] + extra + cmd[at:]
 
     def peak_rss_bytes(self):

@@ -17,6 +17,8 @@
 //! - [`filesystem_of`], [`allocated_bytes`], [`preallocate`]: the filesystem under a file
 //!   member and how much of it a sparse member takes (for "filesystem full" reports and
 //!   `create --preallocate`).
+//! - [`volatile_storage`]: whether a member lives in RAM that a power loss empties (tmpfs,
+//!   ramfs, RAM disks, `mem:`), for the write-back journal's check.
 //! - [`open`] turns what the user typed (`mem:1G`, a path, an NBD URI) into an `Arc<dyn Member>`;
 //!   [`parse_size`] is the size parser (`K`, `M`, `G`, `T` suffixes, powers of 1024) shared with
 //!   the command line.
@@ -46,6 +48,7 @@ mod sim;
 mod size;
 mod space;
 mod sys;
+mod volatile;
 mod window;
 
 use std::path::Path;
@@ -63,6 +66,7 @@ pub use rng::SimRng;
 pub use sim::{SimMember, SECTOR_BYTES, SIM_MAX_BYTES};
 pub use size::{parse_size, SizeError};
 pub use space::{allocated_bytes, filesystem_of, preallocate, FilesystemSpace};
+pub use volatile::{volatile_storage, Volatile};
 pub use window::Window;
 
 /// A device an array is built from. See the crate docs for the contract.

@@ -1,4 +1,4 @@
-//! The only `unsafe` of this crate: Linux ioctls, fallocate, statvfs and vectored positional
+//! The only `unsafe` of this crate: Linux ioctls, fallocate, statvfs, statfs and vectored positional
 //! I/O on a raw file descriptor.
 //!
 //! Each call passes a valid, open descriptor borrowed from a `File` that outlives the call, and
@@ -229,4 +229,21 @@ pub fn statvfs(path: &std::path::Path) -> io::Result<(u64, u64)> {
     }
     let unit = st.f_frsize as u64;
     Ok((st.f_bavail as u64 * unit, st.f_blocks as u64 * unit))
+}
+
+/// The filesystem type of the filesystem holding `path` (statfs `f_type`, a `*_MAGIC` number of
+/// <linux/magic.h>).
+pub fn statfs_type(path: &std::path::Path) -> io::Result<i64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: an all-zero statfs is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is a NUL-terminated string and `st` a live local the call fills.
+    let rc = unsafe { libc::statfs(c_path.as_ptr(), &mut st) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
+    Ok(st.f_type as i64)
 }

@@ -18,9 +18,10 @@ use metadata::{ArrayState, JournalRef, Superblock, Volume, SUPERBLOCK_OFFSET};
 /// Journal options shared by `create` and `serve`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct JournalArgs {
-    /// Journal member (a file or block device on a fast device, e.g. under /dev/shm): at
-    /// create, a new journal is written to it; at serve, the array's journal is replayed from
-    /// it and used.
+    /// Journal member: a file or block device on a fast *durable* device (an SSD or NVMe with
+    /// power-loss protection, a battery-backed or persistent-memory device). At create, a new
+    /// journal is written to it; at serve, the array's journal is replayed from it and used.
+    /// Not tmpfs or a RAM disk: a power cut empties them (see --allow-volatile-journal).
     #[arg(long, value_name = "PATH")]
     pub journal: Option<String>,
 
@@ -37,6 +38,12 @@ pub struct JournalArgs {
     /// that were only in the journal are lost.
     #[arg(long)]
     pub force_journal_loss: bool,
+
+    /// Accept a write-back journal on RAM (tmpfs such as /dev/shm, ramfs, a RAM disk): a
+    /// power cut then loses every write it acknowledged that was not yet applied to the
+    /// members and flushed there. Refused without this flag; for tests and benchmarks.
+    #[arg(long)]
+    pub allow_volatile_journal: bool,
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
@@ -88,7 +95,17 @@ pub fn set_journal_ref(
     Ok(())
 }
 
-/// Writes a new journal for the array on `members` and records it in their superblocks.
+/// Before creating a journal (create, serve --create, journal add), before anything is
+/// written: [`check_storage`] of `--journal` in `--journal-mode`.
+pub fn check_new(args: &JournalArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.journal {
+        check_storage(path, args.journal_mode, args.allow_volatile_journal)?;
+    }
+    Ok(())
+}
+
+/// Writes a new journal for the array on `members` and records it in their superblocks
+/// (after [`check_new`]).
 pub fn add_journal(
     members: &[Arc<dyn Member>],
     args: &JournalArgs,
@@ -115,6 +132,46 @@ pub fn add_journal(
         }),
     )?;
     Ok(jsb)
+}
+
+/// Checks where a journal in `mode` would live: on RAM ([`member::volatile_storage`]) a
+/// write-back journal is refused unless `allow` (`--allow-volatile-journal`), with what it
+/// risks; a write-through one is started with a warning. Returns what makes it volatile.
+pub fn check_storage(
+    path: &str,
+    mode: Mode,
+    allow: bool,
+) -> anyhow::Result<Option<member::Volatile>> {
+    let volatile = member::volatile_storage(path)
+        .with_context(|| format!("cannot tell what storage journal {path} is on"))?;
+    let Some(what) = &volatile else {
+        return Ok(None);
+    };
+    match (mode, allow) {
+        (Mode::WriteBack, false) => bail!(
+            "write-back journal {path} is {what}: a power cut empties it, losing every write \
+             it acknowledged that was not yet applied to the members and flushed there by a \
+             checkpoint, and the array then starts only with --force-journal-loss. Put the journal on a fast durable device (an SSD \
+             or NVMe with power-loss protection, a battery-backed or persistent-memory \
+             device), or use --journal-mode write-through, or give --allow-volatile-journal \
+             to accept that loss (tests, benchmarks)"
+        ),
+        (Mode::WriteBack, true) => eprintln!(
+            "raidkit: warning: write-back journal {path} is {what} (--allow-volatile-journal): \
+             a power cut loses every write it acknowledged that was not yet applied to the \
+             members and flushed there by a checkpoint"
+        ),
+        (Mode::WriteThrough, _) => eprintln!(
+            "raidkit: warning: write-through journal {path} is {what}: a power cut empties it. \
+             On RAID 5/6 a FLUSH relies on the journal and the members are flushed only at its \
+             checkpoints (every 0.5 s), so writes flushed since the last checkpoint can be lost \
+             with it; and the next start must go without --journal (the array forgets the \
+             journal and resyncs), so stripes being written at the cut are repaired only by \
+             that resync: if a member is lost too, they may read back wrong (the write hole). \
+             Put the journal on a fast durable device"
+        ),
+    }
+    Ok(volatile)
 }
 
 fn mode_name(kind: u32) -> String {

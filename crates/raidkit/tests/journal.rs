@@ -134,6 +134,10 @@ fn workload(seed: u64, count: u64) -> (Vec<String>, Vec<String>) {
     (writes, reads)
 }
 
+/// The temporary directory may be a tmpfs (Debian's /tmp): these tests kill the process, not
+/// the power, so a journal there keeps what they check.
+const ALLOW_VOLATILE: &str = "--allow-volatile-journal";
+
 struct Array {
     dir: tempfile::TempDir,
     members: Vec<String>,
@@ -157,7 +161,7 @@ impl Array {
         ];
         if let Some(mode) = mode {
             args.extend(journal_args);
-            args.push(mode);
+            args.extend([mode, ALLOW_VOLATILE]);
         }
         args.extend(members.iter().map(String::as_str));
         let out = raidkit().args(&args).output().expect("create");
@@ -178,6 +182,9 @@ impl Array {
         let _ = std::fs::remove_file(&sock);
         let mut args = vec!["--unix".to_string(), sock.display().to_string()];
         args.extend(extra.iter().map(|s| s.to_string()));
+        if extra.contains(&"--journal") {
+            args.push(ALLOW_VOLATILE.to_string());
+        }
         args.extend(self.members.iter().cloned());
         args
     }
@@ -281,7 +288,8 @@ fn journal_add_and_remove_on_a_stopped_array() {
     }
     let a = Array::create(None);
     let j = a.journal.clone();
-    let mut add = vec!["journal", "add", "--mode", "write-back", "--size", "8M", &j];
+    let mut add = vec!["journal", "add", "--mode", "write-back", "--size", "8M"];
+    add.extend([ALLOW_VOLATILE, &j]);
     add.extend(a.members.iter().map(String::as_str));
     let out = raidkit().args(&add).output().expect("journal add");
     assert!(
@@ -406,4 +414,109 @@ fn status_shows_the_write_back_journal_and_the_cache() {
         &["read -P 7 0 64k".into(), "read -P 9 1M 8k".into()],
     );
     s.stop();
+}
+
+fn run_raidkit(args: &[&str]) -> (bool, String) {
+    let out = raidkit().args(args).output().expect("run raidkit");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// A write-back journal on tmpfs (/dev/shm) is refused by create, journal add, serve and serve
+/// --create unless --allow-volatile-journal is given, before anything is written; with the flag
+/// it works and `status` shows it volatile. A write-through one there is only warned about.
+#[test]
+fn a_write_back_journal_on_tmpfs_needs_allow_volatile_journal() {
+    let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm (tmpfs)");
+    let j = shm.path().join("journal").display().to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let members: Vec<String> = (0..4)
+        .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+        .collect();
+    let m: Vec<&str> = members.iter().map(String::as_str).collect();
+    let wb = [
+        "--journal",
+        &j,
+        "--journal-size",
+        "16M",
+        "--journal-mode",
+        "write-back",
+    ];
+    let create = [
+        &["create", "-l", "5", "-c", "64K", "-s", "32M"][..],
+        &wb,
+        &m,
+    ]
+    .concat();
+    let (ok, text) = run_raidkit(&create);
+    assert!(!ok, "created with a write-back journal on tmpfs: {text}");
+    let refusal = |text: &str| {
+        text.contains("is on tmpfs")
+            && text.contains("power cut")
+            && text.contains("--allow-volatile-journal")
+    };
+    assert!(refusal(&text), "{text}");
+    assert!(
+        !Path::new(&j).exists() && !Path::new(&members[0]).exists(),
+        "the refusal wrote something"
+    );
+    let (ok, text) =
+        run_raidkit(&[&["create", "-l", "5", "-c", "64K", "-s", "32M"][..], &m].concat());
+    assert!(ok, "{text}");
+    let add = ["journal", "add", "--mode", "write-back", "--size", "16M"];
+    let (ok, text) = run_raidkit(&[&add[..], &[&j], &m].concat());
+    assert!(!ok && refusal(&text), "{text}");
+    assert!(!Path::new(&j).exists(), "the refusal wrote the journal");
+    let (ok, text) = run_raidkit(&[&add[..], &["--allow-volatile-journal", &j], &m].concat());
+    assert!(ok && text.contains("warning: write-back journal"), "{text}");
+    // serve refuses it too (every start is checked: the flag is not recorded).
+    let sock = dir.path().join("nbd.sock").display().to_string();
+    let (ok, text) = run_raidkit(&[&["serve", "--unix", &sock, "--journal", &j][..], &m].concat());
+    assert!(!ok && refusal(&text), "{text}");
+    let admin = dir.path().join("admin.sock").display().to_string();
+    let log = dir.path().join("serve.log");
+    let args = [
+        &["--unix", &sock, "--admin", &admin, "--journal", &j][..],
+        &["--allow-volatile-journal"],
+        &m,
+    ]
+    .concat();
+    let server = Server::start(&args, &[], &log);
+    let (ok, text) = run_raidkit(&["status", "--admin", &admin, "--json"]);
+    assert!(ok, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON status");
+    assert_eq!(v["journal"]["volatile"], true, "{v}");
+    let reason = v["journal"]["volatile_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("tmpfs"), "{v}");
+    let (ok, text) = run_raidkit(&["status", "--admin", &admin]);
+    assert!(ok && text.contains("VOLATILE (on tmpfs"), "{text}");
+    server.stop();
+    // Removing it is never refused; a write-through journal there is a warning.
+    let (ok, text) = run_raidkit(&[&["journal", "remove", "--journal", &j][..], &m].concat());
+    assert!(ok, "{text}");
+    std::fs::remove_file(&j).expect("remove the old journal file");
+    let add = [
+        "journal",
+        "add",
+        "--mode",
+        "write-through",
+        "--size",
+        "16M",
+        &j,
+    ];
+    let (ok, text) = run_raidkit(&[&add[..], &m].concat());
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("warning: write-through journal") && text.contains("write hole"),
+        "{text}"
+    );
+    // serve --create checks before creating anything.
+    let j2 = shm.path().join("j2").display().to_string();
+    let wb2 = ["--journal", &j2, "--journal-mode", "write-back"];
+    let serve = [
+        "serve", "--unix", &sock, "--create", "-l", "1", "mem:16M", "mem:16M",
+    ];
+    let (ok, text) = run_raidkit(&[&serve[..], &wb2].concat());
+    assert!(!ok && refusal(&text) && !Path::new(&j2).exists(), "{text}");
 }

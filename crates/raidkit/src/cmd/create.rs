@@ -113,6 +113,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     metadata::validate_name(&args.name).map_err(anyhow::Error::msg)?;
+    crate::journaled::check_new(&args.journal)?;
     let opts = OpenOptions {
         create_size: args.size,
         read_only: false,

@@ -26,7 +26,12 @@ enum Action {
         /// Size of the journal file if it does not exist yet (default 256M).
         #[arg(long, value_name = "SIZE", value_parser = super::size_arg)]
         size: Option<u64>,
-        /// The journal member (a file or block device on a fast device).
+        /// Accept a write-back journal on RAM (tmpfs, ramfs, a RAM disk): a power cut loses
+        /// every write it acknowledged that was not yet flushed to the members.
+        #[arg(long)]
+        allow_volatile_journal: bool,
+        /// The journal member: a file or block device on a fast durable device (SSD, NVMe,
+        /// battery-backed or persistent memory), not tmpfs.
         #[arg(value_name = "PATH")]
         path: String,
         /// The array's members (any order).
@@ -61,16 +66,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Action::Add {
             mode,
             size,
+            allow_volatile_journal,
             path,
             members,
         } => {
-            let members = open_members(&members)?;
             let jargs = JournalArgs {
                 journal: Some(path.clone()),
                 journal_mode: mode,
                 journal_size: size,
                 force_journal_loss: false,
+                allow_volatile_journal,
             };
+            journaled::check_new(&jargs)?;
+            let members = open_members(&members)?;
             let jsb = journaled::add_journal(&members, &jargs)?;
             println!(
                 "raidkit: journal {} ({mode}) added on {path}",

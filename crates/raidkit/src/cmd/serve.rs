@@ -244,14 +244,19 @@ fn cached_export(
 }
 
 /// The journal's part of the admin status (field names are stable, like the rest; null
-/// without a journal).
-fn journal_section(status: Option<::journaled::JournalStatus>) -> serde_json::Value {
+/// without a journal). `volatile`: what makes the journal's storage lose its contents at a power cut.
+fn journal_section(
+    status: Option<::journaled::JournalStatus>,
+    volatile: Option<&member::Volatile>,
+) -> serde_json::Value {
     let Some(j) = status else {
         return serde_json::Value::Null;
     };
     serde_json::json!({
         "name": j.name,
         "mode": if j.write_back { "write-back" } else { "write-through" },
+        "volatile": volatile.is_some(),
+        "volatile_reason": volatile.map(ToString::to_string),
         "ring_bytes": j.stats.capacity_bytes,
         "used_bytes": j.stats.used_bytes,
         "write_back_record_bytes": j.stats.array_write_bytes,
@@ -261,6 +266,11 @@ fn journal_section(status: Option<::journaled::JournalStatus>) -> serde_json::Va
         "pressure_applies": j.stats.pressure_applies,
         "unapplied_bytes": j.unapplied_bytes,
     })
+}
+
+/// What makes the journal at `path` volatile (for the status; checked at start already).
+fn journal_volatile(path: &str) -> Option<member::Volatile> {
+    member::volatile_storage(path).ok().flatten()
 }
 
 /// The NBD server's identity and limits.
@@ -355,9 +365,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }),
         );
         let journaled = Arc::clone(&journaled);
+        let volatile = args.journal.journal.as_deref().and_then(journal_volatile);
         Arc::new(control.with_section(
             "journal",
-            Box::new(move || journal_section(journaled.status())),
+            Box::new(move || journal_section(journaled.status(), volatile.as_ref())),
         ))
     };
     let admin_control = admin.as_ref().map(|socket| (socket, control()));
@@ -496,6 +507,9 @@ type Opening = (Volume, bool, crate::journaled::Plan, Vec<String>);
 
 /// Opens and assembles (or creates) the array.
 fn open_volume(args: &Args) -> anyhow::Result<Opening> {
+    if args.create {
+        crate::journaled::check_new(&args.journal)?;
+    }
     let (mut members, left_out) = open_members(args, &args.members)?;
     let spares = open_members_all(args, &args.spare)?;
     if args.create {
@@ -528,6 +542,11 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
     };
     let journal_plan =
         crate::journaled::check_before_assembly(&args.journal, &members, args.read_only)?;
+    if let (crate::journaled::Plan::Use(jm, jsb), false) = (&journal_plan, args.create) {
+        // (serve --create checked it when writing the new journal)
+        let allow = args.journal.allow_volatile_journal;
+        crate::journaled::check_storage(jm.name(), jsb.mode, allow)?;
+    }
     let volume = metadata::assemble(members, &opts).context("assembling the array")?;
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");

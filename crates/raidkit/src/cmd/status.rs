@@ -64,6 +64,9 @@ pub struct JournalView {
     pub checkpoints: u64,
     pub pressure_applies: u64,
     pub unapplied_bytes: Option<u64>,
+    /// Its storage loses its contents at a power cut (tmpfs, a RAM disk), and why.
+    pub volatile: bool,
+    pub volatile_reason: Option<String>,
 }
 
 /// The read cache section of the status (`cache::CacheStats`).
@@ -254,6 +257,10 @@ fn journal_line(j: &JournalView) -> String {
     );
     if let Some(unapplied) = j.unapplied_bytes {
         line += &format!(", {} not yet on the members", human_bytes(unapplied));
+    }
+    if j.volatile {
+        let reason = j.volatile_reason.as_deref().unwrap_or("in RAM");
+        line += &format!(", VOLATILE ({reason}: a power cut empties it)");
     }
     line += &format!(", {} commits, {} checkpoints", j.commits, j.checkpoints);
     if j.pressure_applies > 0 {
@@ -455,14 +462,16 @@ mod tests {
         let json = r#"{"name":"demo","level":"raid5","health":"active","members":[],
           "journal":{"name":"/dev/shm/j","mode":"write-back","ring_bytes":268435456,
             "used_bytes":3145728,"commits":10,"checkpoints":2,"pressure_applies":0,
-            "unapplied_bytes":1048576},
+            "unapplied_bytes":1048576,"volatile":true,
+            "volatile_reason":"on tmpfs, a filesystem in RAM"},
           "cache":{"hits":3,"misses":1,"prefetch_hits":2,"allocated_bytes":2097152,
             "capacity_bytes":67108864}}"#;
         let text = render(&serde_json::from_str(json).unwrap());
         assert!(
             text.contains(
                 "journal /dev/shm/j (write-back): 3.0 MiB of 256.0 MiB in use, 1.0 MiB not yet \
-                 on the members, 10 commits, 2 checkpoints\n"
+                 on the members, VOLATILE (on tmpfs, a filesystem in RAM: a power cut \
+                 empties it), 10 commits, 2 checkpoints\n"
             ),
             "{text}"
         );
@@ -481,6 +490,7 @@ mod tests {
             text.contains("journal j (write-through): 0 B of 1.0 MiB in use, 0 commits"),
             "{text}"
         );
+        assert!(!text.contains("VOLATILE"), "{text}");
         assert!(text.contains("4 applies under ring pressure"), "{text}");
         assert!(text.contains("read cache: off"), "{text}");
     }

@@ -138,6 +138,14 @@ impl Array {
         MemberHealth::from_code(self.health[role].load(Ordering::Acquire))
     }
 
+    /// Counts a write to `role`'s member refused for lack of space outside the data path (its
+    /// bitmap or superblock area), so `fault_stats` shows it with the data-path ones.
+    pub fn count_no_space(&self, role: usize) {
+        self.faults[role]
+            .no_space_errors
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Error counters of `role`.
     pub fn fault_stats(&self, role: usize) -> FaultStats {
         let c = &self.faults[role];

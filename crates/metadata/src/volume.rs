@@ -653,6 +653,9 @@ impl VolumeCore {
             let reason = engine::FaultReason::WriteError(format!("bitmap: {}", e.source));
             // A lack of space fails the write (nothing was written), not the member.
             let no_space = engine::is_no_space(&e.source);
+            if no_space {
+                self.array.count_no_space(e.role);
+            }
             if no_space || tries > MAX_MEMBERS || !self.array.try_fail_member(e.role, reason) {
                 return Err(VolumeError::Superblock {
                     name: e.name,
@@ -760,7 +763,11 @@ impl VolumeCore {
             // A lack of space is not the member's fault: the request fails instead. The
             // member's superblock is then one event behind, which assembly accepts (margin),
             // and the next write of the superblocks writes the same events again.
-            let failed = !engine::is_no_space(&source)
+            let no_space = engine::is_no_space(&source);
+            if let (true, Some(r)) = (no_space, role) {
+                self.array.count_no_space(r);
+            }
+            let failed = !no_space
                 && role.is_some_and(|r| {
                     self.array
                         .try_fail_member(r, engine::FaultReason::WriteError(source.to_string()))

@@ -182,6 +182,9 @@ fn a_bitmap_bit_refused_for_lack_of_space_fails_the_write_not_the_member() {
         matches!(e, metadata::VolumeError::Superblock { .. }),
         "the bitmap write is what fails: {e}"
     );
+    let m = &status.members[1];
+    assert_eq!(m.no_space_errors, 1, "{m:?}");
+    assert!(m.filesystem.is_some(), "status names the filesystem: {m:?}");
     assert_eq!(notices.lock().unwrap().len(), 1);
     assert!(notices.lock().unwrap()[0].contains(&paths[1].display().to_string()));
     controls[1].heal();

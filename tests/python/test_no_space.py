@@ -4,7 +4,7 @@ Each test mounts its own small tmpfs (root is needed to mount; without it the te
 as environment-dependent) and puts the member files on it.
 
 - ``test_full_filesystem_is_not_a_dead_disk``: a RAID 5 of four 100 MiB sparse files on a
-  200 MiB tmpfs that also holds a 40 MiB filler file. ``create`` warns that the members can
+  200 MiB tmpfs, and on a loop-mounted 200 MiB ext4, that also holds a 40 MiB filler file. ``create`` warns that the members can
   outgrow the filesystem. A sequential write through NBD fills the filesystem: the client gets
   ``ENOSPC`` (not ``EIO``), no member is marked faulty, ``status`` names the full filesystem,
   the server log says which filesystem is full. The filler is deleted: the refused blocks are
@@ -47,16 +47,26 @@ BLOCK = 1 * MIB
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """A mount factory: ``tmpfs(size_mib)`` mounts a fresh tmpfs and returns its path."""
+    """A mount factory: ``tmpfs(size_mib, kind="tmpfs")`` mounts a fresh filesystem of that
+    size and returns its path: a tmpfs, or (``kind="ext4"``) ext4 on a loop-mounted image file
+    (delayed allocation: ENOSPC comes from the page-cache write, as on a real disk)."""
     mounted = []
 
-    def mount(size_mib):
+    def mount(size_mib, kind="tmpfs"):
         point = tmp_path / f"fs{len(mounted)}"
         point.mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}M", "tmpfs",
-                               str(point)], capture_output=True, text=True)
+        if kind == "tmpfs":
+            cmd = ["mount", "-t", "tmpfs", "-o", f"size={size_mib}M", "tmpfs", str(point)]
+        else:
+            skips.require_tools("mkfs.ext4", "losetup")
+            image = tmp_path / f"fs{len(mounted)}.ext4"
+            with open(image, "wb") as f:
+                f.truncate(size_mib * MIB)
+            run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)])
+            cmd = ["mount", "-o", "loop", str(image), str(point)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            skips.environment(f"cannot mount a tmpfs (root needed): {proc.stderr.strip()}")
+            skips.environment(f"cannot mount a {kind} (root needed): {proc.stderr.strip()}")
         mounted.append(point)
         return point
 
@@ -123,9 +133,10 @@ def wait_until(what, cond, timeout=60):
         time.sleep(0.2)
 
 
-def test_full_filesystem_is_not_a_dead_disk(tmp_path, tmpfs):
-    rng = random.Random(f"{SEED}:no_space")
-    fs = tmpfs(200)
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_full_filesystem_is_not_a_dead_disk(tmp_path, tmpfs, kind):
+    rng = random.Random(f"{SEED}:no_space:{kind}")
+    fs = tmpfs(200, kind)
     filler = fs / "filler"
     filler.write_bytes(os.urandom(40 * MIB))
     members = [fs / f"m{i}.img" for i in range(4)]

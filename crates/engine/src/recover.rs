@@ -121,7 +121,8 @@ impl Array {
     }
 
     /// Copies `[offset, offset+len)` of `role` onto its replacement (reconstructing what the
-    /// old member cannot read). False when the replacement is gone (a write to it failed).
+    /// old member cannot read). False when the replacement is gone (a write to it failed); an
+    /// error that is a lack of space keeps it (redo the step later).
     pub fn replace_step(&self, role: usize, offset: u64, len: u64) -> Result<bool, IoError> {
         assert!(offset + len <= self.geometry.member_data_bytes(role));
         self.recovering(|| self.replace_step_locked(role, offset, len))
@@ -144,6 +145,18 @@ impl Array {
             self.reconstruct(role, offset, &mut buf, &readable, false)?;
         }
         if let Err(e) = new.write_at(&buf, offset) {
+            if crate::is_no_space(&e) {
+                // The new member's filesystem is full: not its fault, and it missed no client
+                // write. The copy does not advance; the step is redone once there is space.
+                return Err(IoError::Member {
+                    role,
+                    name: new.name().to_string(),
+                    op: Op::Write,
+                    offset,
+                    len,
+                    source: e,
+                });
+            }
             self.drop_failed_replacement(role, &new, &e);
             return Ok(false);
         }

@@ -251,3 +251,36 @@ fn writes_to_half_written_stripes_survive_a_loss_before_their_resync() {
         });
     }
 }
+
+#[test]
+fn a_replace_onto_a_full_member_waits_for_space() {
+    let (_controls, array) = faulty_array(Level::Raid5, 4);
+    let mut model = vec![0u8; array.size_bytes() as usize];
+    Rng(11).fill(&mut model);
+    array.write(0, &model).unwrap();
+    let new = FaultyMember::new(Arc::new(MemMember::new("new", ROWS * CHUNK).unwrap()));
+    let control = new.control();
+    control.fail_writes_as(FaultRule::Always, ErrorKind::StorageFull);
+    array.start_replace(1, Arc::new(new)).unwrap();
+    let len = ROWS * CHUNK;
+    let e = array
+        .replace_step(1, 0, len)
+        .expect_err("the copy step is refused");
+    assert!(e.is_no_space(), "{e}");
+    assert!(
+        array.replacement(1).is_some(),
+        "a lack of space dropped the replacement"
+    );
+    control.heal();
+    assert!(array.replace_step(1, 0, len).unwrap());
+    let old = array.finish_replace(1).expect("replaced");
+    drop(old);
+    array.fail_member(0);
+    assert_reads(
+        &array,
+        &model,
+        0,
+        model.len() as u64,
+        "replaced after space came back",
+    );
+}

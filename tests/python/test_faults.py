@@ -78,10 +78,10 @@ LEVELS = {"1": (2, 1), "5": (3, 1), "10": (4, 1), "6": (4, 2)}
 # stall: the delay filter makes every write slower than --io-timeout (the first write after
 # start, the dirty mark, meets it); paused: the pause filter stops all requests mid-run.
 FAULTS = ("read-errors", "write-errors", "stall", "paused", "killed")
-# Longest client request allowed while members stall: one timeout per stalled member (the
-# engine meets two stalled members of one request one after the other: measured 4.4 s for
-# RAID 6 with two paused) plus scheduling slack.
-CLIENT_WAIT_SLACK_S = 2.5
+# Longest client request allowed while members stall: one timeout, however many members stall
+# (their deadlines run concurrently; before they did, RAID 6 with two paused members measured
+# 4.4 s, one timeout per stalled member), plus scheduling slack.
+CLIENT_WAIT_SLACK_S = 1.5
 
 
 class Nbdkit:
@@ -380,7 +380,7 @@ def test_member_fails_under_fio(tmp_path, members, arrays, level, fault):
     check_fio(out, f"fio while {fault} on roles {victims}")
     waited = max_completion_s(out)
     print(f"raid{level} {fault}: longest client request {waited:.2f} s")
-    assert waited <= IO_TIMEOUT_S * fail + CLIENT_WAIT_SLACK_S, \
+    assert waited <= IO_TIMEOUT_S + CLIENT_WAIT_SLACK_S, \
         f"a client request took {waited:.1f} s (timeout {IO_TIMEOUT_S} s)\n{out[-3000:]}"
     if fault == "read-errors":
         # Only reads fail: the verify pass reads enough to cross the threshold.

@@ -214,9 +214,11 @@ impl Array {
     }
 
     /// Runs a batch: operations on the same member in order. Members whose share is large
-    /// (at least the fan-out threshold, see [`Array::set_fanout_min_bytes`]) run in parallel on
-    /// scoped threads, the rest on the calling thread: for page-cache-speed members a thread
-    /// costs more than the copy it would overlap, while flushes and large transfers gain.
+    /// (at least the fan-out threshold, see [`Array::set_fanout_min_bytes`]) or that are remote
+    /// run in parallel on scoped threads, the rest on the calling thread: for page-cache-speed
+    /// members a thread costs more than the copy it would overlap, while flushes, large
+    /// transfers and network round trips gain. Remote members always fan out so that their
+    /// deadlines run concurrently: two stalled members cost one `io_timeout`, not two.
     /// Every group runs even after a failure (a write batch must reach every member it can);
     /// returns the first error.
     pub(crate) fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
@@ -230,7 +232,7 @@ impl Array {
             .into_iter()
             .filter(|g| !g.is_empty())
             .map(coalesce)
-            .partition(|g| group_cost(g) >= threshold);
+            .partition(|g| group_cost(g) >= threshold || self.is_remote(g[0].role()));
         if big.len() < 2 {
             return big
                 .into_iter()
@@ -263,6 +265,10 @@ impl Array {
     /// flushes.
     pub fn set_fanout_min_bytes(&self, bytes: u64) {
         self.fanout_min_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    fn is_remote(&self, role: usize) -> bool {
+        self.slot(role).0.is_some_and(|m| m.is_remote())
     }
 
     fn run_group(&self, group: Vec<MemOp<'_>>) -> Result<(), IoError> {

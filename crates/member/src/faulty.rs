@@ -279,6 +279,10 @@ impl Member for FaultyMember {
         self.inner.write_zeroes(offset, len)
     }
 
+    fn is_remote(&self) -> bool {
+        self.inner.is_remote()
+    }
+
     fn reconnect(&self) -> io::Result<()> {
         if self.control.lock().vanished {
             return Err(io::Error::new(

@@ -120,6 +120,12 @@ pub trait Member: Send + Sync + std::fmt::Debug {
             ),
         ))
     }
+    /// True for a member reached over a network (NBD): each request may wait up to its own
+    /// deadline, so the engine runs the requests of one batch to several remote members at
+    /// once (their deadlines run concurrently) rather than one after the other.
+    fn is_remote(&self) -> bool {
+        false
+    }
     /// True when the member has no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0

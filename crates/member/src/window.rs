@@ -113,6 +113,10 @@ impl Member for Window {
         self.inner.write_zeroes(self.offset_bytes + offset, len)
     }
 
+    fn is_remote(&self) -> bool {
+        self.inner.is_remote()
+    }
+
     fn reconnect(&self) -> io::Result<()> {
         self.inner.reconnect()
     }

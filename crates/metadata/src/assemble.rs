@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use member::Member;
 
+use crate::owner::{judge, Liveness, LEASE_SECS};
 use crate::plan::{plan, AssembleError, AssembleOptions};
 use crate::superblock::RoleState;
 use crate::{read_superblock, ReadSuperblockError, Volume};
@@ -38,6 +39,7 @@ pub fn assemble(
             }
         }
     }
+    check_owner(&found, opts)?;
     let decided = plan(&found, opts)?;
     // Members that were absent (recorded missing, not faulty) are re-added if the bitmap
     // bounds what they missed; a faulty one waits for the operator's `add`.
@@ -49,6 +51,9 @@ pub fn assemble(
         .collect();
     let own: Vec<_> = found.into_iter().map(|(_, sb)| sb).collect();
     let volume = Volume::start(decided, members, own, opts)?;
+    if let Some(me) = &opts.owner {
+        volume.claim_owner(me.owner_record(crate::now_secs(), LEASE_SECS));
+    }
     for member in stale {
         volume
             .re_add_stale(&member)
@@ -63,4 +68,35 @@ pub fn assemble(
             })?;
     }
     Ok(volume)
+}
+
+/// Refuses an array whose owner record (on any member) names another live process, unless
+/// `force_owner` and that owner is on another host. The most recently renewed record decides.
+fn check_owner(
+    found: &[(String, crate::Superblock)],
+    opts: &AssembleOptions,
+) -> Result<(), AssembleError> {
+    let Some(me) = &opts.owner else {
+        return Ok(());
+    };
+    let now_secs = crate::now_secs();
+    let live = found
+        .iter()
+        .filter_map(|(name, sb)| Some((name, sb, sb.owner.as_ref()?)))
+        .filter_map(|(name, sb, owner)| match judge(owner, me, now_secs) {
+            Liveness::Live { local } => Some((name, sb, owner, local)),
+            Liveness::ThisProcess | Liveness::Gone => None,
+        })
+        .max_by_key(|(_, _, owner, local)| (*local, owner.renewed_secs));
+    match live {
+        None => Ok(()),
+        Some((_, _, _, false)) if opts.force_owner => Ok(()),
+        Some((name, sb, owner, local)) => Err(AssembleError::Owned {
+            array: format!("\"{}\"", sb.name),
+            name: name.clone(),
+            owner: Box::new(owner.clone()),
+            local,
+            now_secs,
+        }),
+    }
 }

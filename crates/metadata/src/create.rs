@@ -404,6 +404,7 @@ fn build_superblocks(
         resync_offset_bytes: None,
         bitmap: None,
         journal: None,
+        owner: None,
         roles: roles.clone(),
     };
     (0..all.len()).map(make).collect()

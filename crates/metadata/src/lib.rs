@@ -34,7 +34,9 @@ mod assemble;
 mod bitmap;
 mod bitmap_volume;
 mod create;
+mod lease;
 mod manage;
+pub mod owner;
 mod plan;
 mod resync_trust;
 mod status;
@@ -53,16 +55,17 @@ pub use bitmap::{
 };
 pub use bitmap_volume::BitmapStatus;
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
+pub use lease::TakenOver;
 pub use plan::{plan, AssembleError, AssembleOptions, Plan, StaleMember};
 pub use status::{
     ArrayHealth, FaultPolicy, FilesystemStatus, MemberState, MemberStatus, MismatchLocation,
     ScrubReport, SpeedLimits, TaskKind, TaskStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
 };
 pub use superblock::{
-    checksum, level_code, validate_name, ArrayState, BitmapRef, JournalRef, Role, RoleEntry,
-    RoleState, Superblock, SuperblockError, DATA_OFFSET_DEFAULT, FEATURE_COMPAT_REPLACE,
-    FEATURE_COMPAT_RESYNC_OFFSET, FEATURE_INCOMPAT_BITMAP, FORMAT_VERSION, MAGIC, MAX_MEMBERS,
-    NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
+    checksum, level_code, validate_name, ArrayState, BitmapRef, JournalRef, Owner, Role, RoleEntry,
+    RoleState, Superblock, SuperblockError, DATA_OFFSET_DEFAULT, FEATURE_COMPAT_OWNER,
+    FEATURE_COMPAT_REPLACE, FEATURE_COMPAT_RESYNC_OFFSET, FEATURE_INCOMPAT_BITMAP, FORMAT_VERSION,
+    MAGIC, MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
 };
 pub use uuid::Uuid;
 pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeCore, VolumeError};

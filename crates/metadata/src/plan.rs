@@ -20,6 +20,14 @@ pub struct AssembleOptions {
     pub fault_policy: engine::FaultPolicy,
     /// Background (rebuild, resync, scrub) rate limits.
     pub speed_limits: crate::SpeedLimits,
+    /// Assemble for writing as this process: refuse an array another live process owns, then
+    /// record this one as its owner ([`crate::owner`]) until `release_owner`. `None`: neither
+    /// (read-only use, tests).
+    pub owner: Option<crate::owner::ThisHost>,
+    /// Take the array from an owner on another host that still looks alive (its lease has not
+    /// run out): the operator knows that host is gone. Never overrides a process that runs on
+    /// this host.
+    pub force_owner: bool,
 }
 
 /// A member left out because it missed writes.
@@ -101,6 +109,15 @@ pub enum AssembleError {
         name: String,
         reason: String,
     },
+    /// Another live process serves the array (its owner record on member `name`).
+    Owned {
+        array: String,
+        name: String,
+        owner: Box<crate::Owner>,
+        /// It runs on this host (seen in /proc), rather than presumed alive by its lease.
+        local: bool,
+        now_secs: u64,
+    },
 }
 
 impl fmt::Display for AssembleError {
@@ -145,6 +162,9 @@ impl fmt::Display for AssembleError {
             ),
             Engine(reason) => write!(f, "cannot start the array: {reason}"),
             Spare { name, reason } => write!(f, "spare {name}: {reason}"),
+            Owned { array, name, owner, local, now_secs } => {
+                describe_owned(f, array, name, owner, *local, *now_secs)
+            }
         }
     }
 }
@@ -157,6 +177,37 @@ impl std::error::Error for AssembleError {
             _ => None,
         }
     }
+}
+
+fn describe_owned(
+    f: &mut fmt::Formatter<'_>,
+    array: &str,
+    name: &str,
+    owner: &crate::Owner,
+    local: bool,
+    now_secs: u64,
+) -> fmt::Result {
+    let (pid, host) = (owner.pid, &owner.host_name);
+    let since = now_secs.saturating_sub(owner.since_secs);
+    write!(
+        f,
+        "array {array} is in use by raidkit pid {pid} on host {host} since {since} s ago \
+         (owner record on member {name}"
+    )?;
+    if local {
+        return write!(
+            f,
+            "; that process runs on this host): stop it first (SIGTERM closes the array cleanly)"
+        );
+    }
+    let renewed = now_secs.saturating_sub(owner.renewed_secs);
+    let left = crate::owner::lease_left_secs(owner, now_secs);
+    write!(
+        f,
+        ", lease renewed {renewed} s ago): stop that server first; if host {host} is down or \
+         cut off from the members, wait {left} s for its lease to run out, or start with \
+         --force-owner (two servers writing at once corrupt the array)"
+    )
 }
 
 fn describe_array(sb: &Superblock) -> String {

@@ -57,6 +57,18 @@ const OFF_RESYNC: usize = 240;
 const OFF_REPLACE: usize = 248;
 const OFF_ROLE_TABLE: usize = 256;
 const ROLE_ENTRY_BYTES: usize = 32;
+// The owner record (`feature_compat` bit 1), in bytes reserved before it: 2304..2440.
+const OFF_OWNER_HOST_ID: usize = 2304;
+const OFF_OWNER_BOOT_ID: usize = 2320;
+const OFF_OWNER_PID: usize = 2336;
+const OFF_OWNER_LEASE: usize = 2340;
+const OFF_OWNER_START_TICKS: usize = 2344;
+const OFF_OWNER_SINCE: usize = 2352;
+const OFF_OWNER_RENEWED: usize = 2360;
+const OFF_OWNER_PID_NS: usize = 2368;
+const OFF_OWNER_HOST_NAME: usize = 2376;
+/// Longest host name an owner record keeps, in bytes of UTF-8 (longer ones are cut).
+pub const OWNER_HOST_NAME_BYTES_MAX: usize = 64;
 const OFF_CHECKSUM: usize = SUPERBLOCK_BYTES - 4;
 
 /// `feature_incompat` bit: the array keeps a write-intent bitmap (bytes 192..216 say where).
@@ -67,6 +79,10 @@ pub const FEATURE_INCOMPAT_BITMAP: u64 = 1;
 pub const FEATURE_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_BITMAP;
 /// `feature_compat` bit: `resync_offset_bytes` (byte 240) is meaningful.
 pub const FEATURE_COMPAT_RESYNC_OFFSET: u64 = 1;
+/// `feature_compat` bit (bit 1): an owner record (bytes 2304..2440) names the process serving
+/// the array and its lease ([`Owner`]). A reader that ignores it assembles the array without
+/// the lease check, as raidkit did before the record existed.
+pub const FEATURE_COMPAT_OWNER: u64 = 1 << 1;
 /// `feature_compat` bit (bit 2): a replace is recorded — a spare role-table entry's
 /// `replacing` (entry bytes 25..32) and the replacement's own `replace_offset_bytes` (byte
 /// 248) are meaningful. A reader that ignores it sees the replacement as a plain spare, which
@@ -136,6 +152,33 @@ pub struct JournalRef {
     pub kind: u32,
 }
 
+/// The process that has the array assembled for writing, recorded on every member while it
+/// serves (docs/FORMAT.md "Owner record"; `crate::owner` judges whether it is still alive).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// `/etc/machine-id` of the owner's host (or a hash of its host name when there is none).
+    pub host_id: [u8; 16],
+    /// `/proc/sys/kernel/random/boot_id` of the owner's host when it took the array: a
+    /// different one on the same host means the host rebooted since (the owner is gone).
+    pub boot_id: [u8; 16],
+    /// The inode of the owner's pid namespace (`/proc/self/ns/pid`): its pid means something
+    /// only to a reader in the same namespace.
+    pub pid_namespace: u64,
+    pub pid: u32,
+    /// The owner process's start time, clock ticks after boot (`/proc/PID/stat` field 22):
+    /// tells a reused pid from the owner. 0: unknown.
+    pub start_ticks: u64,
+    /// The owner's host name, for messages (UTF-8, at most [`OWNER_HOST_NAME_BYTES_MAX`]).
+    pub host_name: String,
+    /// When the owner assembled the array, seconds since the Unix epoch (its clock).
+    pub since_secs: u64,
+    /// When the owner last renewed the lease (its clock).
+    pub renewed_secs: u64,
+    /// The lease: past `renewed_secs + lease_secs` without a renewal, the owner is presumed
+    /// gone. At least 1.
+    pub lease_secs: u32,
+}
+
 /// A decoded superblock. Every field is validated by [`Superblock::decode`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
@@ -173,6 +216,9 @@ pub struct Superblock {
     pub replace_offset_bytes: Option<u64>,
     pub bitmap: Option<BitmapRef>,
     pub journal: Option<JournalRef>,
+    /// The process serving the array, if one is (or was, and did not close it): present
+    /// exactly when `feature_compat` has [`FEATURE_COMPAT_OWNER`].
+    pub owner: Option<Owner>,
     /// `MAX_MEMBERS` slots; slot `r < member_count` describes role `r`.
     pub roles: Vec<RoleEntry>,
 }
@@ -325,6 +371,15 @@ impl Superblock {
         }
     }
 
+    /// Records `owner` (or none), with [`FEATURE_COMPAT_OWNER`] set exactly when there is one.
+    pub fn set_owner(&mut self, owner: Option<Owner>) {
+        match owner {
+            Some(_) => self.feature_compat |= FEATURE_COMPAT_OWNER,
+            None => self.feature_compat &= !FEATURE_COMPAT_OWNER,
+        }
+        self.owner = owner;
+    }
+
     /// Sets [`FEATURE_COMPAT_REPLACE`] exactly when a replace is recorded (a `replacing` entry
     /// or a `replace_offset_bytes`); call after changing either.
     pub fn sync_replace_feature(&mut self) {
@@ -437,6 +492,17 @@ impl Superblock {
             b.put(OFF_JOURNAL_UUID, journal.uuid.as_bytes());
             b.u32(OFF_JOURNAL_KIND, journal.kind);
         }
+        if let Some(owner) = &self.owner {
+            b.put(OFF_OWNER_HOST_ID, &owner.host_id);
+            b.put(OFF_OWNER_BOOT_ID, &owner.boot_id);
+            b.u32(OFF_OWNER_PID, owner.pid);
+            b.u32(OFF_OWNER_LEASE, owner.lease_secs);
+            b.u64(OFF_OWNER_START_TICKS, owner.start_ticks);
+            b.u64(OFF_OWNER_SINCE, owner.since_secs);
+            b.u64(OFF_OWNER_RENEWED, owner.renewed_secs);
+            b.u64(OFF_OWNER_PID_NS, owner.pid_namespace);
+            b.put(OFF_OWNER_HOST_NAME, owner.host_name.as_bytes());
+        }
     }
 
     /// Decodes and validates on-disk bytes.
@@ -519,6 +585,7 @@ impl Superblock {
             replace_offset_bytes: decode_replace_offset(bytes),
             bitmap: decode_bitmap(bytes),
             journal: decode_journal(bytes),
+            owner: decode_owner(bytes)?,
             roles: decode_roles(bytes)?,
         })
     }
@@ -604,7 +671,32 @@ impl Superblock {
         {
             return Err(field_err("resync_offset", "past the end of the array"));
         }
+        self.validate_owner()?;
         self.validate_replace()
+    }
+
+    fn validate_owner(&self) -> Result<(), SuperblockError> {
+        let has_bit = self.feature_compat & FEATURE_COMPAT_OWNER != 0;
+        if has_bit != self.owner.is_some() {
+            return Err(field_err(
+                "owner",
+                "present without its feature bit, or the bit without an owner",
+            ));
+        }
+        let Some(owner) = &self.owner else {
+            return Ok(());
+        };
+        if owner.lease_secs == 0 {
+            return Err(field_err("owner", "a lease of 0 seconds"));
+        }
+        let name = owner.host_name.as_bytes();
+        if name.len() > OWNER_HOST_NAME_BYTES_MAX || name.contains(&0) {
+            return Err(field_err(
+                "owner",
+                "a host name longer than 64 bytes or with a NUL",
+            ));
+        }
+        Ok(())
     }
 
     fn validate_replace(&self) -> Result<(), SuperblockError> {
@@ -754,6 +846,34 @@ fn decode_journal(bytes: &[u8; SUPERBLOCK_BYTES]) -> Option<JournalRef> {
         uuid: Uuid::from_bytes(get(bytes, OFF_JOURNAL_UUID)),
         kind,
     })
+}
+
+/// The owner record, when `feature_compat` bit 1 says there is one.
+fn decode_owner(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<Option<Owner>, SuperblockError> {
+    if get_u64(bytes, OFF_FEATURE_COMPAT) & FEATURE_COMPAT_OWNER == 0 {
+        return Ok(None);
+    }
+    let raw = &bytes[OFF_OWNER_HOST_NAME..OFF_OWNER_HOST_NAME + OWNER_HOST_NAME_BYTES_MAX];
+    let len = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
+    if raw[len..].iter().any(|&c| c != 0) {
+        return Err(field_err(
+            "owner",
+            "host name bytes after the terminating NUL",
+        ));
+    }
+    let host_name = String::from_utf8(raw[..len].to_vec())
+        .map_err(|_| field_err("owner", "host name not UTF-8"))?;
+    Ok(Some(Owner {
+        host_id: get(bytes, OFF_OWNER_HOST_ID),
+        boot_id: get(bytes, OFF_OWNER_BOOT_ID),
+        pid_namespace: get_u64(bytes, OFF_OWNER_PID_NS),
+        pid: get_u32(bytes, OFF_OWNER_PID),
+        start_ticks: get_u64(bytes, OFF_OWNER_START_TICKS),
+        host_name,
+        since_secs: get_u64(bytes, OFF_OWNER_SINCE),
+        renewed_secs: get_u64(bytes, OFF_OWNER_RENEWED),
+        lease_secs: get_u32(bytes, OFF_OWNER_LEASE),
+    }))
 }
 
 fn has_replace(bytes: &[u8; SUPERBLOCK_BYTES]) -> bool {

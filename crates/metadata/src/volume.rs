@@ -146,6 +146,8 @@ pub(crate) struct MetaState {
     /// Per role: a rebuild limited to these member ranges (a re-added member: the regions
     /// written while it was away), sorted and disjoint.
     pub partial_rebuild: Vec<Option<Vec<(u64, u64)>>>,
+    /// The owner record every superblock write carries (`crate::lease`); `None`: none.
+    pub owner: Option<crate::Owner>,
 }
 
 /// An assembled array. Thread-safe: every method takes `&self`. Dereferences to
@@ -310,6 +312,7 @@ impl Volume {
             resync_offset,
             resync_after_crash: crashed,
             template,
+            owner: None,
         };
         let core = Arc::new_cyclic(|this| VolumeCore {
             this: this.clone(),
@@ -716,6 +719,10 @@ impl VolumeCore {
         let table = self.role_table(meta);
         let health = self.array.health_snapshot();
         let (state, resync) = (meta.disk_state, meta.resync_offset);
+        let owner = meta.owner.clone().map(|mut o| {
+            o.renewed_secs = now;
+            o
+        });
         let mut targets: Vec<(Option<usize>, &mut Held)> = Vec::new();
         for (role, held) in meta.roles.iter_mut().enumerate() {
             if let (Some(held), true) = (held.as_mut(), health[role].writable()) {
@@ -731,6 +738,7 @@ impl VolumeCore {
             held.sb.roles = table.clone();
             held.sb.set_resync_offset(resync);
             held.sb.sync_replace_feature();
+            held.sb.set_owner(owner.clone());
         }
         // Every member's superblock is written and flushed in parallel (a flush is
         // milliseconds on real disks), then failures are judged.

@@ -49,7 +49,18 @@ struct SuperblockJson {
     replace_offset_bytes: Option<u64>,
     /// The write-intent bitmap: array bytes per bit, or null without one.
     bitmap_region_bytes: Option<u64>,
+    /// The process serving the array (or that did and did not stop cleanly), or null.
+    owner: Option<OwnerJson>,
     roles: Vec<RoleJson>,
+}
+
+#[derive(Debug, Serialize)]
+struct OwnerJson {
+    host_name: String,
+    pid: u32,
+    since_secs: u64,
+    renewed_secs: u64,
+    lease_secs: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -118,6 +129,13 @@ fn to_json(member: &str, sb: &Superblock) -> SuperblockJson {
         recovery_offset_bytes: sb.recovery_offset_bytes,
         replace_offset_bytes: sb.replace_offset_bytes,
         bitmap_region_bytes: sb.bitmap.map(|b| b.region_bytes),
+        owner: sb.owner.as_ref().map(|o| OwnerJson {
+            host_name: o.host_name.clone(),
+            pid: o.pid,
+            since_secs: o.since_secs,
+            renewed_secs: o.renewed_secs,
+            lease_secs: o.lease_secs,
+        }),
         roles,
     }
 }
@@ -177,6 +195,17 @@ fn render_text(j: &SuperblockJson) -> String {
     }
     if let Some(offset) = j.replace_offset_bytes {
         out += &format!("  {:<15} {}\n", "replaced to", bytes(offset));
+    }
+    if let Some(o) = &j.owner {
+        out += &format!(
+            "  {:<15} pid {} on host {} since {}, lease renewed {} for {} s\n",
+            "owner",
+            o.pid,
+            o.host_name,
+            date(o.since_secs),
+            date(o.renewed_secs),
+            o.lease_secs
+        );
     }
     for r in &j.roles {
         let replacing = match r.replacing {
@@ -247,6 +276,13 @@ mod tests {
             recovery_offset_bytes: Some(3 << 20),
             replace_offset_bytes: None,
             bitmap_region_bytes: Some(64 << 20),
+            owner: Some(OwnerJson {
+                host_name: "vm".into(),
+                pid: 42,
+                since_secs: 1795585227,
+                renewed_secs: 1795585228,
+                lease_secs: 30,
+            }),
             roles: vec![RoleJson {
                 role: 0,
                 member_uuid: "m".into(),
@@ -266,6 +302,8 @@ mod tests {
             "  bitmap          64.0 MiB per bit\n",
             "  rebuilt to      3145728 (3.0 MiB)\n",
             "  role 0          active m (9.0 MiB)\n",
+            "  owner           pid 42 on host vm since 2026-11-25T05:40:27Z, lease renewed \
+             2026-11-25T05:40:28Z for 30 s\n",
         ] {
             assert!(text.contains(needle), "{needle:?} in:\n{text}");
         }

@@ -168,6 +168,12 @@ pub struct Args {
     #[arg(long)]
     no_reconnect: bool,
 
+    /// Start even though the array's superblocks name another raidkit, on another host, whose
+    /// lease has not run out: you know that host is down or cut off from the members. (A
+    /// raidkit that runs on this host is never overridden: stop it.)
+    #[arg(long, conflicts_with = "read_only")]
+    force_owner: bool,
+
     /// Longest wait between two reconnect attempts of one member (the wait doubles from 1 s).
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     reconnect_interval_max: u64,
@@ -334,6 +340,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         start_resync(&volume);
     }
     let reconnector = start_reconnect(&args, &volume, left_out);
+    let lease = start_lease_renewal(&volume);
     let export_name = args
         .export
         .clone()
@@ -383,6 +390,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(reconnector) = reconnector {
         reconnector.stop();
     }
+    drop(lease);
     // Close even if serving failed: requests already answered must be flushed.
     // A write-back journal that could not be drained keeps the array dirty (not closed), so
     // the next start replays it.
@@ -394,6 +402,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Err(_) => Ok(()),
     };
     let journal_closed = crate::journaled::close(&journaled);
+    if closed.is_ok() {
+        volume.release_owner();
+    }
     served?;
     drained?;
     closed?;
@@ -474,6 +485,49 @@ fn start_reconnect(
     ))
 }
 
+/// Renews the array's owner lease every `LEASE_RENEW_INTERVAL` while it is served (see
+/// `metadata::owner`); stops when dropped. A process that finds the array taken over by
+/// another stops at once, writing nothing more: two writers would corrupt it.
+struct LeaseRenewal {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn start_lease_renewal(volume: &Arc<Volume>) -> LeaseRenewal {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let volume = Arc::clone(volume);
+    let renew = move || {
+        use std::sync::mpsc::RecvTimeoutError;
+        while volume.owner().is_some() {
+            match stopped.recv_timeout(metadata::owner::LEASE_RENEW_INTERVAL) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if let Err(taken) = volume.renew_owner() {
+                eprintln!(
+                    "raidkit: error: array \"{}\": {taken}; stopping now without writing \
+                     anything more",
+                    volume.name()
+                );
+                std::process::exit(3);
+            }
+        }
+    };
+    LeaseRenewal {
+        stop: Some(stop),
+        thread: Some(std::thread::spawn(renew)),
+    }
+}
+
+impl Drop for LeaseRenewal {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Opened members, and the remote ones left out.
 type Opened = (Vec<Arc<dyn Member>>, Vec<String>);
 
@@ -538,6 +592,9 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
         spares: if args.create { Vec::new() } else { blank },
         fault_policy: fault_policy(args),
         speed_limits: speed_limits(args)?,
+        // A read-only server writes nothing, so it neither claims the array nor is refused.
+        owner: (!args.read_only).then(metadata::owner::ThisHost::get),
+        force_owner: args.force_owner,
         ..AssembleOptions::default()
     };
     let journal_plan =

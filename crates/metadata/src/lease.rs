@@ -1,0 +1,135 @@
+//! The owner record on a running volume (see [`crate::owner`] for what it is and how a second
+//! assembly judges it): [`VolumeCore::claim_owner`] at assembly, [`VolumeCore::renew_owner`]
+//! every [`crate::owner::LEASE_RENEW_INTERVAL`] while serving, [`VolumeCore::release_owner`]
+//! at a clean stop.
+//!
+//! Every superblock write carries the owner (`MetaState::owner`). A claim, renewal or release
+//! rewrites each member's superblock as last written, with only the owner record changed:
+//! `events` is not bumped, so freshness is untouched (a member that missed a renewal is not
+//! stale), and the write holds the metadata mutex, so it never interleaves with a state change.
+//! Members whose last superblock write failed (their copy is not the array's current one) are
+//! left alone. These writes are not flushed: a renewal only has to be visible to other readers,
+//! and one lost to a crash leaves an older lease, which only looks more expired.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::superblock::{Owner, SUPERBLOCK_OFFSET};
+use crate::volume::{Held, MetaState, VolumeCore};
+
+/// Another process took the array over (a member's owner record names it, not this process):
+/// this one must stop writing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TakenOver {
+    pub member: String,
+    pub owner: Owner,
+}
+
+impl fmt::Display for TakenOver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "member {}: the array was taken over by raidkit pid {} on host {} (started with \
+             --force-owner, or after this process's lease ran out)",
+            self.member, self.owner.pid, self.owner.host_name
+        )
+    }
+}
+
+impl std::error::Error for TakenOver {}
+
+/// The same process: host, boot, namespace, pid and start time (not the lease times).
+fn same_owner(a: &Owner, b: &Owner) -> bool {
+    (a.host_id, a.boot_id, a.pid_namespace, a.pid, a.start_ticks)
+        == (b.host_id, b.boot_id, b.pid_namespace, b.pid, b.start_ticks)
+}
+
+impl VolumeCore {
+    /// Records `owner` on every member (whatever record was there: assembly judged it gone).
+    pub fn claim_owner(&self, owner: Owner) {
+        let mut meta = self.lock_meta();
+        meta.owner = Some(owner);
+        self.rewrite_owner(&mut meta, |_| true);
+    }
+
+    /// Renews the lease on every member. Refuses, writing nothing, when a member's record
+    /// names another process: it took the array over.
+    pub fn renew_owner(&self) -> Result<(), TakenOver> {
+        let (mine, wholes) = {
+            let mut meta = self.lock_meta();
+            let Some(mine) = meta.owner.clone() else {
+                return Ok(());
+            };
+            let targets = self.owner_targets(&mut meta);
+            let wholes: Vec<_> = targets.iter().map(|h| Arc::clone(&h.whole)).collect();
+            (mine, wholes)
+        };
+        // Read without the metadata mutex: a slow remote member must not hold up state changes.
+        for whole in wholes {
+            let Ok(on_disk) = crate::read_superblock(whole.as_ref()) else {
+                continue; // an unreadable member is the data path's business
+            };
+            if let Some(theirs) = on_disk.owner.filter(|o| !same_owner(o, &mine)) {
+                return Err(TakenOver {
+                    member: whole.name().to_string(),
+                    owner: theirs,
+                });
+            }
+        }
+        let mut meta = self.lock_meta();
+        self.rewrite_owner(&mut meta, |_| true);
+        Ok(())
+    }
+
+    /// Clears the owner record (a clean stop), except on members another process has since
+    /// recorded itself on.
+    pub fn release_owner(&self) {
+        let mut meta = self.lock_meta();
+        let Some(mine) = meta.owner.take() else {
+            return;
+        };
+        self.rewrite_owner(&mut meta, |held| {
+            crate::read_superblock(held.whole.as_ref())
+                .map(|sb| sb.owner.is_none_or(|o| same_owner(&o, &mine)))
+                .unwrap_or(false)
+        });
+    }
+
+    /// The owner this volume records, if any.
+    pub fn owner(&self) -> Option<Owner> {
+        self.lock_meta().owner.clone()
+    }
+
+    /// Rewrites the superblock of each target member `pick` accepts with `meta.owner`
+    /// (renewed now), events unchanged. Write errors are left to the data path.
+    fn rewrite_owner(&self, meta: &mut MetaState, pick: impl Fn(&Held) -> bool) {
+        if let Some(owner) = &mut meta.owner {
+            owner.renewed_secs = crate::now_secs();
+        }
+        let owner = meta.owner.clone();
+        for held in self.owner_targets(meta) {
+            if !pick(held) {
+                continue;
+            }
+            held.sb.set_owner(owner.clone());
+            let _ = held
+                .whole
+                .write_at(&held.sb.encode()[..], SUPERBLOCK_OFFSET);
+        }
+    }
+
+    /// The members whose superblock holds the array's current state: writable roles, spares
+    /// and a replacement, whose last superblock write carried the current events.
+    fn owner_targets<'m>(&self, meta: &'m mut MetaState) -> Vec<&'m mut Held> {
+        let events = meta.events;
+        let health = self.array.health_snapshot();
+        let roles = meta.roles.iter_mut().enumerate();
+        roles
+            .filter(|(role, _)| health[*role].writable())
+            .filter_map(|(_, held)| held.as_mut())
+            .chain(meta.spares.iter_mut())
+            .chain(meta.replacing.iter_mut().map(|(_, h)| h))
+            .filter(|h| h.sb.events == events)
+            .collect()
+    }
+}

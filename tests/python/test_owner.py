@@ -7,7 +7,8 @@ its own pid namespace (``unshare --pid --fork --mount-proc``): it cannot look th
 in /proc, so, as on another machine, only the lease tells whether the first still lives.
 
 - ``test_second_server_on_this_host_is_refused``: a second server on the same NBD members
-  refuses, naming the first one's pid; ``examine`` still works; after the first is killed
+  refuses, naming the first one's pid, and so do ``journal add`` and ``create --force``;
+  ``examine`` still works; after the first is killed
   with SIGKILL (no clean stop, its record stays) a new server starts without any flag, since
   the recorded process is gone.
 - ``test_another_host_waits_for_the_lease_or_forces``: from another pid namespace the second
@@ -127,6 +128,12 @@ def test_second_server_on_this_host_is_refused(tmp_path, members, arrays):
     # Forcing does not override a server that runs here either.
     err = refused(serve_cmd(tmp_path, "b", uris, "--force-owner"))
     assert f"pid {first.proc.pid}" in err, err
+    # Nor do commands that rewrite a stopped array's superblocks, --force or not.
+    for cmd in (["journal", "add", str(tmp_path / "j.img"), *uris],
+                ["create", "--level", "1", "--force", *uris]):
+        proc = run([RAIDKIT_BIN, *cmd], check=False)
+        assert proc.returncode != 0, f"{cmd} ran on a served array"
+        assert f"in use by raidkit pid {first.proc.pid}" in proc.stderr, proc.stderr
     # Read-only commands still work while it is served, and show the owner.
     shown = owners(nbdkits)
     assert len(shown) == 2 and all(f"pid {first.proc.pid}" in s for s in shown), shown

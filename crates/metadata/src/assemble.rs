@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use member::Member;
 
-use crate::owner::{judge, Liveness, LEASE_SECS};
+use crate::owner::{judge, Liveness, ThisHost, LEASE_SECS};
 use crate::plan::{plan, AssembleError, AssembleOptions};
 use crate::superblock::RoleState;
 use crate::{read_superblock, ReadSuperblockError, Volume};
@@ -71,7 +71,7 @@ pub fn assemble(
 }
 
 /// Refuses an array whose owner record (on any member) names another live process, unless
-/// `force_owner` and that owner is on another host. The most recently renewed record decides.
+/// `force_owner` and that owner is on another host.
 fn check_owner(
     found: &[(String, crate::Superblock)],
     opts: &AssembleOptions,
@@ -79,6 +79,15 @@ fn check_owner(
     let Some(me) = &opts.owner else {
         return Ok(());
     };
+    match live_owner(found, me) {
+        Err(AssembleError::Owned { local: false, .. }) if opts.force_owner => Ok(()),
+        other => other,
+    }
+}
+
+/// `Owned` (that can be forced) when a member's owner record names another live process: the
+/// one on this host first, else the most recently renewed.
+fn live_owner(found: &[(String, crate::Superblock)], me: &ThisHost) -> Result<(), AssembleError> {
     let now_secs = crate::now_secs();
     let live = found
         .iter()
@@ -90,13 +99,41 @@ fn check_owner(
         .max_by_key(|(_, _, owner, local)| (*local, owner.renewed_secs));
     match live {
         None => Ok(()),
-        Some((_, _, _, false)) if opts.force_owner => Ok(()),
         Some((name, sb, owner, local)) => Err(AssembleError::Owned {
             array: format!("\"{}\"", sb.name),
             name: name.clone(),
             owner: Box::new(owner.clone()),
             local,
             now_secs,
+            forcible: true,
         }),
     }
+}
+
+/// For commands that rewrite the superblocks of a stopped array (`journal add|remove`,
+/// `create`): refuses members whose array another live process serves (its owner record),
+/// with no way to force it. Members without a readable superblock are not judged here.
+pub fn refuse_if_served(members: &[Arc<dyn Member>]) -> Result<(), AssembleError> {
+    let found: Vec<(String, crate::Superblock)> = members
+        .iter()
+        .filter_map(|m| Some((m.name().to_string(), read_superblock(m.as_ref()).ok()?)))
+        .collect();
+    live_owner(&found, &ThisHost::get()).map_err(|e| match e {
+        AssembleError::Owned {
+            array,
+            name,
+            owner,
+            local,
+            now_secs,
+            ..
+        } => AssembleError::Owned {
+            array,
+            name,
+            owner,
+            local,
+            now_secs,
+            forcible: false,
+        },
+        other => other,
+    })
 }

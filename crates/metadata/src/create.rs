@@ -68,6 +68,9 @@ pub enum CreateError {
     MemberTooSmall { name: String, bytes: u64, need: u64 },
     /// A member looks in use and `force` was not given.
     InUse { name: String, reason: String },
+    /// A member belongs to an array another live process serves (its owner record): never
+    /// overwritten, `force` or not. The reason names the process and what to do.
+    Served { reason: String },
     /// Reading or writing a member failed.
     Io {
         name: String,
@@ -90,6 +93,10 @@ impl fmt::Display for CreateError {
             CreateError::InUse { name, reason } => write!(
                 f,
                 "member {name}: {reason}; refusing to overwrite it without --force"
+            ),
+            CreateError::Served { reason } => write!(
+                f,
+                "cannot create the array: {reason} (--force does not override a served array)"
             ),
             CreateError::Io {
                 name,
@@ -124,6 +131,9 @@ pub fn create(
     check_distinct(&all)?;
     let geometry = geometry_for(members, opts)?;
     check_spares(&opts.spares, opts, &geometry)?;
+    crate::refuse_if_served(&all).map_err(|e| CreateError::Served {
+        reason: e.to_string(),
+    })?;
     if !opts.force {
         for member in &all {
             check_unused(member.as_ref())?;

@@ -48,7 +48,7 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
-pub use assemble::assemble;
+pub use assemble::{assemble, refuse_if_served};
 pub use bitmap::{
     BITMAP_BLOCK_BYTES, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET, BITMAP_REGIONS_MAX,
     BITMAP_REGION_DEFAULT, BITS_PER_BLOCK,

@@ -117,6 +117,8 @@ pub enum AssembleError {
         /// It runs on this host (seen in /proc), rather than presumed alive by its lease.
         local: bool,
         now_secs: u64,
+        /// The command can take over (`serve --force-owner`); else only waiting helps.
+        forcible: bool,
     },
 }
 
@@ -162,8 +164,8 @@ impl fmt::Display for AssembleError {
             ),
             Engine(reason) => write!(f, "cannot start the array: {reason}"),
             Spare { name, reason } => write!(f, "spare {name}: {reason}"),
-            Owned { array, name, owner, local, now_secs } => {
-                describe_owned(f, array, name, owner, *local, *now_secs)
+            Owned { array, name, owner, local, now_secs, forcible } => {
+                describe_owned(f, array, name, owner, (*local, *forcible), *now_secs)
             }
         }
     }
@@ -184,7 +186,7 @@ fn describe_owned(
     array: &str,
     name: &str,
     owner: &crate::Owner,
-    local: bool,
+    (local, forcible): (bool, bool),
     now_secs: u64,
 ) -> fmt::Result {
     let (pid, host) = (owner.pid, &owner.host_name);
@@ -205,9 +207,15 @@ fn describe_owned(
     write!(
         f,
         ", lease renewed {renewed} s ago): stop that server first; if host {host} is down or \
-         cut off from the members, wait {left} s for its lease to run out, or start with \
-         --force-owner (two servers writing at once corrupt the array)"
-    )
+         cut off from the members, wait {left} s for its lease to run out"
+    )?;
+    if forcible {
+        write!(
+            f,
+            ", or start with --force-owner (two servers writing at once corrupt the array)"
+        )?;
+    }
+    Ok(())
 }
 
 fn describe_array(sb: &Superblock) -> String {

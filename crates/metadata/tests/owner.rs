@@ -198,3 +198,30 @@ fn an_array_without_owner_record_assembles_and_read_only_use_records_none() {
     );
     assemble(members, &owned_by(&ThisHost::get(), false)).unwrap();
 }
+
+#[test]
+fn create_never_overwrites_a_served_array_force_or_not() {
+    let members = array();
+    let first = assemble(members.clone(), &owned_by(&other_host(), false)).unwrap();
+    let mut opts = CreateOptions::new("raid1".parse().unwrap(), "new");
+    opts.force = true;
+    let before = sbs(&members);
+    let err = create(&members, &opts).unwrap_err().to_string();
+    for needle in [
+        "\"owned\" is in use by raidkit pid",
+        "host elsewhere",
+        "s for its lease to run out",
+        "--force does not override",
+    ] {
+        assert!(err.contains(needle), "{needle:?} in: {err}");
+    }
+    assert!(
+        !err.contains("--force-owner"),
+        "create has no such flag: {err}"
+    );
+    assert_eq!(sbs(&members), before, "nothing written");
+    assert!(metadata::refuse_if_served(&members).is_err());
+    first.release_owner();
+    metadata::refuse_if_served(&members).unwrap();
+    create(&members, &opts).unwrap();
+}

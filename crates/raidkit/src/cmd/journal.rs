@@ -52,13 +52,18 @@ enum Action {
     },
 }
 
+/// Opens the members of a stopped array: refused while another process serves it (its owner
+/// record names a live process), since its superblocks are rewritten here.
 fn open_members(specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
-    specs
+    let members = specs
         .iter()
         .map(|s| {
             member::open(s, &OpenOptions::default()).with_context(|| format!("cannot open {s}"))
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    metadata::refuse_if_served(&members)
+        .context("the journal is added or removed on a stopped array")?;
+    Ok(members)
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -105,12 +110,17 @@ fn remove(path: Option<String>, force: bool, specs: &[String]) -> anyhow::Result
         ..JournalArgs::default()
     };
     if let Plan::Use(jm, jsb) = journaled::check_before_assembly(&jargs, &members, false)? {
-        let volume = metadata::assemble(members.clone(), &AssembleOptions::default())
+        let opts = AssembleOptions {
+            owner: Some(metadata::owner::ThisHost::get()),
+            ..AssembleOptions::default()
+        };
+        let volume = metadata::assemble(members.clone(), &opts)
             .context("assembling the array to replay its journal")?;
         let volume = Arc::new(volume);
         let attached = journaled::attach(Plan::Use(jm, jsb), &volume, false)?;
         journaled::drain(&attached)?;
         volume.close().context("closing the array")?;
+        volume.release_owner();
         journaled::close(&attached)?;
         drop(attached);
         drop(volume);

@@ -94,6 +94,7 @@ fn main() {
     let opts = OpenOptions {
         create_size: Some(member_bytes),
         read_only: false,
+        ..OpenOptions::default()
     };
     let members: Vec<Arc<dyn Member>> = (0..4)
         .map(|i| open(&format!("{dir}/member{i}.img"), &opts).expect("member"))
@@ -102,6 +103,7 @@ fn main() {
     let plain_opts = OpenOptions {
         create_size: Some(plain_bytes),
         read_only: false,
+        ..OpenOptions::default()
     };
     let plain = Plain(
         open(&format!("{dir}/plain.img"), &plain_opts).expect("plain"),

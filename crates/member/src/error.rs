@@ -22,6 +22,12 @@ pub enum MemberError {
     BadUri { spec: String, reason: String },
     /// The member was reached but cannot be used as asked.
     Refused { name: String, reason: String },
+    /// Another array or program holds the member (its lock or exclusive claim); `holder` says
+    /// who when `/proc` tells.
+    InUse {
+        name: String,
+        holder: Option<crate::exclusive::Holder>,
+    },
     /// An I/O error while opening, creating or sizing the member.
     Io {
         name: String,
@@ -42,6 +48,25 @@ impl fmt::Display for MemberError {
             }
             MemberError::Refused { name, reason } => {
                 write!(f, "member {name}: cannot use it: {reason}")
+            }
+            MemberError::InUse {
+                name,
+                holder: Some(crate::exclusive::Holder::ThisProcess),
+            } => write!(
+                f,
+                "member {name}: is the same file or device as a member given earlier, under \
+                 another name (a symlink, or another path to it): give each member once"
+            ),
+            MemberError::InUse { name, holder } => {
+                write!(f, "member {name}: is in use by another array or program")?;
+                if let Some(crate::exclusive::Holder::Others(holder)) = holder {
+                    write!(f, " ({holder})")?;
+                }
+                write!(
+                    f,
+                    "; an array's members are held exclusively while it runs, so stop the \
+                     server that uses it (or unmount it) first; `raidkit examine` reads it anyway"
+                )
             }
             MemberError::Empty { name } => write!(f, "member {name}: has a size of zero bytes"),
             MemberError::NotFileOrDevice { name, kind } => write!(

@@ -245,6 +245,10 @@ impl Member for FaultyMember {
         self.inner.name()
     }
 
+    fn identity(&self) -> Option<crate::Identity> {
+        self.inner.identity()
+    }
+
     fn len(&self) -> u64 {
         self.inner.len()
     }

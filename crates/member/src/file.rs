@@ -2,10 +2,11 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::error::{annotate, check_range, MemberError};
+use crate::exclusive::{self, Identity};
 use crate::sys::{self, Fallocate};
 use crate::{Member, OpenOptions};
 
@@ -30,6 +31,7 @@ pub struct FileMember {
     size_bytes: u64,
     kind: FileKind,
     read_only: bool,
+    identity: Identity,
 }
 
 fn io_err<'a>(name: &'a str, action: &'static str) -> impl FnOnce(io::Error) -> MemberError + 'a {
@@ -48,12 +50,34 @@ impl FileMember {
         if !exists {
             create_sparse(path, name, opts)?;
         }
+        // A block device opened for writing is claimed exclusively (O_EXCL): refused while
+        // mounted or held by another array; a regular file is locked after opening.
+        let device = std::fs::metadata(path)
+            .map_err(io_err(name, "stat"))?
+            .file_type()
+            .is_block_device();
+        let exclusive = device && !opts.read_only && opts.exclusive;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(!opts.read_only)
+            .custom_flags(if exclusive { libc::O_EXCL } else { 0 })
             .open(path)
-            .map_err(io_err(name, "open"))?;
+            .map_err(|source| {
+                if exclusive && source.raw_os_error() == Some(libc::EBUSY) {
+                    in_use(path, name)
+                } else {
+                    io_err(name, "open")(source)
+                }
+            })?;
         let file_type = file.metadata().map_err(io_err(name, "stat"))?.file_type();
+        if file_type.is_file()
+            && !opts.read_only
+            && opts.exclusive
+            && !exclusive::lock_file(&file).map_err(io_err(name, "lock"))?
+        {
+            return Err(in_use(path, name));
+        }
+        let identity = Identity::of_file(&file).map_err(io_err(name, "stat"))?;
         let (kind, size_bytes) = if file_type.is_file() {
             let len = file.metadata().map_err(io_err(name, "stat"))?.len();
             (FileKind::Regular, len)
@@ -78,6 +102,7 @@ impl FileMember {
             size_bytes,
             kind,
             read_only: opts.read_only,
+            identity,
         })
     }
 
@@ -146,6 +171,14 @@ fn aligned_inner(offset: u64, len: u64) -> (u64, u64) {
     (start, end.max(start))
 }
 
+/// The error for a member another array or program holds.
+fn in_use(path: &Path, name: &str) -> MemberError {
+    MemberError::InUse {
+        name: name.to_string(),
+        holder: exclusive::holder_of(path),
+    }
+}
+
 fn create_sparse(path: &Path, name: &str, opts: &OpenOptions) -> Result<(), MemberError> {
     let size = match opts.create_size {
         Some(size) if !opts.read_only => size,
@@ -189,6 +222,10 @@ impl Member for FileMember {
 
     fn len(&self) -> u64 {
         self.size_bytes
+    }
+
+    fn identity(&self) -> Option<Identity> {
+        Some(self.identity.clone())
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -39,6 +39,7 @@
 //! ```
 
 mod error;
+mod exclusive;
 mod faulty;
 mod file;
 mod mem;
@@ -55,6 +56,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use error::{check_range, MemberError};
+pub use exclusive::{holder_of, Holder, Identity};
 pub use faulty::{FaultControl, FaultRule, FaultyMember};
 pub use file::FileMember;
 pub use mem::MemMember;
@@ -126,6 +128,12 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     fn is_remote(&self) -> bool {
         false
     }
+    /// What the member is, whatever name it was given (device and inode of a file, a block
+    /// device's number, an NBD server and export): two members with the same identity are the
+    /// same storage. `None` for storage that cannot be named twice (RAM, simulated members).
+    fn identity(&self) -> Option<Identity> {
+        None
+    }
     /// True when the member has no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -167,12 +175,27 @@ pub(crate) fn vectored_len(lens: impl Iterator<Item = usize>) -> u64 {
 }
 
 /// How [`open`] opens a member.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenOptions {
     /// Create a missing file, sparse, with this many bytes. `None`: a missing file is an error.
     pub create_size: Option<u64>,
     /// Open read-only; writes, trims and flushes-after-writes fail.
     pub read_only: bool,
+    /// Hold a local member exclusively while it is open for writing (an OFD lock on a file,
+    /// `O_EXCL` on a block device), so no second array or program can use it meanwhile: see
+    /// `exclusive.rs`. On by default; off only for tools and tests that look at a member
+    /// behind the back of the array that holds it. Read-only opens never hold.
+    pub exclusive: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions {
+            create_size: None,
+            read_only: false,
+            exclusive: true,
+        }
+    }
 }
 
 /// The prefix of a RAM member spec: `mem:SIZE`.

@@ -54,6 +54,10 @@ impl Member for Window {
         &self.name
     }
 
+    fn identity(&self) -> Option<crate::Identity> {
+        self.inner.identity()
+    }
+
     fn len(&self) -> u64 {
         self.len_bytes
     }

@@ -191,6 +191,7 @@ fn file_member_behaves_and_stays_sparse() {
     let opts = OpenOptions {
         create_size: Some(64 << 20),
         read_only: false,
+        ..OpenOptions::default()
     };
     let m = open(spec, &opts).unwrap();
     assert_eq!(m.len(), 64 << 20);
@@ -224,6 +225,7 @@ fn file_member_behaves_and_stays_sparse() {
         &OpenOptions {
             create_size: Some(1 << 20),
             read_only: false,
+            ..OpenOptions::default()
         },
     )
     .unwrap();
@@ -239,6 +241,7 @@ fn read_only_file_member_refuses_writes() {
     let opts = OpenOptions {
         create_size: None,
         read_only: true,
+        ..OpenOptions::default()
     };
     let m = FileMember::open(&path, "ro-member", &opts).unwrap();
     assert_eq!(read(&m, 100, 3), vec![3, 3, 3]);

@@ -37,6 +37,7 @@ fn make_members(
             let opts = OpenOptions {
                 create_size: Some(bytes),
                 read_only: false,
+                ..OpenOptions::default()
             };
             member::open(path.to_str().expect("utf-8 path"), &opts).expect("open member")
         })

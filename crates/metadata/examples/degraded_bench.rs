@@ -52,6 +52,7 @@ fn file(dir: &std::path::Path, name: &str, bytes: u64) -> Arc<dyn Member> {
     let opts = OpenOptions {
         create_size: Some(bytes),
         read_only: false,
+        ..OpenOptions::default()
     };
     member::open(path.to_str().expect("utf-8 path"), &opts).expect("member file")
 }

@@ -16,15 +16,9 @@ pub fn assemble(
     members: Vec<Arc<dyn Member>>,
     opts: &AssembleOptions,
 ) -> Result<Volume, AssembleError> {
-    for (i, m) in members.iter().enumerate() {
-        if members[..i]
-            .iter()
-            .any(|other| crate::same_member(other, m))
-        {
-            return Err(AssembleError::DuplicateMember {
-                name: m.name().to_string(),
-            });
-        }
+    let all: Vec<Arc<dyn Member>> = members.iter().chain(&opts.spares).cloned().collect();
+    if let Some((name, other)) = crate::find_duplicate(&all) {
+        return Err(AssembleError::DuplicateMember { name, other });
     }
     let mut found = Vec::with_capacity(members.len());
     for m in &members {

@@ -62,8 +62,8 @@ impl CreateOptions {
 pub enum CreateError {
     /// The options themselves are invalid (name, chunk, member count, data offset).
     Invalid(String),
-    /// The same member was given twice.
-    DuplicateMember { name: String },
+    /// The same member was given twice (`other`: the name it was given first).
+    DuplicateMember { name: String, other: String },
     /// A member is too small for the data offset plus one chunk.
     MemberTooSmall { name: String, bytes: u64, need: u64 },
     /// A member looks in use and `force` was not given.
@@ -83,8 +83,8 @@ impl fmt::Display for CreateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CreateError::Invalid(reason) => write!(f, "cannot create the array: {reason}"),
-            CreateError::DuplicateMember { name } => {
-                write!(f, "member {name}: given more than once")
+            CreateError::DuplicateMember { name, other } => {
+                f.write_str(&crate::describe_duplicate(name, other))
             }
             CreateError::MemberTooSmall { name, bytes, need } => write!(
                 f,
@@ -199,14 +199,10 @@ fn cheap_to_zero(member: &dyn Member) -> bool {
 }
 
 fn check_distinct(all: &[Arc<dyn Member>]) -> Result<(), CreateError> {
-    for (i, m) in all.iter().enumerate() {
-        if all[..i].iter().any(|other| crate::same_member(other, m)) {
-            return Err(CreateError::DuplicateMember {
-                name: m.name().to_string(),
-            });
-        }
+    match crate::find_duplicate(all) {
+        Some((name, other)) => Err(CreateError::DuplicateMember { name, other }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn check_spares(
@@ -274,16 +270,6 @@ fn check_options(members: &[Arc<dyn Member>], opts: &CreateOptions) -> Result<()
             "data offset {} is not 4 KiB-aligned past the superblock",
             opts.data_offset_bytes
         )));
-    }
-    for (i, m) in members.iter().enumerate() {
-        if members[..i]
-            .iter()
-            .any(|other| crate::same_member(other, m))
-        {
-            return Err(CreateError::DuplicateMember {
-                name: m.name().to_string(),
-            });
-        }
     }
     Ok(())
 }

@@ -123,6 +123,22 @@ impl VolumeCore {
         self.write_superblocks(&mut meta)
     }
 
+    /// The member this volume holds (in a role, faulty or not, as a spare or as a replacement)
+    /// that is the storage `identity` names: a member given back to `add` after `fail` is
+    /// the one the array still holds, and cannot be opened a second time while held.
+    pub fn held_member(&self, identity: &member::Identity) -> Option<Arc<dyn Member>> {
+        let meta = self.lock_meta();
+        let found = meta
+            .roles
+            .iter()
+            .flatten()
+            .chain(&meta.spares)
+            .chain(meta.replacing.iter().map(|(_, h)| h))
+            .find(|h| h.whole.identity().as_ref() == Some(identity))
+            .map(|h| Arc::clone(&h.whole));
+        found
+    }
+
     /// Adds a member: it receives a spare superblock of this array and becomes a spare, or
     /// the target of a rebuild when a role is missing or faulty (the worker starts it).
     /// A member coming back to the role it held (faulty or missing) is re-added with a rebuild

@@ -63,8 +63,10 @@ pub struct Plan {
 #[derive(Debug)]
 pub enum AssembleError {
     NoMembers,
+    /// The same member given twice (`other`: the name it was given first).
     DuplicateMember {
         name: String,
+        other: String,
     },
     Read {
         name: String,
@@ -127,7 +129,7 @@ impl fmt::Display for AssembleError {
         use AssembleError::*;
         match self {
             NoMembers => write!(f, "no members given"),
-            DuplicateMember { name } => write!(f, "member {name}: given more than once"),
+            DuplicateMember { name, other } => f.write_str(&crate::describe_duplicate(name, other)),
             Read { name, source } => write!(f, "member {name}: cannot read the superblock: {source}"),
             BadSuperblock { name, source: source @ SuperblockError::Checksum { .. } } => write!(
                 f,

@@ -624,8 +624,7 @@ fn remove_refuses_active_members_and_add_rebuilds_a_returning_one() {
     let model1 = pattern(model.len(), 8);
     v.write(0, &model1).unwrap();
     // Re-adding the faulty member itself takes it out of its role and rebuilds it in full.
-    v.add(member::open(&name(&paths[1]), &OpenOptions::default()).unwrap())
-        .unwrap();
+    v.add(open_unheld(&paths[1])).unwrap();
     assert!(v.wait_idle(WAIT));
     assert_eq!(v.status().members[1].state, MemberState::Active);
     v.fail("role 1").unwrap();
@@ -634,8 +633,7 @@ fn remove_refuses_active_members_and_add_rebuilds_a_returning_one() {
     let model2 = pattern(model.len(), 7);
     v.write(0, &model2).unwrap();
     // The stale member comes back: never trusted, rebuilt in full.
-    v.add(member::open(&name(&paths[1]), &OpenOptions::default()).unwrap())
-        .unwrap();
+    v.add(open_unheld(&paths[1])).unwrap();
     assert!(v.wait_idle(WAIT));
     assert_eq!(v.status().members[1].state, MemberState::Active);
     v.fail("role 0").unwrap();

@@ -102,6 +102,8 @@ pub struct NbdMember {
     max_request_bytes: u64,
     conn: RwLock<Arc<Connection>>,
     edge_locks: Vec<Mutex<()>>,
+    /// Resolved once at open (it may take a name lookup).
+    identity: crate::Identity,
 }
 
 impl fmt::Debug for NbdMember {
@@ -156,6 +158,7 @@ impl NbdMember {
         }
         Ok(NbdMember {
             name: spec.to_string(),
+            identity: crate::Identity::of_nbd(&address),
             address,
             remote: *remote,
             read_only: opts.read_only,
@@ -426,6 +429,10 @@ impl NbdMember {
 impl Member for NbdMember {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn identity(&self) -> Option<crate::Identity> {
+        Some(self.identity.clone())
     }
 
     fn len(&self) -> u64 {

@@ -49,9 +49,28 @@ impl VolumeControl {
         Ok(status)
     }
 
+    /// Opens the member `add`/`replace` names. One the array holds already (a member failed
+    /// and given back to `add`) cannot be opened twice while held: the held one is used.
     fn open_member(&self, spec: &str) -> Result<Arc<dyn member::Member>, ApiError> {
-        member::open_with(spec, &self.open, &self.remote)
-            .map_err(|e| ApiError::bad_request(format!("cannot open member {spec}: {e}")))
+        match member::open_with(spec, &self.open, &self.remote) {
+            Ok(m) => Ok(m),
+            Err(e @ member::MemberError::InUse { .. }) => self
+                .held_by_this_array(spec)
+                .ok_or_else(|| ApiError::bad_request(format!("cannot open member {spec}: {e}"))),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "cannot open member {spec}: {e}"
+            ))),
+        }
+    }
+
+    /// The member of this array that `spec` names, looked up by what it is.
+    fn held_by_this_array(&self, spec: &str) -> Option<Arc<dyn member::Member>> {
+        let look = member::OpenOptions {
+            read_only: true,
+            ..member::OpenOptions::default()
+        };
+        let identity = member::open(spec, &look).ok()?.identity()?;
+        self.volume.held_member(&identity)
     }
 
     fn speed(&self, min: Option<u64>, max: Option<u64>) -> Result<Value, ApiError> {

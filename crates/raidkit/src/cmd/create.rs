@@ -102,6 +102,32 @@ fn parse_level(text: &str) -> Result<Level, String> {
     text.parse::<Level>().map_err(|e| e.to_string())
 }
 
+/// RAM members are empty again once this command exits: an array created on them starts
+/// degraded (or not at all) the next time. Refused without --force; `serve --create` is the
+/// way to run an array in RAM.
+fn check_ram_members(args: &Args) -> anyhow::Result<()> {
+    let Some(ram) = args
+        .members
+        .iter()
+        .chain(&args.spare)
+        .find(|spec| spec.starts_with(member::MEM_PREFIX))
+    else {
+        return Ok(());
+    };
+    let why = format!(
+        "member {ram}: a RAM member is empty again when `raidkit create` exits, so the array \
+         would start degraded, or not at all, the next time"
+    );
+    if !args.force {
+        anyhow::bail!(
+            "{why}; for an array in RAM use `raidkit serve --create --level L mem:SIZE ...`, \
+             or give --force to create it anyway"
+        );
+    }
+    eprintln!("raidkit: warning: {why}");
+    Ok(())
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     // Check what needs no member before creating any member file.
     let min = args.level.min_members();
@@ -114,9 +140,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     metadata::validate_name(&args.name).map_err(anyhow::Error::msg)?;
     crate::journaled::check_new(&args.journal)?;
+    check_ram_members(&args)?;
     let opts = OpenOptions {
         create_size: args.size,
         read_only: false,
+        ..OpenOptions::default()
     };
     let open = |specs: &[String]| {
         specs

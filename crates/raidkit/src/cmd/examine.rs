@@ -227,6 +227,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let opts = OpenOptions {
         create_size: None,
         read_only: true,
+        ..OpenOptions::default()
     };
     let mut out = Vec::with_capacity(args.members.len());
     for spec in &args.members {

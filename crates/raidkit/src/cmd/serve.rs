@@ -430,6 +430,7 @@ fn open_options(args: &Args) -> OpenOptions {
     OpenOptions {
         create_size: args.size,
         read_only: args.read_only,
+        ..OpenOptions::default()
     }
 }
 

@@ -245,6 +245,9 @@ impl Journaled {
         });
         let summary = journal::recover(jm.as_ref(), &jsb, volume.array(), Some(backing.as_ref()))
             .map_err(AttachError::Replay)?;
+        // Every stripe being written at a crash is consistent now: background work held back
+        // for the replay (`AssembleOptions::journal_replay`) may start.
+        volume.journal_replayed();
         let weak: Weak<Volume> = Arc::downgrade(volume);
         let flusher: journal::Flusher = Arc::new(move || match weak.upgrade() {
             Some(v) => Ok(v.flush()?),

@@ -12,7 +12,8 @@
 //!   background work on one worker thread (rebuild onto spares, replace, resync / initial sync,
 //!   scrub), throttled by [`SpeedLimits`] and resumable from the superblocks. Operator actions:
 //!   `fail`, `remove`, `add`, `replace`, `scrub`, `set_speed_limits`; `status` returns a
-//!   [`VolumeStatus`] ([`ArrayHealth`], [`MemberStatus`], [`TaskStatus`], [`ScrubReport`]).
+//!   [`VolumeStatus`] ([`ArrayHealth`], [`MemberStatus`], [`TaskStatus`], [`ScrubReport`],
+//!   and [`AtRisk`]: the ranges a forced dirty and degraded start put at risk).
 //!
 //! ```
 //! use metadata::{create, plan, read_superblock, AssembleOptions, CreateOptions};
@@ -31,6 +32,7 @@
 //! ```
 
 mod assemble;
+mod at_risk;
 mod bitmap;
 mod bitmap_volume;
 mod create;
@@ -49,6 +51,7 @@ use std::io;
 use std::sync::Arc;
 
 pub use assemble::{assemble, refuse_if_served};
+pub use at_risk::{ArrayRange, AtRisk, AT_RISK_RANGES_LISTED_MAX};
 pub use bitmap::{
     BITMAP_BLOCK_BYTES, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET, BITMAP_REGIONS_MAX,
     BITMAP_REGION_DEFAULT, BITS_PER_BLOCK,
@@ -56,7 +59,7 @@ pub use bitmap::{
 pub use bitmap_volume::BitmapStatus;
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use lease::TakenOver;
-pub use plan::{plan, AssembleError, AssembleOptions, Plan, StaleMember};
+pub use plan::{plan, AssembleError, AssembleOptions, DirtyDegradedStart, Plan, StaleMember};
 pub use status::{
     ArrayHealth, FaultPolicy, FilesystemStatus, MemberState, MemberStatus, MismatchLocation,
     ScrubReport, SpeedLimits, TaskKind, TaskStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,

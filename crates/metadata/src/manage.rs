@@ -525,6 +525,7 @@ impl VolumeCore {
             events: meta.events,
             bitmap: self.bitmap_status(),
             unsynced_bytes: self.array.unsynced_units() * self.sync_unit_array_bytes(),
+            at_risk: self.at_risk(),
         }
     }
 

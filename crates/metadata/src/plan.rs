@@ -11,8 +11,17 @@ use crate::superblock::{ArrayState, Role, RoleState, Superblock, SuperblockError
 /// How to assemble.
 #[derive(Clone, Debug, Default)]
 pub struct AssembleOptions {
-    /// Start a RAID 5/6 array that is both dirty and degraded (risking the write hole).
-    pub force: bool,
+    /// Start a RAID 5/6 array that is both dirty and degraded without a journal to replay,
+    /// risking the write hole (`serve --start-dirty-degraded`, md's start_dirty_degraded):
+    /// the volume then reports the array ranges at risk ([`crate::AtRisk`]).
+    pub start_dirty_degraded: bool,
+    /// The journal the caller replays into the volume before anything else reads or writes it
+    /// (`journaled::Journaled::attach`, which calls [`crate::Volume::journal_replayed`]).
+    /// When it is the array's own journal (same UUID as the superblocks' reference), a dirty
+    /// and degraded RAID 5/6 array starts without `start_dirty_degraded`: the replay makes
+    /// every stripe that was being written consistent (docs/DESIGN.md, durability contract).
+    /// The volume's background work (rebuild, resync) waits for that replay.
+    pub journal_replay: Option<Uuid>,
     /// Members to use as spares: blank ones receive a spare superblock; members already
     /// carrying this array's spare superblock may also be passed among the members.
     pub spares: Vec<std::sync::Arc<dyn member::Member>>,
@@ -54,9 +63,20 @@ pub struct Plan {
     pub degraded: bool,
     /// Indices (into the input) of this array's spares.
     pub spares: Vec<usize>,
+    /// Why a dirty and degraded RAID 5/6 array may start, if it is one.
+    pub dirty_degraded: Option<DirtyDegradedStart>,
     /// A replace to resume: the role, the index (into the input) of its replacement, and the
     /// offset to copy from (the recorded one after a clean shutdown, 0 after a crash).
     pub replacing: Option<(usize, usize, u64)>,
+}
+
+/// Why a dirty and degraded RAID 5/6 array was let start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirtyDegradedStart {
+    /// Its journal is replayed before anything reads or writes it: no stripe is at risk.
+    JournalReplay,
+    /// `start_dirty_degraded` without a journal: the stripes written at the crash are at risk.
+    Forced,
 }
 
 /// Why an array was not assembled. No member byte was changed.
@@ -104,6 +124,10 @@ pub enum AssembleError {
         array: String,
         level: Level,
         missing: Vec<usize>,
+        /// The array's journal, which was not given (it would have closed the hole).
+        journal: Option<Uuid>,
+        /// The array has a write-intent bitmap (only its dirty regions would be at risk).
+        bitmap: bool,
     },
     Engine(String),
     /// A spare given at assembly cannot be used.
@@ -130,8 +154,13 @@ impl fmt::Display for AssembleError {
         match self {
             NoMembers => write!(f, "no members given"),
             DuplicateMember { name, other } => f.write_str(&crate::describe_duplicate(name, other)),
-            Read { name, source } => write!(f, "member {name}: cannot read the superblock: {source}"),
-            BadSuperblock { name, source: source @ SuperblockError::Checksum { .. } } => write!(
+            Read { name, source } => {
+                write!(f, "member {name}: cannot read the superblock: {source}")
+            }
+            BadSuperblock {
+                name,
+                source: source @ SuperblockError::Checksum { .. },
+            } => write!(
                 f,
                 "member {name}: {source}: its superblock is damaged (a write torn by a power cut, \
                  or corruption); assemble the array without {name} if the other members \
@@ -140,35 +169,86 @@ impl fmt::Display for AssembleError {
                 crate::SUPERBLOCK_OFFSET + crate::SUPERBLOCK_BYTES as u64
             ),
             BadSuperblock { name, source } => write!(f, "member {name}: {source}"),
-            ForeignArray { name, found, expected, reference } => write!(
+            ForeignArray {
+                name,
+                found,
+                expected,
+                reference,
+            } => write!(
                 f,
                 "member {name}: belongs to another array ({found}), not {expected} like {reference}"
             ),
-            Disagree { name, field, found, expected, reference } => write!(
+            Disagree {
+                name,
+                field,
+                found,
+                expected,
+                reference,
+            } => write!(
                 f,
                 "member {name}: superblock field {field} is {found} but {reference} says {expected}"
             ),
-            SameRole { role, first, second } => write!(
-                f,
-                "members {first} and {second} both claim role {role}"
-            ),
-            TooFewMembers { array, level, missing, stale } => {
-                write!(f, "array {array}: too few members for {level}: missing roles {missing:?}")?;
+            SameRole {
+                role,
+                first,
+                second,
+            } => write!(f, "members {first} and {second} both claim role {role}"),
+            TooFewMembers {
+                array,
+                level,
+                missing,
+                stale,
+            } => {
+                write!(
+                    f,
+                    "array {array}: too few members for {level}: missing roles {missing:?}"
+                )?;
                 if !stale.is_empty() {
                     write!(f, " (left out as stale: {})", stale.join(", "))?;
                 }
                 Ok(())
             }
-            WriteHole { array, level, missing } => write!(
-                f,
-                "array {array}: {level} was not shut down cleanly and roles {missing:?} are missing: \
-                 parity may be wrong (write hole); use force to start it anyway"
-            ),
+            WriteHole {
+                array,
+                level,
+                missing,
+                journal,
+                bitmap,
+            } => {
+                write!(
+                    f,
+                    "array {array}: {level} was not shut down cleanly and roles {missing:?} are \
+                     missing: the parity of stripes being written at the crash may be wrong (the \
+                     write hole), so data of the missing members reconstructed there may read \
+                     back wrong. "
+                )?;
+                if let Some(uuid) = journal {
+                    write!(
+                        f,
+                        "Give its journal {uuid} (--journal PATH): its replay closes the hole; or "
+                    )?;
+                }
+                let at_risk = match bitmap {
+                    true => "the regions its write-intent bitmap marks as being written",
+                    false => "the whole array (it has no write-intent bitmap)",
+                };
+                write!(
+                    f,
+                    "bring the missing members back; or start it anyway with \
+                     `raidkit serve --start-dirty-degraded`: it then serves degraded and reports \
+                     the array ranges at risk ({at_risk}), where data may be wrong"
+                )
+            }
             Engine(reason) => write!(f, "cannot start the array: {reason}"),
             Spare { name, reason } => write!(f, "spare {name}: {reason}"),
-            Owned { array, name, owner, local, now_secs, forcible } => {
-                describe_owned(f, array, name, owner, (*local, *forcible), *now_secs)
-            }
+            Owned {
+                array,
+                name,
+                owner,
+                local,
+                now_secs,
+                forcible,
+            } => describe_owned(f, array, name, owner, (*local, *forcible), *now_secs),
         }
     }
 }
@@ -243,6 +323,7 @@ pub fn plan(found: &[(String, Superblock)], opts: &AssembleOptions) -> Result<Pl
         degraded: false,
         spares: Vec::new(),
         replacing: None,
+        dirty_degraded: None,
     };
     assign_roles(found, &mut plan)?;
     assign_replacement(found, &mut plan);
@@ -536,16 +617,21 @@ fn check_survives(plan: &mut Plan, opts: &AssembleOptions) -> Result<(), Assembl
     }
     plan.degraded = !missing.is_empty();
     if plan.degraded && sb.state == ArrayState::Dirty && sb.level.has_parity() {
-        if !opts.force {
-            return Err(AssembleError::WriteHole {
-                array,
-                level: sb.level,
-                missing,
-            });
+        let start = dirty_degraded_start(sb, opts).ok_or_else(|| AssembleError::WriteHole {
+            array: array.clone(),
+            level: sb.level,
+            missing,
+            journal: sb.journal.map(|j| j.uuid),
+            bitmap: sb.bitmap.is_some(),
+        })?;
+        plan.dirty_degraded = Some(start);
+        if start == DirtyDegradedStart::JournalReplay {
+            plan.warnings.push(format!(
+                "array {array}: not shut down cleanly and degraded: its journal is replayed \
+                 before it is used, which makes every stripe written at the crash consistent"
+            ));
         }
-        plan.warnings.push(format!(
-            "array {array}: started dirty and degraded by force: data in stripes written at the crash may be wrong"
-        ));
+        // (Forced: the volume warns with the ranges at risk, which it reads from the bitmap.)
     } else if sb.state == ArrayState::Dirty && sb.level != Level::Linear && sb.level != Level::Raid0
     {
         plan.warnings.push(format!(
@@ -553,6 +639,17 @@ fn check_survives(plan: &mut Plan, opts: &AssembleOptions) -> Result<(), Assembl
         ));
     }
     Ok(())
+}
+
+/// May a dirty and degraded RAID 5/6 array with superblock `sb` start, and why: its own
+/// journal (by UUID) will be replayed, or the caller forces it.
+fn dirty_degraded_start(sb: &Superblock, opts: &AssembleOptions) -> Option<DirtyDegradedStart> {
+    let own_journal = sb.journal.map(|j| j.uuid);
+    if opts.journal_replay.is_some() && opts.journal_replay == own_journal {
+        return Some(DirtyDegradedStart::JournalReplay);
+    }
+    opts.start_dirty_degraded
+        .then_some(DirtyDegradedStart::Forced)
 }
 
 #[cfg(test)]
@@ -660,7 +757,7 @@ mod tests {
         let err = plan(&found, &AssembleOptions::default()).expect_err("dirty and degraded");
         assert!(err.to_string().contains("write hole"), "{err}");
         let force = AssembleOptions {
-            force: true,
+            start_dirty_degraded: true,
             ..AssembleOptions::default()
         };
         let plan = plan(&found, &force).expect("assembles degraded by force");
@@ -672,6 +769,81 @@ mod tests {
             (plan.stale[0].events, plan.stale[0].events_expected),
             (5, 6)
         );
+    }
+
+    /// A RAID 5 of 3 that crashed (dirty) and lost member 2, whose superblocks reference
+    /// `journal` (write-back).
+    fn dirty_degraded(journal: Option<Uuid>) -> Vec<(String, Superblock)> {
+        let mut found = raid5(5);
+        bump(
+            &mut found,
+            &[0, 1, 2],
+            ArrayState::Dirty,
+            ArrayState::Dirty,
+            &[],
+        );
+        for (_, sb) in &mut found {
+            sb.journal = journal.map(|uuid| crate::JournalRef { uuid, kind: 2 });
+        }
+        found.truncate(2);
+        found
+    }
+
+    #[test]
+    fn dirty_degraded_starts_when_its_own_journal_is_replayed() {
+        let journal = Uuid::new_v4();
+        let found = dirty_degraded(Some(journal));
+        let replay = |uuid| AssembleOptions {
+            journal_replay: Some(uuid),
+            ..AssembleOptions::default()
+        };
+        let plan = plan(&found, &replay(journal)).expect("starts: the journal closes the hole");
+        assert!(plan.degraded);
+        assert_eq!(plan.dirty_degraded, Some(DirtyDegradedStart::JournalReplay));
+        assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
+        // Another journal (not the one the superblocks name) does not close it.
+        let err = super::plan(&found, &replay(Uuid::new_v4())).expect_err("foreign journal");
+        assert!(err.to_string().contains("write hole"), "{err}");
+        // Without it, the refusal names the journal and the flag.
+        let err = super::plan(&found, &AssembleOptions::default()).expect_err("no journal");
+        let msg = err.to_string();
+        for needle in [
+            format!("Give its journal {journal} (--journal PATH)"),
+            "raidkit serve --start-dirty-degraded".into(),
+            "the regions its write-intent bitmap marks".into(),
+            "may read back wrong".into(),
+        ] {
+            assert!(msg.contains(&needle), "{needle:?} not in: {msg}");
+        }
+    }
+
+    #[test]
+    fn dirty_degraded_without_a_journal_starts_only_when_forced() {
+        let found = dirty_degraded(None);
+        // A journal to replay is not the array's when the array has none.
+        let replay = AssembleOptions {
+            journal_replay: Some(Uuid::new_v4()),
+            ..AssembleOptions::default()
+        };
+        let err = plan(&found, &replay).expect_err("no journal of its own");
+        assert!(!err.to_string().contains("Give its journal"), "{err}");
+        let forced = AssembleOptions {
+            start_dirty_degraded: true,
+            ..AssembleOptions::default()
+        };
+        let plan = plan(&found, &forced).expect("forced");
+        assert_eq!(plan.dirty_degraded, Some(DirtyDegradedStart::Forced));
+        // Clean or healthy arrays need no decision.
+        let mut healthy = raid5(5);
+        bump(
+            &mut healthy,
+            &[0, 1, 2],
+            ArrayState::Dirty,
+            ArrayState::Dirty,
+            &[],
+        );
+        let plan = super::plan(&healthy, &AssembleOptions::default()).expect("healthy");
+        assert_eq!(plan.dirty_degraded, None);
     }
 
     #[test]

@@ -200,6 +200,9 @@ pub struct VolumeStatus {
     /// left inconsistent; resynced in the background once there is space (health shows
     /// `resyncing` meanwhile).
     pub unsynced_bytes: u64,
+    /// Started dirty and degraded without a journal (`--start-dirty-degraded`): the array
+    /// ranges whose data may be wrong, until every member is in sync again.
+    pub at_risk: Option<crate::AtRisk>,
 }
 
 pub(crate) fn level_name(level: Level) -> String {

@@ -50,6 +50,9 @@ pub(crate) enum Task {
 pub(crate) struct WorkState {
     stop: bool,
     paused: bool,
+    /// Held until the journal given at assembly is replayed (`hold_for_replay`): unlike
+    /// `paused`, no operator action or write lifts it, only `release_replay_hold`.
+    held_for_replay: bool,
     busy: bool,
     pub limits: SpeedLimits,
     pub scrub_request: Option<bool>,
@@ -72,6 +75,7 @@ impl Work {
             state: Mutex::new(WorkState {
                 stop: false,
                 paused: false,
+                held_for_replay: false,
                 busy: false,
                 limits: SpeedLimits::default(),
                 scrub_request: None,
@@ -105,6 +109,16 @@ impl Work {
             state = self.wait(state, Duration::from_millis(50));
         }
     }
+    /// Before the worker starts: no task runs until `release_replay_hold`.
+    pub(crate) fn hold_for_replay(&self) {
+        let mut state = self.lock();
+        assert!(!state.busy, "held before the worker starts");
+        state.held_for_replay = true;
+    }
+    pub(crate) fn release_replay_hold(&self) {
+        self.lock().held_for_replay = false;
+        self.notify();
+    }
     pub(crate) fn resume(&self) {
         let mut state = self.lock();
         if state.paused {
@@ -115,7 +129,7 @@ impl Work {
     /// True when the running task should return (stop or pause requested).
     pub(crate) fn should_yield(&self) -> bool {
         let state = self.lock();
-        state.stop || state.paused
+        state.stop || state.paused || state.held_for_replay
     }
     pub(crate) fn limits(&self) -> SpeedLimits {
         self.lock().limits
@@ -165,7 +179,7 @@ fn worker(core: &VolumeCore) {
             if state.stop {
                 return;
             }
-            let paused = state.paused;
+            let paused = state.paused || state.held_for_replay;
             drop(state);
             if paused {
                 None
@@ -519,7 +533,12 @@ impl VolumeCore {
         if offset.is_none() {
             meta.partial_rebuild[role] = None;
         }
-        self.write_superblocks(&mut meta)
+        self.write_superblocks(&mut meta)?;
+        drop(meta);
+        if offset.is_none() {
+            self.at_risk_rebuilt();
+        }
+        Ok(())
     }
 
     /// Copies `role` onto its replacement from the recorded offset (0 for a new replace or

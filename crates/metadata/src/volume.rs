@@ -28,6 +28,7 @@ use member::{Member, Window};
 use uuid::Uuid;
 
 use crate::bitmap::{Bitmap, WriteIntent};
+use crate::plan::DirtyDegradedStart;
 use crate::plan::{AssembleError, AssembleOptions, Plan, StaleMember};
 use crate::superblock::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
 use crate::superblock::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
@@ -216,9 +217,15 @@ pub struct VolumeCore {
     notice: RwLock<Option<NoticeHook>>,
     /// When the last "out of space" notice was given, and writes refused since.
     no_space_noted: Mutex<(Option<std::time::Instant>, u64)>,
+    /// Started dirty and degraded by force: the ranges at risk, until every member is in
+    /// sync again (`crate::at_risk`).
+    pub(crate) at_risk: Mutex<Option<crate::AtRisk>>,
     /// This core (for hooks handed to the engine, which must not keep it alive).
     pub(crate) this: std::sync::Weak<VolumeCore>,
 }
+
+/// Ranges at risk named in the start warning (all are in `status`).
+const AT_RISK_LISTED_IN_WARNING: usize = 16;
 
 /// See [`VolumeCore::set_data_changed_hook`].
 pub type DataChangedHook = Box<dyn Fn(u64, u64) + Send + Sync>;
@@ -299,6 +306,25 @@ impl Volume {
             ));
             spares.push(held(i));
         }
+        let at_risk = (plan.dirty_degraded == Some(DirtyDegradedStart::Forced)).then(|| {
+            let dirty = bitmap
+                .as_ref()
+                .map(|b| (b.dirty_regions(), b.region_bytes()));
+            let full_from = resync_full_from.unwrap_or(0);
+            let dirty = dirty.as_ref().map(|(r, bytes)| (&r[..], *bytes));
+            let risk = crate::AtRisk::new(dirty, full_from, sb.array_size_bytes);
+            plan.warnings.push(format!(
+                "array \"{}\" {}: started dirty and degraded (--start-dirty-degraded) without \
+                 a journal: data in these array ranges may read back wrong (stripes being \
+                 written at the crash, whose missing chunks are reconstructed from parity that \
+                 may be stale): {}. `raidkit status` lists them until every missing member is \
+                 rebuilt",
+                sb.name,
+                sb.array_uuid,
+                risk.describe(AT_RISK_LISTED_IN_WARNING)
+            ));
+            risk
+        });
         let mut template = sb.clone();
         template.replace_offset_bytes = None;
         let meta = MetaState {
@@ -336,6 +362,7 @@ impl Volume {
             resync_progress: AtomicU64::new(resync_offset.unwrap_or(0)),
             notice: RwLock::new(None),
             no_space_noted: Mutex::new((None, 0)),
+            at_risk: Mutex::new(at_risk),
         });
         if let Some(progress) = resync_offset {
             core.distrust_unsynced_parity(progress, resync_full_from);
@@ -343,6 +370,12 @@ impl Volume {
         // Before the worker starts: its first step already obeys the limits.
         core.set_fault_policy(opts.fault_policy);
         core.set_speed_limits(opts.speed_limits);
+        if opts.journal_replay.is_some() {
+            // No rebuild or resync may read a stripe before the journal's replay made it
+            // consistent: the worker waits for `journal_replayed` (re-adds, spares and writes
+            // do not lift that hold).
+            core.work.hold_for_replay();
+        }
         let worker = crate::tasks::spawn(Arc::clone(&core));
         let clearer = core
             .bitmap
@@ -472,7 +505,9 @@ impl VolumeCore {
     }
 
     /// Clean shutdown: pauses background work, flushes the array and marks it clean
-    /// (dirty if units a lack of space left half-written cannot be resynced yet; events + 1) with the progress of unfinished resyncs and rebuilds, so the next assembly
+    /// (dirty if units a lack of space left half-written cannot be resynced yet, or while
+    /// ranges are at risk after a forced dirty and degraded start; events + 1) with the
+    /// progress of unfinished resyncs and rebuilds, so the next assembly
     /// resumes them. The volume stays usable; a later write marks it dirty again and resumes
     /// background work.
     pub fn close(&self) -> Result<(), VolumeError> {
@@ -487,7 +522,9 @@ impl VolumeCore {
                 break;
             }
         }
-        let unsynced = self.array.unsynced_units() > 0;
+        // A forced dirty and degraded start whose missing members are not rebuilt yet stays
+        // dirty too: the next start must again be forced, and reports the ranges at risk.
+        let unsynced = self.array.unsynced_units() > 0 || self.at_risk().is_some();
         self.clear_bitmap_at_close()?;
         let mut meta = self.lock_meta();
         let progress = meta.resync_offset.is_some()
@@ -551,6 +588,48 @@ impl VolumeCore {
     /// read-error rewrites never change what is read.) For a read cache above the volume.
     pub fn set_data_changed_hook(&self, hook: DataChangedHook) {
         *self.data_changed.write().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// The journal given as `AssembleOptions::journal_replay` has been replayed: background
+    /// work (rebuild, resync), held until now, may start.
+    pub fn journal_replayed(&self) {
+        self.work.release_replay_hold();
+    }
+
+    /// The ranges a forced dirty and degraded start put at risk, while some member is not in
+    /// sync yet.
+    pub fn at_risk(&self) -> Option<crate::AtRisk> {
+        self.at_risk
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Every member is in sync again: the stripes at risk have been recomputed by the rebuild.
+    /// Says so (once) and stops reporting them.
+    pub(crate) fn at_risk_rebuilt(&self) {
+        let in_sync = self
+            .array
+            .health_snapshot()
+            .iter()
+            .all(|h| *h == MemberHealth::InSync);
+        if !in_sync {
+            return;
+        }
+        let risk = self
+            .at_risk
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(risk) = risk {
+            self.notice(&format!(
+                "array \"{}\": every member is rebuilt, so the stripes at risk since the \
+                 dirty and degraded start are consistent again; they hold what was reconstructed \
+                 there, which may be wrong: {}",
+                self.name,
+                risk.describe(AT_RISK_LISTED_IN_WARNING)
+            ));
+        }
     }
 
     /// Registers `hook`, called with one line for the operator when something needs their

@@ -1,6 +1,7 @@
 //! Assembly: every refusal names the member and the reason and changes no member byte; members
 //! in any order give the same array; stale members are left out; the RAID 5 write hole needs
-//! force; the Volume keeps dirty/clean and events on disk.
+//! `start_dirty_degraded`, which reports the ranges at risk; the Volume keeps dirty/clean and
+//! events on disk.
 
 mod common;
 
@@ -15,7 +16,7 @@ fn try_assemble(paths: &[PathBuf], force: bool) -> Result<Volume, metadata::Asse
     assemble(
         open_all(paths),
         &AssembleOptions {
-            force,
+            start_dirty_degraded: force,
             ..AssembleOptions::default()
         },
     )
@@ -189,25 +190,97 @@ fn crash_after_write(paths: &[PathBuf], data: &[u8]) {
 }
 
 #[test]
-fn dirty_degraded_raid5_needs_force() {
+fn dirty_degraded_raid5_needs_the_flag_and_reports_the_ranges_at_risk() {
     let dir = tempfile::tempdir().unwrap();
-    let paths = new_array(dir.path(), "wh", "raid5", 3);
+    // Bitmap regions of 64 KiB: the write below dirties regions 0-3.
+    let region = 64 << 10;
+    let paths = new_array_with(dir.path(), "wh", layout::Level::Raid5, 3, Some(region));
     let data = pattern(200_000, 4);
     crash_after_write(&paths, &data);
     let degraded = vec![paths[0].clone(), paths[2].clone()];
     assert_refused(
         &degraded,
-        &["raid5 was not shut down cleanly", "[1]", "write hole"],
+        &[
+            "raid5 was not shut down cleanly",
+            "[1]",
+            "write hole",
+            "raidkit serve --start-dirty-degraded",
+            "ranges at risk",
+        ],
     );
     let v = try_assemble(&degraded, true).unwrap();
+    // The regions the write dirtied are the range at risk, and nothing else.
+    let warning = format!("bytes 0-{} (256.0 KiB)", 4 * region);
     assert!(
-        v.warnings().iter().any(|w| w.contains("force")),
+        v.warnings()
+            .iter()
+            .any(|w| w.contains("--start-dirty-degraded") && w.contains(&warning)),
         "{:?}",
         v.warnings()
     );
+    let risk = v.status().at_risk.expect("ranges at risk in the status");
+    assert_eq!((risk.ranges_count, risk.bytes), (1, 4 * region));
+    assert_eq!(risk.ranges[0].offset_bytes, 0);
+    assert!(!risk.whole_array);
     let mut got = vec![0u8; data.len()];
     v.read(4096, &mut got).unwrap();
     assert!(got == data, "degraded read reconstructs the data");
+}
+
+/// With a journal to replay, no rebuild may read a stripe before the replay made it
+/// consistent: a spare given at assembly (whose `add` wakes the worker) waits for
+/// `journal_replayed`, then is rebuilt.
+#[test]
+fn background_work_waits_for_the_journal_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "jr", "raid5", 3);
+    let spare = files(dir.path(), "sp", 1);
+    let opts = AssembleOptions {
+        spares: open_all(&spare),
+        journal_replay: Some(metadata::Uuid::new_v4()),
+        ..AssembleOptions::default()
+    };
+    let v = assemble(open_all(&paths[..2]), &opts).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let st = v.status();
+    assert!(
+        st.task.is_none() && st.members.iter().any(|m| m.state == MemberState::Spare),
+        "background work started before the journal replay: {st:?}"
+    );
+    v.journal_replayed();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while v
+        .status()
+        .members
+        .iter()
+        .any(|m| m.state != MemberState::Active)
+    {
+        assert!(std::time::Instant::now() < deadline, "{:?}", v.status());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn dirty_degraded_raid5_without_a_bitmap_puts_the_whole_array_at_risk() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array_with(dir.path(), "nb", layout::Level::Raid5, 3, None);
+    crash_after_write(&paths, &pattern(8192, 5));
+    let degraded = vec![paths[1].clone(), paths[2].clone()];
+    assert_refused(
+        &degraded,
+        &[
+            "--start-dirty-degraded",
+            "the whole array (it has no write-intent bitmap)",
+        ],
+    );
+    let v = try_assemble(&degraded, true).unwrap();
+    let risk = v.status().at_risk.expect("at risk");
+    assert!(risk.whole_array && risk.bytes == v.size_bytes(), "{risk:?}");
+    assert!(
+        v.warnings().iter().any(|w| w.contains("the whole array")),
+        "{:?}",
+        v.warnings()
+    );
 }
 
 #[test]

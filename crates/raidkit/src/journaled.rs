@@ -112,6 +112,17 @@ pub fn add_journal(
 ) -> anyhow::Result<journal::Superblock> {
     let path = args.journal.as_deref().context("no --journal PATH given")?;
     let (sb, existing) = array_journal(members).context("no member carries a superblock")?;
+    if sb.state == ArrayState::Dirty || sb.resync_offset_bytes.is_some() {
+        // A journal added now would not hold the writes of that crash, yet would let a dirty
+        // and degraded start through as if its replay had closed the write hole.
+        bail!(
+            "array \"{}\" was not shut down cleanly, or its resync (or initial sync) has not \
+             finished: serve it without a journal until `raidkit status` shows the resync \
+             done, stop it, then add the journal (a journal added now would not hold the \
+             writes of that crash)",
+            sb.name
+        );
+    }
     if let Some(j) = existing {
         bail!(
             "array \"{}\" already has journal {} ({}): remove it first",
@@ -184,6 +195,16 @@ pub enum Plan {
     None,
     /// Use the journal on this member (its superblock matches the array's reference).
     Use(Arc<dyn Member>, journal::Superblock),
+}
+
+impl Plan {
+    /// The UUID of the journal `attach` will replay (for `AssembleOptions::journal_replay`).
+    pub fn replayed_uuid(&self) -> Option<metadata::Uuid> {
+        match self {
+            Plan::None => None,
+            Plan::Use(_, jsb) => Some(jsb.journal_uuid),
+        }
+    }
 }
 
 /// Before assembly: compares the array's journal reference with `--journal`. A referenced

@@ -416,6 +416,34 @@ fn status_shows_the_write_back_journal_and_the_cache() {
     s.stop();
 }
 
+/// A journal added after a crash holds none of that crash's writes: `journal add` refuses a
+/// dirty array (else a dirty and degraded start would pass as if its replay closed the hole).
+#[test]
+fn journal_add_refuses_an_array_that_was_not_shut_down_cleanly() {
+    let a = Array::create(None);
+    let (s, _) = a.serve(&[], &[]);
+    qemu_io(&s.uri, &["write -P 3 0 64k".into()]);
+    s.kill9();
+    let m: Vec<&str> = a.members.iter().map(String::as_str).collect();
+    let add = ["journal", "add", "--size", "8M", &a.journal];
+    let (ok, text) = run_raidkit(&[&add[..], &m].concat());
+    assert!(!ok && text.contains("was not shut down cleanly"), "{text}");
+    assert!(
+        !Path::new(&a.journal).exists(),
+        "the refusal wrote the journal"
+    );
+    // After the resync has run and a clean stop, it is added.
+    let (s, _) = a.serve(&[], &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !a.log().contains("resync of \"raidkit\" finished") {
+        assert!(Instant::now() < deadline, "no resync: {}", a.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.stop();
+    let (ok, text) = run_raidkit(&[&add[..], &m].concat());
+    assert!(ok, "{text}");
+}
+
 fn run_raidkit(args: &[&str]) -> (bool, String) {
     let out = raidkit().args(args).output().expect("run raidkit");
     let text =

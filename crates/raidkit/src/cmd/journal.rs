@@ -112,6 +112,7 @@ fn remove(path: Option<String>, force: bool, specs: &[String]) -> anyhow::Result
     if let Plan::Use(jm, jsb) = journaled::check_before_assembly(&jargs, &members, false)? {
         let opts = AssembleOptions {
             owner: Some(metadata::owner::ThisHost::get()),
+            journal_replay: Some(jsb.journal_uuid),
             ..AssembleOptions::default()
         };
         let volume = metadata::assemble(members.clone(), &opts)

@@ -95,6 +95,16 @@ pub struct Args {
     #[arg(long, requires = "create")]
     preallocate: bool,
 
+    /// Start a RAID 5/6 array that was not shut down cleanly and misses members, without a
+    /// journal to replay (as mdadm --assemble --force, md's start_dirty_degraded). Risk: the
+    /// parity of stripes being written at the crash may be wrong, so data of the missing
+    /// members reconstructed there may read back wrong (the write hole). The array ranges at
+    /// risk (the write-intent bitmap's dirty regions; the whole array without a bitmap) are
+    /// printed and shown by `raidkit status` until the missing members are rebuilt. Not
+    /// needed when the array's journal is given (--journal): its replay closes the hole.
+    #[arg(long, conflicts_with = "create")]
+    start_dirty_degraded: bool,
+
     #[command(flatten)]
     bitmap: super::create::BitmapArgs,
 
@@ -589,15 +599,6 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
         metadata::read_superblock(m.as_ref()).is_ok_and(|sb| Some(sb.array_uuid) == uuid)
     });
     members.extend(known);
-    let opts = AssembleOptions {
-        spares: if args.create { Vec::new() } else { blank },
-        fault_policy: fault_policy(args),
-        speed_limits: speed_limits(args)?,
-        // A read-only server writes nothing, so it neither claims the array nor is refused.
-        owner: (!args.read_only).then(metadata::owner::ThisHost::get),
-        force_owner: args.force_owner,
-        ..AssembleOptions::default()
-    };
     let journal_plan =
         crate::journaled::check_before_assembly(&args.journal, &members, args.read_only)?;
     if let (crate::journaled::Plan::Use(jm, jsb), false) = (&journal_plan, args.create) {
@@ -605,6 +606,16 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
         let allow = args.journal.allow_volatile_journal;
         crate::journaled::check_storage(jm.name(), jsb.mode, allow)?;
     }
+    let opts = AssembleOptions {
+        spares: if args.create { Vec::new() } else { blank },
+        fault_policy: fault_policy(args),
+        speed_limits: speed_limits(args)?,
+        start_dirty_degraded: args.start_dirty_degraded,
+        journal_replay: journal_plan.replayed_uuid(),
+        // A read-only server writes nothing, so it neither claims the array nor is refused.
+        owner: (!args.read_only).then(metadata::owner::ThisHost::get),
+        force_owner: args.force_owner,
+    };
     let volume = metadata::assemble(members, &opts).context("assembling the array")?;
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");

@@ -47,10 +47,31 @@ pub struct Status {
     pub last_scrub: Option<Scrub>,
     pub events: u64,
     pub unsynced_bytes: u64,
+    pub at_risk: Option<AtRiskView>,
     /// Added by `raidkit serve` (not part of `metadata::VolumeStatus`).
     pub journal: Option<JournalView>,
     pub cache: Option<CacheView>,
 }
+
+/// Ranges a forced dirty and degraded start put at risk (`metadata::AtRisk`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct AtRiskView {
+    pub ranges: Vec<RangeView>,
+    pub ranges_count: u64,
+    pub bytes: u64,
+    pub whole_array: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct RangeView {
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+}
+
+/// Ranges at risk listed in the text status (`--json` lists up to 1024).
+const AT_RISK_LISTED: usize = 16;
 
 /// The journal section of the status (see `journal_section` in serve.rs).
 #[derive(Debug, Default, Deserialize)]
@@ -227,6 +248,9 @@ pub fn render(s: &Status) -> String {
             human_bytes(s.unsynced_bytes)
         );
     }
+    if let Some(risk) = &s.at_risk {
+        out += &at_risk_lines(risk);
+    }
     if let Some(task) = &s.task {
         out += &format!("  {}\n", task_line(task));
     }
@@ -243,6 +267,36 @@ pub fn render(s: &Status) -> String {
     }
     if let Some(scrub) = &s.last_scrub {
         out += &scrub_report(scrub);
+    }
+    out
+}
+
+fn at_risk_lines(risk: &AtRiskView) -> String {
+    let head = "  AT RISK: started dirty and degraded without a journal (--start-dirty-degraded): \
+                data may read back wrong in";
+    if risk.whole_array {
+        return format!(
+            "{head} the whole array ({}, no write-intent bitmap), until the missing members \
+             are rebuilt\n",
+            human_bytes(risk.bytes)
+        );
+    }
+    let mut out = format!(
+        "{head} {} ranges ({}), listed until the missing members are rebuilt:\n",
+        risk.ranges_count,
+        human_bytes(risk.bytes)
+    );
+    for r in risk.ranges.iter().take(AT_RISK_LISTED) {
+        out += &format!(
+            "    bytes {}-{} ({})\n",
+            r.offset_bytes,
+            r.offset_bytes + r.len_bytes,
+            human_bytes(r.len_bytes)
+        );
+    }
+    let more = risk.ranges_count.saturating_sub(AT_RISK_LISTED as u64);
+    if more > 0 {
+        out += &format!("    and {more} more (status --json lists the first 1024)\n");
     }
     out
 }
@@ -455,6 +509,31 @@ mod tests {
             !text.contains("journal") && !text.contains("read cache"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn renders_the_ranges_at_risk() {
+        let json = r#"{"name":"demo","level":"raid5","health":"degraded","members":[],
+          "at_risk":{"ranges":[{"offset_bytes":0,"len_bytes":67108864},
+            {"offset_bytes":201326592,"len_bytes":67108864}],"ranges_count":2,
+            "bytes":134217728,"whole_array":false}}"#;
+        let text = render(&serde_json::from_str(json).unwrap());
+        assert!(
+            text.contains("AT RISK: started dirty and degraded without a journal")
+                && text.contains("2 ranges (128.0 MiB), listed until the missing members")
+                && text.contains("    bytes 0-67108864 (64.0 MiB)\n")
+                && text.contains("    bytes 201326592-268435456 (64.0 MiB)\n"),
+            "{text}"
+        );
+        let json = r#"{"at_risk":{"ranges":[{"offset_bytes":0,"len_bytes":1048576}],
+            "ranges_count":1,"bytes":1048576,"whole_array":true}}"#;
+        let text = render(&serde_json::from_str(json).unwrap());
+        assert!(
+            text.contains("the whole array (1.0 MiB, no write-intent"),
+            "{text}"
+        );
+        let text = render(&serde_json::from_str(r#"{"at_risk":null}"#).unwrap());
+        assert!(!text.contains("AT RISK"), "{text}");
     }
 
     #[test]

@@ -71,6 +71,13 @@ impl Array {
         if !self.health_of(role).readable() {
             return true;
         }
+        if self.parity_untrusted_rows(offset, len) {
+            // Reconstructing from parity that may not match its data would return (and write
+            // back over the member) bytes that were never there: the read fails instead, as
+            // an I/O error the client sees, and the member keeps what it holds. Its read error
+            // was counted like any other.
+            return false;
+        }
         match self.rewrite_range(role, offset, len) {
             Ok(()) => true,
             // Another member failed while reconstructing: its error was counted; retry.
@@ -80,6 +87,19 @@ impl Array {
             Err(e) if e.is_no_space() => false,
             Err(e) => self.try_fail_member(role, FaultReason::Unrepairable(e.to_string())),
         }
+    }
+
+    /// True when a RAID 5/6 stripe holding a member's `[offset, offset+len)` has untrusted parity
+    /// (see [`crate::ParityTrust`]): nothing of it can be reconstructed correctly yet.
+    /// (On RAID 5/6 a member's row r belongs to stripe r on every role.)
+    fn parity_untrusted_rows(&self, offset: u64, len: u64) -> bool {
+        if !matches!(self.geometry.level(), Level::Raid5 | Level::Raid6) || len == 0 {
+            return false;
+        }
+        let hook = self.trust.get();
+        let chunk = self.geometry.chunk_bytes();
+        (offset / chunk..(offset + len).div_ceil(chunk))
+            .any(|stripe| self.parity_untrusted(hook.as_ref(), stripe))
     }
 
     /// Reconstructs `role`'s `[offset, offset+len)` from the other members and writes it back.

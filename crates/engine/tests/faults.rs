@@ -268,3 +268,56 @@ fn scrub_finds_and_repairs_corruption() {
         }
     }
 }
+
+/// Says every stripe's parity is untrusted, as while an initial sync has reached none.
+struct NothingSynced;
+
+impl engine::ParityTrust for NothingSynced {
+    fn parity_untrusted(&self, _stripe: u64) -> bool {
+        true
+    }
+}
+
+/// A read error on a stripe whose parity is untrusted (beyond the sync point) is not repaired
+/// from that parity: the read fails and the member keeps its bytes. Repaired, it returned and
+/// wrote back bytes computed from parity that did not match the data.
+#[test]
+fn a_read_error_on_an_untrusted_stripe_fails_instead_of_returning_garbage() {
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5)] {
+        let chunk = 16 * KIB;
+        let mut rng = Rng(7);
+        let (flaky, array, model) = filled(level, n, chunk, 16, &mut rng);
+        // Stripe 0's P as a sync that has not run would leave it: unrelated to the data.
+        let g = array.geometry().clone();
+        let p = g.p_role(0);
+        flaky[p]
+            .inner
+            .write_at(&vec![0xA5; chunk as usize], 0)
+            .unwrap();
+        let victim = g.data_role(0, 0);
+        let held = read_member(&flaky[victim].inner, 0, chunk);
+        array.set_parity_trust(Some(Arc::new(NothingSynced)));
+        flaky[victim].read_failures_left.store(1, Ordering::Relaxed);
+        let mut buf = vec![0u8; chunk as usize];
+        let result = array.read(0, &mut buf);
+        assert!(result.is_err(), "{level}: served from untrusted parity");
+        assert_eq!(
+            read_member(&flaky[victim].inner, 0, chunk),
+            held,
+            "{level}: the member was rewritten"
+        );
+        assert_eq!(array.health_of(victim), MemberHealth::InSync, "{level}");
+        // Once the stripe is trusted again, the same error is repaired from redundancy.
+        array.set_parity_trust(None);
+        array.sync_unit(0, SyncMode::Resync).unwrap();
+        flaky[victim].read_failures_left.store(1, Ordering::Relaxed);
+        array.read(0, &mut buf).expect("repaired");
+        assert_eq!(buf, model[..chunk as usize], "{level}");
+    }
+}
+
+fn read_member(m: &MemMember, offset: u64, len: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; len as usize];
+    m.read_at(&mut buf, offset).unwrap();
+    buf
+}

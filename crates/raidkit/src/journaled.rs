@@ -211,10 +211,15 @@ impl Plan {
 /// write-through journal that is not given is dropped from the superblocks with a warning (the
 /// array is back to the write hole); a write-back one refuses without
 /// `--force-journal-loss`, saying what may be lost.
+///
+/// `start_dirty_degraded` is the assembly's (`AssembleOptions::start_dirty_degraded`): a
+/// journal is detached only if the array then starts without it, so a refused start leaves it
+/// attached (its replay is what would let a dirty and degraded RAID 5/6 array start).
 pub fn check_before_assembly(
     args: &JournalArgs,
     members: &[Arc<dyn Member>],
     read_only: bool,
+    start_dirty_degraded: bool,
 ) -> anyhow::Result<Plan> {
     let Some((sb, reference)) = array_journal(members) else {
         return Ok(Plan::None);
@@ -225,7 +230,14 @@ pub fn check_before_assembly(
             "array \"{}\" has no journal; add {path} with `raidkit journal add` first",
             sb.name
         ),
-        (Some(j), None) => lost_journal(args, members, &sb, j, read_only),
+        (Some(j), None) => {
+            let lost = LostJournal {
+                reference: j,
+                read_only,
+                start_dirty_degraded,
+            };
+            lost_journal(args, members, &sb, lost)
+        }
         (Some(j), Some(path)) => {
             let jm = open_journal_member(path, None)?;
             let jsb = journal::read_superblock(jm.as_ref())
@@ -243,13 +255,20 @@ pub fn check_before_assembly(
     }
 }
 
+/// The array's journal, not given (`lost_journal`), and how the array is started.
+struct LostJournal {
+    reference: JournalRef,
+    read_only: bool,
+    start_dirty_degraded: bool,
+}
+
 fn lost_journal(
     args: &JournalArgs,
     members: &[Arc<dyn Member>],
     sb: &Superblock,
-    j: JournalRef,
-    read_only: bool,
+    lost: LostJournal,
 ) -> anyhow::Result<Plan> {
+    let (j, read_only) = (lost.reference, lost.read_only);
     let name = &sb.name;
     if j.kind == Mode::WriteBack.code() && !args.force_journal_loss {
         let risk = match sb.state {
@@ -267,6 +286,12 @@ fn lost_journal(
             j.uuid
         );
     }
+    if !read_only {
+        // Only if the array starts without it: a refused start keeps the journal, whose
+        // replay may be what the next start needs (a dirty and degraded RAID 5/6 array).
+        would_start_without_journal(members, lost.start_dirty_degraded)
+            .with_context(|| format!("journal {} kept attached to array \"{name}\"", j.uuid))?;
+    }
     eprintln!(
         "raidkit: warning: array \"{name}\": {} journal {} not given; running without it{}",
         mode_name(j.kind),
@@ -283,6 +308,27 @@ fn lost_journal(
         eprintln!("raidkit: journal {} detached from array \"{name}\"", j.uuid);
     }
     Ok(Plan::None)
+}
+
+/// The assembly plan (pure: nothing is written) of `members` with no journal replayed: its
+/// refusal (a dirty and degraded RAID 5/6 array without `--start-dirty-degraded`, too few
+/// members, a damaged superblock...) before anything is detached.
+fn would_start_without_journal(
+    members: &[Arc<dyn Member>],
+    start_dirty_degraded: bool,
+) -> anyhow::Result<()> {
+    let mut found = Vec::with_capacity(members.len());
+    for m in members {
+        let sb = metadata::read_superblock(m.as_ref())
+            .with_context(|| format!("member {}: cannot read the superblock", m.name()))?;
+        found.push((m.name().to_string(), sb));
+    }
+    let opts = metadata::AssembleOptions {
+        start_dirty_degraded,
+        ..metadata::AssembleOptions::default()
+    };
+    metadata::plan(&found, &opts).context("the array would not start without it")?;
+    Ok(())
 }
 
 /// Test hook: `RAIDKIT_TEST_APPLY_DELAY_MS` slows every write-back apply, so a test can kill

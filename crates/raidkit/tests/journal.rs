@@ -355,6 +355,47 @@ fn write_through_journal_survives_kill9_and_a_lost_one_is_detached() {
     );
 }
 
+/// A crash that also takes a disk, restarted without the write-through journal: the refusal
+/// (write hole) names the journal and leaves it attached, so the restart with it replays it
+/// and starts the dirty and degraded array with no flag; the data reads back degraded.
+/// (Before: the journal was detached before the refusal, and the retry said "has no journal".)
+#[test]
+fn a_refused_start_without_the_journal_keeps_it_attached() {
+    if !testsupport::require_tool("qemu-io") {
+        return;
+    }
+    let seed = seed();
+    let a = Array::create(Some("write-through"));
+    let j = a.journal.clone();
+    let (writes, reads) = workload(seed, 24);
+    let (s, _) = a.serve(&["--journal", &j], &[]);
+    qemu_io(&s.uri, &writes);
+    s.kill9();
+    let without_m0 = |extra: &[&str]| -> Vec<String> {
+        let mut args = a.serve_args(extra);
+        args.retain(|arg| arg != &a.members[0]);
+        args
+    };
+    let args = without_m0(&[]);
+    let out = raidkit().arg("serve").args(&args).output().expect("serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("write hole")
+            && err.contains("Give its journal")
+            && err.contains("kept attached")
+            && !err.contains("detached")
+            && !err.contains("running without it"),
+        "seed {seed}: {err}"
+    );
+    let args = without_m0(&["--journal", &j]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let s = Server::start(&refs, &[], &a.dir.path().join("serve.log"));
+    assert!(a.log().contains("(write-through): replayed"), "{}", a.log());
+    qemu_io(&s.uri, &reads);
+    s.stop();
+}
+
 /// `raidkit status` shows the journal (mode, ring use, acknowledged bytes not yet on the
 /// members) and the read cache, from the running server.
 #[test]

@@ -599,8 +599,12 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
         metadata::read_superblock(m.as_ref()).is_ok_and(|sb| Some(sb.array_uuid) == uuid)
     });
     members.extend(known);
-    let journal_plan =
-        crate::journaled::check_before_assembly(&args.journal, &members, args.read_only)?;
+    let journal_plan = crate::journaled::check_before_assembly(
+        &args.journal,
+        &members,
+        args.read_only,
+        args.start_dirty_degraded,
+    )?;
     if let (crate::journaled::Plan::Use(jm, jsb), false) = (&journal_plan, args.create) {
         // (serve --create checked it when writing the new journal)
         let allow = args.journal.allow_volatile_journal;

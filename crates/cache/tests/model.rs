@@ -112,13 +112,17 @@ fn run(seed: u64, mode: ReadAhead, ops: u64) {
     assert!(stats.evictions > 0 && stats.hits > 0, "{stats:?}");
     if mode != ReadAhead::Off {
         // On a loaded machine the workers may have lagged the whole run (their jobs then
-        // found the blocks cached): read a stream from an emptied cache and give them time.
+        // found the blocks cached, or the full queue dropped them): read a stream from an
+        // emptied cache, pausing after each read so the workers can get ahead of it, until
+        // one prefetch lands. (Waiting without reading could wait for nothing: a dropped job
+        // is offered again only by the stream's next read.)
         cache.invalidate_all();
-        for block in 0..8 {
-            check_read(&cache, &model, block * 4096, 4096, ops);
-        }
         let deadline = Instant::now() + Duration::from_secs(20);
+        let blocks = SIZE / BLOCK;
+        let mut block = 0;
         while cache.stats().prefetched_bytes == 0 && Instant::now() < deadline {
+            check_read(&cache, &model, block * BLOCK, BLOCK, ops);
+            block = (block + 1) % blocks;
             std::thread::sleep(Duration::from_millis(5));
         }
         let stats = cache.stats();

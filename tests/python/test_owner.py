@@ -18,6 +18,11 @@ in /proc, so, as on another machine, only the lease tells whether the first stil
 - ``test_a_server_taken_over_stops``: a live first server whose array is taken over with
   ``--force-owner`` from another namespace stops by itself at its next renewal (exit 3,
   saying who took it), and writes nothing more.
+- ``test_a_refused_second_server_leaves_the_journal_attached``: a second server started
+  without the array's write-through journal is refused (the first one serves it) before it
+  detaches the journal from the superblocks (it used to detach it first, leaving the served
+  array without its journal reference); after a SIGKILL of the first, a start with the journal
+  replays it.
 - ``test_clean_stop_clears_the_record``: after SIGTERM the record is gone from every member
   (``examine`` shows no owner), so another host starts without waiting or forcing.
 """
@@ -194,3 +199,29 @@ def test_clean_stop_clears_the_record(tmp_path, members, arrays):
         second.serving().stop()
     finally:
         second.kill()
+
+
+def test_a_refused_second_server_leaves_the_journal_attached(tmp_path, members, arrays):
+    require_tools("nbdkit")
+    nbdkits = [members(f"m{i}") for i in range(2)]
+    images = [str(m.image) for m in nbdkits]
+    journal = str(tmp_path / "journal.img")
+    run([RAIDKIT_BIN, "create", "--level", "1", "--name", "jr", *images])
+    run([RAIDKIT_BIN, "journal", "add", "--size", "8M", journal, *images])
+    for m in nbdkits:
+        m.start()
+    uris = [m.uri for m in nbdkits]
+    d = tmp_path / "first"
+    d.mkdir()
+    first = arrays(d, "jr", uris, extra=["--journal", journal]).start()
+    err = refused(serve_cmd(tmp_path, "b", uris))
+    assert f"in use by raidkit pid {first.proc.pid}" in err, err
+    assert "detached" not in err and "running without it" not in err, err
+    # Killed: no superblock write of the first server can restore a reference the second
+    # removed. The journal is still the array's: a start with it replays it.
+    first.proc.kill()
+    first.proc.wait()
+    first.proc = None
+    second = arrays(tmp_path, "jr", uris, extra=["--journal", journal]).start()
+    assert "(write-through): replayed" in second.logs(), second.logs()
+    second.stop()

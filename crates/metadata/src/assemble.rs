@@ -65,8 +65,9 @@ pub fn assemble(
 }
 
 /// Refuses an array whose owner record (on any member) names another live process, unless
-/// `force_owner` and that owner is on another host.
-fn check_owner(
+/// `force_owner` and that owner is on another host. Pure (nothing is written); `assemble`
+/// runs it first, and `raidkit serve` before it rewrites superblocks ahead of assembly.
+pub fn check_owner(
     found: &[(String, crate::Superblock)],
     opts: &AssembleOptions,
 ) -> Result<(), AssembleError> {

@@ -50,7 +50,7 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
-pub use assemble::{assemble, refuse_if_served};
+pub use assemble::{assemble, check_owner, refuse_if_served};
 pub use at_risk::{ArrayRange, AtRisk, AT_RISK_RANGES_LISTED_MAX};
 pub use bitmap::{
     BITMAP_BLOCK_BYTES, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET, BITMAP_REGIONS_MAX,

@@ -212,14 +212,15 @@ impl Plan {
 /// array is back to the write hole); a write-back one refuses without
 /// `--force-journal-loss`, saying what may be lost.
 ///
-/// `start_dirty_degraded` is the assembly's (`AssembleOptions::start_dirty_degraded`): a
-/// journal is detached only if the array then starts without it, so a refused start leaves it
-/// attached (its replay is what would let a dirty and degraded RAID 5/6 array start).
+/// `assemble` are the options the array is then assembled with (without `journal_replay`): a
+/// journal is detached only if the array then starts without it — no other live server owns
+/// it, and the plan accepts it — so a refused start leaves it attached (its replay is what
+/// would let a dirty and degraded RAID 5/6 array start).
 pub fn check_before_assembly(
     args: &JournalArgs,
     members: &[Arc<dyn Member>],
     read_only: bool,
-    start_dirty_degraded: bool,
+    assemble: &metadata::AssembleOptions,
 ) -> anyhow::Result<Plan> {
     let Some((sb, reference)) = array_journal(members) else {
         return Ok(Plan::None);
@@ -234,7 +235,7 @@ pub fn check_before_assembly(
             let lost = LostJournal {
                 reference: j,
                 read_only,
-                start_dirty_degraded,
+                assemble,
             };
             lost_journal(args, members, &sb, lost)
         }
@@ -256,17 +257,17 @@ pub fn check_before_assembly(
 }
 
 /// The array's journal, not given (`lost_journal`), and how the array is started.
-struct LostJournal {
+struct LostJournal<'a> {
     reference: JournalRef,
     read_only: bool,
-    start_dirty_degraded: bool,
+    assemble: &'a metadata::AssembleOptions,
 }
 
 fn lost_journal(
     args: &JournalArgs,
     members: &[Arc<dyn Member>],
     sb: &Superblock,
-    lost: LostJournal,
+    lost: LostJournal<'_>,
 ) -> anyhow::Result<Plan> {
     let (j, read_only) = (lost.reference, lost.read_only);
     let name = &sb.name;
@@ -289,7 +290,7 @@ fn lost_journal(
     if !read_only {
         // Only if the array starts without it: a refused start keeps the journal, whose
         // replay may be what the next start needs (a dirty and degraded RAID 5/6 array).
-        would_start_without_journal(members, lost.start_dirty_degraded)
+        would_start_without_journal(members, lost.assemble)
             .with_context(|| format!("journal {} kept attached to array \"{name}\"", j.uuid))?;
     }
     eprintln!(
@@ -310,24 +311,26 @@ fn lost_journal(
     Ok(Plan::None)
 }
 
-/// The assembly plan (pure: nothing is written) of `members` with no journal replayed: its
-/// refusal (a dirty and degraded RAID 5/6 array without `--start-dirty-degraded`, too few
-/// members, a damaged superblock...) before anything is detached.
+/// The owner check and the assembly plan (pure: nothing is written) of `members` with the
+/// options `assemble` and no journal replayed: their refusal (another live server owns the
+/// array; a dirty and degraded RAID 5/6 array without `--start-dirty-degraded`; too few
+/// members...) before anything is detached.
 fn would_start_without_journal(
     members: &[Arc<dyn Member>],
-    start_dirty_degraded: bool,
+    assemble: &metadata::AssembleOptions,
 ) -> anyhow::Result<()> {
+    assert!(
+        assemble.journal_replay.is_none(),
+        "judged without the journal"
+    );
     let mut found = Vec::with_capacity(members.len());
     for m in members {
         let sb = metadata::read_superblock(m.as_ref())
             .with_context(|| format!("member {}: cannot read the superblock", m.name()))?;
         found.push((m.name().to_string(), sb));
     }
-    let opts = metadata::AssembleOptions {
-        start_dirty_degraded,
-        ..metadata::AssembleOptions::default()
-    };
-    metadata::plan(&found, &opts).context("the array would not start without it")?;
+    metadata::check_owner(&found, assemble)?;
+    metadata::plan(&found, assemble).context("the array would not start without it")?;
     Ok(())
 }
 

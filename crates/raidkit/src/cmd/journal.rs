@@ -109,7 +109,9 @@ fn remove(path: Option<String>, force: bool, specs: &[String]) -> anyhow::Result
         force_journal_loss: force,
         ..JournalArgs::default()
     };
-    if let Plan::Use(jm, jsb) = journaled::check_before_assembly(&jargs, &members, false, false)? {
+    if let Plan::Use(jm, jsb) =
+        journaled::check_before_assembly(&jargs, &members, false, &AssembleOptions::default())?
+    {
         let opts = AssembleOptions {
             owner: Some(metadata::owner::ThisHost::get()),
             journal_replay: Some(jsb.journal_uuid),

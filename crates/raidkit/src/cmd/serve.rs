@@ -599,27 +599,24 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
         metadata::read_superblock(m.as_ref()).is_ok_and(|sb| Some(sb.array_uuid) == uuid)
     });
     members.extend(known);
-    let journal_plan = crate::journaled::check_before_assembly(
-        &args.journal,
-        &members,
-        args.read_only,
-        args.start_dirty_degraded,
-    )?;
+    let mut opts = AssembleOptions {
+        spares: if args.create { Vec::new() } else { blank },
+        fault_policy: fault_policy(args),
+        speed_limits: speed_limits(args)?,
+        start_dirty_degraded: args.start_dirty_degraded,
+        journal_replay: None,
+        // A read-only server writes nothing, so it neither claims the array nor is refused.
+        owner: (!args.read_only).then(metadata::owner::ThisHost::get),
+        force_owner: args.force_owner,
+    };
+    let journal_plan =
+        crate::journaled::check_before_assembly(&args.journal, &members, args.read_only, &opts)?;
     if let (crate::journaled::Plan::Use(jm, jsb), false) = (&journal_plan, args.create) {
         // (serve --create checked it when writing the new journal)
         let allow = args.journal.allow_volatile_journal;
         crate::journaled::check_storage(jm.name(), jsb.mode, allow)?;
     }
-    let opts = AssembleOptions {
-        spares: if args.create { Vec::new() } else { blank },
-        fault_policy: fault_policy(args),
-        speed_limits: speed_limits(args)?,
-        start_dirty_degraded: args.start_dirty_degraded,
-        journal_replay: journal_plan.replayed_uuid(),
-        // A read-only server writes nothing, so it neither claims the array nor is refused.
-        owner: (!args.read_only).then(metadata::owner::ThisHost::get),
-        force_owner: args.force_owner,
-    };
+    opts.journal_replay = journal_plan.replayed_uuid();
     let volume = metadata::assemble(members, &opts).context("assembling the array")?;
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");

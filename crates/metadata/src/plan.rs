@@ -222,11 +222,13 @@ impl fmt::Display for AssembleError {
                      write hole), so data of the missing members reconstructed there may read \
                      back wrong. "
                 )?;
-                if let Some(uuid) = journal {
-                    write!(
+                match journal {
+                    Some(uuid) => write!(
                         f,
-                        "Give its journal {uuid} (--journal PATH): its replay closes the hole; or "
-                    )?;
+                        "Give its journal {uuid} (--journal PATH): its replay closes the hole; or \
+                         bring"
+                    )?,
+                    None => write!(f, "Bring")?,
                 }
                 let at_risk = match bitmap {
                     true => "the regions its write-intent bitmap marks as being written",
@@ -234,7 +236,7 @@ impl fmt::Display for AssembleError {
                 };
                 write!(
                     f,
-                    "bring the missing members back; or start it anyway with \
+                    " the missing members back; or start it anyway with \
                      `raidkit serve --start-dirty-degraded`: it then serves degraded and reports \
                      the array ranges at risk ({at_risk}), where data may be wrong"
                 )
@@ -809,6 +811,7 @@ mod tests {
         let msg = err.to_string();
         for needle in [
             format!("Give its journal {journal} (--journal PATH)"),
+            "closes the hole; or bring the missing members back;".into(),
             "raidkit serve --start-dirty-degraded".into(),
             "the regions its write-intent bitmap marks".into(),
             "may read back wrong".into(),
@@ -826,7 +829,12 @@ mod tests {
             ..AssembleOptions::default()
         };
         let err = plan(&found, &replay).expect_err("no journal of its own");
-        assert!(!err.to_string().contains("Give its journal"), "{err}");
+        let msg = err.to_string();
+        assert!(!msg.contains("Give its journal"), "{msg}");
+        assert!(
+            msg.contains("back wrong. Bring the missing members back;"),
+            "{msg}"
+        );
         let forced = AssembleOptions {
             start_dirty_degraded: true,
             ..AssembleOptions::default()

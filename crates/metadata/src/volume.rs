@@ -505,8 +505,9 @@ impl VolumeCore {
     }
 
     /// Clean shutdown: pauses background work, flushes the array and marks it clean
-    /// (dirty if units a lack of space left half-written cannot be resynced yet, or while
-    /// ranges are at risk after a forced dirty and degraded start; events + 1) with the
+    /// (dirty if units a lack of space left half-written cannot be resynced yet, while the
+    /// resync after a crash has not finished, or while ranges are at risk after a forced
+    /// dirty and degraded start; events + 1) with the
     /// progress of unfinished resyncs and rebuilds, so the next assembly
     /// resumes them. The volume stays usable; a later write marks it dirty again and resumes
     /// background work.
@@ -540,12 +541,18 @@ impl VolumeCore {
         if !self.dirty.load(Ordering::Acquire) && !progress && !changed && !disk_dirty {
             return Ok(());
         }
-        meta.disk_state = match unsynced {
+        // So does a resync after a crash that has not finished: the stripes it has not reached
+        // may hold parity the crash left stale, and a start without a member must still see
+        // the write hole (its progress is kept, but a dirty start resyncs from the bitmap, or
+        // from 0 without one).
+        let crash_resync = meta.resync_after_crash && meta.resync_offset.is_some();
+        let keep_dirty = unsynced || crash_resync;
+        meta.disk_state = match keep_dirty {
             true => ArrayState::Dirty,
             false => ArrayState::Clean,
         };
         self.write_superblocks(&mut meta)?;
-        self.dirty.store(unsynced, Ordering::Release);
+        self.dirty.store(keep_dirty, Ordering::Release);
         Ok(())
     }
 

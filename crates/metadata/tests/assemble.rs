@@ -227,6 +227,44 @@ fn dirty_degraded_raid5_needs_the_flag_and_reports_the_ranges_at_risk() {
     assert!(got == data, "degraded read reconstructs the data");
 }
 
+/// A clean stop before the resync after a crash has finished leaves the array dirty: the
+/// stripes not resynced yet may still hold parity the crash left stale, so a start without a
+/// member must refuse (or be forced) exactly as right after the crash.
+#[test]
+fn a_clean_stop_during_the_crash_resync_keeps_the_write_hole_refusal() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array_with(dir.path(), "cs", layout::Level::Raid5, 3, None);
+    crash_after_write(&paths, &pattern(8192, 6));
+    let slow = AssembleOptions {
+        speed_limits: metadata::SpeedLimits {
+            min_bytes_per_sec: 4096,
+            max_bytes_per_sec: 4096,
+        },
+        ..AssembleOptions::default()
+    };
+    let v = assemble(open_all(&paths), &slow).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    v.close().unwrap();
+    drop(v);
+    let sb = read_sb(&paths[0]);
+    assert!(
+        sb.resync_offset_bytes.is_some(),
+        "the resync finished: {sb:?}"
+    );
+    assert_eq!(
+        sb.state,
+        ArrayState::Dirty,
+        "a resync after a crash is pending"
+    );
+    assert_refused(&paths[1..], &["write hole", "--start-dirty-degraded"]);
+    // With every member the resync resumes, and once it is done the array closes clean.
+    let v = try_assemble(&paths, false).unwrap();
+    assert!(v.wait_idle(std::time::Duration::from_secs(30)));
+    v.close().unwrap();
+    assert_eq!(read_sb(&paths[0]).state, ArrayState::Clean);
+    assert_eq!(read_sb(&paths[0]).resync_offset_bytes, None);
+}
+
 /// With a journal to replay, no rebuild may read a stripe before the replay made it
 /// consistent: a spare given at assembly (whose `add` wakes the worker) waits for
 /// `journal_replayed`, then is rebuilt.

@@ -40,6 +40,12 @@ served from the NBD URIs with an admin socket.
   NBD members full of random data (an initial sync, throttled to 256 KiB/s); fio writes 24 MiB
   of 4-64 KiB blocks while the sync has barely started, one (RAID 6: two) members are failed,
   and ``verify_only`` must pass from the degraded array (issue 10 item 1).
+- ``test_local_member_stuck_in_kernel``: RAID 1, 5 (one) and RAID 6 (two) *file* members that
+  really block in the kernel (FUSE files, ``nbdfuse`` over ``nbdkit memory`` behind the pause
+  filter), paused under fio with ``serve --local-io-deadline``: no client request waits much
+  past one timeout, the members are faulty, ``status`` counts the abandoned and still-stuck
+  calls, the log names them, the degraded array verifies, and SIGTERM closes the array at once
+  although the calls are still stuck (issue 10 item 4).
 """
 
 import json
@@ -733,3 +739,141 @@ def test_writes_during_initial_sync_survive_member_failure(tmp_path, members, ar
     check_fio(run([*write, "--verify_only"], timeout=120, cwd=tmp_path),
               f"verify with {fail} member(s) failed")
     array.stop()
+
+
+class FuseMember:
+    """A local *file* member that really blocks in the kernel: ``nbdkit memory`` behind the
+    pause filter, mounted as a file with ``nbdfuse``. Once paused, every read and write of the
+    file waits in the FUSE driver (the caller is stuck inside pread/pwrite) until resumed."""
+
+    def __init__(self, workdir, name, size=MEMBER_BYTES):
+        self.dir = Path(workdir)
+        self.sock = self.dir / f"{name}.sock"
+        self.pause_sock = self.dir / f"{name}.pause"
+        self.mount = self.dir / f"{name}.mnt"
+        self.path = self.mount / "disk"
+        self.mount.mkdir()
+        self.nbdkit = subprocess.Popen(
+            ["nbdkit", "--foreground", "--exit-with-parent", "-U", str(self.sock),
+             "--filter=pause", "memory", str(size), f"pause-control={self.pause_sock}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.fuse = None
+        self.paused = False
+        self._wait_for(self.sock.exists, "nbdkit not listening")
+        self.fuse = subprocess.Popen(["nbdfuse", str(self.path), "--unix", str(self.sock)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self._wait_for(self.path.exists, "nbdfuse did not mount")
+
+    def _wait_for(self, ready, what):
+        deadline = time.monotonic() + 10
+        while not ready():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.02)
+
+    def _control(self, command, answer):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.settimeout(10)
+            c.connect(str(self.pause_sock))
+            c.sendall(command)
+            assert c.recv(1) == answer, f"nbdkit pause filter did not answer {answer!r}"
+
+    def pause(self):
+        self._control(b"p", b"P")
+        self.paused = True
+
+    def cleanup(self):
+        """Resumes first (a thread stuck on the paused file cannot even be killed), then a lazy
+        unmount (raidkit may still hold the file open) and the servers stopped."""
+        if self.paused:
+            self._control(b"r", b"R")
+            self.paused = False
+        if self.fuse is not None:
+            subprocess.run(["fusermount3", "-u", "-z", str(self.mount)], timeout=30, check=False)
+            try:
+                self.fuse.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.fuse.kill()
+                self.fuse.wait()
+            self.fuse = None
+        self.nbdkit.kill()
+        self.nbdkit.wait()
+
+
+@pytest.fixture
+def fuse_members(tmp_path):
+    made = []
+
+    def factory(name):
+        m = FuseMember(tmp_path, name)
+        made.append(m)
+        return m
+
+    yield factory
+    for m in made:
+        m.cleanup()
+
+
+@pytest.mark.parametrize("level", ["1", "5", "6"])
+def test_local_member_stuck_in_kernel(tmp_path, arrays, fuse_members, level):
+    """File members whose reads and writes hang inside the kernel (FUSE files whose server is
+    paused; RAID 6: two of them) are abandoned at --io-timeout with --local-io-deadline: no client request waits
+    much longer, the members are faulty, status reports the stuck calls, the array serves
+    degraded and verifies, and SIGTERM stops the server at once although a call is still
+    stuck (issue 10 item 4)."""
+    require_tools("nbdkit", "nbdfuse", "fusermount3", "fio")
+    count, fail = LEVELS[level]
+    victims = list(range(1, 1 + fail))
+    files, stuck = [], []
+    for i in range(count):
+        if i in victims:
+            stuck.append(fuse_members(f"m{i}"))
+            files.append(str(stuck[-1].path))
+            continue
+        image = tmp_path / f"m{i}.img"
+        with open(image, "wb") as f:
+            f.truncate(MEMBER_BYTES)
+        files.append(str(image))
+    run([RAIDKIT_BIN, "create", "--level", level, "--chunk", CHUNK, "--name", f"k{level}",
+         *files])
+    array = arrays(tmp_path, f"k{level}", files, extra=["--local-io-deadline"]).start()
+    job = subprocess.Popen(fio_cmd(array.uri, FIO_BYTES, "--do_verify=1", "--rate=8m,8m"),
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    wait_health(array, "active")
+    time.sleep(0.3)
+    since = time.monotonic()
+    for m in stuck:
+        m.pause()
+    out, _ = job.communicate(timeout=120)
+    check_fio(out, f"fio while roles {victims} of raid{level} are stuck in the kernel")
+    waited = max_completion_s(out)
+    print(f"raid{level} local member stuck: longest client request {waited:.2f} s")
+    assert waited <= IO_TIMEOUT_S + CLIENT_WAIT_SLACK_S, \
+        f"a client request took {waited:.1f} s (timeout {IO_TIMEOUT_S} s)\n{out[-3000:]}"
+    status = wait_faulty(array, victims, since, IO_TIMEOUT_S + DETECT_SLACK_S)
+    for member in status["members"]:
+        if member["role"] in victims:
+            assert member["abandoned_calls"] >= 1 and member["stuck_calls"] >= 1, member
+    assert status["health"] == "degraded", status
+    fio_verify(array, tmp_path)
+    assert "stuck in the kernel" in array.logs(), array.logs()
+    text = array.cli("status").stdout
+    assert "abandoned" in text, text
+    # SIGTERM while the call is still stuck: the array closes at once, without waiting for it.
+    # Linux reaps no process while one of its threads sleeps uninterruptibly in the kernel (a
+    # FUSE write, a dying disk; not even SIGKILL helps), so the exit status only comes once
+    # the call returns: the FUSE server is resumed after the clean close is seen.
+    proc = array.proc
+    proc.send_signal(signal.SIGTERM)
+    log = next(tmp_path.glob("serve-*.log"))
+    deadline = time.monotonic() + 10
+    while "closed cleanly" not in log.read_text():
+        assert time.monotonic() < deadline, f"serve did not close the array{array.logs()}"
+        time.sleep(0.05)
+    for m in stuck:
+        m.cleanup()
+    rc = proc.wait(timeout=STOP_TIMEOUT_S)
+    array.proc = None
+    assert rc == 0, f"serve exited {rc} after SIGTERM{array.logs()}"
+    assert not array.admin_sock.exists(), "admin socket left behind"

@@ -222,6 +222,13 @@ impl Array {
     /// Every group runs even after a failure (a write batch must reach every member it can);
     /// returns the first error.
     pub(crate) fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
+        // One deadline for the whole batch: local members' calls (`member::Detached`) run one
+        // after the other on this thread, and their deadlines must not add up.
+        let deadline = Instant::now() + self.fault_policy().io_timeout;
+        member::with_deadline(deadline, || self.run_until(ops, deadline))
+    }
+
+    fn run_until(&self, ops: Vec<MemOp<'_>>, deadline: Instant) -> Result<(), IoError> {
         let mut groups: Vec<Vec<MemOp<'_>>> =
             (0..self.member_count()).map(|_| Vec::new()).collect();
         for op in ops {
@@ -243,7 +250,9 @@ impl Array {
         std::thread::scope(|scope| {
             let handles: Vec<_> = big
                 .into_iter()
-                .map(|group| scope.spawn(move || self.run_group(group)))
+                .map(|group| {
+                    scope.spawn(move || member::with_deadline(deadline, || self.run_group(group)))
+                })
                 .collect();
             let mine = small
                 .into_iter()

@@ -283,6 +283,10 @@ impl Member for FaultyMember {
         self.inner.write_zeroes(offset, len)
     }
 
+    fn stuck_calls(&self) -> (usize, u64) {
+        self.inner.stuck_calls()
+    }
+
     fn is_remote(&self) -> bool {
         self.inner.is_remote()
     }

@@ -5,6 +5,9 @@
 //!   `write_zeroes`, `len`). All methods take `&self` and are safe to call from many threads.
 //! - [`MemMember`]: a sparse RAM member (`mem:SIZE`), gone when the process exits.
 //! - [`FileMember`]: a regular file or a block device, with positional I/O.
+//! - [`Detached`]: runs a local member's system calls on worker threads that a call stuck in
+//!   the kernel can be abandoned on at its deadline (`ErrorKind::TimedOut`); [`open_with`]
+//!   wraps file and block-device members in one when `RemoteOptions::local_deadline` is set.
 //! - [`Window`]: a `[offset, offset + len)` view of another member (e.g. a data area past the
 //!   superblock).
 //! - [`NbdMember`]: an export of an NBD server (`nbd://HOST[:PORT]/EXPORT`,
@@ -38,6 +41,7 @@
 //! assert_eq!(&buf, b"\0hello\0");
 //! ```
 
+mod detached;
 mod error;
 mod exclusive;
 mod faulty;
@@ -55,6 +59,7 @@ mod window;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use detached::{with_deadline, Detached, STUCK_MAX, WORKERS_MAX};
 pub use error::{check_range, MemberError};
 pub use exclusive::{holder_of, Holder, Identity};
 pub use faulty::{FaultControl, FaultRule, FaultyMember};
@@ -134,6 +139,11 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     fn identity(&self) -> Option<Identity> {
         None
     }
+    /// Calls abandoned at their deadline and still stuck in the kernel, and calls abandoned
+    /// since the member was opened ([`Detached`]; other members never abandon a call).
+    fn stuck_calls(&self) -> (usize, u64) {
+        (0, 0)
+    }
     /// True when the member has no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -207,7 +217,9 @@ pub fn open(spec: &str, opts: &OpenOptions) -> Result<Arc<dyn Member>, MemberErr
     open_with(spec, opts, &RemoteOptions::default())
 }
 
-/// [`open`] with settings for remote members (request timeout, requests in flight). An NBD
+/// [`open`] with settings for remote members (request timeout, requests in flight); with
+/// `remote.local_deadline` the timeout is also the deadline of a file or block-device member's
+/// calls ([`Detached`]). An NBD
 /// export already exists: `opts.create_size` does not apply to it, `opts.read_only` does.
 pub fn open_with(
     spec: &str,
@@ -228,5 +240,10 @@ pub fn open_with(
         return Err(MemberError::EmptySpec);
     }
     let member = FileMember::open(Path::new(spec), spec, opts)?;
-    Ok(Arc::new(member))
+    if !remote.local_deadline {
+        return Ok(Arc::new(member));
+    }
+    // A local call can hang in the kernel (a dying disk, a hung NFS or FUSE file): it runs
+    // where it can be abandoned at the same deadline as a remote request.
+    Ok(Arc::new(Detached::new(Arc::new(member), remote.io_timeout)))
 }

@@ -117,6 +117,10 @@ impl Member for Window {
         self.inner.write_zeroes(self.offset_bytes + offset, len)
     }
 
+    fn stuck_calls(&self) -> (usize, u64) {
+        self.inner.stuck_calls()
+    }
+
     fn is_remote(&self) -> bool {
         self.inner.is_remote()
     }

@@ -483,6 +483,7 @@ impl VolumeCore {
                     .or(held.and_then(|h| h.sb.recovery_offset_bytes))
                     .unwrap_or(0)
             });
+            let stuck = held.map_or((0, 0), |h| h.whole.stuck_calls());
             members.push(MemberStatus {
                 role: Some(role),
                 name: held.map(|h| h.whole.name().to_string()).unwrap_or_default(),
@@ -490,6 +491,8 @@ impl VolumeCore {
                 read_errors: stats.read_errors,
                 write_errors: stats.write_errors,
                 timeouts: stats.timeouts,
+                stuck_calls: stuck.0 as u64,
+                abandoned_calls: stuck.1,
                 no_space_errors: stats.no_space_errors,
                 filesystem: held
                     .filter(|_| stats.no_space_errors > 0)
@@ -555,6 +558,8 @@ fn plain_status(role: Option<usize>, held: &Held, state: MemberState) -> MemberS
         read_errors: 0,
         write_errors: 0,
         timeouts: 0,
+        stuck_calls: held.whole.stuck_calls().0 as u64,
+        abandoned_calls: held.whole.stuck_calls().1,
         no_space_errors: 0,
         filesystem: None,
         rebuild_offset_bytes: None,

@@ -72,6 +72,11 @@ pub struct MemberStatus {
     /// Writes the member refused for lack of space (ENOSPC, EDQUOT): not faults, the
     /// member stays in the array and those writes failed with "no space" to the client.
     pub no_space_errors: u64,
+    /// Calls to a local member abandoned at their deadline and still stuck in the kernel
+    /// (each holds a thread until it returns; see `member::Detached`).
+    pub stuck_calls: u64,
+    /// Calls to a local member abandoned at their deadline since it was opened.
+    pub abandoned_calls: u64,
     /// After such a refusal, the filesystem holding a file member, as it is now.
     pub filesystem: Option<FilesystemStatus>,
     /// Rebuilding members: data-area bytes rebuilt so far.

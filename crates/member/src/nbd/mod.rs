@@ -39,6 +39,10 @@ pub struct RemoteOptions {
     pub io_timeout: Duration,
     /// Requests in flight on the connection; further callers wait for a slot.
     pub max_in_flight: usize,
+    /// Also give file and block-device members `io_timeout` as their deadline: their calls run
+    /// on worker threads ([`crate::Detached`]) and one stuck in the kernel is abandoned. Off by
+    /// default: the hand-off costs CPU on every call.
+    pub local_deadline: bool,
 }
 
 impl Default for RemoteOptions {
@@ -46,6 +50,7 @@ impl Default for RemoteOptions {
         RemoteOptions {
             io_timeout: Duration::from_secs(30),
             max_in_flight: 64,
+            local_deadline: false,
         }
     }
 }

@@ -126,10 +126,21 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     read_error_window: u64,
 
-    /// A member request slower than this (seconds) marks the member faulty; remote members
-    /// also use it as their connect and request deadline. No client waits on a member longer.
+    /// A member request slower than this (seconds) marks the member faulty. Remote members
+    /// also use it as their connect and request deadline, so no client waits on them longer
+    /// (members stalled in the same request time out together); file and block-device
+    /// members only with --local-io-deadline.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     io_timeout: u64,
+
+    /// Give file and block-device members --io-timeout as a deadline too: their I/O runs on
+    /// worker threads, and a call stuck in the kernel (a dying disk, a hung NFS or FUSE file)
+    /// is abandoned at the deadline, the member marked faulty and never written again, and the
+    /// array serves degraded (status counts the stuck calls). Costs CPU on every member call
+    /// (docs/PERFORMANCE.md); without it a stuck local call holds its request until the
+    /// kernel returns.
+    #[arg(long)]
+    local_io_deadline: bool,
 
     /// Background work (rebuild, resync, scrub) keeps at least this rate per member, even
     /// under client load (bytes per second, K/M/G suffixes).
@@ -447,6 +458,7 @@ fn open_options(args: &Args) -> OpenOptions {
 fn remote_options(args: &Args) -> RemoteOptions {
     RemoteOptions {
         io_timeout: Duration::from_secs(args.io_timeout),
+        local_deadline: args.local_io_deadline,
         ..RemoteOptions::default()
     }
 }

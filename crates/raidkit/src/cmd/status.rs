@@ -110,6 +110,8 @@ pub struct MemberStatus {
     pub read_errors: u64,
     pub write_errors: u64,
     pub timeouts: u64,
+    pub stuck_calls: u64,
+    pub abandoned_calls: u64,
     pub no_space_errors: u64,
     pub filesystem: Option<FilesystemView>,
     pub rebuild_offset_bytes: Option<u64>,
@@ -360,6 +362,12 @@ fn member_line(m: &MemberStatus) -> String {
         line += &format!(
             "  (errors: {} read, {} write, {} timeouts)",
             m.read_errors, m.write_errors, m.timeouts
+        );
+    }
+    if m.abandoned_calls > 0 {
+        line += &format!(
+            "  {} call(s) abandoned stuck in the kernel, {} still stuck",
+            m.abandoned_calls, m.stuck_calls
         );
     }
     if let Some(offset) = m.rebuild_offset_bytes {

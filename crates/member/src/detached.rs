@@ -1,0 +1,625 @@
+//! [`Detached`]: a local member whose system calls run on worker threads the caller can leave
+//! behind. A file or block device stuck inside `pread`/`pwrite`/`fdatasync` (a dying disk, a
+//! hung NFS or FUSE file) cannot be interrupted; the caller waits for the call's deadline
+//! instead, gets `ErrorKind::TimedOut`, and the call is *abandoned*: its worker stays stuck
+//! until the kernel returns, then exits.
+//!
+//! Soundness: a call that may be abandoned owns everything it touches. A read fills a buffer
+//! the call owns and the caller copies it out only after the call returned; a write copies its
+//! data in first. No borrowed slice ever reaches a worker.
+//!
+//! Bounds: at most [`STUCK_MAX`] abandoned calls still stuck per member; once there, every
+//! call fails at once ("the device does not answer"). Workers are started on demand, at most
+//! [`WORKERS_MAX`] per member (stuck ones included); beyond, calls wait in a queue within their
+//! deadline. After the first abandoned call the member is *wedged*: every later write-type call
+//! (write, flush, trim, write-zeroes) fails at once, and one still queued is skipped, so nothing
+//! is written to it again even if the stuck call later returns (the engine marks the member
+//! faulty at the same deadline); reads still run, within the bounds.
+//!
+//! The deadline of a call is the earlier of its own start + the member's timeout and the
+//! calling thread's batch deadline ([`with_deadline`]; at least a quarter of the timeout from
+//! the call's start): the engine sets one deadline for all the member calls of a batch, which
+//! it runs one after the other, so members stalled in the same request time out together.
+
+use crate::Member;
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Abandoned calls still stuck in the kernel per member at most; at the bound every call to the
+/// member fails at once.
+pub const STUCK_MAX: usize = 8;
+/// Worker threads per member at most, stuck ones included.
+pub const WORKERS_MAX: usize = 64;
+/// An idle worker exits after this long without work.
+const IDLE_EXIT: Duration = Duration::from_secs(10);
+/// Buffers kept for reuse per member, and the largest one kept.
+const POOL_BUFFERS_MAX: usize = 8;
+const POOL_BUFFER_BYTES_MAX: usize = 8 << 20;
+
+thread_local! {
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with `deadline` as the latest end of every [`Detached`] call made on this thread
+/// (nested calls keep the earlier deadline).
+pub fn with_deadline<R>(deadline: Instant, f: impl FnOnce() -> R) -> R {
+    let previous = DEADLINE.with(|d| d.get());
+    let effective = previous.map_or(deadline, |p| p.min(deadline));
+    DEADLINE.with(|d| d.set(Some(effective)));
+    struct Restore(Option<Instant>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEADLINE.with(|d| d.set(self.0));
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// What a call does, for the bounds and messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Read,
+    Write,
+    DurableWrite,
+    Flush,
+    Trim,
+    WriteZeroes,
+}
+
+impl Kind {
+    fn writes(self) -> bool {
+        self != Kind::Read
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::DurableWrite => "durable write",
+            Kind::Flush => "flush",
+            Kind::Trim => "trim",
+            Kind::WriteZeroes => "write-zeroes",
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Jobs no worker has taken yet.
+    queue: VecDeque<Job>,
+    threads: usize,
+    /// Workers waiting for a job and not yet woken.
+    idle: usize,
+    /// Abandoned calls still stuck.
+    stuck: usize,
+    /// Calls abandoned since the member was opened.
+    abandoned_total: u64,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    work: Condvar,
+    /// Set at the first abandoned call: no write-type call runs any more.
+    wedged: AtomicBool,
+    pool: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A member whose calls run on worker threads and can be abandoned at their deadline. See the
+/// module docs.
+#[derive(Debug)]
+pub struct Detached {
+    inner: Arc<dyn Member>,
+    timeout: Duration,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Shared")
+            .field("threads", &state.threads)
+            .field("stuck", &state.stuck)
+            .finish()
+    }
+}
+
+impl Detached {
+    /// Wraps `inner`; a call not returned within `timeout` (or the thread's batch deadline)
+    /// fails with `ErrorKind::TimedOut` and is abandoned.
+    pub fn new(inner: Arc<dyn Member>, timeout: Duration) -> Detached {
+        assert!(timeout > Duration::ZERO);
+        Detached {
+            inner,
+            timeout,
+            shared: Arc::new(Shared::default()),
+        }
+    }
+
+    /// Abandoned calls still stuck in the kernel, and calls abandoned in all.
+    pub fn abandoned(&self) -> (usize, u64) {
+        let state = self.shared.lock();
+        (state.stuck, state.abandoned_total)
+    }
+
+    fn refuse(&self, kind: Kind, state: &State) -> Option<io::Error> {
+        let name = self.inner.name();
+        let what = kind.name();
+        if state.stuck >= STUCK_MAX {
+            return Some(io::Error::other(format!(
+                "member {name}: {what} refused: {} calls are stuck in the kernel (abandoned, at \
+                 most {STUCK_MAX}); the device does not answer: replace it",
+                state.stuck
+            )));
+        }
+        if kind.writes() && state.abandoned_total > 0 {
+            return Some(wedged_error(name, kind));
+        }
+        None
+    }
+
+    /// Runs `f` on a worker and waits for it until the deadline.
+    fn call<T: Send + 'static>(
+        &self,
+        kind: Kind,
+        f: impl FnOnce(&dyn Member) -> io::Result<T> + Send + 'static,
+    ) -> io::Result<T> {
+        let started = Instant::now();
+        let deadline = self.deadline(started);
+        let (tx, rx) = mpsc::sync_channel::<io::Result<T>>(1);
+        let inner = Arc::clone(&self.inner);
+        let shared = Arc::clone(&self.shared);
+        let job: Job = Box::new(move || {
+            // A write queued before the member wedged must not reach it afterwards.
+            let result = if kind.writes() && shared.wedged.load(Ordering::Acquire) {
+                Err(wedged_error(inner.name(), kind))
+            } else {
+                f(inner.as_ref())
+            };
+            let mut state = shared.lock();
+            // Under the lock: the caller decides to abandon under it too.
+            if tx.send(result).is_err() {
+                state.stuck -= 1;
+            }
+        });
+        self.submit(kind, job)?;
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(wait) {
+            Ok(result) => result,
+            Err(_) => self.abandon(kind, started, rx),
+        }
+    }
+
+    /// Queues `job` and makes sure a worker will take it: an idle one, or a new one while
+    /// there are fewer than [`WORKERS_MAX`].
+    fn submit(&self, kind: Kind, job: Job) -> io::Result<()> {
+        let mut state = self.shared.lock();
+        if let Some(e) = self.refuse(kind, &state) {
+            return Err(e);
+        }
+        state.queue.push_back(job);
+        if state.queue.len() <= state.idle {
+            self.shared.work.notify_one();
+            return Ok(());
+        }
+        if state.threads >= WORKERS_MAX {
+            return Ok(()); // taken when a worker is free, or abandoned at the deadline
+        }
+        let shared = Arc::clone(&self.shared);
+        let spawned = std::thread::Builder::new()
+            .name("raidkit-member-io".into())
+            .spawn(move || worker(&shared));
+        match spawned {
+            Ok(_) => {
+                state.threads += 1;
+                Ok(())
+            }
+            Err(e) => {
+                state.queue.pop_back();
+                Err(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "member {}: cannot start an I/O thread: {e}",
+                        self.inner.name()
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn abandon<T>(
+        &self,
+        kind: Kind,
+        started: Instant,
+        rx: mpsc::Receiver<io::Result<T>>,
+    ) -> io::Result<T> {
+        let mut state = self.shared.lock();
+        if let Ok(result) = rx.try_recv() {
+            return result; // returned just now
+        }
+        drop(rx); // the worker's send now fails: it knows the call was abandoned
+        state.stuck += 1;
+        state.abandoned_total += 1;
+        self.shared.wedged.store(true, Ordering::Release);
+        let message = format!(
+            "member {}: {} stuck in the kernel for {} ms: abandoned ({} call(s) still stuck, {} \
+             abandoned in all; at {STUCK_MAX} stuck every call fails at once); the member is not \
+             written again",
+            self.inner.name(),
+            kind.name(),
+            started.elapsed().as_millis(),
+            state.stuck,
+            state.abandoned_total
+        );
+        drop(state);
+        eprintln!("raidkit: {message}");
+        Err(io::Error::new(io::ErrorKind::TimedOut, message))
+    }
+
+    /// The call's own deadline (start + timeout), or the thread's batch deadline if earlier —
+    /// but never less than a grace of a quarter of the timeout from the start: a call that
+    /// starts after an earlier member of the batch used up the deadline still gets time to
+    /// answer if it is healthy, so k stalled members of one batch cost at most
+    /// timeout + (k − 1) · timeout / 4.
+    fn deadline(&self, started: Instant) -> Instant {
+        let own = started + self.timeout;
+        match DEADLINE.with(|d| d.get()) {
+            None => own,
+            Some(batch) => own.min(batch.max(started + self.timeout / 4)),
+        }
+    }
+
+    fn take_buffer(&self, len: usize) -> Vec<u8> {
+        let mut pool = self.shared.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buf = pool.pop().unwrap_or_default();
+        drop(pool);
+        buf.resize(len, 0);
+        buf
+    }
+
+    fn recycle(&self, buf: Vec<u8>) {
+        if buf.capacity() > POOL_BUFFER_BYTES_MAX {
+            return;
+        }
+        let mut pool = self.shared.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < POOL_BUFFERS_MAX {
+            pool.push(buf);
+        }
+    }
+
+    /// Reads `len` bytes at `offset` into an owned buffer, then hands it to `out`.
+    fn read_owned(&self, len: usize, offset: u64, out: impl FnOnce(&[u8])) -> io::Result<()> {
+        let mut buf = self.take_buffer(len);
+        let buf = self.call(Kind::Read, move |m| {
+            m.read_at(&mut buf, offset)?;
+            Ok(buf)
+        })?;
+        out(&buf);
+        self.recycle(buf);
+        Ok(())
+    }
+
+    fn write_owned(&self, parts: &[&[u8]], offset: u64, durable: bool) -> io::Result<()> {
+        let len = parts.iter().map(|p| p.len()).sum();
+        let mut buf = self.take_buffer(0);
+        buf.reserve(len);
+        for part in parts {
+            buf.extend_from_slice(part);
+        }
+        let kind = if durable {
+            Kind::DurableWrite
+        } else {
+            Kind::Write
+        };
+        let buf = self.call(kind, move |m| {
+            if durable {
+                m.write_durable_at(&buf, offset)?;
+            } else {
+                m.write_at(&buf, offset)?;
+            }
+            Ok(buf)
+        })?;
+        self.recycle(buf);
+        Ok(())
+    }
+}
+
+fn wedged_error(name: &str, kind: Kind) -> io::Error {
+    io::Error::other(format!(
+        "member {name}: {} refused: an earlier call stuck in the kernel was abandoned, so the \
+         member is never written again; replace it",
+        kind.name()
+    ))
+}
+
+fn worker(shared: &Shared) {
+    let mut state = shared.lock();
+    loop {
+        if let Some(job) = state.queue.pop_front() {
+            drop(state);
+            job();
+            state = shared.lock();
+            continue;
+        }
+        if state.closed {
+            break;
+        }
+        state.idle += 1;
+        let (next, timeout) = shared
+            .work
+            .wait_timeout(state, IDLE_EXIT)
+            .unwrap_or_else(|p| p.into_inner());
+        state = next;
+        state.idle -= 1;
+        if timeout.timed_out() && state.queue.is_empty() {
+            break;
+        }
+    }
+    state.threads -= 1;
+}
+
+impl Drop for Detached {
+    /// Idle workers exit; a worker stuck in the kernel is left behind and exits when (if) its
+    /// call returns — dropping never waits for a stuck call.
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.work.notify_all();
+    }
+}
+
+impl Member for Detached {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read_owned(buf.len(), offset, |data| buf.copy_from_slice(data))
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_owned(&[buf], offset, false)
+    }
+
+    /// One read of the whole range into an owned buffer, copied out to `bufs`.
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+        crate::check_range(self.name(), "read", offset, len, self.len())?;
+        self.read_owned(len as usize, offset, |data| {
+            let mut at = 0;
+            for b in bufs.iter_mut() {
+                b.copy_from_slice(&data[at..at + b.len()]);
+                at += b.len();
+            }
+        })
+    }
+
+    /// One write of `bufs` copied into an owned buffer.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+        crate::check_range(self.name(), "write", offset, len, self.len())?;
+        self.write_owned(bufs, offset, false)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.call(Kind::Flush, |m| m.flush())
+    }
+
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_owned(&[buf], offset, true)
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.call(Kind::Trim, move |m| m.trim(offset, len))
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.call(Kind::WriteZeroes, move |m| m.write_zeroes(offset, len))
+    }
+
+    fn identity(&self) -> Option<crate::Identity> {
+        self.inner.identity()
+    }
+
+    fn stuck_calls(&self) -> (usize, u64) {
+        self.abandoned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemMember;
+
+    /// A RAM member whose calls block while the gate is closed (as a stuck disk would).
+    #[derive(Debug)]
+    struct Gated {
+        inner: MemMember,
+        closed: Mutex<bool>,
+        opened: Condvar,
+    }
+
+    impl Gated {
+        fn new() -> Arc<Gated> {
+            Arc::new(Gated {
+                inner: MemMember::new("gated", 1 << 20).unwrap(),
+                closed: Mutex::new(false),
+                opened: Condvar::new(),
+            })
+        }
+
+        fn set_closed(&self, closed: bool) {
+            *self.closed.lock().unwrap() = closed;
+            self.opened.notify_all();
+        }
+
+        fn pass(&self) {
+            let mut closed = self.closed.lock().unwrap();
+            while *closed {
+                closed = self.opened.wait(closed).unwrap();
+            }
+        }
+    }
+
+    impl Member for Gated {
+        fn name(&self) -> &str {
+            "gated"
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.pass();
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.pass();
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> io::Result<()> {
+            self.pass();
+            self.inner.flush()
+        }
+        fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+            self.pass();
+            self.inner.trim(offset, len)
+        }
+        fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+            self.pass();
+            self.inner.write_zeroes(offset, len)
+        }
+    }
+
+    const TIMEOUT: Duration = Duration::from_millis(200);
+
+    #[test]
+    fn calls_pass_through() {
+        let gated = Gated::new();
+        let m = Detached::new(gated.clone(), TIMEOUT);
+        m.write_vectored_at(&[b"ab", b"cd"], 10).unwrap();
+        m.flush().unwrap();
+        let (mut a, mut b) = ([0u8; 1], [0u8; 3]);
+        m.read_vectored_at(&mut [&mut a, &mut b], 10).unwrap();
+        assert_eq!((&a, &b), (b"a", b"bcd"));
+        m.write_zeroes(11, 2).unwrap();
+        let mut buf = [9u8; 4];
+        m.read_at(&mut buf, 10).unwrap();
+        assert_eq!(&buf, b"a\0\0d");
+        assert_eq!(m.abandoned(), (0, 0));
+    }
+
+    #[test]
+    fn stuck_call_is_abandoned_at_deadline_and_member_never_written_again() {
+        let gated = Gated::new();
+        let m = Detached::new(gated.clone(), TIMEOUT);
+        gated.set_closed(true);
+        let started = Instant::now();
+        let e = m.write_at(b"late", 0).unwrap_err();
+        let waited = started.elapsed();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(waited >= TIMEOUT && waited < TIMEOUT * 3, "{waited:?}");
+        assert_eq!(m.abandoned(), (1, 1));
+        // Wedged: writes fail at once, even once the stuck call returned.
+        let started = Instant::now();
+        assert!(m.flush().is_err());
+        assert!(started.elapsed() < TIMEOUT / 2);
+        gated.set_closed(false);
+        wait_until(|| m.abandoned() == (0, 1));
+        assert!(m.write_at(b"x", 100).is_err());
+        assert!(m.trim(0, 10).is_err());
+        let mut buf = [1u8; 1];
+        m.read_at(&mut buf, 100).unwrap();
+        assert_eq!(buf, [0], "the refused write reached the member");
+    }
+
+    #[test]
+    fn stuck_calls_are_bounded_then_fail_at_once() {
+        let gated = Gated::new();
+        let m = Arc::new(Detached::new(gated.clone(), TIMEOUT));
+        gated.set_closed(true);
+        let readers: Vec<_> = (0..STUCK_MAX)
+            .map(|i| {
+                let m = Arc::clone(&m);
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 4096];
+                    m.read_at(&mut buf, i as u64 * 4096).unwrap_err()
+                })
+            })
+            .collect();
+        for r in readers {
+            assert_eq!(r.join().unwrap().kind(), io::ErrorKind::TimedOut);
+        }
+        assert_eq!(m.abandoned(), (STUCK_MAX, STUCK_MAX as u64));
+        let started = Instant::now();
+        let e = m.read_at(&mut [0u8; 8], 0).unwrap_err();
+        assert!(started.elapsed() < TIMEOUT / 2, "{e}");
+        assert!(e.to_string().contains("stuck in the kernel"), "{e}");
+        gated.set_closed(false);
+        wait_until(|| m.abandoned().0 == 0);
+        let mut buf = [0u8; 8];
+        m.read_at(&mut buf, 0).unwrap();
+    }
+
+    #[test]
+    fn batch_deadline_bounds_calls_one_after_the_other() {
+        let (a, b) = (Gated::new(), Gated::new());
+        let timeout = Duration::from_millis(400);
+        let (ma, mb) = (
+            Detached::new(a.clone(), timeout),
+            Detached::new(b.clone(), timeout),
+        );
+        a.set_closed(true);
+        b.set_closed(true);
+        let started = Instant::now();
+        with_deadline(started + timeout, || {
+            assert!(ma.read_at(&mut [0u8; 8], 0).is_err());
+            assert!(mb.read_at(&mut [0u8; 8], 0).is_err());
+        });
+        let waited = started.elapsed();
+        // One timeout, plus the grace the second call gets (a quarter): not two timeouts.
+        assert!(waited < timeout + timeout / 4 + timeout / 8, "{waited:?}");
+        a.set_closed(false);
+        b.set_closed(false);
+    }
+
+    #[test]
+    fn drop_does_not_wait_for_a_stuck_call() {
+        let gated = Gated::new();
+        let m = Detached::new(gated.clone(), TIMEOUT);
+        gated.set_closed(true);
+        assert!(m.read_at(&mut [0u8; 8], 0).is_err());
+        let started = Instant::now();
+        drop(m);
+        assert!(started.elapsed() < TIMEOUT);
+        gated.set_closed(false);
+    }
+
+    fn wait_until(mut done: impl FnMut() -> bool) {
+        let started = Instant::now();
+        while !done() {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "condition not met in 5 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}

@@ -444,64 +444,84 @@ impl VolumeCore {
         self.dirty.load(Ordering::Acquire)
     }
 
+    /// Runs one client request with one deadline for every member call it makes (the data
+    /// batches, their retries in `Array::recovering`, the dirty mark, bitmap and superblock
+    /// writes after a fault): with `serve --local-io-deadline`, a call starting past it gets a
+    /// quarter of the timeout (`member::Detached`), so members stuck in one request cost one
+    /// timeout and a quarter per further member, not one timeout each.
+    fn within_deadline<R>(&self, f: impl FnOnce() -> R) -> R {
+        let deadline = std::time::Instant::now() + self.array.fault_policy().io_timeout;
+        member::with_deadline(deadline, f)
+    }
+
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
-        if self.read_fixup.load(Ordering::Acquire) && !buf.is_empty() {
-            self.resync_before_read(offset, buf.len() as u64)?;
-        }
-        let result = self.array.read(offset, buf);
-        self.settle()?;
-        Ok(result?)
+        self.within_deadline(|| {
+            if self.read_fixup.load(Ordering::Acquire) && !buf.is_empty() {
+                self.resync_before_read(offset, buf.len() as u64)?;
+            }
+            let result = self.array.read(offset, buf);
+            self.settle()?;
+            Ok(result?)
+        })
     }
 
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError> {
-        let _gate = self.begin_write()?;
-        let intent = self
-            .intend(offset, buf.len() as u64)
-            .inspect_err(|e| self.note_no_space(e))?;
-        let result = self.array.write(offset, buf);
-        drop(intent);
-        self.settle()?;
-        let result = result.map_err(VolumeError::from);
-        if let Err(e) = &result {
-            self.note_no_space(e);
-        }
-        result
+        self.within_deadline(|| {
+            let _gate = self.begin_write()?;
+            let intent = self
+                .intend(offset, buf.len() as u64)
+                .inspect_err(|e| self.note_no_space(e))?;
+            let result = self.array.write(offset, buf);
+            drop(intent);
+            self.settle()?;
+            let result = result.map_err(VolumeError::from);
+            if let Err(e) = &result {
+                self.note_no_space(e);
+            }
+            result
+        })
     }
 
     pub fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
-        let _gate = self.begin_write()?;
-        let intent = self
-            .intend(offset, len)
-            .inspect_err(|e| self.note_no_space(e))?;
-        let result = self.array.trim(offset, len);
-        drop(intent);
-        self.settle()?;
-        let result = result.map_err(VolumeError::from);
-        if let Err(e) = &result {
-            self.note_no_space(e);
-        }
-        result
+        self.within_deadline(|| {
+            let _gate = self.begin_write()?;
+            let intent = self
+                .intend(offset, len)
+                .inspect_err(|e| self.note_no_space(e))?;
+            let result = self.array.trim(offset, len);
+            drop(intent);
+            self.settle()?;
+            let result = result.map_err(VolumeError::from);
+            if let Err(e) = &result {
+                self.note_no_space(e);
+            }
+            result
+        })
     }
 
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
-        let _gate = self.begin_write()?;
-        let intent = self
-            .intend(offset, len)
-            .inspect_err(|e| self.note_no_space(e))?;
-        let result = self.array.write_zeroes(offset, len);
-        drop(intent);
-        self.settle()?;
-        let result = result.map_err(VolumeError::from);
-        if let Err(e) = &result {
-            self.note_no_space(e);
-        }
-        result
+        self.within_deadline(|| {
+            let _gate = self.begin_write()?;
+            let intent = self
+                .intend(offset, len)
+                .inspect_err(|e| self.note_no_space(e))?;
+            let result = self.array.write_zeroes(offset, len);
+            drop(intent);
+            self.settle()?;
+            let result = result.map_err(VolumeError::from);
+            if let Err(e) = &result {
+                self.note_no_space(e);
+            }
+            result
+        })
     }
 
     pub fn flush(&self) -> Result<(), VolumeError> {
-        let result = self.array.flush();
-        self.settle()?;
-        Ok(result?)
+        self.within_deadline(|| {
+            let result = self.array.flush();
+            self.settle()?;
+            Ok(result?)
+        })
     }
 
     /// Clean shutdown: pauses background work, flushes the array and marks it clean

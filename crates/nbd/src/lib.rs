@@ -1,6 +1,7 @@
 //! NBD (Network Block Device) wire codec and server.
 //!
-//! - [`codec`]: bytes ⇄ typed messages, no I/O (fuzzable alone).
+//! - [`codec`]: bytes ⇄ typed messages, no I/O: the `nbd-codec` crate, re-exported; the NBD
+//!   member client in `member` uses the same codec.
 //! - [`Export`]: the block device being served (implemented by the RAID volume); blocking
 //!   calls, run on a bounded thread pool.
 //! - [`serve`]: a tokio server on a [`Listener`] (TCP or Unix socket) with a
@@ -22,7 +23,7 @@
 //! EXTENDED_HEADERS and unknown options get `NBD_REP_ERR_UNSUP`. Commands READ, WRITE (FUA),
 //! FLUSH, TRIM, WRITE_ZEROES (NO_HOLE, FAST_ZERO), CACHE, DISC, BLOCK_STATUS (REQ_ONE).
 
-pub mod codec;
+pub use nbd_codec as codec;
 mod errno;
 mod export;
 mod server;

@@ -17,8 +17,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use nbd_codec::consts::{CMD_DISC, CMD_READ, CMD_WRITE, STRUCTURED_REPLY_MAGIC};
+use nbd_codec::{DecodeError, Request, SimpleReply};
+
+use super::handshake::{self, ExportInfo};
 use super::uri::{NbdAddress, NbdTarget};
-use super::wire::{self, ExportInfo};
 
 /// A TCP or Unix stream.
 #[derive(Debug)]
@@ -218,14 +221,15 @@ impl Connection {
         assert!(max_in_flight > 0);
         let mut stream = Stream::connect(address, timeout)?;
         stream.set_timeouts(Some(timeout), Some(timeout))?;
-        let info = wire::handshake(&mut stream, &address.export).map_err(|e| match e.kind() {
-            // A socket timeout shows as EAGAIN; say what it is.
-            io::ErrorKind::WouldBlock => io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("handshake took longer than {} ms", timeout.as_millis()),
-            ),
-            _ => e,
-        })?;
+        let info =
+            handshake::negotiate(&mut stream, &address.export).map_err(|e| match e.kind() {
+                // A socket timeout shows as EAGAIN; say what it is.
+                io::ErrorKind::WouldBlock => io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("handshake took longer than {} ms", timeout.as_millis()),
+                ),
+                _ => e,
+            })?;
         stream.set_timeouts(None, Some(timeout))?;
         let mut reader_stream = stream.try_clone()?;
         let shared = Arc::new(Shared {
@@ -271,15 +275,22 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Ticket, Failure> {
         let payload_len: usize = payload.iter().map(|p| p.len()).sum();
-        if cmd == wire::CMD_WRITE {
+        if cmd == CMD_WRITE {
             assert_eq!(payload_len, len as usize, "write payload length");
         } else {
             assert_eq!(payload_len, 0, "only writes carry a payload");
         }
         let deadline = Instant::now() + timeout;
-        let read_len = if cmd == wire::CMD_READ { len } else { 0 };
+        let read_len = if cmd == CMD_READ { len } else { 0 };
         let (cookie, rx) = self.register(read_len, deadline)?;
-        let header = wire::request_header(flags, cmd, cookie, offset, len);
+        let header = Request {
+            flags,
+            kind: cmd,
+            cookie,
+            offset,
+            length: len,
+        }
+        .encode();
         let sent = self.send(&header, payload, deadline);
         let mut state = self.shared.lock();
         assert!(state.sending);
@@ -384,7 +395,14 @@ impl Drop for Connection {
     fn drop(&mut self) {
         if self.broken().is_none() {
             // Polite goodbye; best effort, bounded by the write timeout.
-            let header = wire::request_header(0, wire::CMD_DISC, 0, 0, 0);
+            let disconnect = Request {
+                flags: 0,
+                kind: CMD_DISC,
+                cookie: 0,
+                offset: 0,
+                length: 0,
+            };
+            let header = disconnect.encode();
             let _ = self.shared.stream.set_write_timeout(Duration::from_secs(1));
             let _ = self
                 .shared
@@ -418,20 +436,18 @@ fn read_one_reply(shared: &Shared, stream: &mut Stream) -> Result<(), (io::Error
         ),
         k => (k, format!("connection lost: {e}")),
     };
-    let mut header = [0u8; 16];
+    let mut header = [0u8; SimpleReply::SIZE];
     stream.read_exact(&mut header).map_err(lost)?;
-    let magic = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
-    let errno = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
-    let cookie = u64::from_be_bytes(header[8..16].try_into().expect("8 bytes"));
     let bad = |reason: String| (io::ErrorKind::InvalidData, reason);
-    if magic == wire::STRUCTURED_REPLY_MAGIC {
-        return Err(bad(
-            "protocol error: structured reply that was never negotiated".into(),
-        ));
-    }
-    if magic != wire::SIMPLE_REPLY_MAGIC {
-        return Err(bad(format!("protocol error: bad reply magic {magic:#x}")));
-    }
+    let SimpleReply {
+        error: errno,
+        cookie,
+    } = SimpleReply::decode(&header).map_err(|e| match e {
+        DecodeError::BadMagic { found, .. } if found == u64::from(STRUCTURED_REPLY_MAGIC) => {
+            bad("protocol error: structured reply that was never negotiated".into())
+        }
+        e => bad(format!("protocol error: {e}")),
+    })?;
     let pending = shared.lock().pending.remove(&cookie);
     shared.changed.notify_all();
     let Some(pending) = pending else {

@@ -7,8 +7,8 @@
 //! minimum block size > 1 is honoured by read-modify-write of the edge blocks.
 
 mod conn;
+mod handshake;
 mod uri;
-mod wire;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::error::{check_range, MemberError};
 use crate::{Member, OpenOptions};
 use conn::{Connection, Failure};
+use nbd_codec::consts::*;
 pub use uri::{is_nbd_uri, parse_nbd_uri, NbdAddress, NbdTarget, DEFAULT_PORT};
 
 /// Largest request sent to a server (the usual NBD maximum payload).
@@ -76,13 +77,25 @@ impl fmt::Display for NbdServerError {
             self.op,
             self.len,
             self.offset,
-            wire::errno_name(self.errno),
+            errno_name(self.errno),
             self.errno
         )
     }
 }
 
 impl std::error::Error for NbdServerError {}
+
+/// The `io::ErrorKind` closest to an NBD error value.
+fn errno_kind(errno: u32) -> io::ErrorKind {
+    match errno {
+        EPERM => io::ErrorKind::PermissionDenied,
+        ENOMEM => io::ErrorKind::OutOfMemory,
+        EINVAL => io::ErrorKind::InvalidInput,
+        ENOSPC => io::ErrorKind::StorageFull,
+        ENOTSUP => io::ErrorKind::Unsupported,
+        _ => io::ErrorKind::Other,
+    }
+}
 
 /// What a member call asks the connection to carry.
 enum Data<'a, 'b> {
@@ -148,7 +161,7 @@ impl NbdMember {
                 name: spec.to_string(),
             });
         }
-        if info.has(wire::TFLAG_READ_ONLY) && !opts.read_only {
+        if info.has(FLAG_READ_ONLY) && !opts.read_only {
             return Err(refused("the server exports it read-only".into()));
         }
         let min_block_bytes = u64::from(info.min_block_bytes);
@@ -183,14 +196,14 @@ impl NbdMember {
     /// What the server offers, in words; says when durability is not guaranteed.
     pub fn description(&self) -> String {
         let info = *self.connection().info();
-        let flush = if info.has(wire::TFLAG_SEND_FLUSH) {
+        let flush = if info.has(FLAG_SEND_FLUSH) {
             "flush: NBD_CMD_FLUSH"
         } else {
             "durability NOT guaranteed: the server does not support flush"
         };
-        let zero = if info.has(wire::TFLAG_SEND_WRITE_ZEROES) {
+        let zero = if info.has(FLAG_SEND_WRITE_ZEROES) {
             "trim/zero: NBD_CMD_WRITE_ZEROES"
-        } else if info.has(wire::TFLAG_SEND_TRIM) {
+        } else if info.has(FLAG_SEND_TRIM) {
             "trim/zero: written zeroes (server trim does not promise zeroes)"
         } else {
             "trim/zero: written zeroes"
@@ -268,7 +281,7 @@ impl NbdMember {
     fn failure(&self, op: &'static str, offset: u64, len: u64, f: Failure) -> io::Error {
         match f {
             Failure::Errno(errno) => io::Error::new(
-                wire::errno_kind(errno),
+                errno_kind(errno),
                 NbdServerError {
                     member: self.name.clone(),
                     op,
@@ -373,7 +386,7 @@ impl NbdMember {
         if offset != start {
             self.transfer(
                 "write (reading the head block)",
-                wire::CMD_READ,
+                CMD_READ,
                 start,
                 b,
                 Data::Read(&mut [&mut tmp[..b as usize]]),
@@ -383,7 +396,7 @@ impl NbdMember {
             let at = (end - b - start) as usize;
             self.transfer(
                 "write (reading the tail block)",
-                wire::CMD_READ,
+                CMD_READ,
                 end - b,
                 b,
                 Data::Read(&mut [&mut tmp[at..]]),
@@ -391,23 +404,17 @@ impl NbdMember {
         }
         let at = (offset - start) as usize;
         tmp[at..at + buf.len()].copy_from_slice(buf);
-        self.transfer(
-            "write",
-            wire::CMD_WRITE,
-            start,
-            end - start,
-            Data::Write(&[&tmp]),
-        )
+        self.transfer("write", CMD_WRITE, start, end - start, Data::Write(&[&tmp]))
     }
 
     /// Zeroes an aligned range: NBD_CMD_WRITE_ZEROES (may trim) when the server has it, else
     /// written zeroes.
     fn zero_aligned(&self, op: &'static str, offset: u64, len: u64) -> io::Result<()> {
         let info = *self.connection().info();
-        if info.has(wire::TFLAG_SEND_WRITE_ZEROES) {
-            self.transfer(op, wire::CMD_WRITE_ZEROES, offset, len, Data::NoPayload)
+        if info.has(FLAG_SEND_WRITE_ZEROES) {
+            self.transfer(op, CMD_WRITE_ZEROES, offset, len, Data::NoPayload)
         } else {
-            self.transfer(op, wire::CMD_WRITE, offset, len, Data::Zeroes)
+            self.transfer(op, CMD_WRITE, offset, len, Data::Zeroes)
         }
     }
 
@@ -451,13 +458,13 @@ impl Member for NbdMember {
             return Ok(());
         }
         if self.is_aligned(offset, len) {
-            return self.transfer("read", wire::CMD_READ, offset, len, Data::Read(&mut [buf]));
+            return self.transfer("read", CMD_READ, offset, len, Data::Read(&mut [buf]));
         }
         let (start, end) = self.aligned_outer(offset, len);
         let mut tmp = vec![0u8; (end - start) as usize];
         self.transfer(
             "read",
-            wire::CMD_READ,
+            CMD_READ,
             start,
             end - start,
             Data::Read(&mut [&mut tmp]),
@@ -474,7 +481,7 @@ impl Member for NbdMember {
             return Ok(());
         }
         if self.is_aligned(offset, len) {
-            return self.transfer("write", wire::CMD_WRITE, offset, len, Data::Write(&[buf]));
+            return self.transfer("write", CMD_WRITE, offset, len, Data::Write(&[buf]));
         }
         self.write_unaligned(buf, offset)
     }
@@ -490,7 +497,7 @@ impl Member for NbdMember {
         if !self.is_aligned(offset, len) {
             return crate::read_each(self, bufs, offset);
         }
-        self.transfer("read", wire::CMD_READ, offset, len, Data::Read(bufs))
+        self.transfer("read", CMD_READ, offset, len, Data::Read(bufs))
     }
 
     /// One NBD write (or several of at most the server's maximum) for all of `bufs`, sent
@@ -504,17 +511,17 @@ impl Member for NbdMember {
         if !self.is_aligned(offset, len) {
             return crate::write_each(self, bufs, offset);
         }
-        self.transfer("write", wire::CMD_WRITE, offset, len, Data::Write(bufs))
+        self.transfer("write", CMD_WRITE, offset, len, Data::Write(bufs))
     }
 
     fn flush(&self) -> io::Result<()> {
         let conn = self.connection();
-        if self.read_only || !conn.info().has(wire::TFLAG_SEND_FLUSH) {
+        if self.read_only || !conn.info().has(FLAG_SEND_FLUSH) {
             return Ok(());
         }
         let timeout = self.remote.io_timeout;
         let ticket = conn
-            .submit(wire::CMD_FLUSH, 0, 0, 0, &[], timeout)
+            .submit(CMD_FLUSH, 0, 0, 0, &[], timeout)
             .map_err(|f| self.failure("flush", 0, 0, f))?;
         conn.wait(ticket, timeout)
             .map(|_| ())

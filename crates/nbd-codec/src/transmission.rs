@@ -18,6 +18,7 @@ pub struct Request {
 impl Request {
     pub const SIZE: usize = 28;
 
+    #[inline]
     pub fn encode(&self) -> [u8; Self::SIZE] {
         let mut out = [0u8; Self::SIZE];
         out[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
@@ -30,6 +31,7 @@ impl Request {
     }
 
     /// Decodes a header. A bad magic is an error: the stream can no longer be trusted.
+    #[inline]
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut c = Cursor::new(bytes, "request");
         let magic = c.u32()?;
@@ -52,6 +54,7 @@ impl Request {
     }
 
     /// Bytes of payload that follow this header on the wire.
+    #[inline]
     pub fn payload_len(&self) -> u32 {
         if self.kind == CMD_WRITE {
             self.length
@@ -71,6 +74,7 @@ pub struct SimpleReply {
 impl SimpleReply {
     pub const SIZE: usize = 16;
 
+    #[inline]
     pub fn encode(&self) -> [u8; Self::SIZE] {
         let mut out = [0u8; Self::SIZE];
         out[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
@@ -79,6 +83,7 @@ impl SimpleReply {
         out
     }
 
+    #[inline]
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut c = Cursor::new(bytes, "simple reply");
         let magic = c.u32()?;
@@ -111,6 +116,7 @@ pub struct ChunkHeader {
 impl ChunkHeader {
     pub const SIZE: usize = 20;
 
+    #[inline]
     pub fn encode(&self) -> [u8; Self::SIZE] {
         let mut out = [0u8; Self::SIZE];
         out[0..4].copy_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
@@ -121,6 +127,7 @@ impl ChunkHeader {
         out
     }
 
+    #[inline]
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut c = Cursor::new(bytes, "chunk header");
         let magic = c.u32()?;
@@ -142,6 +149,7 @@ impl ChunkHeader {
         Ok(header)
     }
 
+    #[inline]
     pub fn is_done(&self) -> bool {
         self.flags & REPLY_FLAG_DONE != 0
     }
@@ -287,6 +295,7 @@ impl Chunk {
 }
 
 /// The 28 bytes that precede a read's data in a one-chunk OFFSET_DATA reply.
+#[inline]
 pub fn offset_data_header(cookie: u64, flags: u16, offset: u64, data_len: u32) -> [u8; 28] {
     let length = data_len
         .checked_add(8)

@@ -2,7 +2,7 @@
 
 use super::consts::*;
 use super::error::DecodeError;
-use super::handshake::OptionReplyHeader;
+use super::handshake::{OptionHeader, OptionReplyHeader};
 use super::wire::{put_str32, Cursor};
 
 /// The data of `NBD_OPT_INFO` / `NBD_OPT_GO`: an export name and information requests.
@@ -82,6 +82,16 @@ impl ClientOption {
             ClientOption::ExtendedHeaders => (OPT_EXTENDED_HEADERS, Vec::new()),
             ClientOption::Unknown(code) => (*code, Vec::new()),
         }
+    }
+
+    /// The whole option request a client sends: [`OptionHeader`] and data.
+    pub fn encode_message(&self) -> Vec<u8> {
+        let (option, data) = self.encode();
+        let length = u32::try_from(data.len()).expect("option data fits u32");
+        let mut out = Vec::with_capacity(OptionHeader::SIZE + data.len());
+        out.extend_from_slice(&OptionHeader { option, length }.encode());
+        out.extend_from_slice(&data);
+        out
     }
 }
 
@@ -177,7 +187,8 @@ pub enum OptionReply {
         id: u32,
         name: String,
     },
-    /// Any `NBD_REP_ERR_*` (bit 31 set) with its optional message.
+    /// Any `NBD_REP_ERR_*` (bit 31 set) with its optional message (decoded leniently: it is
+    /// only shown to people).
     Error {
         reply_type: u32,
         message: String,
@@ -233,7 +244,8 @@ impl OptionReply {
         out
     }
 
-    /// Decodes a reply payload given its header's reply type.
+    /// Decodes a reply payload given its header's reply type. Length rules are strict; the
+    /// free text of an error or a description is decoded leniently (invalid UTF-8 replaced).
     pub fn decode(reply_type: u32, data: &[u8]) -> Result<Self, DecodeError> {
         let mut c = Cursor::new(data, "option reply");
         let reply = match reply_type {
@@ -256,7 +268,7 @@ impl OptionReply {
             }
             t if is_rep_error(t) => OptionReply::Error {
                 reply_type: t,
-                message: c.rest_string()?,
+                message: c.rest_text(),
             },
             t => {
                 return Err(DecodeError::BadValue {
@@ -314,7 +326,7 @@ fn decode_info(c: &mut Cursor<'_>) -> Result<Info, DecodeError> {
             transmission_flags: c.u16()?,
         },
         INFO_NAME => Info::Name(c.rest_string()?),
-        INFO_DESCRIPTION => Info::Description(c.rest_string()?),
+        INFO_DESCRIPTION => Info::Description(c.rest_text()),
         INFO_BLOCK_SIZE => Info::BlockSize {
             minimum: c.u32()?,
             preferred: c.u32()?,

@@ -6,6 +6,8 @@
 pub const INIT_MAGIC: u64 = 0x4e42_444d_4147_4943;
 /// `IHAVEOPT`: newstyle magic; also prefixes every option request.
 pub const OPTS_MAGIC: u64 = 0x4948_4156_454F_5054;
+/// Second magic of an oldstyle server (instead of `IHAVEOPT`); not supported, only recognised.
+pub const OLDSTYLE_MAGIC: u64 = 0x0000_4202_8186_1253;
 /// Magic of every option reply.
 pub const REP_MAGIC: u64 = 0x0003_e889_0455_65a9;
 /// Magic of a transmission request.
@@ -69,6 +71,22 @@ pub fn is_rep_error(reply_type: u32) -> bool {
     reply_type & REP_ERR_BIT != 0
 }
 
+/// The spec's name of an option error reply type, for messages.
+pub fn rep_error_name(reply_type: u32) -> &'static str {
+    match reply_type {
+        REP_ERR_UNSUP => "NBD_REP_ERR_UNSUP",
+        REP_ERR_POLICY => "NBD_REP_ERR_POLICY",
+        REP_ERR_INVALID => "NBD_REP_ERR_INVALID",
+        REP_ERR_PLATFORM => "NBD_REP_ERR_PLATFORM",
+        REP_ERR_TLS_REQD => "NBD_REP_ERR_TLS_REQD",
+        REP_ERR_UNKNOWN => "NBD_REP_ERR_UNKNOWN (no such export)",
+        REP_ERR_SHUTDOWN => "NBD_REP_ERR_SHUTDOWN",
+        REP_ERR_BLOCK_SIZE_REQD => "NBD_REP_ERR_BLOCK_SIZE_REQD",
+        REP_ERR_TOO_BIG => "NBD_REP_ERR_TOO_BIG",
+        _ => "error",
+    }
+}
+
 // NBD_REP_INFO information types.
 pub const INFO_EXPORT: u16 = 0;
 pub const INFO_NAME: u16 = 1;
@@ -117,6 +135,21 @@ pub const ENOSPC: u32 = 28;
 pub const EOVERFLOW: u32 = 75;
 pub const ENOTSUP: u32 = 95;
 pub const ESHUTDOWN: u32 = 108;
+
+/// The symbolic name of an NBD error value, for messages.
+pub fn errno_name(errno: u32) -> &'static str {
+    match errno {
+        EPERM => "EPERM",
+        EIO => "EIO",
+        ENOMEM => "ENOMEM",
+        EINVAL => "EINVAL",
+        ENOSPC => "ENOSPC",
+        EOVERFLOW => "EOVERFLOW",
+        ENOTSUP => "ENOTSUP",
+        ESHUTDOWN => "ESHUTDOWN",
+        _ => "unknown error",
+    }
+}
 
 /// Longest string (export name, message, query) the spec allows.
 pub const MAX_STRING_BYTES: usize = 4096;

@@ -11,6 +11,7 @@ pub(crate) struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    #[inline]
     pub(crate) fn new(bytes: &'a [u8], what: &'static str) -> Self {
         Cursor {
             bytes,
@@ -19,10 +20,12 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn remaining(&self) -> usize {
         self.bytes.len() - self.position
     }
 
+    #[inline]
     pub(crate) fn take(&mut self, count: usize) -> Result<&'a [u8], DecodeError> {
         if count > self.remaining() {
             return Err(DecodeError::Truncated {
@@ -36,16 +39,19 @@ impl<'a> Cursor<'a> {
         Ok(slice)
     }
 
+    #[inline]
     pub(crate) fn u16(&mut self) -> Result<u16, DecodeError> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
 
+    #[inline]
     pub(crate) fn u32(&mut self) -> Result<u32, DecodeError> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    #[inline]
     pub(crate) fn u64(&mut self) -> Result<u64, DecodeError> {
         let b = self.take(8)?;
         let mut a = [0u8; 8];
@@ -71,7 +77,16 @@ impl<'a> Cursor<'a> {
         self.string(self.remaining())
     }
 
+    /// The whole rest of the input as text for people (an error message, a description):
+    /// invalid UTF-8 is replaced, not refused, so a sloppy server's message still shows.
+    pub(crate) fn rest_text(&mut self) -> String {
+        let rest = &self.bytes[self.position..];
+        self.position = self.bytes.len();
+        String::from_utf8_lossy(rest).into_owned()
+    }
+
     /// Fails unless every byte was consumed.
+    #[inline]
     pub(crate) fn finish(&self) -> Result<(), DecodeError> {
         match self.remaining() {
             0 => Ok(()),

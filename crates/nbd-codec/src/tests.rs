@@ -177,6 +177,33 @@ proptest! {
         }
     }
 
+    /// What a client sends is what the server reads: header then data.
+    #[test]
+    fn client_option_message_round_trip(o in client_option()) {
+        let bytes = o.encode_message();
+        let header = OptionHeader::decode(&bytes[..OptionHeader::SIZE]).unwrap();
+        prop_assert_eq!(header.length as usize, bytes.len() - OptionHeader::SIZE);
+        prop_assert_eq!(ClientOption::decode(header.option, &bytes[OptionHeader::SIZE..]), Ok(o));
+    }
+
+    /// The client decodes option replies from a server it does not trust: damaged replies
+    /// (bytes changed, cut short) are errors, never panics.
+    #[test]
+    fn mutated_option_replies_never_panic(r in option_reply(), option: u32, flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4), cut: usize) {
+        let mut bytes = r.encode(option);
+        for (at, value) in flips {
+            let n = bytes.len();
+            bytes[at % n] = value;
+        }
+        let keep = cut % (bytes.len() + 1);
+        let _ = OptionReplyHeader::decode(&bytes[..keep.min(OptionReplyHeader::SIZE)]);
+        if let Ok(header) = OptionReplyHeader::decode(&bytes[..OptionReplyHeader::SIZE]) {
+            let data = &bytes[OptionReplyHeader::SIZE..];
+            let _ = OptionReply::decode(header.reply_type, data);
+            let _ = OptionReply::decode(header.reply_type, &data[..keep.min(data.len())]);
+        }
+    }
+
     /// Structured inputs with a valid prefix reach deeper decoder paths than random bytes.
     #[test]
     fn mutated_options_never_panic(o in client_option(), flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4), cut: usize) {
@@ -212,6 +239,36 @@ fn bad_request_magic_is_an_error() {
         Request::decode(&bytes),
         Err(DecodeError::BadMagic { .. })
     ));
+}
+
+#[test]
+fn error_text_is_decoded_leniently_and_lengths_strictly() {
+    let reply = OptionReply::decode(REP_ERR_POLICY, b"no \xff way").unwrap();
+    assert_eq!(
+        reply,
+        OptionReply::Error {
+            reply_type: REP_ERR_POLICY,
+            message: "no \u{fffd} way".into()
+        }
+    );
+    let reply = OptionReply::decode(REP_INFO, &[0, 2, b'a', 0xff]).unwrap();
+    assert_eq!(
+        reply,
+        OptionReply::Info(Info::Description("a\u{fffd}".into()))
+    );
+    // An export info one byte short or long is an error, not a guess.
+    let mut export = vec![0u8; 12];
+    assert!(OptionReply::decode(REP_INFO, &export[..11]).is_err());
+    export.push(0);
+    assert!(OptionReply::decode(REP_INFO, &export).is_err());
+}
+
+#[test]
+fn names_of_errors() {
+    assert_eq!(errno_name(ENOSPC), "ENOSPC");
+    assert_eq!(errno_name(4242), "unknown error");
+    assert_eq!(rep_error_name(REP_ERR_TOO_BIG), "NBD_REP_ERR_TOO_BIG");
+    assert_eq!(rep_error_name(REP_ACK), "error");
 }
 
 #[test]

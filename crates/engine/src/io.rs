@@ -214,16 +214,16 @@ impl Array {
     }
 
     /// Runs a batch: operations on the same member in order. Members whose share is large
-    /// (at least the fan-out threshold, see [`Array::set_fanout_min_bytes`]) or that are remote
-    /// run in parallel on scoped threads, the rest on the calling thread: for page-cache-speed
-    /// members a thread costs more than the copy it would overlap, while flushes, large
-    /// transfers and network round trips gain. Remote members always fan out so that their
-    /// deadlines run concurrently: two stalled members cost one `io_timeout`, not two.
+    /// (at least the fan-out threshold, see [`Array::set_fanout_min_bytes`]) run in parallel on
+    /// scoped threads, the rest on the calling thread: for page-cache-speed members a thread
+    /// costs more than the copy it would overlap, while flushes and large transfers gain.
+    /// The batch has one deadline (`member::with_deadline`) that NBD requests and detached
+    /// local calls both honour, so members stalled in one batch do not add up their timeouts.
     /// Every group runs even after a failure (a write batch must reach every member it can);
     /// returns the first error.
     pub(crate) fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
-        // One deadline for the whole batch: local members' calls (`member::Detached`) run one
-        // after the other on this thread, and their deadlines must not add up.
+        // One deadline for the whole batch: member calls (NBD requests, `member::Detached`) run
+        // one after the other on this thread, and their deadlines must not add up.
         let deadline = Instant::now() + self.fault_policy().io_timeout;
         member::with_deadline(deadline, || self.run_until(ops, deadline))
     }
@@ -239,7 +239,7 @@ impl Array {
             .into_iter()
             .filter(|g| !g.is_empty())
             .map(coalesce)
-            .partition(|g| group_cost(g) >= threshold || self.is_remote(g[0].role()));
+            .partition(|g| group_cost(g) >= threshold);
         if big.len() < 2 {
             return big
                 .into_iter()
@@ -274,10 +274,6 @@ impl Array {
     /// flushes.
     pub fn set_fanout_min_bytes(&self, bytes: u64) {
         self.fanout_min_bytes.store(bytes, Ordering::Relaxed);
-    }
-
-    fn is_remote(&self, role: usize) -> bool {
-        self.slot(role).0.is_some_and(|m| m.is_remote())
     }
 
     fn run_group(&self, group: Vec<MemOp<'_>>) -> Result<(), IoError> {

@@ -61,6 +61,18 @@ pub fn with_deadline<R>(deadline: Instant, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// The deadline of a member call that starts at `started` with its own `timeout`, under the
+/// calling thread's batch deadline ([`with_deadline`]): the earlier of the two, but at least a
+/// quarter of the timeout from the start (so a healthy member called after a stalled one of the
+/// same batch still has time to answer). Used by [`Detached`] calls and NBD requests alike.
+pub(crate) fn call_deadline(started: Instant, timeout: Duration) -> Instant {
+    let own = started + timeout;
+    match DEADLINE.with(|d| d.get()) {
+        None => own,
+        Some(batch) => own.min(batch.max(started + timeout / 4)),
+    }
+}
+
 type Job = Box<dyn FnOnce() + Send>;
 
 /// What a call does, for the bounds and messages.
@@ -277,11 +289,7 @@ impl Detached {
     /// answer if it is healthy, so k stalled members of one batch cost at most
     /// timeout + (k − 1) · timeout / 4.
     fn deadline(&self, started: Instant) -> Instant {
-        let own = started + self.timeout;
-        match DEADLINE.with(|d| d.get()) {
-            None => own,
-            Some(batch) => own.min(batch.max(started + self.timeout / 4)),
-        }
+        call_deadline(started, self.timeout)
     }
 
     fn take_buffer(&self, len: usize) -> Vec<u8> {

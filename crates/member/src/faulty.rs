@@ -287,10 +287,6 @@ impl Member for FaultyMember {
         self.inner.stuck_calls()
     }
 
-    fn is_remote(&self) -> bool {
-        self.inner.is_remote()
-    }
-
     fn reconnect(&self) -> io::Result<()> {
         if self.control.lock().vanished {
             return Err(io::Error::new(

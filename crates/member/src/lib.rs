@@ -127,12 +127,6 @@ pub trait Member: Send + Sync + std::fmt::Debug {
             ),
         ))
     }
-    /// True for a member reached over a network (NBD): each request may wait up to its own
-    /// deadline, so the engine runs the requests of one batch to several remote members at
-    /// once (their deadlines run concurrently) rather than one after the other.
-    fn is_remote(&self) -> bool {
-        false
-    }
     /// What the member is, whatever name it was given (device and inode of a file, a block
     /// device's number, an NBD server and export): two members with the same identity are the
     /// same storage. `None` for storage that cannot be named twice (RAM, simulated members).

@@ -121,10 +121,6 @@ impl Member for Window {
         self.inner.stuck_calls()
     }
 
-    fn is_remote(&self) -> bool {
-        self.inner.is_remote()
-    }
-
     fn reconnect(&self) -> io::Result<()> {
         self.inner.reconnect()
     }

@@ -494,6 +494,50 @@ fn stalled_server_times_out_within_the_deadline() {
     assert!(start.elapsed() < Duration::from_millis(100));
 }
 
+/// Two stalled servers called one after the other under one request deadline
+/// (`member::with_deadline`, as the engine does for a batch) time out together: one timeout
+/// plus the grace of a quarter, not one timeout each.
+#[test]
+fn stalled_servers_share_the_request_deadline() {
+    if !testsupport::require_tool("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socks = [dir.path().join("a"), dir.path().join("b")];
+    let _servers: Vec<Server> = socks
+        .iter()
+        .map(|s| nbdkit(s, &["--filter=delay", "memory", "8M", "rdelay=5"]))
+        .collect();
+    let members: Vec<_> = socks
+        .iter()
+        .map(|s| open_with(&uri(s, ""), &OpenOptions::default(), &remote(1000)).unwrap())
+        .collect();
+    let start = Instant::now();
+    member::with_deadline(start + Duration::from_millis(1000), || {
+        for m in &members {
+            let mut buf = [0u8; 4096];
+            let err = m.read_at(&mut buf, 0).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+        }
+    });
+    let took = start.elapsed();
+    // 1 s + 0.25 s grace; each with its own deadline it took 2 s.
+    assert!(
+        took >= Duration::from_millis(1200) && took < Duration::from_millis(1700),
+        "{took:?}"
+    );
+    // Without a request deadline each request has its own full timeout.
+    let start = Instant::now();
+    let m = open_with(&uri(&socks[0], ""), &OpenOptions::default(), &remote(1000)).unwrap();
+    let mut buf = [0u8; 4096];
+    assert!(m.read_at(&mut buf, 0).is_err());
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
 fn server_errno(err: &std::io::Error) -> u32 {
     err.get_ref()
         .and_then(|e| e.downcast_ref::<NbdServerError>())

@@ -280,7 +280,9 @@ impl Connection {
         } else {
             assert_eq!(payload_len, 0, "only writes carry a payload");
         }
-        let deadline = Instant::now() + timeout;
+        // The thread's batch deadline applies too: the members of one engine batch are called
+        // one after the other, and their deadlines must not add up.
+        let deadline = crate::detached::call_deadline(Instant::now(), timeout);
         let read_len = if cmd == CMD_READ { len } else { 0 };
         let (cookie, rx) = self.register(read_len, deadline)?;
         let header = Request {

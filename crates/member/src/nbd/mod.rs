@@ -537,10 +537,6 @@ impl Member for NbdMember {
         self.zero("write-zeroes", offset, len)
     }
 
-    fn is_remote(&self) -> bool {
-        true
-    }
-
     fn reconnect(&self) -> io::Result<()> {
         NbdMember::reconnect(self)
     }

@@ -466,46 +466,33 @@ impl VolumeCore {
     }
 
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError> {
-        self.within_deadline(|| {
-            let _gate = self.begin_write()?;
-            let intent = self
-                .intend(offset, buf.len() as u64)
-                .inspect_err(|e| self.note_no_space(e))?;
-            let result = self.array.write(offset, buf);
-            drop(intent);
-            self.settle()?;
-            let result = result.map_err(VolumeError::from);
-            if let Err(e) = &result {
-                self.note_no_space(e);
-            }
-            result
-        })
+        self.changing(offset, buf.len() as u64, || self.array.write(offset, buf))
     }
 
     pub fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
-        self.within_deadline(|| {
-            let _gate = self.begin_write()?;
-            let intent = self
-                .intend(offset, len)
-                .inspect_err(|e| self.note_no_space(e))?;
-            let result = self.array.trim(offset, len);
-            drop(intent);
-            self.settle()?;
-            let result = result.map_err(VolumeError::from);
-            if let Err(e) = &result {
-                self.note_no_space(e);
-            }
-            result
-        })
+        self.changing(offset, len, || self.array.trim(offset, len))
     }
 
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
+        self.changing(offset, len, || self.array.write_zeroes(offset, len))
+    }
+
+    /// Runs `change` (a write, trim or write-zeroes of `[offset, offset + len)`) as every change
+    /// of the array's contents runs: within the request's deadline, under the shared write
+    /// gate, with the write-intent bits set before and the superblocks settled after; a refusal
+    /// for lack of space (of the bits or the data) is told to the operator.
+    fn changing(
+        &self,
+        offset: u64,
+        len: u64,
+        change: impl FnOnce() -> Result<(), engine::IoError>,
+    ) -> Result<(), VolumeError> {
         self.within_deadline(|| {
             let _gate = self.begin_write()?;
             let intent = self
                 .intend(offset, len)
                 .inspect_err(|e| self.note_no_space(e))?;
-            let result = self.array.write_zeroes(offset, len);
+            let result = change();
             drop(intent);
             self.settle()?;
             let result = result.map_err(VolumeError::from);

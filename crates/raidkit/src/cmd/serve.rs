@@ -788,21 +788,6 @@ fn describe(volume: &Volume) -> String {
     format!(
         "{}, {members} member{plural}, {}",
         volume.level(),
-        human_bytes(volume.size_bytes())
+        super::status::human_bytes(volume.size_bytes())
     )
-}
-
-fn human_bytes(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (unit, size) in UNITS {
-        if bytes >= size {
-            return format!("{:.1} {unit}", bytes as f64 / size as f64);
-        }
-    }
-    format!("{bytes} bytes")
 }

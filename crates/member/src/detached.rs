@@ -61,6 +61,12 @@ pub fn with_deadline<R>(deadline: Instant, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// The calling thread's deadline ([`with_deadline`]), if any: work this thread hands to other
+/// threads must carry it along (a thread-local does not follow).
+pub fn current_deadline() -> Option<Instant> {
+    DEADLINE.with(|d| d.get())
+}
+
 /// The deadline of a member call that starts at `started` with its own `timeout`, under the
 /// calling thread's batch deadline ([`with_deadline`]): the earlier of the two, but at least a
 /// quarter of the timeout from the start (so a healthy member called after a stalled one of the

@@ -222,11 +222,8 @@ impl Array {
     /// Every group runs even after a failure (a write batch must reach every member it can);
     /// returns the first error.
     pub(crate) fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
-        // One deadline for the whole batch: member calls (NBD requests, `member::Detached`) run
-        // one after the other on this thread, and their deadlines must not add up.
-        // The scoped threads of large shares get it explicitly, and it is the request's own
-        // deadline when that is earlier (a retry after a timeout): a thread-local deadline does
-        // not follow into them, and a second stalled member met there waited a whole timeout.
+        // The request's deadline when it is earlier (a retry after a timeout). The scoped
+        // threads of large shares get it explicitly: a thread-local does not follow into them.
         let batch = Instant::now() + self.fault_policy().io_timeout;
         let deadline = member::current_deadline().map_or(batch, |request| request.min(batch));
         member::with_deadline(deadline, || self.run_until(ops, deadline))

@@ -1,0 +1,142 @@
+//! Journal traffic per client byte: the bytes written to the journal member (records and
+//! superblocks, until the journal is drained and closed) divided by the bytes the client
+//! wrote, for random 4 KiB, random 64 KiB and sequential 1 MiB writes on RAID 5 and RAID 6
+//! with a write-back (and, for comparison, a write-through) journal. The figures are in
+//! docs/PERFORMANCE.md ("Journal traffic per client byte"); run with `--nocapture` to see
+//! them. The assertions bound them, so a change that logs more shows up here.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use journal::Mode;
+use journaled::{AttachOptions, Journaled, VolumeExport};
+use layout::Level;
+use member::{MemMember, Member};
+use metadata::{assemble, create, AssembleOptions, CreateOptions, Uuid};
+use nbd::Export;
+
+const CHUNK: u64 = 64 << 10;
+const MEMBERS: usize = 5;
+const MEMBER_BYTES: u64 = 24 << 20;
+const JOURNAL_BYTES: u64 = 64 << 20;
+const CLIENT_BYTES: u64 = 16 << 20;
+
+/// A member that counts the bytes written to it.
+#[derive(Debug)]
+struct Counting {
+    inner: MemMember,
+    written: AtomicU64,
+}
+
+impl Member for Counting {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.written.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.written.fetch_add(len, Ordering::Relaxed);
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Workload {
+    Random(u64),
+    Sequential(u64),
+}
+
+/// A small xorshift: the offsets are the same on every run.
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// Journal bytes written per client byte for `workload` on `level` with a journal in `mode`.
+fn journal_bytes_per_client_byte(level: Level, mode: Mode, workload: Workload) -> f64 {
+    let members: Vec<Arc<dyn Member>> = (0..MEMBERS)
+        .map(|i| {
+            Arc::new(MemMember::new(&format!("m{i}"), MEMBER_BYTES).unwrap()) as Arc<dyn Member>
+        })
+        .collect();
+    let mut opts = CreateOptions::new(level, "traffic");
+    opts.chunk_bytes = CHUNK;
+    opts.assume_clean = true;
+    create(&members, &opts).unwrap();
+    let counting = Arc::new(Counting {
+        inner: MemMember::new("journal", JOURNAL_BYTES).unwrap(),
+        written: AtomicU64::new(0),
+    });
+    let jm: Arc<dyn Member> = Arc::clone(&counting) as Arc<dyn Member>;
+    let jsb = journal::format(jm.as_ref(), Uuid::new_v4(), mode).unwrap();
+    let volume = Arc::new(assemble(members, &AssembleOptions::default()).unwrap());
+    let (attached, _) = Journaled::attach(jm, jsb, &volume, AttachOptions::default()).unwrap();
+    let attached = Arc::new(attached);
+    let export = attached.export(VolumeExport(Arc::clone(&volume)));
+    let start = counting.written.load(Ordering::Relaxed);
+    let size = volume.size_bytes();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut written = 0;
+    let mut at = 0;
+    while written < CLIENT_BYTES {
+        let (offset, len) = match workload {
+            Workload::Random(len) => ((next(&mut rng) % (size / len)) * len, len),
+            Workload::Sequential(len) => {
+                let offset = at % (size / len * len);
+                at += len;
+                (offset, len)
+            }
+        };
+        let data = vec![(written / len) as u8 | 1; len as usize];
+        export.write(offset, &data, false).unwrap();
+        written += len;
+    }
+    attached.drain().unwrap();
+    volume.close().unwrap();
+    attached.close().unwrap();
+    let journal = counting.written.load(Ordering::Relaxed) - start;
+    journal as f64 / written as f64
+}
+
+#[test]
+fn journal_traffic_per_client_byte() {
+    let workloads = [
+        ("random 4 KiB", Workload::Random(4 << 10)),
+        ("random 64 KiB", Workload::Random(64 << 10)),
+        ("sequential 1 MiB", Workload::Sequential(1 << 20)),
+    ];
+    for level in [Level::Raid5, Level::Raid6] {
+        for (name, workload) in workloads {
+            let back = journal_bytes_per_client_byte(level, Mode::WriteBack, workload);
+            let through = journal_bytes_per_client_byte(level, Mode::WriteThrough, workload);
+            println!(
+                "{level}, {MEMBERS} members, {} KiB chunks, {name}: journal bytes per client \
+                 byte: write-back {back:.2}, write-through {through:.2}",
+                CHUNK >> 10
+            );
+            // Every client byte is logged at least once in either mode.
+            assert!(back >= 1.0 && through >= 1.0, "{level} {name}");
+            // Write-back logs the client data, then applying it logs it (and parity) again:
+            // never more than the two plus one parity chunk per data chunk (RAID 6: two).
+            let parity = level.parity_count() as f64;
+            assert!(back <= 2.0 + parity + 0.5, "{level} {name}: {back}");
+        }
+    }
+}

@@ -329,8 +329,9 @@ fn would_start_without_journal(
             .with_context(|| format!("member {}: cannot read the superblock", m.name()))?;
         found.push((m.name().to_string(), sb));
     }
-    metadata::check_owner(&found, assemble)?;
-    metadata::plan(&found, assemble).context("the array would not start without it")?;
+    let decided_by = assemble.plan_options();
+    metadata::check_owner(&found, &decided_by)?;
+    metadata::plan(&found, &decided_by).context("the array would not start without it")?;
     Ok(())
 }
 

@@ -28,11 +28,13 @@ use member::{Member, Window};
 use uuid::Uuid;
 
 use crate::bitmap::{Bitmap, WriteIntent};
-use crate::plan::DirtyDegradedStart;
-use crate::plan::{AssembleError, AssembleOptions, Plan, StaleMember};
-use crate::superblock::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
-use crate::superblock::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
+use ondisk::DirtyDegradedStart;
+use ondisk::{AssembleError, Plan, StaleMember};
+
+use crate::options::AssembleOptions;
 use crate::tasks::Work;
+use ondisk::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
+use ondisk::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
 
 /// An error of a volume operation.
 #[derive(Debug)]
@@ -147,8 +149,8 @@ pub(crate) struct MetaState {
     /// Per role: a rebuild limited to these member ranges (a re-added member: the regions
     /// written while it was away), sorted and disjoint.
     pub partial_rebuild: Vec<Option<Vec<(u64, u64)>>>,
-    /// The owner record every superblock write carries (`crate::lease`); `None`: none.
-    pub owner: Option<crate::Owner>,
+    /// The owner record every superblock write carries (see `lease.rs`); `None`: none.
+    pub owner: Option<ondisk::Owner>,
 }
 
 /// An assembled array. Thread-safe: every method takes `&self`. Dereferences to
@@ -808,7 +810,7 @@ impl VolumeCore {
             }
         }
         let events = meta.events.checked_add(1).expect("events counter overflow");
-        let now = crate::now_secs();
+        let now = ondisk::now_secs();
         let table = self.role_table(meta);
         let health = self.array.health_snapshot();
         let (state, resync) = (meta.disk_state, meta.resync_offset);

@@ -15,7 +15,7 @@
 //!   `LEASE - LEASE_RENEW_INTERVAL` (20 s).
 //!
 //! ```
-//! use metadata::owner::{judge, Liveness, ThisHost};
+//! use ondisk::owner::{judge, Liveness, ThisHost};
 //! let me = ThisHost::get();
 //! let mine = me.owner_record(100, 30);
 //! assert_eq!(judge(&mine, &me, 110), Liveness::ThisProcess);

@@ -2,9 +2,13 @@
 //! docs/FORMAT.md documents it byte by byte; the offsets below are the same table.
 
 use std::fmt;
+use std::io;
 
 use layout::Level;
+use member::Member;
 use uuid::Uuid;
+
+use crate::bitmap::{BitmapRef, BITS_PER_BLOCK};
 
 /// Identifies a raidkit superblock.
 pub const MAGIC: [u8; 8] = *b"RAIDKSB\0";
@@ -135,16 +139,6 @@ pub struct RoleEntry {
     pub replacing: Option<u32>,
 }
 
-/// Where the write-intent bitmap lives on every member (docs/FORMAT.md "Write-intent bitmap").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BitmapRef {
-    /// From the member start.
-    pub offset_bytes: u64,
-    pub bytes: u64,
-    /// Array bytes covered by one bit.
-    pub region_bytes: u64,
-}
-
 /// Which journal protects the array (reserved; not used by version 1 code).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JournalRef {
@@ -153,7 +147,7 @@ pub struct JournalRef {
 }
 
 /// The process that has the array assembled for writing, recorded on every member while it
-/// serves (docs/FORMAT.md "Owner record"; `crate::owner` judges whether it is still alive).
+/// serves (docs/FORMAT.md "Owner record"; `owner.rs` judges whether it is still alive).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
     /// `/etc/machine-id` of the owner's host (or a hash of its host name when there is none).
@@ -763,7 +757,7 @@ impl Superblock {
             ));
         }
         let regions = self.array_size_bytes.div_ceil(b.region_bytes);
-        let capacity = b.bytes / 4096 * crate::bitmap::BITS_PER_BLOCK;
+        let capacity = b.bytes / 4096 * BITS_PER_BLOCK;
         if regions > capacity {
             return Err(field_err(
                 "bitmap_bytes",
@@ -922,3 +916,62 @@ pub const UNUSED_ROLE: RoleEntry = RoleEntry {
     state: RoleState::Unused,
     replacing: None,
 };
+
+/// Why a member's superblock could not be read.
+#[derive(Debug)]
+pub enum ReadSuperblockError {
+    /// The member could not be read (or is too small to hold a superblock).
+    Io(io::Error),
+    /// The bytes are not a valid superblock.
+    Invalid(SuperblockError),
+}
+
+impl fmt::Display for ReadSuperblockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadSuperblockError::Io(e) => write!(f, "cannot read the superblock: {e}"),
+            ReadSuperblockError::Invalid(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadSuperblockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReadSuperblockError::Io(e) => Some(e),
+            ReadSuperblockError::Invalid(e) => Some(e),
+        }
+    }
+}
+
+/// Reads and validates the superblock of `member`. Never writes.
+pub fn read_superblock(member: &dyn Member) -> Result<Superblock, ReadSuperblockError> {
+    let end = SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
+    if member.len() < end {
+        return Err(ReadSuperblockError::Invalid(SuperblockError::NoMagic));
+    }
+    let mut bytes = Box::new([0u8; SUPERBLOCK_BYTES]);
+    member
+        .read_at(&mut bytes[..], SUPERBLOCK_OFFSET)
+        .map_err(ReadSuperblockError::Io)?;
+    let sb = Superblock::decode(&bytes).map_err(ReadSuperblockError::Invalid)?;
+    if sb.member_bytes > member.len() {
+        return Err(ReadSuperblockError::Invalid(SuperblockError::Field {
+            field: "member_bytes",
+            reason: format!(
+                "the superblock describes {} bytes but the member has {}",
+                sb.member_bytes,
+                member.len()
+            ),
+        }));
+    }
+    Ok(sb)
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

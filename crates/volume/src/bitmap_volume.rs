@@ -12,9 +12,11 @@ use layout::Level;
 use member::Member;
 use serde::Serialize;
 
-use crate::bitmap::{read_image, Bitmap, BitmapWriteError};
-use crate::superblock::Superblock;
+use ondisk::bitmap::read_image;
+
+use crate::bitmap::{Bitmap, BitmapWriteError};
 use crate::volume::{Held, MetaState, VolumeCore, VolumeError};
+use ondisk::Superblock;
 
 /// The bitmap as `status` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -292,7 +294,7 @@ impl VolumeCore {
         let Some(bitmap) = &self.bitmap else {
             return Ok(false);
         };
-        let Ok(sb) = crate::read_superblock(member.as_ref()) else {
+        let Ok(sb) = ondisk::read_superblock(member.as_ref()) else {
             return Ok(false);
         };
         let Some(role) = self.re_add_role(meta, &sb) else {

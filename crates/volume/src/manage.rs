@@ -12,9 +12,9 @@ use uuid::Uuid;
 use crate::status::{
     ArrayHealth, FilesystemStatus, MemberState, MemberStatus, SpeedLimits, TaskKind, VolumeStatus,
 };
-use crate::superblock::{Role, Superblock, MAX_MEMBERS};
 use crate::volume::{Held, MetaState, Redundancy, VolumeCore, VolumeError};
-use crate::{read_superblock, ReadSuperblockError};
+use ondisk::{read_superblock, ReadSuperblockError};
+use ondisk::{Role, Superblock, MAX_MEMBERS};
 
 /// What a member name given by the operator refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,7 +156,7 @@ impl VolumeCore {
             self.array.health_of(r) == MemberHealth::Faulty
                 && meta.roles[r]
                     .as_ref()
-                    .is_some_and(|h| crate::same_member(&h.whole, &member))
+                    .is_some_and(|h| ondisk::same_member(&h.whole, &member))
         });
         if let Some(role) = faulty_holder {
             self.array.detach_member(role);
@@ -190,7 +190,7 @@ impl VolumeCore {
             .flatten()
             .chain(&meta.spares)
             .chain(meta.replacing.iter().map(|(_, h)| h))
-            .any(|h| crate::same_member(&h.whole, &member));
+            .any(|h| ondisk::same_member(&h.whole, &member));
         if in_use {
             return Err(bad("is already part of this array".into()));
         }
@@ -201,7 +201,7 @@ impl VolumeCore {
                     sb.name, sb.array_uuid
                 )))
             }
-            Ok(_) | Err(ReadSuperblockError::Invalid(crate::SuperblockError::NoMagic)) => {}
+            Ok(_) | Err(ReadSuperblockError::Invalid(ondisk::SuperblockError::NoMagic)) => {}
             Err(e) => return Err(bad(format!("cannot be checked: {e}"))),
         }
         let slots_used =

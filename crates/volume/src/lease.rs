@@ -1,6 +1,6 @@
 //! The owner record on a running volume (see [`crate::owner`] for what it is and how a second
 //! assembly judges it): [`VolumeCore::claim_owner`] at assembly, [`VolumeCore::renew_owner`]
-//! every [`crate::owner::LEASE_RENEW_INTERVAL`] while serving, [`VolumeCore::release_owner`]
+//! every [`ondisk::owner::LEASE_RENEW_INTERVAL`] while serving, [`VolumeCore::release_owner`]
 //! at a clean stop.
 //!
 //! Every superblock write carries the owner (`MetaState::owner`). A claim, renewal or release
@@ -14,8 +14,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::superblock::{Owner, SUPERBLOCK_OFFSET};
 use crate::volume::{Held, MetaState, VolumeCore};
+use ondisk::{Owner, SUPERBLOCK_OFFSET};
 
 /// Another process took the array over (a member's owner record names it, not this process):
 /// this one must stop writing.
@@ -66,7 +66,7 @@ impl VolumeCore {
         };
         // Read without the metadata mutex: a slow remote member must not hold up state changes.
         for whole in wholes {
-            let Ok(on_disk) = crate::read_superblock(whole.as_ref()) else {
+            let Ok(on_disk) = ondisk::read_superblock(whole.as_ref()) else {
                 continue; // an unreadable member is the data path's business
             };
             if let Some(theirs) = on_disk.owner.filter(|o| !same_owner(o, &mine)) {
@@ -89,7 +89,7 @@ impl VolumeCore {
             return;
         };
         self.rewrite_owner(&mut meta, |held| {
-            crate::read_superblock(held.whole.as_ref())
+            ondisk::read_superblock(held.whole.as_ref())
                 .map(|sb| sb.owner.is_none_or(|o| same_owner(&o, &mine)))
                 .unwrap_or(false)
         });
@@ -104,7 +104,7 @@ impl VolumeCore {
     /// (renewed now), events unchanged. Write errors are left to the data path.
     fn rewrite_owner(&self, meta: &mut MetaState, pick: impl Fn(&Held) -> bool) {
         if let Some(owner) = &mut meta.owner {
-            owner.renewed_secs = crate::now_secs();
+            owner.renewed_secs = ondisk::now_secs();
         }
         let owner = meta.owner.clone();
         for held in self.owner_targets(meta) {

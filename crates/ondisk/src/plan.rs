@@ -8,30 +8,21 @@ use uuid::Uuid;
 
 use crate::superblock::{ArrayState, Role, RoleState, Superblock, SuperblockError};
 
-/// How to assemble.
+/// What the assembly decision ([`plan`], [`crate::check_owner`]) is told besides the
+/// superblocks (the runtime's assemble options carry these and more).
 #[derive(Clone, Debug, Default)]
-pub struct AssembleOptions {
+pub struct PlanOptions {
     /// Start a RAID 5/6 array that is both dirty and degraded without a journal to replay,
     /// risking the write hole (`serve --start-dirty-degraded`, md's start_dirty_degraded):
-    /// the volume then reports the array ranges at risk ([`crate::AtRisk`]).
+    /// the volume then reports the array ranges at risk.
     pub start_dirty_degraded: bool,
-    /// The journal the caller replays into the volume before anything else reads or writes it
-    /// (`journaled::Journaled::attach`, which calls [`crate::Volume::journal_replayed`]).
+    /// The journal the caller replays into the volume before anything else reads or writes it.
     /// When it is the array's own journal (same UUID as the superblocks' reference), a dirty
     /// and degraded RAID 5/6 array starts without `start_dirty_degraded`: the replay makes
     /// every stripe that was being written consistent (docs/DESIGN.md, durability contract).
-    /// The volume's background work (rebuild, resync) waits for that replay.
     pub journal_replay: Option<Uuid>,
-    /// Members to use as spares: blank ones receive a spare superblock; members already
-    /// carrying this array's spare superblock may also be passed among the members.
-    pub spares: Vec<std::sync::Arc<dyn member::Member>>,
-    /// When members are declared faulty.
-    pub fault_policy: engine::FaultPolicy,
-    /// Background (rebuild, resync, scrub) rate limits.
-    pub speed_limits: crate::SpeedLimits,
-    /// Assemble for writing as this process: refuse an array another live process owns, then
-    /// record this one as its owner ([`crate::owner`]) until `release_owner`. `None`: neither
-    /// (read-only use, tests).
+    /// Assemble for writing as this process: refuse an array another live process owns
+    /// ([`crate::owner`]). `None`: no check (read-only use, tests).
     pub owner: Option<crate::owner::ThisHost>,
     /// Take the array from an owner on another host that still looks alive (its lease has not
     /// run out): the operator knows that host is gone. Never overrides a process that runs on
@@ -307,7 +298,7 @@ fn describe_array(sb: &Superblock) -> String {
 }
 
 /// Decides roles and freshness from `(member name, superblock)` pairs given in any order.
-pub fn plan(found: &[(String, Superblock)], opts: &AssembleOptions) -> Result<Plan, AssembleError> {
+pub fn plan(found: &[(String, Superblock)], opts: &PlanOptions) -> Result<Plan, AssembleError> {
     if found.is_empty() {
         return Err(AssembleError::NoMembers);
     }
@@ -589,7 +580,7 @@ fn missed_only_a_mark(name: &str, sb: &Superblock, role: usize, plan: &mut Plan)
     true
 }
 
-fn check_survives(plan: &mut Plan, opts: &AssembleOptions) -> Result<(), AssembleError> {
+fn check_survives(plan: &mut Plan, opts: &PlanOptions) -> Result<(), AssembleError> {
     let sb = &plan.superblock;
     let array = describe_array(sb);
     let missing: Vec<usize> = (0..plan.roles.len())
@@ -645,7 +636,7 @@ fn check_survives(plan: &mut Plan, opts: &AssembleOptions) -> Result<(), Assembl
 
 /// May a dirty and degraded RAID 5/6 array with superblock `sb` start, and why: its own
 /// journal (by UUID) will be replayed, or the caller forces it.
-fn dirty_degraded_start(sb: &Superblock, opts: &AssembleOptions) -> Option<DirtyDegradedStart> {
+fn dirty_degraded_start(sb: &Superblock, opts: &PlanOptions) -> Option<DirtyDegradedStart> {
     let own_journal = sb.journal.map(|j| j.uuid);
     if opts.journal_replay.is_some() && opts.journal_replay == own_journal {
         return Some(DirtyDegradedStart::JournalReplay);
@@ -704,7 +695,7 @@ mod tests {
         // The clean mark reached member 0 only: 0 says clean at 8, 1 and 2 say dirty at 7.
         let mut found = raid5(7);
         bump(&mut found, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
-        let plan = plan(&found, &AssembleOptions::default()).expect("assembles");
+        let plan = plan(&found, &PlanOptions::default()).expect("assembles");
         assert_eq!(plan.roles, vec![Some(0), Some(1), Some(2)]);
         assert!(plan.stale.is_empty(), "{:?}", plan.stale);
         assert!(!plan.degraded);
@@ -730,7 +721,7 @@ mod tests {
             ArrayState::Clean,
             &[],
         );
-        let plan = plan(&found, &AssembleOptions::default()).expect("assembles");
+        let plan = plan(&found, &PlanOptions::default()).expect("assembles");
         assert_eq!(plan.roles, vec![Some(0), Some(1), Some(2)]);
         assert!(plan.stale.is_empty());
         assert_eq!(plan.superblock.state, ArrayState::Dirty);
@@ -740,7 +731,7 @@ mod tests {
     fn all_clean_one_event_behind_stays_clean() {
         let mut found = raid5(3);
         bump(&mut found, &[1], ArrayState::Clean, ArrayState::Clean, &[]);
-        let plan = plan(&found, &AssembleOptions::default()).expect("assembles");
+        let plan = plan(&found, &PlanOptions::default()).expect("assembles");
         assert!(plan.stale.is_empty());
         assert_eq!(plan.superblock.state, ArrayState::Clean);
     }
@@ -756,11 +747,11 @@ mod tests {
             ArrayState::Dirty,
             &[2],
         );
-        let err = plan(&found, &AssembleOptions::default()).expect_err("dirty and degraded");
+        let err = plan(&found, &PlanOptions::default()).expect_err("dirty and degraded");
         assert!(err.to_string().contains("write hole"), "{err}");
-        let force = AssembleOptions {
+        let force = PlanOptions {
             start_dirty_degraded: true,
-            ..AssembleOptions::default()
+            ..PlanOptions::default()
         };
         let plan = plan(&found, &force).expect("assembles degraded by force");
         assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
@@ -795,9 +786,9 @@ mod tests {
     fn dirty_degraded_starts_when_its_own_journal_is_replayed() {
         let journal = Uuid::new_v4();
         let found = dirty_degraded(Some(journal));
-        let replay = |uuid| AssembleOptions {
+        let replay = |uuid| PlanOptions {
             journal_replay: Some(uuid),
-            ..AssembleOptions::default()
+            ..PlanOptions::default()
         };
         let plan = plan(&found, &replay(journal)).expect("starts: the journal closes the hole");
         assert!(plan.degraded);
@@ -807,7 +798,7 @@ mod tests {
         let err = super::plan(&found, &replay(Uuid::new_v4())).expect_err("foreign journal");
         assert!(err.to_string().contains("write hole"), "{err}");
         // Without it, the refusal names the journal and the flag.
-        let err = super::plan(&found, &AssembleOptions::default()).expect_err("no journal");
+        let err = super::plan(&found, &PlanOptions::default()).expect_err("no journal");
         let msg = err.to_string();
         for needle in [
             format!("Give its journal {journal} (--journal PATH)"),
@@ -824,9 +815,9 @@ mod tests {
     fn dirty_degraded_without_a_journal_starts_only_when_forced() {
         let found = dirty_degraded(None);
         // A journal to replay is not the array's when the array has none.
-        let replay = AssembleOptions {
+        let replay = PlanOptions {
             journal_replay: Some(Uuid::new_v4()),
-            ..AssembleOptions::default()
+            ..PlanOptions::default()
         };
         let err = plan(&found, &replay).expect_err("no journal of its own");
         let msg = err.to_string();
@@ -835,9 +826,9 @@ mod tests {
             msg.contains("back wrong. Bring the missing members back;"),
             "{msg}"
         );
-        let forced = AssembleOptions {
+        let forced = PlanOptions {
             start_dirty_degraded: true,
-            ..AssembleOptions::default()
+            ..PlanOptions::default()
         };
         let plan = plan(&found, &forced).expect("forced");
         assert_eq!(plan.dirty_degraded, Some(DirtyDegradedStart::Forced));
@@ -850,7 +841,7 @@ mod tests {
             ArrayState::Dirty,
             &[],
         );
-        let plan = super::plan(&healthy, &AssembleOptions::default()).expect("healthy");
+        let plan = super::plan(&healthy, &PlanOptions::default()).expect("healthy");
         assert_eq!(plan.dirty_degraded, None);
     }
 
@@ -867,7 +858,7 @@ mod tests {
         for (_, sb) in &mut found[..2] {
             sb.roles[2].state = RoleState::Missing;
         }
-        let plan = plan(&found, &AssembleOptions::default()).expect("assembles degraded");
+        let plan = plan(&found, &PlanOptions::default()).expect("assembles degraded");
         assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
         assert_eq!(plan.stale.len(), 1);
         assert_eq!(plan.stale[0].name, "m2");
@@ -892,7 +883,7 @@ mod tests {
         );
         found[0].1.state = ArrayState::Clean;
         found[1].1.state = ArrayState::Clean;
-        let plan = plan(&found, &AssembleOptions::default()).expect("assembles degraded");
+        let plan = plan(&found, &PlanOptions::default()).expect("assembles degraded");
         assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
         assert_eq!(plan.stale.len(), 1);
         assert_eq!(
@@ -907,7 +898,7 @@ mod tests {
         // Only member 0 got the clean mark: both others lag by one and are used.
         let mut found = raid5(9);
         bump(&mut found, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
-        let plan = plan(&found, &AssembleOptions::default()).expect("assembles");
+        let plan = plan(&found, &PlanOptions::default()).expect("assembles");
         assert!(!plan.degraded && plan.stale.is_empty());
     }
 

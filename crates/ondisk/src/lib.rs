@@ -1,0 +1,51 @@
+//! The on-disk format of a raidkit array and the pure decisions over it: no threads, no running
+//! array (that is the `volume` crate's).
+//!
+//! - [`Superblock`]: the versioned, crc32c-checksummed 4 KiB block at byte 4096 of every member
+//!   (docs/FORMAT.md), with [`Superblock::encode`] / [`Superblock::decode`];
+//!   [`read_superblock`] reads and validates one member's.
+//! - [`bitmap`]: the write-intent bitmap's blocks on disk.
+//! - [`create`] with [`CreateOptions`]: checks members, zeroes them and writes superblocks.
+//! - [`plan`]: the assembly decision (roles, freshness, refusals) from superblocks, as a pure
+//!   function; [`check_owner`] / [`refuse_if_served`]: the owner records judged ([`owner`]).
+//!
+//! ```
+//! use ondisk::{create, plan, read_superblock, CreateOptions, PlanOptions};
+//! let members: Vec<_> = (0..3)
+//!     .map(|_| member::open("mem:4M", &member::OpenOptions::default()).unwrap())
+//!     .collect();
+//! let opts = CreateOptions::new("raid5".parse().unwrap(), "demo");
+//! let written = create(&members, &opts).unwrap();
+//! let found: Vec<_> = members
+//!     .iter()
+//!     .map(|m| (m.name().to_string(), read_superblock(m.as_ref()).unwrap()))
+//!     .collect();
+//! let plan = plan(&found, &PlanOptions::default()).unwrap();
+//! assert_eq!(plan.superblock.array_uuid, written[0].array_uuid);
+//! assert!(!plan.degraded);
+//! ```
+
+pub mod bitmap;
+mod create;
+mod duplicate;
+pub mod owner;
+mod plan;
+mod served;
+mod superblock;
+
+pub use bitmap::{
+    BitmapRef, BITMAP_BLOCK_BYTES, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET, BITMAP_REGIONS_MAX,
+    BITMAP_REGION_DEFAULT, BITS_PER_BLOCK,
+};
+pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
+pub use duplicate::{describe_duplicate, find_duplicate, same_member};
+pub use plan::{plan, AssembleError, DirtyDegradedStart, Plan, PlanOptions, StaleMember};
+pub use served::{check_owner, refuse_if_served};
+pub use superblock::{
+    checksum, level_code, now_secs, read_superblock, validate_name, ArrayState, JournalRef, Owner,
+    ReadSuperblockError, Role, RoleEntry, RoleState, Superblock, SuperblockError,
+    DATA_OFFSET_DEFAULT, FEATURE_COMPAT_OWNER, FEATURE_COMPAT_REPLACE,
+    FEATURE_COMPAT_RESYNC_OFFSET, FEATURE_INCOMPAT_BITMAP, FORMAT_VERSION, MAGIC, MAX_MEMBERS,
+    NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
+};
+pub use uuid::Uuid;

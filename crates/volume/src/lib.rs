@@ -1,0 +1,34 @@
+//! A running raidkit array: [`Volume`] (dereferencing to [`VolumeCore`]) is an `engine::Array`
+//! over the members' data areas plus the superblock state it keeps on disk (the format is the
+//! `ondisk` crate's): it marks the array dirty before the first write and clean on `close`,
+//! records member faults before the request that met them completes, and runs background work
+//! on one worker thread (rebuild onto spares, replace, resync / initial sync, scrub), throttled
+//! by [`SpeedLimits`] and resumable from the superblocks. [`assemble`] reads the members'
+//! superblocks, lets `ondisk::plan` decide, and starts a volume.
+//!
+//! Operator actions: `fail`, `remove`, `add`, `replace`, `scrub`, `set_speed_limits`; `status`
+//! returns a [`VolumeStatus`] ([`ArrayHealth`], [`MemberStatus`], [`TaskStatus`],
+//! [`ScrubReport`], and [`AtRisk`]: the ranges a forced dirty and degraded start put at risk).
+
+mod assemble;
+mod at_risk;
+mod bitmap;
+mod bitmap_volume;
+mod lease;
+mod manage;
+mod options;
+mod resync_trust;
+mod status;
+mod tasks;
+mod volume;
+
+pub use assemble::assemble;
+pub use at_risk::{ArrayRange, AtRisk, AT_RISK_RANGES_LISTED_MAX};
+pub use bitmap_volume::BitmapStatus;
+pub use lease::TakenOver;
+pub use options::AssembleOptions;
+pub use status::{
+    ArrayHealth, FaultPolicy, FilesystemStatus, MemberState, MemberStatus, MismatchLocation,
+    ScrubReport, SpeedLimits, TaskKind, TaskStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
+};
+pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeCore, VolumeError};

@@ -261,9 +261,8 @@ impl Journaled {
         }
         if (mode == Mode::WriteBack || summary.records > 0) && !opts.read_only {
             // Acknowledged writes may sit in the journal from now on: the superblocks must
-            // say dirty (an empty write marks them), so a clean state always means "drained".
-            // After a replay (written below the volume) this also lets `close` mark it clean.
-            volume.write(0, &[]).map_err(AttachError::MarkDirty)?;
+            // say dirty, so a clean state always means "drained".
+            volume.mark_dirty().map_err(AttachError::MarkDirty)?;
         }
         let writeback = match mode {
             Mode::WriteThrough => None,

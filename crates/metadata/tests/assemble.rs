@@ -371,6 +371,27 @@ fn dirty_array_without_new_writes_is_marked_clean_on_close() {
 }
 
 #[test]
+fn mark_dirty_marks_the_superblocks_and_writes_no_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "md", "raid5", 3);
+    let v = try_assemble(&paths, false).unwrap();
+    let mut before = vec![0u8; 64 << 10];
+    v.read(0, &mut before).unwrap();
+    v.mark_dirty().unwrap();
+    for p in &paths {
+        let sb = read_sb(p);
+        assert_eq!((sb.state, sb.events), (ArrayState::Dirty, 2), "{}", name(p));
+    }
+    v.mark_dirty().unwrap();
+    assert_eq!(read_sb(&paths[0]).events, 2, "marked once");
+    let mut after = vec![0u8; before.len()];
+    v.read(0, &mut after).unwrap();
+    assert!(after == before, "no data written");
+    v.close().unwrap();
+    assert_eq!(read_sb(&paths[0]).state, ArrayState::Clean);
+}
+
+#[test]
 fn volume_marks_dirty_before_writes_and_clean_on_close() {
     let dir = tempfile::tempdir().unwrap();
     let paths = new_array(dir.path(), "dc", "raid10", 3);

@@ -505,6 +505,18 @@ impl VolumeCore {
         })
     }
 
+    /// Marks the array dirty (superblocks Dirty, events + 1, flushed on every in-use member)
+    /// if it is not already, as the first write after assembly or `close` would, without
+    /// writing any data. A write-back journal calls this before it acknowledges anything, so
+    /// that a clean superblock state always means "the journal is drained"; after a replay
+    /// (written below the volume) it also lets `close` mark the array clean.
+    pub fn mark_dirty(&self) -> Result<(), VolumeError> {
+        self.within_deadline(|| {
+            let _gate = self.begin_write()?;
+            self.settle()
+        })
+    }
+
     pub fn flush(&self) -> Result<(), VolumeError> {
         self.within_deadline(|| {
             let result = self.array.flush();

@@ -29,7 +29,6 @@
 use std::fmt;
 use std::io;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use journal::{Backing, Journal, JournalError, Mode, ScanSummary, WriteBack, WriteThroughLog};
 use layout::Level;
@@ -92,8 +91,6 @@ pub fn full_stripe_bytes(level: Level, chunk_bytes: u64, members: usize) -> u32 
 /// records).
 struct VolumeBacking {
     volume: Arc<Volume>,
-    /// Test hook: every apply sleeps this long first (see [`AttachOptions::apply_delay`]).
-    apply_delay: Option<Duration>,
 }
 
 impl Backing for VolumeBacking {
@@ -110,9 +107,6 @@ impl Backing for VolumeBacking {
         Ok(self.volume.read(offset, buf)?)
     }
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        if let Some(delay) = self.apply_delay {
-            std::thread::sleep(delay);
-        }
         Ok(self.volume.write(offset, data)?)
     }
     fn flush(&self) -> io::Result<()> {
@@ -131,9 +125,6 @@ impl Backing for VolumeBacking {
 pub struct AttachOptions {
     /// The volume is served read-only: replay still writes below it, but nothing marks it.
     pub read_only: bool,
-    /// Test hook: each write-back apply waits this long, so a test can kill the server while
-    /// acknowledged writes are only in the journal.
-    pub apply_delay: Option<Duration>,
 }
 
 /// Why a journal could not be attached.
@@ -241,7 +232,6 @@ impl Journaled {
         }
         let backing = Arc::new(VolumeBacking {
             volume: Arc::clone(volume),
-            apply_delay: opts.apply_delay,
         });
         let summary = journal::recover(jm.as_ref(), &jsb, volume.array(), Some(backing.as_ref()))
             .map_err(AttachError::Replay)?;

@@ -335,25 +335,14 @@ fn would_start_without_journal(
     Ok(())
 }
 
-/// Test hook: `RAIDKIT_TEST_APPLY_DELAY_MS` slows every write-back apply, so a test can kill
-/// the server while acknowledged writes are only in the journal.
-const APPLY_DELAY_ENV: &str = "RAIDKIT_TEST_APPLY_DELAY_MS";
-
 /// After assembly, before serving (and before any resync): replays the journal into the
 /// volume, starts a new journal session and hooks it into the write path (`journaled`).
 pub fn attach(plan: Plan, volume: &Arc<Volume>, read_only: bool) -> anyhow::Result<Journaled> {
     let Plan::Use(jm, jsb) = plan else {
         return Ok(Journaled::none(volume));
     };
-    let apply_delay = std::env::var(APPLY_DELAY_ENV)
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-        .map(std::time::Duration::from_millis);
     let (name, mode) = (jm.name().to_string(), jsb.mode);
-    let opts = AttachOptions {
-        read_only,
-        apply_delay,
-    };
+    let opts = AttachOptions { read_only };
     let (journaled, summary) =
         Journaled::attach(jm, jsb, volume, opts).with_context(|| format!("journal {name}"))?;
     eprintln!(

@@ -4,12 +4,19 @@
 //! stopped array; write-zeroes and discards through the write-back cache. Offsets and patterns
 //! come from a seed (`RAIDKIT_SEED`, printed). Fails without qemu-io
 //! (see `testsupport::require_tool`).
+//!
+//! To hold acknowledged writes in the write-back journal, a test serves the member files to
+//! the binary over NBD from this process, through `FaultyMember`s it slows down
+//! ([`SlowMembers`]): the binary has no test hook for it.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use member::{FaultControl, FaultyMember, Member};
 
 fn raidkit() -> Command {
     Command::new(env!("CARGO_BIN_EXE_raidkit"))
@@ -36,12 +43,11 @@ struct Server {
 }
 
 impl Server {
-    fn start(args: &[&str], env: &[(&str, &str)], stderr: &Path) -> Server {
+    fn start(args: &[&str], stderr: &Path) -> Server {
         let log = std::fs::File::create(stderr).expect("stderr file");
         let mut child = raidkit()
             .arg("serve")
             .args(args)
-            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
@@ -117,6 +123,122 @@ fn qemu_io(uri: &str, commands: &[String]) {
     );
 }
 
+/// A member as an NBD export (for [`SlowMembers`]).
+struct MemberExport(Arc<dyn Member>);
+
+impl nbd::Export for MemberExport {
+    fn size(&self) -> u64 {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> std::io::Result<()> {
+        self.0.write_at(data, offset)?;
+        if fua {
+            self.0.flush()?;
+        }
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.0.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, _may_trim: bool) -> std::io::Result<()> {
+        self.0.write_zeroes(offset, len)
+    }
+    fn can_multi_conn(&self) -> bool {
+        true
+    }
+}
+
+/// Member files served over NBD by this process (one Unix socket each), each through a
+/// `FaultyMember` whose delay the test sets: with slow members the write-back applier falls
+/// behind, so acknowledged writes stay only in the journal. Dropped: the servers stop once
+/// the requests in flight are answered (a `kill -9`ed server's last member writes land first,
+/// as they would on a disk), before the test opens the files itself.
+struct SlowMembers {
+    uris: Vec<String>,
+    controls: Vec<FaultControl>,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SlowMembers {
+    fn serve(files: &[String], dir: &Path) -> SlowMembers {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (mut uris, mut controls, mut servers) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, file) in files.iter().enumerate() {
+            let opts = member::OpenOptions {
+                exclusive: false,
+                ..member::OpenOptions::default()
+            };
+            let faulty = FaultyMember::new(member::open(file, &opts).expect("open member file"));
+            controls.push(faulty.control());
+            let sock = dir.join(format!("member{i}.sock"));
+            let _ = std::fs::remove_file(&sock);
+            let listener = runtime
+                .block_on(async { nbd::Listener::bind_unix(&sock) })
+                .expect("bind member socket");
+            uris.push(listener.uri(""));
+            let export: Arc<dyn nbd::Export> = Arc::new(MemberExport(Arc::new(faulty)));
+            let mut stopped = stopped.clone();
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            let config = nbd::ServerConfig {
+                shutdown_grace: Duration::from_secs(10),
+                ..nbd::ServerConfig::default()
+            };
+            servers.push(nbd::serve(listener, export, config, shutdown));
+        }
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async {
+                let mut tasks = tokio::task::JoinSet::new();
+                for server in servers {
+                    tasks.spawn(server);
+                }
+                while let Some(done) = tasks.join_next().await {
+                    done.expect("member server task")
+                        .expect("member server config");
+                }
+            })
+        });
+        SlowMembers {
+            uris,
+            controls,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Every member operation waits `delay` first (zero: none).
+    fn set_delay(&self, delay: Duration) {
+        for control in &self.controls {
+            control.set_delay(delay);
+        }
+    }
+}
+
+impl Drop for SlowMembers {
+    fn drop(&mut self) {
+        self.set_delay(Duration::ZERO);
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(true);
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Non-overlapping 4 KiB-aligned writes with distinct patterns, from the seed.
 fn workload(seed: u64, count: u64) -> (Vec<String>, Vec<String>) {
     let (mut writes, mut reads) = (Vec::new(), Vec::new());
@@ -178,6 +300,11 @@ impl Array {
     }
 
     fn serve_args(&self, extra: &[&str]) -> Vec<String> {
+        self.serve_args_on(extra, &self.members)
+    }
+
+    /// Arguments of `serve` with `extra` on `members` (the files, or their [`SlowMembers`]).
+    fn serve_args_on(&self, extra: &[&str], members: &[String]) -> Vec<String> {
         let sock = self.dir.path().join("nbd.sock");
         let _ = std::fs::remove_file(&sock);
         let mut args = vec!["--unix".to_string(), sock.display().to_string()];
@@ -185,17 +312,29 @@ impl Array {
         if extra.contains(&"--journal") {
             args.push(ALLOW_VOLATILE.to_string());
         }
-        args.extend(self.members.iter().cloned());
+        args.extend(members.iter().cloned());
         args
     }
 
-    fn serve(&self, extra: &[&str], env: &[(&str, &str)]) -> (Server, String) {
+    fn serve(&self, extra: &[&str]) -> (Server, String) {
         let args = self.serve_args(extra);
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let log = self.dir.path().join("serve.log");
-        let server = Server::start(&refs, env, &log);
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let server = self.start(&args);
+        let text = std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default();
         (server, text)
+    }
+
+    /// Serves the array on its members behind [`SlowMembers`], slowed to `delay` once the
+    /// server is up (assembly and replay run at full speed).
+    fn serve_slow(&self, extra: &[&str], delay: Duration) -> (Server, SlowMembers) {
+        let slow = SlowMembers::serve(&self.members, self.dir.path());
+        let server = self.start(&self.serve_args_on(extra, &slow.uris));
+        slow.set_delay(delay);
+        (server, slow)
+    }
+
+    fn start(&self, args: &[String]) -> Server {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::start(&refs, &self.dir.path().join("serve.log"))
     }
 
     fn log(&self) -> String {
@@ -213,14 +352,12 @@ fn kill9_with_unapplied_write_back_data_replays_on_restart() {
         let a = Array::create(Some("write-back"));
         let j = a.journal.clone();
         let (writes, reads) = workload(seed.wrapping_add(round), 24);
-        // The applier sleeps 300 ms per write: most acknowledged writes are only in the journal.
-        let (s, _) = a.serve(
-            &["--journal", &j],
-            &[("RAIDKIT_TEST_APPLY_DELAY_MS", "300")],
-        );
+        // Each member operation takes 300 ms: most acknowledged writes are only in the journal.
+        let (s, slow) = a.serve_slow(&["--journal", &j], Duration::from_millis(300));
         qemu_io(&s.uri, &writes);
         s.kill9();
-        let (s, _) = a.serve(&["--journal", &j], &[]);
+        drop(slow);
+        let (s, _) = a.serve(&["--journal", &j]);
         let log = a.log();
         let replayed = log
             .split("replayed ")
@@ -236,7 +373,7 @@ fn kill9_with_unapplied_write_back_data_replays_on_restart() {
         qemu_io(&s.uri, &reads);
         s.stop();
         // After a clean stop the journal is drained; data is still there.
-        let (s, _) = a.serve(&["--journal", &j], &[]);
+        let (s, _) = a.serve(&["--journal", &j]);
         qemu_io(&s.uri, &reads);
         s.stop();
     }
@@ -250,12 +387,10 @@ fn lost_write_back_journal_refuses_without_force() {
     let a = Array::create(Some("write-back"));
     let j = a.journal.clone();
     let (writes, _) = workload(seed(), 8);
-    let (s, _) = a.serve(
-        &["--journal", &j],
-        &[("RAIDKIT_TEST_APPLY_DELAY_MS", "300")],
-    );
+    let (s, slow) = a.serve_slow(&["--journal", &j], Duration::from_millis(300));
     qemu_io(&s.uri, &writes);
     s.kill9();
+    drop(slow);
     std::fs::remove_file(&j).expect("lose the journal");
     let args = a.serve_args(&[]);
     let out = raidkit().arg("serve").args(&args).output().expect("serve");
@@ -272,11 +407,11 @@ fn lost_write_back_journal_refuses_without_force() {
     // Nothing was changed by the refusal: it refuses again.
     let out = raidkit().arg("serve").args(&args).output().expect("serve");
     assert!(!out.status.success());
-    let (s, _) = a.serve(&["--force-journal-loss"], &[]);
+    let (s, _) = a.serve(&["--force-journal-loss"]);
     qemu_io(&s.uri, &["write -P 9 0 4k".into(), "read -P 9 0 4k".into()]);
     s.stop();
     // The journal was detached: a plain start works now.
-    let (s, _) = a.serve(&[], &[]);
+    let (s, _) = a.serve(&[]);
     qemu_io(&s.uri, &["read -P 9 0 4k".into()]);
     s.stop();
 }
@@ -298,13 +433,11 @@ fn journal_add_and_remove_on_a_stopped_array() {
         String::from_utf8_lossy(&out.stderr)
     );
     let (writes, reads) = workload(seed(), 16);
-    let (s, _) = a.serve(
-        &["--journal", &j],
-        &[("RAIDKIT_TEST_APPLY_DELAY_MS", "200")],
-    );
+    let (s, slow) = a.serve_slow(&["--journal", &j], Duration::from_millis(200));
     qemu_io(&s.uri, &writes);
     qemu_io(&s.uri, &["write -z 0 64k".into(), "read -P 0 0 64k".into()]);
     s.kill9();
+    drop(slow);
     // remove replays (drains) the write-back journal first.
     let mut remove = vec!["journal", "remove", "--journal", &j];
     remove.extend(a.members.iter().map(String::as_str));
@@ -314,7 +447,7 @@ fn journal_add_and_remove_on_a_stopped_array() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (s, _) = a.serve(&[], &[]);
+    let (s, _) = a.serve(&[]);
     qemu_io(&s.uri, &reads[1..]);
     qemu_io(&s.uri, &["read -P 0 0 64k".into()]);
     s.stop();
@@ -329,15 +462,15 @@ fn write_through_journal_survives_kill9_and_a_lost_one_is_detached() {
     let a = Array::create(Some("write-through"));
     let j = a.journal.clone();
     let (writes, reads) = workload(seed, 24);
-    let (s, _) = a.serve(&["--journal", &j], &[]);
+    let (s, _) = a.serve(&["--journal", &j]);
     qemu_io(&s.uri, &writes);
     s.kill9();
-    let (s, _) = a.serve(&["--journal", &j], &[]);
+    let (s, _) = a.serve(&["--journal", &j]);
     assert!(a.log().contains("(write-through): replayed"), "{}", a.log());
     qemu_io(&s.uri, &reads);
     s.kill9();
     // Without its write-through journal the array starts (warning) and forgets the journal.
-    let (s, _) = a.serve(&[], &[]);
+    let (s, _) = a.serve(&[]);
     let log = a.log();
     assert!(
         log.contains("write hole is open again") && log.contains("detached"),
@@ -368,7 +501,7 @@ fn a_refused_start_without_the_journal_keeps_it_attached() {
     let a = Array::create(Some("write-through"));
     let j = a.journal.clone();
     let (writes, reads) = workload(seed, 24);
-    let (s, _) = a.serve(&["--journal", &j], &[]);
+    let (s, _) = a.serve(&["--journal", &j]);
     qemu_io(&s.uri, &writes);
     s.kill9();
     let without_m0 = |extra: &[&str]| -> Vec<String> {
@@ -389,8 +522,7 @@ fn a_refused_start_without_the_journal_keeps_it_attached() {
         "seed {seed}: {err}"
     );
     let args = without_m0(&["--journal", &j]);
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let s = Server::start(&refs, &[], &a.dir.path().join("serve.log"));
+    let s = a.start(&args);
     assert!(a.log().contains("(write-through): replayed"), "{}", a.log());
     qemu_io(&s.uri, &reads);
     s.stop();
@@ -406,10 +538,10 @@ fn status_shows_the_write_back_journal_and_the_cache() {
     let a = Array::create(Some("write-back"));
     let j = a.journal.clone();
     let admin = a.dir.path().join("admin.sock").display().to_string();
-    // Each apply sleeps 3 s first: the writes below are only in the journal for a while.
-    let (s, _) = a.serve(
+    // Each member operation takes 3 s: the writes below are only in the journal for a while.
+    let (s, slow) = a.serve_slow(
         &["--journal", &j, "--admin", &admin],
-        &[("RAIDKIT_TEST_APPLY_DELAY_MS", "3000")],
+        Duration::from_secs(3),
     );
     qemu_io(
         &s.uri,
@@ -448,8 +580,10 @@ fn status_shows_the_write_back_journal_and_the_cache() {
         "{text}"
     );
     assert!(text.contains("read cache: "), "{text}");
+    slow.set_delay(Duration::ZERO);
     s.stop();
-    let (s, _) = a.serve(&["--journal", &j], &[]);
+    drop(slow);
+    let (s, _) = a.serve(&["--journal", &j]);
     qemu_io(
         &s.uri,
         &["read -P 7 0 64k".into(), "read -P 9 1M 8k".into()],
@@ -462,7 +596,7 @@ fn status_shows_the_write_back_journal_and_the_cache() {
 #[test]
 fn journal_add_refuses_an_array_that_was_not_shut_down_cleanly() {
     let a = Array::create(None);
-    let (s, _) = a.serve(&[], &[]);
+    let (s, _) = a.serve(&[]);
     qemu_io(&s.uri, &["write -P 3 0 64k".into()]);
     s.kill9();
     let m: Vec<&str> = a.members.iter().map(String::as_str).collect();
@@ -474,7 +608,7 @@ fn journal_add_refuses_an_array_that_was_not_shut_down_cleanly() {
         "the refusal wrote the journal"
     );
     // After the resync has run and a clean stop, it is added.
-    let (s, _) = a.serve(&[], &[]);
+    let (s, _) = a.serve(&[]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !a.log().contains("resync of \"raidkit\" finished") {
         assert!(Instant::now() < deadline, "no resync: {}", a.log());
@@ -551,7 +685,7 @@ fn a_write_back_journal_on_tmpfs_needs_allow_volatile_journal() {
         &m,
     ]
     .concat();
-    let server = Server::start(&args, &[], &log);
+    let server = Server::start(&args, &log);
     let (ok, text) = run_raidkit(&["status", "--admin", &admin, "--json"]);
     assert!(ok, "{text}");
     let v: serde_json::Value = serde_json::from_str(&text).expect("JSON status");

@@ -10,5 +10,5 @@ set -eu
 cd "$(dirname "$0")/.."
 command -v nbdkit >/dev/null || { echo "rebuild-speed.sh: nbdkit not found (apt-get install nbdkit)" >&2; exit 1; }
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-cargo run --quiet --release -p metadata --example rebuild_bench -- "${1:-400}" "${2:-256}"
+cargo run --quiet --release -p volume --example rebuild_bench -- "${1:-400}" "${2:-256}"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

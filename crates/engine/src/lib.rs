@@ -11,11 +11,11 @@
 //!   is timed and judged in one place; write errors and timeouts fail the member (the array goes
 //!   on degraded), read errors are repaired from redundancy and counted. Members move between
 //!   `InSync`, `Faulty`, `Missing` and `Recovering` by explicit transitions (`health`).
-//! - Background primitives used by `metadata`'s worker: `attach_member` + `rebuild_step` +
+//! - Background primitives used by `volume`'s worker: `attach_member` + `rebuild_step` +
 //!   `finish_rebuild` (rebuild; [`RebuildPipeline`] overlaps one step's write with the next
 //!   step's reads), `start_replace` + `replace_step` + `finish_replace` (replace),
 //!   `sync_unit` with [`SyncMode`] (scrub, repair with RAID 6 single-member location, resync).
-//! - [`ParityTrust`]: set by `metadata` while an initial sync or resync is pending, it names
+//! - [`ParityTrust`]: set by `volume` while an initial sync or resync is pending, it names
 //!   the RAID 5/6 stripes whose parity may disagree with their data; writes there regenerate
 //!   parity from the data (never read-modify-write), so they survive a member loss.
 //!

@@ -8,7 +8,7 @@
 //! missing): those bytes are protected at once, before the sync arrives (md's rule for stripes
 //! at or past its resync point).
 //!
-//! The layer that runs the sync (`metadata`) knows which stripes are untrusted and sets a
+//! The layer that runs the sync (`volume`) knows which stripes are untrusted and sets a
 //! [`ParityTrust`] on the array while a sync is pending. The engine itself knows the stripes a
 //! write refused for lack of space may have left inconsistent (`unsynced`); they are untrusted
 //! too until resynced. With no hook set and nothing unsynced — the normal case — the write path

@@ -43,7 +43,7 @@ pub const APPLIERS: usize = 8;
 /// Default bound of buffered (acknowledged, not yet applied) bytes.
 pub const BUFFER_BYTES_DEFAULT: u64 = 64 << 20;
 
-/// What the write-back cache writes to: the array (a `metadata::Volume` in raidkit).
+/// What the write-back cache writes to: the array (a `volume::Volume` in raidkit).
 pub trait Backing: Send + Sync + 'static {
     fn size(&self) -> u64;
     /// Data bytes of one full stripe (merging aligns to it); the chunk when there is no parity.

@@ -1,7 +1,7 @@
 //! A volume served over NBD with its journal attached: the glue `raidkit serve` runs, in a
 //! library so that the power-loss simulation (`simtest`) tests this code and not a copy of it.
 //!
-//! - [`VolumeExport`]: a `metadata::Volume` as an [`nbd::Export`] (FUA = write then flush; the
+//! - [`VolumeExport`]: a `volume::Volume` as an [`nbd::Export`] (FUA = write then flush; the
 //!   preferred block size is one full stripe of data).
 //! - [`Journaled::attach`]: after assembly and before anything else writes, replays the journal
 //!   into the volume, starts a new journal session, hooks the write-through log into RAID 5/6
@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # fn demo(volume: Arc<metadata::Volume>, jm: Arc<dyn member::Member>) -> Result<(), Box<dyn std::error::Error>> {
+//! # fn demo(volume: Arc<volume::Volume>, jm: Arc<dyn member::Member>) -> Result<(), Box<dyn std::error::Error>> {
 //! use journaled::{AttachOptions, Journaled, VolumeExport};
 //! let jsb = journal::read_superblock(jm.as_ref())?;
 //! let (journaled, replayed) = Journaled::attach(jm, jsb, &volume, AttachOptions::default())?;
@@ -33,9 +33,9 @@ use std::sync::{Arc, Weak};
 use journal::{Backing, Journal, JournalError, Mode, ScanSummary, WriteBack, WriteThroughLog};
 use layout::Level;
 use member::Member;
-use metadata::{Volume, VolumeError};
+use volume::{Volume, VolumeError};
 
-/// `metadata::Volume` as an NBD export.
+/// `volume::Volume` as an NBD export.
 pub struct VolumeExport(pub Arc<Volume>);
 
 impl nbd::Export for VolumeExport {

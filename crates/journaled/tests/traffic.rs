@@ -13,8 +13,9 @@ use journal::Mode;
 use journaled::{AttachOptions, Journaled, VolumeExport};
 use layout::Level;
 use member::{MemMember, Member};
-use metadata::{assemble, create, AssembleOptions, CreateOptions, Uuid};
 use nbd::Export;
+use ondisk::{create, CreateOptions, Uuid};
+use volume::{assemble, AssembleOptions};
 
 const CHUNK: u64 = 64 << 10;
 const MEMBERS: usize = 5;

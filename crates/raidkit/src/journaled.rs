@@ -13,7 +13,8 @@ pub use ::journaled::Journaled;
 use anyhow::{bail, Context};
 use journal::Mode;
 use member::{Member, OpenOptions};
-use metadata::{ArrayState, JournalRef, Superblock, Volume, SUPERBLOCK_OFFSET};
+use ondisk::{ArrayState, JournalRef, Superblock, SUPERBLOCK_OFFSET};
+use volume::Volume;
 
 /// Journal options shared by `create` and `serve`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -66,7 +67,7 @@ pub fn open_journal_member(path: &str, size: Option<u64>) -> anyhow::Result<Arc<
 pub fn array_journal(members: &[Arc<dyn Member>]) -> Option<(Superblock, Option<JournalRef>)> {
     members
         .iter()
-        .filter_map(|m| metadata::read_superblock(m.as_ref()).ok())
+        .filter_map(|m| ondisk::read_superblock(m.as_ref()).ok())
         .max_by_key(|sb| sb.events)
         .map(|sb| {
             let j = sb.journal;
@@ -81,7 +82,7 @@ pub fn set_journal_ref(
     journal: Option<JournalRef>,
 ) -> anyhow::Result<()> {
     for m in members {
-        let Ok(mut sb) = metadata::read_superblock(m.as_ref()) else {
+        let Ok(mut sb) = ondisk::read_superblock(m.as_ref()) else {
             continue;
         };
         sb.journal = journal;
@@ -199,7 +200,7 @@ pub enum Plan {
 
 impl Plan {
     /// The UUID of the journal `attach` will replay (for `AssembleOptions::journal_replay`).
-    pub fn replayed_uuid(&self) -> Option<metadata::Uuid> {
+    pub fn replayed_uuid(&self) -> Option<ondisk::Uuid> {
         match self {
             Plan::None => None,
             Plan::Use(_, jsb) => Some(jsb.journal_uuid),
@@ -220,7 +221,7 @@ pub fn check_before_assembly(
     args: &JournalArgs,
     members: &[Arc<dyn Member>],
     read_only: bool,
-    assemble: &metadata::AssembleOptions,
+    assemble: &volume::AssembleOptions,
 ) -> anyhow::Result<Plan> {
     let Some((sb, reference)) = array_journal(members) else {
         return Ok(Plan::None);
@@ -260,7 +261,7 @@ pub fn check_before_assembly(
 struct LostJournal<'a> {
     reference: JournalRef,
     read_only: bool,
-    assemble: &'a metadata::AssembleOptions,
+    assemble: &'a volume::AssembleOptions,
 }
 
 fn lost_journal(
@@ -317,7 +318,7 @@ fn lost_journal(
 /// members...) before anything is detached.
 fn would_start_without_journal(
     members: &[Arc<dyn Member>],
-    assemble: &metadata::AssembleOptions,
+    assemble: &volume::AssembleOptions,
 ) -> anyhow::Result<()> {
     assert!(
         assemble.journal_replay.is_none(),
@@ -325,13 +326,13 @@ fn would_start_without_journal(
     );
     let mut found = Vec::with_capacity(members.len());
     for m in members {
-        let sb = metadata::read_superblock(m.as_ref())
+        let sb = ondisk::read_superblock(m.as_ref())
             .with_context(|| format!("member {}: cannot read the superblock", m.name()))?;
         found.push((m.name().to_string(), sb));
     }
     let decided_by = assemble.plan_options();
-    metadata::check_owner(&found, &decided_by)?;
-    metadata::plan(&found, &decided_by).context("the array would not start without it")?;
+    ondisk::check_owner(&found, &decided_by)?;
+    ondisk::plan(&found, &decided_by).context("the array would not start without it")?;
     Ok(())
 }
 

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use member::{Member, OpenOptions, RemoteOptions};
-use metadata::{MemberState, Volume, VolumeStatus};
+use volume::{MemberState, Volume, VolumeStatus};
 
 /// First retry delay after a failed probe.
 pub const INTERVAL_MIN: Duration = Duration::from_secs(1);
@@ -276,7 +276,7 @@ impl Watcher {
             Ok(m) => m,
             Err(e) => return Probe::Unreachable(e.to_string()),
         };
-        match metadata::read_superblock(member.as_ref()) {
+        match ondisk::read_superblock(member.as_ref()) {
             Ok(sb) if sb.array_uuid == self.volume.uuid() => Probe::Ready(member),
             Ok(sb) => Probe::Refused(format!(
                 "its superblock belongs to another array (\"{}\" {}), not \"{}\" {}",

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use member::{Member, SimMember};
-use metadata::{Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET};
+use ondisk::{Superblock, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET};
 
 /// Longest [`PowerGrid::cut_now`] waits for a superblock rewrite to finish.
 pub const CUT_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
@@ -122,7 +122,7 @@ impl PowerGrid {
                 0,
                 "member {i} has unflushed writes at arm"
             );
-            if let Ok(sb) = metadata::read_superblock(sim.as_ref()) {
+            if let Ok(sb) = ondisk::read_superblock(sim.as_ref()) {
                 state.sb_events[i] = sb.events;
                 state.tracked[i] = true;
             }

@@ -13,8 +13,9 @@ use journal::Mode;
 use journaled::{AttachOptions, JournaledExport, VolumeExport};
 use layout::Level;
 use member::{Member, SimMember, SimRng};
-use metadata::{assemble, create, AssembleOptions, CreateOptions, Uuid, Volume};
 use nbd::Export;
+use ondisk::{create, CreateOptions, Uuid};
+use volume::{assemble, AssembleOptions, Volume};
 
 use crate::grid::{sub_seed, CutPolicy, PowerGrid};
 use crate::rig::{run_workload, Shape, Target, DATA_OFFSET_BYTES};

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use layout::Level;
 use member::{Member, SimRng};
-use metadata::{assemble, ArrayState, AssembleOptions, Volume};
+use ondisk::ArrayState;
+use volume::{assemble, AssembleOptions, Volume};
 
 use crate::grid::sub_seed;
 use crate::model::RegionModel;
@@ -90,9 +91,9 @@ pub fn recover_with(
 /// before writing, so assembly starts no resync.
 fn mark_clean(images: &[Arc<dyn Member>]) {
     for m in images {
-        let mut sb = metadata::read_superblock(m.as_ref()).expect("superblock");
+        let mut sb = ondisk::read_superblock(m.as_ref()).expect("superblock");
         sb.state = ArrayState::Clean;
-        m.write_at(&sb.encode()[..], metadata::SUPERBLOCK_OFFSET)
+        m.write_at(&sb.encode()[..], ondisk::SUPERBLOCK_OFFSET)
             .and_then(|()| m.flush())
             .expect("rewrite superblock");
     }
@@ -102,7 +103,7 @@ fn mark_clean(images: &[Arc<dyn Member>]) {
 pub fn describe_superblocks(images: &[Arc<dyn Member>]) -> String {
     let mut text = String::new();
     for m in images {
-        match metadata::read_superblock(m.as_ref()) {
+        match ondisk::read_superblock(m.as_ref()) {
             Ok(sb) => {
                 let n = sb.member_count as usize;
                 let roles: Vec<_> = sb.roles[..n].iter().map(|r| r.state).collect();

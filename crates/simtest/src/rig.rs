@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use layout::Level;
 use member::{Member, SimMember, SimRng};
-use metadata::{assemble, create, ArrayState, AssembleOptions, CreateOptions, Volume};
+use ondisk::{create, ArrayState, CreateOptions};
+use volume::{assemble, AssembleOptions, Volume};
 
 use crate::grid::{sub_seed, CutPolicy, PowerGrid};
 use crate::model::{RegionModel, MAYBE_OPS_MAX};
@@ -309,7 +310,7 @@ pub fn run_workload(
 /// The state recorded by the freshest superblock among `members`.
 pub fn freshest_state(members: &[Arc<dyn Member>]) -> ArrayState {
     let sbs = members.iter().map(|m| {
-        metadata::read_superblock(m.as_ref()).unwrap_or_else(|e| panic!("member {}: {e}", m.name()))
+        ondisk::read_superblock(m.as_ref()).unwrap_or_else(|e| panic!("member {}: {e}", m.name()))
     });
     let freshest = sbs.max_by_key(|sb| sb.events).expect("members");
     freshest.state

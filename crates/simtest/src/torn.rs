@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use layout::Level;
 use member::Member;
-use metadata::{assemble, ArrayState, AssembleOptions, Volume};
+use ondisk::ArrayState;
+use volume::{assemble, AssembleOptions, Volume};
 
 use crate::grid::{CutPolicy, PowerGrid};
 use crate::model::RegionModel;
@@ -117,7 +118,7 @@ fn verify(
 ) -> TornOutcome {
     let readable: Vec<&Arc<dyn Member>> = images
         .iter()
-        .filter(|m| metadata::read_superblock(m.as_ref()).is_ok())
+        .filter(|m| ondisk::read_superblock(m.as_ref()).is_ok())
         .collect();
     let owned: Vec<Arc<dyn Member>> = readable.into_iter().cloned().collect();
     let state = freshest_state(&owned);

@@ -129,7 +129,7 @@ fn resync_of_a_degraded_dirty_array_returns() {
     drop(volume);
     let images = grid.crashed_images();
     let first: std::sync::Arc<dyn member::Member> = images[0].clone();
-    let volume = metadata::assemble(vec![first], &Default::default()).expect("degraded RAID 1");
+    let volume = volume::assemble(vec![first], &Default::default()).expect("degraded RAID 1");
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let result = volume.resync().map_err(|e| e.to_string());

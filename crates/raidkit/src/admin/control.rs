@@ -1,10 +1,10 @@
-//! [`VolumeControl`]: the admin API's actions on a running `metadata::Volume`.
+//! [`VolumeControl`]: the admin API's actions on a running `volume::Volume`.
 
 use std::sync::Arc;
 
 use member::{OpenOptions, RemoteOptions};
-use metadata::{SpeedLimits, Volume, VolumeError};
 use serde_json::{json, Value};
+use volume::{SpeedLimits, Volume, VolumeError};
 
 use super::api::{ApiError, Request};
 use super::server::Control;

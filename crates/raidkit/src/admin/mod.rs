@@ -5,7 +5,7 @@
 //!   function, and the error type ([`api::ApiError`]) with its HTTP status.
 //! - [`server`]: binds the socket (mode 0600, removed at exit), bounds connections, body size
 //!   and time, and hands each request to a [`server::Control`] on a blocking thread.
-//! - [`control`]: [`control::VolumeControl`], the `Control` over a `metadata::Volume`.
+//! - [`control`]: [`control::VolumeControl`], the `Control` over a `volume::Volume`.
 //! - [`client`]: one request per connection from the command line, with errors that name the
 //!   socket.
 

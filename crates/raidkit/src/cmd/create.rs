@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use layout::Level;
 use member::{Member, OpenOptions};
-use metadata::CreateOptions;
+use ondisk::CreateOptions;
 
 /// Create a new array: write a raidkit superblock to every member.
 ///
@@ -138,7 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.members.len()
         );
     }
-    metadata::validate_name(&args.name).map_err(anyhow::Error::msg)?;
+    ondisk::validate_name(&args.name).map_err(anyhow::Error::msg)?;
     crate::journaled::check_new(&args.journal)?;
     check_ram_members(&args)?;
     let opts = OpenOptions {
@@ -166,7 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.preallocate {
         crate::space::check_preallocation(&files)?;
     }
-    let superblocks = metadata::create(&members, &create_opts)?;
+    let superblocks = ondisk::create(&members, &create_opts)?;
     crate::space::after_create(&files, args.preallocate)?;
     if args.journal.journal.is_some() {
         let jsb = crate::journaled::add_journal(&members, &args.journal)?;
@@ -210,10 +210,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 fn initial_sync(members: Vec<Arc<dyn Member>>, spares: Vec<Arc<dyn Member>>) -> anyhow::Result<()> {
     let mut all = members;
     all.extend(spares);
-    let volume = Arc::new(metadata::assemble(
-        all,
-        &metadata::AssembleOptions::default(),
-    )?);
+    let volume = Arc::new(volume::assemble(all, &volume::AssembleOptions::default())?);
     let syncing = Arc::clone(&volume);
     let worker = std::thread::spawn(move || syncing.resync());
     crate::progress::follow_local(

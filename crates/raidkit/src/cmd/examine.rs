@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use member::OpenOptions;
-use metadata::{ArrayState, Role, RoleState, Superblock};
+use ondisk::{ArrayState, Role, RoleState, Superblock};
 use serde::Serialize;
 
 use super::status::human_bytes;
@@ -232,7 +232,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut out = Vec::with_capacity(args.members.len());
     for spec in &args.members {
         let m = member::open(spec, &opts)?;
-        let sb = metadata::read_superblock(m.as_ref())
+        let sb = ondisk::read_superblock(m.as_ref())
             .with_context(|| format!("member {spec}: cannot examine"))?;
         out.push(to_json(spec, &sb));
     }

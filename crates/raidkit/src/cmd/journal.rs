@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use member::{Member, OpenOptions};
-use metadata::AssembleOptions;
+use volume::AssembleOptions;
 
 use crate::journaled::{self, JournalArgs, Plan};
 
@@ -61,7 +61,7 @@ fn open_members(specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
             member::open(s, &OpenOptions::default()).with_context(|| format!("cannot open {s}"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    metadata::refuse_if_served(&members)
+    ondisk::refuse_if_served(&members)
         .context("the journal is added or removed on a stopped array")?;
     Ok(members)
 }
@@ -113,11 +113,11 @@ fn remove(path: Option<String>, force: bool, specs: &[String]) -> anyhow::Result
         journaled::check_before_assembly(&jargs, &members, false, &AssembleOptions::default())?
     {
         let opts = AssembleOptions {
-            owner: Some(metadata::owner::ThisHost::get()),
+            owner: Some(ondisk::owner::ThisHost::get()),
             journal_replay: Some(jsb.journal_uuid),
             ..AssembleOptions::default()
         };
-        let volume = metadata::assemble(members.clone(), &opts)
+        let volume = volume::assemble(members.clone(), &opts)
             .context("assembling the array to replay its journal")?;
         let volume = Arc::new(volume);
         let attached = journaled::attach(Plan::Use(jm, jsb), &volume, false)?;

@@ -13,7 +13,8 @@ use anyhow::{bail, Context};
 use cache::{CacheConfig, ReadAhead, ReadCache};
 use layout::Level;
 use member::{Member, OpenOptions, RemoteOptions};
-use metadata::{ArrayState, AssembleOptions, CreateOptions, FaultPolicy, SpeedLimits, Volume};
+use ondisk::{ArrayState, CreateOptions};
+use volume::{AssembleOptions, FaultPolicy, SpeedLimits, Volume};
 
 use crate::admin;
 use crate::admin::control::VolumeControl;
@@ -509,7 +510,7 @@ fn start_reconnect(
 }
 
 /// Renews the array's owner lease every `LEASE_RENEW_INTERVAL` while it is served (see
-/// `metadata::owner`); stops when dropped. A process that finds the array taken over by
+/// `ondisk::owner`); stops when dropped. A process that finds the array taken over by
 /// another stops at once, writing nothing more: two writers would corrupt it.
 struct LeaseRenewal {
     stop: Option<std::sync::mpsc::Sender<()>>,
@@ -522,7 +523,7 @@ fn start_lease_renewal(volume: &Arc<Volume>) -> LeaseRenewal {
     let renew = move || {
         use std::sync::mpsc::RecvTimeoutError;
         while volume.owner().is_some() {
-            match stopped.recv_timeout(metadata::owner::LEASE_RENEW_INTERVAL) {
+            match stopped.recv_timeout(ondisk::owner::LEASE_RENEW_INTERVAL) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
             }
@@ -600,7 +601,7 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
     {
         bail!("RAM members (mem:SIZE) start empty: use --create to make a new array on them");
     }
-    let first = metadata::read_superblock(members[0].as_ref()).ok();
+    let first = ondisk::read_superblock(members[0].as_ref()).ok();
     let was_dirty = first
         .as_ref()
         .is_some_and(|sb| sb.state == ArrayState::Dirty);
@@ -608,7 +609,7 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
     // assemble; blank ones get a spare superblock.
     let uuid = first.as_ref().map(|sb| sb.array_uuid);
     let (known, blank): (Vec<_>, Vec<_>) = spares.into_iter().partition(|m| {
-        metadata::read_superblock(m.as_ref()).is_ok_and(|sb| Some(sb.array_uuid) == uuid)
+        ondisk::read_superblock(m.as_ref()).is_ok_and(|sb| Some(sb.array_uuid) == uuid)
     });
     members.extend(known);
     let mut opts = AssembleOptions {
@@ -618,7 +619,7 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
         start_dirty_degraded: args.start_dirty_degraded,
         journal_replay: None,
         // A read-only server writes nothing, so it neither claims the array nor is refused.
-        owner: (!args.read_only).then(metadata::owner::ThisHost::get),
+        owner: (!args.read_only).then(ondisk::owner::ThisHost::get),
         force_owner: args.force_owner,
     };
     let journal_plan =
@@ -629,7 +630,7 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
         crate::journaled::check_storage(jm.name(), jsb.mode, allow)?;
     }
     opts.journal_replay = journal_plan.replayed_uuid();
-    let volume = metadata::assemble(members, &opts).context("assembling the array")?;
+    let volume = volume::assemble(members, &opts).context("assembling the array")?;
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");
     }
@@ -683,8 +684,7 @@ fn create(
     if args.preallocate {
         crate::space::check_preallocation(&files)?;
     }
-    metadata::create(members, &opts)
-        .with_context(|| format!("creating {level} array \"{name}\""))?;
+    ondisk::create(members, &opts).with_context(|| format!("creating {level} array \"{name}\""))?;
     crate::space::after_create(&files, args.preallocate)
 }
 

@@ -31,7 +31,7 @@ pub struct Args {
     watch: bool,
 }
 
-/// The status as the server sends it (see `metadata::VolumeStatus`).
+/// The status as the server sends it (see `volume::VolumeStatus`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Status {
@@ -48,12 +48,12 @@ pub struct Status {
     pub events: u64,
     pub unsynced_bytes: u64,
     pub at_risk: Option<AtRiskView>,
-    /// Added by `raidkit serve` (not part of `metadata::VolumeStatus`).
+    /// Added by `raidkit serve` (not part of `volume::VolumeStatus`).
     pub journal: Option<JournalView>,
     pub cache: Option<CacheView>,
 }
 
-/// Ranges a forced dirty and degraded start put at risk (`metadata::AtRisk`).
+/// Ranges a forced dirty and degraded start put at risk (`volume::AtRisk`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct AtRiskView {
@@ -138,8 +138,8 @@ pub struct Task {
     pub eta_secs: Option<u64>,
 }
 
-impl From<metadata::TaskStatus> for Task {
-    fn from(t: metadata::TaskStatus) -> Task {
+impl From<volume::TaskStatus> for Task {
+    fn from(t: volume::TaskStatus) -> Task {
         let kind = serde_json::to_value(t.kind)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))

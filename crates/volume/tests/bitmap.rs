@@ -3,7 +3,7 @@
 //! idle, never with a write in flight, never while degraded), re-add of a member that was away
 //! with a rebuild of only the dirty regions, and the full resync without a bitmap.
 //!
-//! Seeded: `RAIDKIT_SEED=N cargo test -p metadata --test bitmap` replays the data patterns.
+//! Seeded: `RAIDKIT_SEED=N cargo test -p volume --test bitmap` replays the data patterns.
 
 mod common;
 
@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use common::*;
 use layout::Level;
 use member::{Member, SimMember};
-use metadata::{
-    assemble, create, read_superblock, ArrayHealth, AssembleOptions, CreateOptions, MemberState,
-    SpeedLimits, Superblock, SuperblockError, Volume, BITMAP_OFFSET, FEATURE_INCOMPAT_BITMAP,
-    SUPERBLOCK_BYTES,
+use ondisk::{
+    create, read_superblock, CreateOptions, Superblock, SuperblockError, BITMAP_OFFSET,
+    FEATURE_INCOMPAT_BITMAP, SUPERBLOCK_BYTES,
 };
+use volume::{assemble, ArrayHealth, AssembleOptions, MemberState, SpeedLimits, Volume};
 
 const WAIT: Duration = Duration::from_secs(60);
 const KIB: u64 = 1024;
@@ -38,7 +38,7 @@ impl Counting {
     fn new(inner: Arc<dyn Member>) -> Arc<Counting> {
         Arc::new(Counting {
             inner,
-            data_offset: metadata::DATA_OFFSET_DEFAULT,
+            data_offset: ondisk::DATA_OFFSET_DEFAULT,
             read_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
         })
@@ -126,7 +126,7 @@ fn write_region(v: &Volume, r: u64, data: &[u8]) {
 fn corrupt(path: &Path, at: u64, len: usize) {
     let m = member::open(&path_name(path), &member::OpenOptions::default()).unwrap();
     let mut buf = vec![0u8; len];
-    let offset = metadata::DATA_OFFSET_DEFAULT + at;
+    let offset = ondisk::DATA_OFFSET_DEFAULT + at;
     m.read_at(&mut buf, offset).unwrap();
     buf.iter_mut().for_each(|b| *b ^= 0x5A);
     m.write_at(&buf, offset).unwrap();
@@ -150,7 +150,7 @@ fn format_records_the_bitmap_and_old_readers_refuse_it() {
     // A reader that does not know the bit refuses (what an older raidkit does).
     let mut bytes = *sb.encode();
     bytes[24] |= 2;
-    let crc = metadata::checksum(&bytes);
+    let crc = ondisk::checksum(&bytes);
     bytes[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(
         Superblock::decode(&bytes),
@@ -159,7 +159,7 @@ fn format_records_the_bitmap_and_old_readers_refuse_it() {
     // The bitmap without its feature bit is invalid.
     let mut bytes = *sb.encode();
     bytes[24] &= !1;
-    let crc = metadata::checksum(&bytes);
+    let crc = ondisk::checksum(&bytes);
     bytes[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
     assert!(matches!(
         Superblock::decode(&bytes),
@@ -247,7 +247,7 @@ impl Member for Ordered {
 
 impl Ordered {
     fn check(&self, offset: u64) {
-        if offset >= metadata::DATA_OFFSET_DEFAULT {
+        if offset >= ondisk::DATA_OFFSET_DEFAULT {
             self.data_writes.fetch_add(1, Ordering::SeqCst);
             let all = self.all.lock().unwrap();
             if !all.iter().all(|m| durable_bit(m, self.region)) {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use member::{FaultRule, FaultyMember, Member};
-use metadata::{assemble, ArrayHealth, AssembleOptions, MemberState, SpeedLimits};
+use volume::{assemble, ArrayHealth, AssembleOptions, MemberState, SpeedLimits};
 
 fn wait_for_it(what: &str, mut cond: impl FnMut() -> bool) {
     assert!(wait_for(60, &mut cond), "timed out waiting for {what}");
@@ -137,7 +137,7 @@ fn a_close_while_still_full_leaves_the_array_to_resync() {
     drop(v);
     assert_eq!(
         read_sb(&paths[1]).state,
-        metadata::ArrayState::Dirty,
+        ondisk::ArrayState::Dirty,
         "closed with half-written stripes: the next assembly must resync"
     );
     let v = assemble_paths(&paths);
@@ -179,7 +179,7 @@ fn a_bitmap_bit_refused_for_lack_of_space_fails_the_write_not_the_member() {
     let e = e.expect_err("member 1 refuses every write");
     assert!(e.is_no_space(), "{e}");
     assert!(
-        matches!(e, metadata::VolumeError::Superblock { .. }),
+        matches!(e, volume::VolumeError::Superblock { .. }),
         "the bitmap write is what fails: {e}"
     );
     let m = &status.members[1];

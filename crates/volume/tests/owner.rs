@@ -7,11 +7,12 @@
 use std::sync::Arc;
 
 use member::{Member, OpenOptions};
-use metadata::owner::ThisHost;
-use metadata::{
-    assemble, create, read_superblock, AssembleError, AssembleOptions, CreateOptions, Superblock,
-    FEATURE_COMPAT_OWNER, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET,
+use ondisk::owner::ThisHost;
+use ondisk::{
+    create, read_superblock, AssembleError, CreateOptions, Superblock, FEATURE_COMPAT_OWNER,
+    SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET,
 };
+use volume::{assemble, AssembleOptions};
 
 fn array() -> Vec<Arc<dyn Member>> {
     let members: Vec<Arc<dyn Member>> = (0..3)
@@ -80,7 +81,7 @@ fn an_owner_record_roundtrips_at_its_documented_bytes_and_is_optional() {
     // Without its bit the bytes mean nothing (as to a reader that predates the record).
     let mut cleared: Box<[u8; SUPERBLOCK_BYTES]> = bytes.clone();
     cleared[16] &= !2;
-    let crc = metadata::checksum(&cleared);
+    let crc = ondisk::checksum(&cleared);
     cleared[4092..].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(Superblock::decode(&cleared).unwrap().owner, None);
     // A lease of 0 seconds is invalid.
@@ -99,7 +100,7 @@ fn a_second_assembly_refuses_a_live_owner_and_force_takes_over_from_another_host
     for (sb, old) in claimed.iter().zip(&before) {
         let owner = sb.owner.as_ref().expect("the claim is on every member");
         assert_eq!(owner.host_name, "elsewhere");
-        assert_eq!(owner.lease_secs, metadata::owner::LEASE_SECS);
+        assert_eq!(owner.lease_secs, ondisk::owner::LEASE_SECS);
         assert_eq!(sb.events, old.events, "a claim does not bump events");
     }
     // A second assembly, as this host: the first's lease is live.
@@ -220,8 +221,8 @@ fn create_never_overwrites_a_served_array_force_or_not() {
         "create has no such flag: {err}"
     );
     assert_eq!(sbs(&members), before, "nothing written");
-    assert!(metadata::refuse_if_served(&members).is_err());
+    assert!(ondisk::refuse_if_served(&members).is_err());
     first.release_owner();
-    metadata::refuse_if_served(&members).unwrap();
+    ondisk::refuse_if_served(&members).unwrap();
     create(&members, &opts).unwrap();
 }

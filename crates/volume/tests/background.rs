@@ -11,10 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use member::{Member, OpenOptions};
-use metadata::{
-    assemble, create, ArrayHealth, AssembleOptions, CreateOptions, MemberState, RoleState,
-    SpeedLimits, TaskKind, Volume,
-};
+use ondisk::{create, CreateOptions, RoleState};
+use volume::{assemble, ArrayHealth, AssembleOptions, MemberState, SpeedLimits, TaskKind, Volume};
 
 const WAIT: Duration = Duration::from_secs(60);
 const MIB: u64 = 1 << 20;

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use common::*;
 use member::{Member, OpenOptions};
-use metadata::{assemble, create, ArrayHealth, AssembleOptions, CreateOptions, SpeedLimits};
+use ondisk::{create, CreateOptions};
+use volume::{assemble, ArrayHealth, AssembleOptions, SpeedLimits};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -103,7 +104,7 @@ fn slow(path: &Path, delay: Duration, watched: bool, overlap: &Arc<Overlap>) -> 
 
 /// One writer thread's random writes (and read checks) over its own region; returns its model.
 fn writer(
-    v: Arc<metadata::Volume>,
+    v: Arc<volume::Volume>,
     base: u64,
     region: u64,
     seed: u64,

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use member::{Member, OpenOptions};
-use metadata::{
+use ondisk::{
     create, read_superblock, ArrayState, CreateOptions, Role, RoleState, Superblock,
     SuperblockError, DATA_OFFSET_DEFAULT, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET,
 };
@@ -93,7 +93,7 @@ fn newer_version_and_unknown_features_are_refused() {
     .unwrap();
     let good = raw(members[0].as_ref());
     let recrc = |b: &mut [u8; SUPERBLOCK_BYTES]| {
-        let crc = metadata::checksum(b);
+        let crc = ondisk::checksum(b);
         b[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
     };
     let mut v2 = good.clone();
@@ -232,7 +232,7 @@ fn a_replace_record_roundtrips_and_is_ignored_without_its_feature_bit() {
     opts.spares = vec![members[3].clone()];
     let written = create(&members[..3], &opts).unwrap();
     let old = &written[0];
-    assert_eq!(old.feature_compat & metadata::FEATURE_COMPAT_REPLACE, 0);
+    assert_eq!(old.feature_compat & ondisk::FEATURE_COMPAT_REPLACE, 0);
     let mut spare = written[3].clone();
     assert_eq!(spare.role, Role::Spare);
     assert_eq!(spare.replace_offset_bytes, None);
@@ -240,7 +240,7 @@ fn a_replace_record_roundtrips_and_is_ignored_without_its_feature_bit() {
     spare.roles[3].replacing = Some(1);
     spare.replace_offset_bytes = Some(192 * 1024);
     spare.sync_replace_feature();
-    assert_ne!(spare.feature_compat & metadata::FEATURE_COMPAT_REPLACE, 0);
+    assert_ne!(spare.feature_compat & ondisk::FEATURE_COMPAT_REPLACE, 0);
     let bytes = spare.encode();
     assert_eq!(Superblock::decode(&bytes), Ok(spare.clone()));
     assert_eq!(bytes[256 + 3 * 32 + 25], 1, "entry flag byte");
@@ -253,8 +253,8 @@ fn a_replace_record_roundtrips_and_is_ignored_without_its_feature_bit() {
 
     // The same bytes with bit 2 cleared (what a reader that ignores it sees): a plain spare.
     let mut ignored = bytes.clone();
-    ignored[16] &= !(metadata::FEATURE_COMPAT_REPLACE as u8);
-    let crc = metadata::checksum(&ignored);
+    ignored[16] &= !(ondisk::FEATURE_COMPAT_REPLACE as u8);
+    let crc = ondisk::checksum(&ignored);
     ignored[4092..].copy_from_slice(&crc.to_le_bytes());
     let plain = Superblock::decode(&ignored).unwrap();
     assert_eq!(plain.replace_offset_bytes, None);
@@ -263,7 +263,7 @@ fn a_replace_record_roundtrips_and_is_ignored_without_its_feature_bit() {
 
     // Recorded without the bit, or an offset on a member that is not the target: refused.
     let mut bad = spare.clone();
-    bad.feature_compat &= !metadata::FEATURE_COMPAT_REPLACE;
+    bad.feature_compat &= !ondisk::FEATURE_COMPAT_REPLACE;
     assert!(bad.validate().is_err());
     let mut holder = written[1].clone();
     holder.replace_offset_bytes = Some(0);

@@ -19,9 +19,8 @@ use common::*;
 use engine::{Array, ArrayConfig};
 use layout::{Geometry, Level};
 use member::{Member, OpenOptions, Window};
-use metadata::{
-    assemble, create, ArrayHealth, AssembleOptions, CreateOptions, SpeedLimits, Superblock, Volume,
-};
+use ondisk::{create, CreateOptions, Superblock};
+use volume::{assemble, ArrayHealth, AssembleOptions, SpeedLimits, Volume};
 
 const CHUNK: u64 = 16 << 10;
 /// Random client operations per run.
@@ -128,7 +127,7 @@ fn crashed_array(
     v.flush().unwrap();
     drop(v); // no close: the superblocks say dirty, as after a crash
     let sb = read_sb(&paths[0]);
-    assert_eq!(sb.state, metadata::ArrayState::Dirty);
+    assert_eq!(sb.state, ondisk::ArrayState::Dirty);
     let g = geometry(&sb);
     let sdb = g.stripe_data_bytes();
     let members = open_all(&paths);

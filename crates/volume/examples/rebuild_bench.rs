@@ -16,7 +16,7 @@
 //! size to another fresh rate-limited member through the same client, interleaved. Best of
 //! 3 rounds each.
 //!
-//! Usage: `cargo run --release -p metadata --example rebuild_bench [RATE_MBIT] [MEMBER_MIB]`
+//! Usage: `cargo run --release -p volume --example rebuild_bench [RATE_MBIT] [MEMBER_MIB]`
 //! (defaults: 400 Mbit/s per direction — nbdkit's M is 2^20, so 50 MiB/s — and 256 MiB
 //! members). Needs `nbdkit` on PATH.
 
@@ -26,7 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use member::{Member, OpenOptions};
-use metadata::{assemble, create, AssembleOptions, CreateOptions, SpeedLimits};
+use ondisk::{create, CreateOptions};
+use volume::{assemble, AssembleOptions, SpeedLimits};
 
 const READ_BYTES: u64 = 1 << 20;
 const READERS: u64 = 4;
@@ -139,7 +140,7 @@ fn read_all(array: &engine::Array) -> f64 {
 
 /// A second engine array over the same data areas, with `missing` left out; every member
 /// share runs on its own thread (members are slow devices, not page-cache copies).
-fn view(v: &metadata::Volume, missing: Option<usize>) -> engine::Array {
+fn view(v: &volume::Volume, missing: Option<usize>) -> engine::Array {
     let a = v.array();
     let g = a.geometry();
     let config = engine::ArrayConfig {

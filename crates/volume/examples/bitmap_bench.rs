@@ -1,6 +1,6 @@
 //! Sequential writes through a `Volume` with the write-intent bitmap on vs off.
 //!
-//! `cargo run --release -p metadata --example bitmap_bench -- [DIR] [MIB] [ROUNDS]`
+//! `cargo run --release -p volume --example bitmap_bench -- [DIR] [MIB] [ROUNDS]`
 //! creates RAID 1 (2 members), RAID 5 (3) and RAID 10 (4) arrays of file members in DIR
 //! (default: a temporary directory under /work, members sparse; DIR `mem`: RAM members),
 //! writes MIB MiB (default 1024) sequentially in 1 MiB requests, flushes, and reports MB/s.
@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use layout::Level;
 use member::{Member, OpenOptions};
-use metadata::{assemble, create, AssembleOptions, CreateOptions};
+use ondisk::{create, CreateOptions};
+use volume::{assemble, AssembleOptions};
 
 const REQUEST_BYTES: usize = 1 << 20;
 /// DIR `mem`: RAM members (the cheapest data path, so the largest relative overhead).

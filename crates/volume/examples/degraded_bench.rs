@@ -8,7 +8,7 @@
 //! writes, one fdatasync at the end) of a fresh file of the same size in the same directory,
 //! also interleaved. Best of 3 rounds each.
 //!
-//! Usage: `cargo run --release -p metadata --example degraded_bench [DIR] [MEMBER_MIB]`
+//! Usage: `cargo run --release -p volume --example degraded_bench [DIR] [MEMBER_MIB]`
 //! (files go in a new subdirectory of DIR, default the temporary directory, removed at
 //! the end; 256 MiB members).
 
@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use member::{Member, OpenOptions};
-use metadata::{assemble, create, AssembleOptions, CreateOptions, SpeedLimits};
+use ondisk::{create, CreateOptions};
+use volume::{assemble, AssembleOptions, SpeedLimits};
 
 const READ_BYTES: usize = 1 << 20;
 const MIB: f64 = 1048576.0;
@@ -71,7 +72,7 @@ fn read_all(array: &engine::Array) -> f64 {
 }
 
 /// A second engine array over the same data areas, with `missing` left out.
-fn view(v: &metadata::Volume, missing: Option<usize>) -> engine::Array {
+fn view(v: &volume::Volume, missing: Option<usize>) -> engine::Array {
     let a = v.array();
     let g = a.geometry();
     let config = engine::ArrayConfig {

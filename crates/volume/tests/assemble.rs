@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use common::*;
 use member::OpenOptions;
-use metadata::{assemble, ArrayState, AssembleOptions, MemberState, RoleState, Volume};
+use ondisk::{ArrayState, RoleState};
+use volume::{assemble, AssembleOptions, MemberState, Volume};
 
-fn try_assemble(paths: &[PathBuf], force: bool) -> Result<Volume, metadata::AssembleError> {
+fn try_assemble(paths: &[PathBuf], force: bool) -> Result<Volume, ondisk::AssembleError> {
     assemble(
         open_all(paths),
         &AssembleOptions {
@@ -236,7 +237,7 @@ fn a_clean_stop_during_the_crash_resync_keeps_the_write_hole_refusal() {
     let paths = new_array_with(dir.path(), "cs", layout::Level::Raid5, 3, None);
     crash_after_write(&paths, &pattern(8192, 6));
     let slow = AssembleOptions {
-        speed_limits: metadata::SpeedLimits {
+        speed_limits: volume::SpeedLimits {
             min_bytes_per_sec: 4096,
             max_bytes_per_sec: 4096,
         },
@@ -275,7 +276,7 @@ fn background_work_waits_for_the_journal_replay() {
     let spare = files(dir.path(), "sp", 1);
     let opts = AssembleOptions {
         spares: open_all(&spare),
-        journal_replay: Some(metadata::Uuid::new_v4()),
+        journal_replay: Some(ondisk::Uuid::new_v4()),
         ..AssembleOptions::default()
     };
     let v = assemble(open_all(&paths[..2]), &opts).unwrap();

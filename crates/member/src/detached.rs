@@ -11,15 +11,16 @@
 //! Bounds: at most [`STUCK_MAX`] abandoned calls still stuck per member; once there, every
 //! call fails at once ("the device does not answer"). Workers are started on demand, at most
 //! [`WORKERS_MAX`] per member (stuck ones included); beyond, calls wait in a queue within their
-//! deadline. After the first abandoned call the member is *wedged*: every later write-type call
-//! (write, flush, trim, write-zeroes) fails at once, and one still queued is skipped, so nothing
-//! is written to it again even if the stuck call later returns (the engine marks the member
-//! faulty at the same deadline); reads still run, within the bounds.
+//! deadline. After the first abandoned call the member is *wedged*: every later call fails at
+//! once, and one still queued is skipped, so nothing is written to it again even if the stuck
+//! call later returns (the engine marks the member faulty at the same deadline), and no other
+//! request waits a timeout of its own on a device already known not to answer.
 //!
 //! The deadline of a call is the earlier of its own start + the member's timeout and the
-//! calling thread's batch deadline ([`with_deadline`]; at least a quarter of the timeout from
-//! the call's start): the engine sets one deadline for all the member calls of a batch, which
+//! calling thread's request deadline ([`with_deadline`]; at least a quarter of the timeout from
+//! the call's start): the engine sets one deadline for all the member calls of a request, which
 //! it runs one after the other, so members stalled in the same request time out together.
+//! Work a request hands to other threads carries its deadline along ([`carry_deadline`]).
 
 use crate::Member;
 use std::cell::Cell;
@@ -62,9 +63,20 @@ pub fn with_deadline<R>(deadline: Instant, f: impl FnOnce() -> R) -> R {
 }
 
 /// The calling thread's deadline ([`with_deadline`]), if any: work this thread hands to other
-/// threads must carry it along (a thread-local does not follow).
+/// threads must carry it along (a thread-local does not follow): see [`carry_deadline`].
 pub fn current_deadline() -> Option<Instant> {
     DEADLINE.with(|d| d.get())
+}
+
+/// Wraps `f`, to be run on another thread (a scoped thread writing one member's superblock or
+/// bitmap block), so that it runs under the calling thread's deadline: a member stalled in
+/// work a request fans out then costs that request no more than its own deadline.
+pub fn carry_deadline<R>(f: impl FnOnce() -> R) -> impl FnOnce() -> R {
+    let deadline = current_deadline();
+    move || match deadline {
+        Some(deadline) => with_deadline(deadline, f),
+        None => f(),
+    }
 }
 
 /// The deadline of a member call that starts at `started` with its own `timeout`, under the
@@ -93,10 +105,6 @@ enum Kind {
 }
 
 impl Kind {
-    fn writes(self) -> bool {
-        self != Kind::Read
-    }
-
     fn name(self) -> &'static str {
         match self {
             Kind::Read => "read",
@@ -185,7 +193,7 @@ impl Detached {
                 state.stuck
             )));
         }
-        if kind.writes() && state.abandoned_total > 0 {
+        if state.abandoned_total > 0 {
             return Some(wedged_error(name, kind));
         }
         None
@@ -203,8 +211,8 @@ impl Detached {
         let inner = Arc::clone(&self.inner);
         let shared = Arc::clone(&self.shared);
         let job: Job = Box::new(move || {
-            // A write queued before the member wedged must not reach it afterwards.
-            let result = if kind.writes() && shared.wedged.load(Ordering::Acquire) {
+            // A call queued before the member wedged must not reach it afterwards.
+            let result = if shared.wedged.load(Ordering::Acquire) {
                 Err(wedged_error(inner.name(), kind))
             } else {
                 f(inner.as_ref())
@@ -277,7 +285,7 @@ impl Detached {
         let message = format!(
             "member {}: {} stuck in the kernel for {} ms: abandoned ({} call(s) still stuck, {} \
              abandoned in all; at {STUCK_MAX} stuck every call fails at once); the member is not \
-             written again",
+             used again",
             self.inner.name(),
             kind.name(),
             started.elapsed().as_millis(),
@@ -356,7 +364,7 @@ impl Detached {
 fn wedged_error(name: &str, kind: Kind) -> io::Error {
     io::Error::other(format!(
         "member {name}: {} refused: an earlier call stuck in the kernel was abandoned, so the \
-         member is never written again; replace it",
+         member is not used again; replace it",
         kind.name()
     ))
 }
@@ -541,7 +549,7 @@ mod tests {
     }
 
     #[test]
-    fn stuck_call_is_abandoned_at_deadline_and_member_never_written_again() {
+    fn stuck_call_is_abandoned_at_deadline_and_member_never_used_again() {
         let gated = Gated::new();
         let m = Detached::new(gated.clone(), TIMEOUT);
         gated.set_closed(true);
@@ -559,8 +567,13 @@ mod tests {
         wait_until(|| m.abandoned() == (0, 1));
         assert!(m.write_at(b"x", 100).is_err());
         assert!(m.trim(0, 10).is_err());
+        // Reads too: a device known not to answer costs no request a timeout of its own.
+        let started = Instant::now();
+        let e = m.read_at(&mut [1u8; 1], 100).unwrap_err();
+        assert!(started.elapsed() < TIMEOUT / 2, "{e}");
+        assert!(e.to_string().contains("not used again"), "{e}");
         let mut buf = [1u8; 1];
-        m.read_at(&mut buf, 100).unwrap();
+        gated.read_at(&mut buf, 100).unwrap();
         assert_eq!(buf, [0], "the refused write reached the member");
     }
 
@@ -588,8 +601,9 @@ mod tests {
         assert!(e.to_string().contains("stuck in the kernel"), "{e}");
         gated.set_closed(false);
         wait_until(|| m.abandoned().0 == 0);
-        let mut buf = [0u8; 8];
-        m.read_at(&mut buf, 0).unwrap();
+        // Below the bound again, but wedged: still refused at once.
+        let e = m.read_at(&mut [0u8; 8], 0).unwrap_err();
+        assert!(e.to_string().contains("not used again"), "{e}");
     }
 
     #[test]

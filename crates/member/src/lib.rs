@@ -59,7 +59,9 @@ mod window;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use detached::{current_deadline, with_deadline, Detached, STUCK_MAX, WORKERS_MAX};
+pub use detached::{
+    carry_deadline, current_deadline, with_deadline, Detached, STUCK_MAX, WORKERS_MAX,
+};
 pub use error::{check_range, MemberError};
 pub use exclusive::{holder_of, Holder, Identity};
 pub use faulty::{FaultControl, FaultRule, FaultyMember};

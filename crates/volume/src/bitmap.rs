@@ -269,7 +269,10 @@ impl Bitmap {
             std::thread::scope(|s| {
                 let handles: Vec<_> = targets
                     .iter()
-                    .map(|(role, m)| (*role, m.name().to_string(), s.spawn(|| write_one(m))))
+                    .map(|(role, m)| {
+                        let write = member::carry_deadline(|| write_one(m));
+                        (*role, m.name().to_string(), s.spawn(write))
+                    })
                     .collect();
                 handles
                     .into_iter()

@@ -854,11 +854,13 @@ impl VolumeCore {
                 .iter()
                 .map(|(role, held)| {
                     let (whole, bytes) = (&held.whole, held.sb.encode());
-                    let handle = scope.spawn(move || {
+                    // Under the request's deadline: a member stalled here must not hold the
+                    // request (and the metadata mutex) for a timeout of its own.
+                    let handle = scope.spawn(member::carry_deadline(move || {
                         whole
                             .write_at(&bytes[..], SUPERBLOCK_OFFSET)
                             .and_then(|()| whole.flush())
-                    });
+                    }));
                     (*role, whole.name().to_string(), handle)
                 })
                 .collect();

@@ -1,0 +1,119 @@
+//! Members stuck inside a call (`member::Detached` over a member that does not answer) cost a
+//! client request at most its own deadline plus the quarter-timeout grace of each later stuck
+//! call — never a fresh timeout for work the request hands to other threads (the superblock
+//! writes recording a fault, the write-intent bitmap's blocks). Issue 10 item 4.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use member::{Detached, FaultControl, FaultyMember, Member, OpenOptions};
+use ondisk::{create, CreateOptions};
+use volume::{assemble, AssembleOptions, MemberState, Volume};
+
+const MEMBER_BYTES: u64 = 8 << 20;
+const TIMEOUT: Duration = Duration::from_millis(800);
+/// Longer than any test here runs: a stuck call returns only after the test has judged it.
+const STALL: Duration = Duration::from_secs(30);
+
+/// A RAID 10 of four file members, each behind a fault injector and `Detached` with
+/// [`TIMEOUT`]; the volume's request deadline is [`TIMEOUT`] too.
+fn raid10(dir: &std::path::Path, bitmap: bool) -> (Volume, Vec<FaultControl>) {
+    let opts = OpenOptions {
+        exclusive: false,
+        ..OpenOptions::default()
+    };
+    let files: Vec<Arc<dyn Member>> = (0..4)
+        .map(|i| {
+            let path = dir.join(format!("m{i}"));
+            std::fs::File::create(&path)
+                .unwrap()
+                .set_len(MEMBER_BYTES)
+                .unwrap();
+            member::open(path.to_str().unwrap(), &opts).unwrap()
+        })
+        .collect();
+    let mut create_opts = CreateOptions::new("raid10".parse().unwrap(), "stalled");
+    create_opts.chunk_bytes = 64 * 1024;
+    if !bitmap {
+        create_opts.bitmap_region_bytes = None;
+    }
+    create(&files, &create_opts).unwrap();
+    let mut controls = Vec::new();
+    let members: Vec<Arc<dyn Member>> = files
+        .into_iter()
+        .map(|file| {
+            let faulty = FaultyMember::new(file);
+            controls.push(faulty.control());
+            Arc::new(Detached::new(Arc::new(faulty), TIMEOUT)) as Arc<dyn Member>
+        })
+        .collect();
+    let volume = assemble(members, &AssembleOptions::default()).unwrap();
+    volume.set_fault_policy(engine::FaultPolicy {
+        io_timeout: TIMEOUT,
+        ..engine::FaultPolicy::default()
+    });
+    (volume, controls)
+}
+
+/// One stuck member in the write itself (role 0, its copy on role 1 answers), another stuck
+/// member (role 2, in the other mirror pair) met only by the superblock write that records the
+/// first one's fault: the request costs one deadline and one grace, not two timeouts. (Before
+/// the superblock writes carried the request's deadline, role 2's superblock write had a
+/// timeout of its own: 2 × TIMEOUT.)
+#[test]
+fn a_member_stuck_at_the_superblock_write_costs_the_request_no_second_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, controls) = raid10(dir.path(), true);
+    let data = vec![0xa5u8; 4096];
+    // Healthy first write: the superblocks say dirty and the region's bit is durable, so the
+    // write below touches no superblock or bitmap before its data.
+    volume.write(0, &data).unwrap();
+    controls[0].set_delay(STALL);
+    controls[2].set_delay(STALL);
+
+    let started = Instant::now();
+    volume
+        .write(0, &data)
+        .expect("served by role 0's copy on role 1");
+    let waited = started.elapsed();
+
+    let status = volume.status();
+    assert_eq!(status.members[0].state, MemberState::Faulty, "{status:?}");
+    assert_eq!(status.members[2].state, MemberState::Faulty, "{status:?}");
+    assert!(
+        waited < TIMEOUT + TIMEOUT / 4 + TIMEOUT / 4,
+        "the write waited {waited:?}: more than one timeout ({TIMEOUT:?}) and one grace"
+    );
+    let mut back = vec![0u8; 4096];
+    volume.read(0, &mut back).unwrap();
+    assert_eq!(back, data);
+}
+
+/// Both stuck members met by the write-intent bitmap's block write (a new region's first
+/// write): the bitmap writes run on threads of their own, which carry the request's deadline,
+/// and the data write that follows meets members already known not to answer (a wedged
+/// `Detached` refuses at once) instead of waiting again.
+#[test]
+fn members_stuck_at_the_bitmap_write_cost_the_request_one_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, controls) = raid10(dir.path(), true);
+    let data = vec![0x5au8; 4096];
+    volume.write(0, &data).unwrap();
+    controls[0].set_delay(STALL);
+    controls[2].set_delay(STALL);
+
+    // A region far from the first one: its bit is not set yet.
+    let far = volume.size_bytes() - 4096;
+    let started = Instant::now();
+    let result = volume.write(far, &data);
+    let waited = started.elapsed();
+
+    assert!(
+        waited < TIMEOUT + TIMEOUT / 4 + TIMEOUT / 4,
+        "the write waited {waited:?} ({result:?}): more than one timeout ({TIMEOUT:?}) and one \
+         grace"
+    );
+    let status = volume.status();
+    assert_eq!(status.members[0].state, MemberState::Faulty, "{status:?}");
+    assert_eq!(status.members[2].state, MemberState::Faulty, "{status:?}");
+}

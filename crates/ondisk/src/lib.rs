@@ -6,6 +6,7 @@
 //!   [`read_superblock`] reads and validates one member's.
 //! - [`bitmap`]: the write-intent bitmap's blocks on disk.
 //! - [`create`] with [`CreateOptions`]: checks members, zeroes them and writes superblocks.
+//! - [`freshest_superblock`], [`set_journal_ref`]: the journal reference of a stopped array.
 //! - [`plan`]: the assembly decision (roles, freshness, refusals) from superblocks, as a pure
 //!   function; [`check_owner`] / [`refuse_if_served`]: the owner records judged ([`owner`]).
 //!
@@ -28,6 +29,7 @@
 pub mod bitmap;
 mod create;
 mod duplicate;
+mod journal_ref;
 pub mod owner;
 mod plan;
 mod served;
@@ -39,6 +41,7 @@ pub use bitmap::{
 };
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use duplicate::{describe_duplicate, find_duplicate, same_member};
+pub use journal_ref::{freshest_superblock, set_journal_ref, SetJournalRefError};
 pub use plan::{plan, AssembleError, DirtyDegradedStart, Plan, PlanOptions, StaleMember};
 pub use served::{check_owner, refuse_if_served};
 pub use superblock::{

@@ -7,7 +7,7 @@
 
 mod admin;
 mod cmd;
-mod journaled;
+mod journal_args;
 mod progress;
 mod reconnect;
 mod space;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use layout::Level;
 use member::{Member, OpenOptions};
 use ondisk::CreateOptions;
+use service::array_journal;
 
 /// Create a new array: write a raidkit superblock to every member.
 ///
@@ -65,7 +66,7 @@ pub struct Args {
     bitmap: BitmapArgs,
 
     #[command(flatten)]
-    journal: crate::journaled::JournalArgs,
+    journal: crate::journal_args::JournalArgs,
 
     /// Member files, block devices or NBD URIs, in role order.
     #[arg(value_name = "MEMBER", required = true)]
@@ -139,7 +140,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     ondisk::validate_name(&args.name).map_err(anyhow::Error::msg)?;
-    crate::journaled::check_new(&args.journal)?;
+    let journal = args.journal.options();
+    crate::journal_args::warn_volatile(array_journal::check_new(&journal)?);
     check_ram_members(&args)?;
     let opts = OpenOptions {
         create_size: args.size,
@@ -168,14 +170,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let superblocks = ondisk::create(&members, &create_opts)?;
     crate::space::after_create(&files, args.preallocate)?;
-    if args.journal.journal.is_some() {
-        let jsb = crate::journaled::add_journal(&members, &args.journal)?;
-        println!(
-            "journal {} ({}) on {}",
-            jsb.journal_uuid,
-            jsb.mode,
-            args.journal.journal.as_deref().unwrap_or_default()
-        );
+    if let Some(path) = &journal.path {
+        let jsb = array_journal::add(&members, path, &journal)?;
+        println!("journal {} ({}) on {path}", jsb.journal_uuid, jsb.mode);
     }
     let first = &superblocks[0];
     println!(

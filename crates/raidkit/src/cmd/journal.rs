@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use member::{Member, OpenOptions};
-use volume::AssembleOptions;
+use service::array_journal::{self, JournalOptions};
 
-use crate::journaled::{self, JournalArgs, Plan};
+use crate::journal_args;
 
 /// Add or remove the journal of a stopped array.
 #[derive(Debug, clap::Args)]
@@ -75,16 +75,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             path,
             members,
         } => {
-            let jargs = JournalArgs {
-                journal: Some(path.clone()),
-                journal_mode: mode,
-                journal_size: size,
-                force_journal_loss: false,
-                allow_volatile_journal,
+            let opts = JournalOptions {
+                path: Some(path.clone()),
+                mode,
+                size,
+                force_loss: false,
+                allow_volatile: allow_volatile_journal,
             };
-            journaled::check_new(&jargs)?;
+            journal_args::warn_volatile(array_journal::check_new(&opts)?);
             let members = open_members(&members)?;
-            let jsb = journaled::add_journal(&members, &jargs)?;
+            let jsb = array_journal::add(&members, &path, &opts)?;
             println!(
                 "raidkit: journal {} ({mode}) added on {path}",
                 jsb.journal_uuid
@@ -95,43 +95,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             journal,
             force_journal_loss,
             members,
-        } => remove(journal, force_journal_loss, &members),
+        } => {
+            let members = open_members(&members)?;
+            let opts = JournalOptions {
+                path: journal,
+                force_loss: force_journal_loss,
+                ..JournalOptions::default()
+            };
+            let removed = array_journal::remove(&members, &opts)?;
+            if let Some(dropped) = &removed.dropped {
+                journal_args::warn_dropped(dropped);
+            }
+            journal_args::report_replayed(removed.replayed);
+            journal_args::report_left(removed.left);
+            println!(
+                "raidkit: journal {} removed from array \"{}\"",
+                removed.reference.uuid, removed.array
+            );
+            Ok(())
+        }
     }
-}
-
-fn remove(path: Option<String>, force: bool, specs: &[String]) -> anyhow::Result<()> {
-    let members = open_members(specs)?;
-    let Some((sb, Some(j))) = journaled::array_journal(&members) else {
-        bail!("the array has no journal");
-    };
-    let jargs = JournalArgs {
-        journal: path.clone(),
-        force_journal_loss: force,
-        ..JournalArgs::default()
-    };
-    if let Plan::Use(jm, jsb) =
-        journaled::check_before_assembly(&jargs, &members, false, &AssembleOptions::default())?
-    {
-        let opts = AssembleOptions {
-            owner: Some(ondisk::owner::ThisHost::get()),
-            journal_replay: Some(jsb.journal_uuid),
-            ..AssembleOptions::default()
-        };
-        let volume = volume::assemble(members.clone(), &opts)
-            .context("assembling the array to replay its journal")?;
-        let volume = Arc::new(volume);
-        let attached = journaled::attach(Plan::Use(jm, jsb), &volume, false)?;
-        journaled::drain(&attached)?;
-        volume.close().context("closing the array")?;
-        volume.release_owner();
-        journaled::close(&attached)?;
-        drop(attached);
-        drop(volume);
-        journaled::set_journal_ref(&members, None)?;
-    }
-    println!(
-        "raidkit: journal {} removed from array \"{}\"",
-        j.uuid, sb.name
-    );
-    Ok(())
 }

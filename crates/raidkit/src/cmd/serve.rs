@@ -16,9 +16,12 @@ use member::{Member, OpenOptions, RemoteOptions};
 use ondisk::{ArrayState, CreateOptions};
 use volume::{AssembleOptions, FaultPolicy, SpeedLimits, Volume};
 
+use service::array_journal::{self, JournalAtStart};
+
 use crate::admin;
 use crate::admin::control::VolumeControl;
 use crate::admin::server::{AdminSocket, Control};
+use crate::journal_args;
 
 /// NBD's registered port.
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
@@ -181,7 +184,7 @@ pub struct Args {
     read_ahead_window: Option<u64>,
 
     #[command(flatten)]
-    journal: crate::journaled::JournalArgs,
+    journal: crate::journal_args::JournalArgs,
 
     /// Do not reconnect remote members in the background. By default a remote (NBD) member
     /// whose server disconnected, or could not be reached at start, is retried with backoff
@@ -250,7 +253,7 @@ type Cached = ReadCache<::journaled::JournaledExport<::journaled::VolumeExport>>
 
 fn cached_export(
     volume: &Arc<Volume>,
-    journaled: &Arc<crate::journaled::Journaled>,
+    journaled: &Arc<::journaled::Journaled>,
     cache: CacheConfig,
 ) -> anyhow::Result<Arc<Cached>> {
     let export = ReadCache::new(
@@ -347,17 +350,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let endpoint = endpoint(&args)?;
     let cache = cache_config(&args)?;
-    let (volume, needs_resync, journal_plan, left_out) = open_volume(&args)?;
+    let (volume, needs_resync, journal_at_start, left_out) = open_volume(&args)?;
     let volume = Arc::new(volume);
     volume
         .array()
         .set_gather_wait(Duration::from_millis(args.gather_wait));
     // Replay the journal before anything else writes (resync included).
-    let journaled = Arc::new(crate::journaled::attach(
-        journal_plan,
-        &volume,
-        args.read_only,
-    )?);
+    let (journaled, replayed) = array_journal::attach(journal_at_start, &volume, args.read_only)?;
+    journal_args::report_replayed(replayed);
+    let journaled = Arc::new(journaled);
     if needs_resync {
         start_resync(&volume);
     }
@@ -416,14 +417,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Close even if serving failed: requests already answered must be flushed.
     // A write-back journal that could not be drained keeps the array dirty (not closed), so
     // the next start replays it.
-    let drained = crate::journaled::drain(&journaled);
+    let drained = journaled.drain().context("draining the write-back journal");
     let closed = match drained {
         Ok(()) => volume
             .close()
             .with_context(|| format!("closing array \"{}\" (flush and mark clean)", volume.name())),
         Err(_) => Ok(()),
     };
-    let journal_closed = crate::journaled::close(&journaled);
+    let journal_closed = journal_args::close(&journaled);
     if closed.is_ok() {
         volume.release_owner();
     }
@@ -581,19 +582,20 @@ fn open_members(args: &Args, specs: &[String]) -> anyhow::Result<Opened> {
 
 /// The assembled volume, whether it needs a resync (it was found dirty), the journal plan,
 /// and the remote members left out because their server could not be reached.
-type Opening = (Volume, bool, crate::journaled::Plan, Vec<String>);
+type Opening = (Volume, bool, JournalAtStart, Vec<String>);
 
 /// Opens and assembles (or creates) the array.
 fn open_volume(args: &Args) -> anyhow::Result<Opening> {
+    let journal = args.journal.options();
     if args.create {
-        crate::journaled::check_new(&args.journal)?;
+        journal_args::warn_volatile(array_journal::check_new(&journal)?);
     }
     let (mut members, left_out) = open_members(args, &args.members)?;
     let spares = open_members_all(args, &args.spare)?;
     if args.create {
         create(args, &members, &spares)?;
-        if args.journal.journal.is_some() {
-            crate::journaled::add_journal(&members, &args.journal)?;
+        if let Some(path) = &journal.path {
+            array_journal::add(&members, path, &journal)?;
         }
     } else if members
         .iter()
@@ -622,20 +624,30 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
         owner: (!args.read_only).then(ondisk::owner::ThisHost::get),
         force_owner: args.force_owner,
     };
-    let journal_plan =
-        crate::journaled::check_before_assembly(&args.journal, &members, args.read_only, &opts)?;
-    if let (crate::journaled::Plan::Use(jm, jsb), false) = (&journal_plan, args.create) {
-        // (serve --create checked it when writing the new journal)
-        let allow = args.journal.allow_volatile_journal;
-        crate::journaled::check_storage(jm.name(), jsb.mode, allow)?;
+    let journal_at_start =
+        array_journal::check_before_assembly(&journal, &members, args.read_only, &opts)?;
+    match (&journal_at_start, args.create) {
+        (JournalAtStart::Dropped(dropped), _) => journal_args::warn_dropped(dropped),
+        (JournalAtStart::Use(jm, jsb), false) => {
+            // (serve --create checked it when writing the new journal)
+            let allow = journal.allow_volatile;
+            let volatile = array_journal::check_storage(jm.name(), jsb.mode, allow)?;
+            journal_args::warn_volatile(volatile);
+        }
+        _ => {}
     }
-    opts.journal_replay = journal_plan.replayed_uuid();
+    opts.journal_replay = journal_at_start.replayed_uuid();
     let volume = volume::assemble(members, &opts).context("assembling the array")?;
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");
     }
     volume.set_notice_hook(Box::new(|line| eprintln!("raidkit: warning: {line}")));
-    Ok((volume, was_dirty && !args.read_only, journal_plan, left_out))
+    Ok((
+        volume,
+        was_dirty && !args.read_only,
+        journal_at_start,
+        left_out,
+    ))
 }
 
 /// Opens members that must all be there (spares).

@@ -1,0 +1,15 @@
+//! One array run for a front end: what `raidkit serve` (and the daemon that serves several
+//! arrays) does around a `volume::Volume`, except parsing options and printing. Nothing here
+//! prints: what an operator should hear is returned (warnings as values with `Display`,
+//! refusals as errors with their cause chain).
+//!
+//! - [`array_journal`]: the array's journal from outside the data path: writing a new one and
+//!   recording it ([`array_journal::add`]), the checks before assembly (a lost write-back
+//!   journal refuses to start, a lost write-through one is detached, a journal on RAM is
+//!   refused or warned about), attaching it after assembly (replay, hooks), and removing it
+//!   from a stopped array (replay, then forget).
+//!
+//! Errors are `anyhow::Error`: every one ends as a message to an operator with its cause
+//! chain, and no caller decides anything by its kind.
+
+pub mod array_journal;

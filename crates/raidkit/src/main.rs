@@ -9,7 +9,6 @@ mod admin;
 mod cmd;
 mod journal_args;
 mod progress;
-mod reconnect;
 mod space;
 
 use std::process::ExitCode;

@@ -8,8 +8,12 @@
 //!   journal refuses to start, a lost write-through one is detached, a journal on RAM is
 //!   refused or warned about), attaching it after assembly (replay, hooks), and removing it
 //!   from a stopped array (replay, then forget).
+//! - [`reconnect`]: the remote-member reconnect policy and its thread ([`reconnect::Reconnector`]):
+//!   a remote member whose server disconnected is added back once it answers again with this
+//!   array's superblock.
 //!
 //! Errors are `anyhow::Error`: every one ends as a message to an operator with its cause
 //! chain, and no caller decides anything by its kind.
 
 pub mod array_journal;
+pub mod reconnect;

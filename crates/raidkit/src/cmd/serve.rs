@@ -17,6 +17,7 @@ use ondisk::{ArrayState, CreateOptions};
 use volume::{AssembleOptions, FaultPolicy, SpeedLimits, Volume};
 
 use service::array_journal::{self, JournalAtStart};
+use service::reconnect::{self, Reconnector};
 
 use crate::admin;
 use crate::admin::control::VolumeControl;
@@ -411,7 +412,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
     drop(admin);
     if let Some(reconnector) = reconnector {
-        reconnector.stop();
+        if reconnector.stop().is_err() {
+            eprintln!("raidkit: warning: the reconnect thread panicked");
+        }
     }
     drop(lease);
     // Close even if serving failed: requests already answered must be flushed.
@@ -488,26 +491,32 @@ fn speed_limits(args: &Args) -> anyhow::Result<SpeedLimits> {
 }
 
 /// The background reconnect of remote members (not with --read-only or --no-reconnect, nor
-/// for levels without redundancy, which cannot rebuild a member).
+/// for levels without redundancy, which cannot rebuild a member); its events are logged.
 fn start_reconnect(
     args: &Args,
     volume: &Arc<Volume>,
     left_out: Vec<String>,
-) -> Option<crate::reconnect::Reconnector> {
+) -> Option<Reconnector> {
     let redundant = !matches!(volume.level(), Level::Linear | Level::Raid0);
     if args.read_only || args.no_reconnect || !redundant {
         return None;
     }
-    let config = crate::reconnect::Config {
+    let config = reconnect::Config {
         interval_max: Duration::from_secs(args.reconnect_interval_max),
         open: open_options(args),
         remote: remote_options(args),
     };
-    Some(crate::reconnect::Reconnector::start(
-        Arc::clone(volume),
-        left_out,
-        config,
-    ))
+    let log = Box::new(|event: reconnect::Event| eprintln!("raidkit: {event}"));
+    match Reconnector::start(Arc::clone(volume), left_out, config, log) {
+        Ok(reconnector) => Some(reconnector),
+        Err(e) => {
+            eprintln!(
+                "raidkit: warning: cannot start the reconnect thread ({e}): remote members \
+                 will not come back by themselves"
+            );
+            None
+        }
+    }
 }
 
 /// Renews the array's owner lease every `LEASE_RENEW_INTERVAL` while it is served (see

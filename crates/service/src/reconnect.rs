@@ -1,4 +1,4 @@
-//! Background reconnect of remote members (`raidkit serve`): [`Reconnector`] runs one thread
+//! Background reconnect of remote members: [`Reconnector`] runs one thread
 //! that watches `Volume::status` for roles whose remote (NBD URI) member is faulty, and for
 //! remote members left out at start because their server could not be reached, and puts
 //! such a member back (`Volume::remove` + `Volume::add`, which starts its rebuild) once its
@@ -8,9 +8,11 @@
 //! answered on two probes at least [`CONFIRM`] apart: a member failed by the operator, or by
 //! read/write errors or stalls of a server that kept answering, is left to the operator, and
 //! so is a member the operator removed. Each member has its own capped exponential backoff.
-//! Outcomes are logged once per change ([`Tracked`] is the per-member state machine).
+//! Outcomes are reported once per change, as [`Event`]s to the front end's sink ([`Tracked`]
+//! is the per-member state machine).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,8 +28,74 @@ pub const CONFIRM: Duration = Duration::from_secs(2);
 const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(5);
 /// How often the thread looks at the volume's status.
 const TICK: Duration = Duration::from_millis(250);
-/// The logged outcome of a failed `Volume::add`.
+/// The reported outcome of a failed `Volume::add`.
 const ADD_FAILED: &str = "add-failed";
+
+/// What the reconnect thread reports, each once per change. `Display` is the line to log.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A tracked member's server was probed and something changed.
+    Probed { uri: String, change: Change },
+    /// The member answered twice with this array's superblock: it is added back, rebuilding
+    /// the bitmap's dirty regions (`dirty_regions`) or, without a bitmap, in full.
+    AddingBack {
+        uri: String,
+        dirty_regions: Option<u64>,
+    },
+    /// `Volume::remove` or `Volume::add` refused it; retried with backoff, reported once.
+    AddFailed { uri: String, error: String },
+}
+
+/// What a probe found that changed since the last report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The server cannot be reached (why).
+    Unreachable(String),
+    /// The server answers, but not with this array's superblock (why).
+    Refused(String),
+    /// The member is faulty but its server kept answering: left to the operator.
+    LeftToOperator,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Unreachable(why) => {
+                write!(f, "is unreachable ({why}); retrying in the background")
+            }
+            Change::Refused(why) => write!(f, "answers but is not added back: {why}"),
+            Change::LeftToOperator => write!(
+                f,
+                "is faulty but its server kept answering: left to the operator (raidkit remove \
+                 / add)"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Probed { uri, change } => write!(f, "member {uri} {change}"),
+            Event::AddingBack { uri, dirty_regions } => {
+                let rebuild = match dirty_regions {
+                    Some(n) => format!("rebuild of {n} regions"),
+                    None => "full rebuild".to_string(),
+                };
+                write!(
+                    f,
+                    "member {uri} is reachable again; adding it back ({rebuild})"
+                )
+            }
+            Event::AddFailed { uri, error } => {
+                write!(f, "member {uri} could not be added back: {error}; retrying")
+            }
+        }
+    }
+}
+
+/// Where the thread's [`Event`]s go (a log line, an alert).
+pub type EventSink = Box<dyn Fn(Event) + Send>;
 
 /// What one probe of a member's server found.
 #[derive(Debug)]
@@ -79,29 +147,21 @@ impl Tracked {
         self.backoff = (self.backoff * 2).min(cap);
     }
 
-    /// Advances the state machine with a probe outcome; returns a line to log on a change.
-    fn on_probe(&mut self, probe: &Probe, now: Instant, cap: Duration) -> (Step, Option<String>) {
-        let (key, line) = match probe {
+    /// Advances the state machine with a probe outcome; returns what changed, to report.
+    fn on_probe(&mut self, probe: &Probe, now: Instant, cap: Duration) -> (Step, Option<Change>) {
+        let (key, change) = match probe {
             Probe::Unreachable(why) => {
                 self.was_down = true;
                 self.ready_since = None;
-                (
-                    "down",
-                    format!("is unreachable ({why}); retrying in the background"),
-                )
+                ("down", Change::Unreachable(why.clone()))
             }
             Probe::Refused(why) => {
                 self.ready_since = None;
-                ("refused", format!("answers but is not added back: {why}"))
+                ("refused", Change::Refused(why.clone()))
             }
             Probe::Ready(_) if !self.was_down => {
                 self.ready_since = None;
-                (
-                    "up",
-                    "is faulty but its server kept answering: left to the operator \
-                     (raidkit remove / add)"
-                        .to_string(),
-                )
+                ("up", Change::LeftToOperator)
             }
             Probe::Ready(_) => match self.ready_since {
                 Some(since) if now.duration_since(since) >= CONFIRM => {
@@ -122,7 +182,7 @@ impl Tracked {
         self.back_off(now, cap);
         let changed = self.last_logged != key;
         self.last_logged = key.to_string();
-        (Step::Wait, changed.then_some(line))
+        (Step::Wait, changed.then_some(change))
     }
 }
 
@@ -141,13 +201,18 @@ type StopFlag = Arc<(Mutex<bool>, Condvar)>;
 /// The running reconnect thread; [`Reconnector::stop`] ends it.
 pub struct Reconnector {
     stop: StopFlag,
-    thread: Option<JoinHandle<()>>,
+    thread: JoinHandle<()>,
 }
 
 impl Reconnector {
     /// Starts watching `volume`; `left_out` are the remote members that could not be reached
-    /// at start (not in the array).
-    pub fn start(volume: Arc<Volume>, left_out: Vec<String>, config: Config) -> Reconnector {
+    /// at start (not in the array). Fails only if the thread cannot be started.
+    pub fn start(
+        volume: Arc<Volume>,
+        left_out: Vec<String>,
+        config: Config,
+        report: EventSink,
+    ) -> std::io::Result<Reconnector> {
         assert!(
             config.interval_max >= INTERVAL_MIN,
             "reconnect interval cap below 1 s"
@@ -156,24 +221,16 @@ impl Reconnector {
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("reconnect".into())
-            .spawn(move || Watcher::new(volume, left_out, config).run(&flag))
-            .ok();
-        if thread.is_none() {
-            eprintln!("raidkit: warning: cannot start the reconnect thread: remote members will not come back by themselves");
-        }
-        Reconnector { stop, thread }
+            .spawn(move || Watcher::new(volume, left_out, config, report).run(&flag))?;
+        Ok(Reconnector { stop, thread })
     }
 
-    /// Stops the thread and waits for it (at most one probe's timeout).
-    pub fn stop(mut self) {
+    /// Stops the thread and waits for it (at most one probe's timeout); `Err` if it panicked.
+    pub fn stop(self) -> std::thread::Result<()> {
         let (lock, wake) = &*self.stop;
         *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
         wake.notify_all();
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                eprintln!("raidkit: warning: the reconnect thread panicked");
-            }
-        }
+        self.thread.join()
     }
 }
 
@@ -182,10 +239,16 @@ struct Watcher {
     volume: Arc<Volume>,
     config: Config,
     tracked: BTreeMap<String, Tracked>,
+    report: EventSink,
 }
 
 impl Watcher {
-    fn new(volume: Arc<Volume>, left_out: Vec<String>, mut config: Config) -> Watcher {
+    fn new(
+        volume: Arc<Volume>,
+        left_out: Vec<String>,
+        mut config: Config,
+        report: EventSink,
+    ) -> Watcher {
         config.remote.io_timeout = config.remote.io_timeout.min(PROBE_TIMEOUT_MAX);
         let now = Instant::now();
         let tracked = left_out
@@ -197,6 +260,7 @@ impl Watcher {
             volume,
             config,
             tracked,
+            report,
         }
     }
 
@@ -261,9 +325,10 @@ impl Watcher {
         let Some(t) = self.tracked.get_mut(uri) else {
             return;
         };
-        let (step, line) = t.on_probe(&probe, now, cap);
-        if let Some(line) = line {
-            eprintln!("raidkit: member {uri} {line}");
+        let (step, change) = t.on_probe(&probe, now, cap);
+        if let Some(change) = change {
+            let uri = uri.to_string();
+            (self.report)(Event::Probed { uri, change });
         }
         if let (Step::AddBack, Probe::Ready(m)) = (step, probe) {
             self.add_back(uri, m, now);
@@ -297,13 +362,10 @@ impl Watcher {
             .tracked
             .get(uri)
             .is_some_and(|t| t.last_logged == ADD_FAILED);
-        let regions = self.volume.status().bitmap.map(|b| b.dirty_regions);
-        let rebuild = match regions {
-            Some(n) => format!("rebuild of {n} regions"),
-            None => "full rebuild".to_string(),
-        };
         if !quiet {
-            eprintln!("raidkit: member {uri} is reachable again; adding it back ({rebuild})");
+            let dirty_regions = self.volume.status().bitmap.map(|b| b.dirty_regions);
+            let uri = uri.to_string();
+            (self.report)(Event::AddingBack { uri, dirty_regions });
         }
         let listed = self
             .volume
@@ -326,7 +388,8 @@ impl Watcher {
             }
             Err(e) => {
                 if !quiet {
-                    eprintln!("raidkit: member {uri} could not be added back: {e}; retrying");
+                    let (uri, error) = (uri.to_string(), e.to_string());
+                    (self.report)(Event::AddFailed { uri, error });
                 }
                 if let Some(t) = self.tracked.get_mut(uri) {
                     t.ready_since = None;
@@ -354,13 +417,14 @@ mod tests {
     fn faulty_member_whose_server_kept_answering_is_not_added() {
         let t0 = Instant::now();
         let mut t = Tracked::new(t0, false, true);
-        let (step, line) = t.on_probe(&ready(), t0, CAP);
+        let (step, change) = t.on_probe(&ready(), t0, CAP);
         assert_eq!(step, Step::Wait);
-        assert!(line.expect("logged").contains("left to the operator"));
+        let line = change.expect("reported").to_string();
+        assert!(line.contains("left to the operator"), "{line}");
         for i in 1..10 {
-            let (step, line) = t.on_probe(&ready(), t0 + CONFIRM * i, CAP);
+            let (step, change) = t.on_probe(&ready(), t0 + CONFIRM * i, CAP);
             assert_eq!(step, Step::Wait);
-            assert!(line.is_none(), "logged once per change");
+            assert!(change.is_none(), "reported once per change");
         }
     }
 
@@ -370,7 +434,7 @@ mod tests {
         let mut t = Tracked::new(t0, false, true);
         let down = Probe::Unreachable("refused".into());
         assert!(t.on_probe(&down, t0, CAP).1.is_some());
-        assert!(t.on_probe(&down, t0, CAP).1.is_none(), "logged once");
+        assert!(t.on_probe(&down, t0, CAP).1.is_none(), "reported once");
         assert_eq!(t.on_probe(&ready(), t0, CAP).0, Step::Wait);
         assert_eq!(t.next_probe, t0 + CONFIRM);
         assert_eq!(t.on_probe(&ready(), t0 + CONFIRM / 2, CAP).0, Step::Wait);
@@ -383,9 +447,10 @@ mod tests {
         let mut t = Tracked::new(t0, true, false);
         assert_eq!(t.on_probe(&ready(), t0, CAP).0, Step::Wait);
         let refused = Probe::Refused("another array".into());
-        let (step, line) = t.on_probe(&refused, t0 + CONFIRM, CAP);
+        let (step, change) = t.on_probe(&refused, t0 + CONFIRM, CAP);
         assert_eq!(step, Step::Wait);
-        assert!(line.expect("logged").contains("another array"));
+        let line = change.expect("reported").to_string();
+        assert!(line.contains("another array"), "{line}");
         assert_eq!(t.on_probe(&ready(), t0 + CONFIRM * 2, CAP).0, Step::Wait);
         assert_eq!(t.on_probe(&ready(), t0 + CONFIRM * 3, CAP).0, Step::AddBack);
     }

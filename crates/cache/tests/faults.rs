@@ -29,7 +29,7 @@ fn config(mode: ReadAhead) -> CacheConfig {
 
 fn filled(seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
-    (0..SIZE).map(|_| rng.next() as u8).collect()
+    (0..SIZE).map(|_| rng.next_u64() as u8).collect()
 }
 
 /// Reads `[offset, offset + len)` through the cache and compares with the export below.
@@ -107,7 +107,7 @@ fn step(cache: &ReadCache<MemExport>, rng: &mut Rng, faulty: bool) {
     let result = match rng.below(10) {
         0..=4 => cache.read(offset, &mut vec![0; len as usize]),
         5..=7 => {
-            let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
             cache.write(offset, &data, false)
         }
         8 => cache.trim(offset, len),

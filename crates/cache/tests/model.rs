@@ -35,7 +35,7 @@ fn range(rng: &mut Rng, max_len: u64) -> (u64, u64) {
 }
 
 fn random_bytes(rng: &mut Rng, len: u64) -> Vec<u8> {
-    (0..len).map(|_| rng.next() as u8).collect()
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
 fn check_read(cache: &ReadCache<MemExport>, model: &[u8], offset: u64, len: u64, step: u64) {

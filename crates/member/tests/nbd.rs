@@ -8,75 +8,28 @@
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use member::{
     open, open_with, Member, NbdMember, NbdServerError, OpenOptions, RemoteOptions, SimRng,
 };
+use tempfile::TempDir;
+use testsupport::server::{nbdkit, qemu_nbd, sparse_file, unix_uri, Server};
 
-/// A server process, killed when dropped.
-struct Server {
-    child: Child,
+/// nbdkit with `args` on a socket in a new temporary directory, and an `NbdMember` on it with
+/// `remote`'s options; the directory and the server last as long as the caller keeps them.
+fn nbdkit_member(args: &[&str], remote: &RemoteOptions) -> (TempDir, Server, NbdMember) {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let server = nbdkit(&sock, args);
+    let m = NbdMember::open(&unix_uri(&sock, ""), &OpenOptions::default(), remote).unwrap();
+    (dir, server, m)
 }
 
-impl Server {
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Waits until the server wrote its pid file, which both servers do once they listen.
-fn wait_until_ready(pid_file: &Path, child: &mut Child) {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
-        if std::fs::metadata(pid_file).is_ok_and(|m| m.len() > 0) {
-            return;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "server writing {} exited early: {status}",
-                pid_file.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("server did not write {}", pid_file.display());
-}
-
-fn pid_file(sock: &Path) -> PathBuf {
-    let pid = sock.with_extension("pid");
-    let _ = std::fs::remove_file(&pid);
-    pid
-}
-
-/// Starts `nbdkit -U sock ARGS...` and waits until it accepts connections.
-fn nbdkit(sock: &Path, args: &[&str]) -> Server {
-    let _ = std::fs::remove_file(sock);
-    let pid = pid_file(sock);
-    let mut child = Command::new("nbdkit")
-        .args(["-f", "--exit-with-parent", "-P"])
-        .arg(&pid)
-        .arg("-U")
-        .arg(sock)
-        .args(args)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start nbdkit");
-    wait_until_ready(&pid, &mut child);
-    Server { child }
-}
-
-fn uri(sock: &Path, export: &str) -> String {
-    format!("nbd+unix:///{export}?socket={}", sock.display())
+fn seed() -> u64 {
+    testsupport::seed("member nbd")
 }
 
 fn remote(timeout_ms: u64) -> RemoteOptions {
@@ -84,19 +37,6 @@ fn remote(timeout_ms: u64) -> RemoteOptions {
         io_timeout: Duration::from_millis(timeout_ms),
         ..RemoteOptions::default()
     }
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("RAIDKIT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("RAIDKIT_SEED={seed}");
-    seed
 }
 
 fn random_bytes(rng: &mut SimRng, len: usize) -> Vec<u8> {
@@ -171,7 +111,7 @@ fn nbdkit_memory_over_unix_socket() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s");
     let _server = nbdkit(&sock, &["memory", "64M"]);
-    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
     assert_eq!(m.len(), 64 << 20);
     exercise(m.as_ref(), &mut SimRng::new(seed()));
 }
@@ -212,7 +152,7 @@ fn nbdkit_memory_over_tcp_ipv4_and_ipv6() {
                 Err(e) => panic!("{spec}: {e}"),
             }
         };
-        let _server = Server { child };
+        let _server = Server::adopt(child);
         assert_eq!(m.name(), spec);
         exercise(m.as_ref(), &mut SimRng::new(seed()));
     }
@@ -224,14 +164,10 @@ fn nbdkit_file_plugin_data_lands_in_the_file() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("disk.img");
-    std::fs::File::create(&file)
-        .unwrap()
-        .set_len(8 << 20)
-        .unwrap();
+    let file = sparse_file(&dir.path().join("disk.img"), 8 << 20);
     let sock = dir.path().join("s");
     let _server = nbdkit(&sock, &["file", file.to_str().unwrap()]);
-    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
     exercise(m.as_ref(), &mut SimRng::new(seed()));
     m.write_at(b"landed", 4096 * 3 + 1).unwrap();
     m.flush().unwrap();
@@ -247,34 +183,16 @@ fn qemu_nbd_named_export() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("disk.img");
-    std::fs::File::create(&file)
-        .unwrap()
-        .set_len(8 << 20)
-        .unwrap();
+    let file = sparse_file(&dir.path().join("disk.img"), 8 << 20);
     let sock = dir.path().join("q");
-    let pid = pid_file(&sock);
-    let mut child = Command::new("qemu-nbd")
-        .args([
-            "-f",
-            "raw",
-            "-x",
-            "disk one",
-            "-t",
-            "--shared=8",
-            "--pid-file",
-        ])
-        .arg(&pid)
-        .arg("-k")
-        .arg(&sock)
-        .arg(&file)
-        .spawn()
-        .unwrap();
-    wait_until_ready(&pid, &mut child);
-    let _server = Server { child };
-    let m = open(&uri(&sock, "disk%20one"), &OpenOptions::default()).unwrap();
+    let file = file.to_str().unwrap();
+    let _server = qemu_nbd(
+        &sock,
+        &["-f", "raw", "-x", "disk one", "-t", "--shared=8", file],
+    );
+    let m = open(&unix_uri(&sock, "disk%20one"), &OpenOptions::default()).unwrap();
     exercise(m.as_ref(), &mut SimRng::new(seed()));
-    let err = open(&uri(&sock, "nope"), &OpenOptions::default()).unwrap_err();
+    let err = open(&unix_uri(&sock, "nope"), &OpenOptions::default()).unwrap_err();
     assert!(err.to_string().contains("nope"), "{err}");
 }
 
@@ -287,7 +205,7 @@ fn export_name_fallback_without_fixed_newstyle() {
     let sock = dir.path().join("s");
     // Masking every global handshake flag leaves plain newstyle: only NBD_OPT_EXPORT_NAME.
     let _server = nbdkit(&sock, &["--mask-handshake=0", "memory", "4M"]);
-    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
     exercise(m.as_ref(), &mut SimRng::new(seed()));
 }
 
@@ -299,12 +217,12 @@ fn oldstyle_server_and_bad_uris_are_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s");
     let _server = nbdkit(&sock, &["-o", "memory", "4M"]);
-    let err = open(&uri(&sock, ""), &OpenOptions::default()).unwrap_err();
+    let err = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap_err();
     assert!(err.to_string().contains("oldstyle"), "{err}");
     let err = open("nbds://h/x", &OpenOptions::default()).unwrap_err();
     assert!(err.to_string().contains("TLS"), "{err}");
     let missing = dir.path().join("missing");
-    let err = open(&uri(&missing, ""), &OpenOptions::default()).unwrap_err();
+    let err = open(&unix_uri(&missing, ""), &OpenOptions::default()).unwrap_err();
     assert!(err.to_string().contains("connect"), "{err}");
 }
 
@@ -313,15 +231,10 @@ fn write_zeroes_falls_back_to_written_zeroes() {
     if !testsupport::require_tool("nbdkit") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
-    let _server = nbdkit(&sock, &["--filter=nozero", "memory", "8M", "zeromode=none"]);
-    let m = NbdMember::open(
-        &uri(&sock, ""),
-        &OpenOptions::default(),
+    let (_dir, _server, m) = nbdkit_member(
+        &["--filter=nozero", "memory", "8M", "zeromode=none"],
         &RemoteOptions::default(),
-    )
-    .unwrap();
+    );
     assert!(
         m.description().contains("written zeroes"),
         "{}",
@@ -338,8 +251,6 @@ fn min_block_size_read_modify_write_and_max_split() {
     if !testsupport::require_tool("nbdkit") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
     // The policy filter advertises these sizes and fails any request that breaks them (EINVAL).
     let args = [
         "--filter=blocksize-policy",
@@ -350,13 +261,7 @@ fn min_block_size_read_modify_write_and_max_split() {
         "blocksize-maximum=1048576",
         "blocksize-error-policy=error",
     ];
-    let _server = nbdkit(&sock, &args);
-    let m = NbdMember::open(
-        &uri(&sock, ""),
-        &OpenOptions::default(),
-        &RemoteOptions::default(),
-    )
-    .unwrap();
+    let (_dir, _server, m) = nbdkit_member(&args, &RemoteOptions::default());
     assert!(
         m.description().contains("minimum block 4096"),
         "{}",
@@ -375,17 +280,8 @@ fn concurrent_threads_share_one_connection() {
     if !testsupport::require_tool("nbdkit") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
-    let _server = nbdkit(&sock, &["memory", "64M"]);
-    let m = Arc::new(
-        NbdMember::open(
-            &uri(&sock, ""),
-            &OpenOptions::default(),
-            &RemoteOptions::default(),
-        )
-        .unwrap(),
-    );
+    let (_dir, _server, m) = nbdkit_member(&["memory", "64M"], &RemoteOptions::default());
+    let m = Arc::new(m);
     let seed = seed();
     let threads: Vec<_> = (0..8u64)
         .map(|t| {
@@ -423,7 +319,12 @@ fn killed_server_fails_every_request_quickly() {
     let args = ["--filter=delay", "memory", "8M", "rdelay=10", "wdelay=10"];
     let mut server = nbdkit(&sock, &args);
     let m = Arc::new(
-        NbdMember::open(&uri(&sock, ""), &OpenOptions::default(), &remote(30_000)).unwrap(),
+        NbdMember::open(
+            &unix_uri(&sock, ""),
+            &OpenOptions::default(),
+            &remote(30_000),
+        )
+        .unwrap(),
     );
     let readers: Vec<_> = (0..8u64)
         .map(|t| {
@@ -474,7 +375,7 @@ fn stalled_server_times_out_within_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s");
     let _server = nbdkit(&sock, &["--filter=delay", "memory", "8M", "rdelay=5"]);
-    let m = open_with(&uri(&sock, ""), &OpenOptions::default(), &remote(1000)).unwrap();
+    let m = open_with(&unix_uri(&sock, ""), &OpenOptions::default(), &remote(1000)).unwrap();
     m.write_at(&[1; 4096], 0).unwrap();
     let start = Instant::now();
     let mut buf = [0u8; 4096];
@@ -510,7 +411,7 @@ fn stalled_servers_share_the_request_deadline() {
         .collect();
     let members: Vec<_> = socks
         .iter()
-        .map(|s| open_with(&uri(s, ""), &OpenOptions::default(), &remote(1000)).unwrap())
+        .map(|s| open_with(&unix_uri(s, ""), &OpenOptions::default(), &remote(1000)).unwrap())
         .collect();
     let start = Instant::now();
     member::with_deadline(start + Duration::from_millis(1000), || {
@@ -528,7 +429,12 @@ fn stalled_servers_share_the_request_deadline() {
     );
     // Without a request deadline each request has its own full timeout.
     let start = Instant::now();
-    let m = open_with(&uri(&socks[0], ""), &OpenOptions::default(), &remote(1000)).unwrap();
+    let m = open_with(
+        &unix_uri(&socks[0], ""),
+        &OpenOptions::default(),
+        &remote(1000),
+    )
+    .unwrap();
     let mut buf = [0u8; 4096];
     assert!(m.read_at(&mut buf, 0).is_err());
     assert!(
@@ -563,7 +469,7 @@ fn server_errors_carry_errno_op_and_range() {
         &trigger_arg,
     ];
     let _server = nbdkit(&sock, &args);
-    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
     m.write_at(&[3; 4096], 8192).unwrap();
     std::fs::write(&trigger, b"").unwrap();
     let err = m.write_at(&[3; 100], 8192).unwrap_err();
@@ -596,7 +502,7 @@ fn server_eio_on_reads() {
         "error-pread-rate=1",
     ];
     let _server = nbdkit(&sock, &args);
-    let m = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
     m.write_at(&[3; 4096], 0).unwrap();
     let mut buf = [0u8; 4096];
     let err = m.read_at(&mut buf, 0).unwrap_err();
@@ -621,7 +527,7 @@ fn reconnect_after_the_server_restarts() {
         .unwrap();
     let sock = dir.path().join("s");
     let mut server = start_file_server(&sock, &file);
-    let m: Arc<dyn Member> = open(&uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m: Arc<dyn Member> = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
     m.write_at(b"before", 100).unwrap();
     m.flush().unwrap();
     server.kill();
@@ -657,7 +563,8 @@ fn requests_in_flight_stay_bounded() {
         max_in_flight: 2,
         ..RemoteOptions::default()
     };
-    let m = Arc::new(NbdMember::open(&uri(&sock, ""), &OpenOptions::default(), &opts).unwrap());
+    let m =
+        Arc::new(NbdMember::open(&unix_uri(&sock, ""), &OpenOptions::default(), &opts).unwrap());
     let start = Instant::now();
     let readers: Vec<_> = (0..6u64)
         .map(|t| {
@@ -687,28 +594,15 @@ fn qemu_nbd_with_4k_alignment() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("disk.img");
-    std::fs::File::create(&file)
-        .unwrap()
-        .set_len(8 << 20)
-        .unwrap();
+    let file = sparse_file(&dir.path().join("disk.img"), 8 << 20);
     let sock = dir.path().join("q");
-    let pid = pid_file(&sock);
     let image = format!(
         "driver=blkdebug,align=4096,image.driver=file,image.filename={}",
         file.display()
     );
-    let mut child = Command::new("qemu-nbd")
-        .args(["--image-opts", &image, "-t", "--shared=8", "--pid-file"])
-        .arg(&pid)
-        .arg("-k")
-        .arg(&sock)
-        .spawn()
-        .unwrap();
-    wait_until_ready(&pid, &mut child);
-    let _server = Server { child };
+    let _server = qemu_nbd(&sock, &["--image-opts", &image, "-t", "--shared=8"]);
     let m = NbdMember::open(
-        &uri(&sock, ""),
+        &unix_uri(&sock, ""),
         &OpenOptions::default(),
         &RemoteOptions::default(),
     )
@@ -748,7 +642,7 @@ fn server_without_flush_is_described_as_not_durable() {
     ];
     let _server = nbdkit(&sock, &args);
     let m = NbdMember::open(
-        &uri(&sock, ""),
+        &unix_uri(&sock, ""),
         &OpenOptions::default(),
         &RemoteOptions::default(),
     )
@@ -770,7 +664,7 @@ fn silent_server_times_out_the_handshake() {
     // Accepts connections (the kernel does, into the backlog) but never says anything.
     let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let start = Instant::now();
-    let err = open_with(&uri(&sock, ""), &OpenOptions::default(), &remote(300)).unwrap_err();
+    let err = open_with(&unix_uri(&sock, ""), &OpenOptions::default(), &remote(300)).unwrap_err();
     let took = start.elapsed();
     assert!(err.to_string().contains("handshake took longer"), "{err}");
     assert!(took < Duration::from_millis(1500), "{took:?}");
@@ -785,8 +679,6 @@ fn random_ops_match_a_reference_under_min_block_size() {
     if !testsupport::require_tool("nbdkit") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
     let args = [
         "--filter=blocksize-policy",
         "memory",
@@ -794,15 +686,8 @@ fn random_ops_match_a_reference_under_min_block_size() {
         "blocksize-minimum=4096",
         "blocksize-error-policy=error",
     ];
-    let _server = nbdkit(&sock, &args);
-    let m = Arc::new(
-        NbdMember::open(
-            &uri(&sock, ""),
-            &OpenOptions::default(),
-            &RemoteOptions::default(),
-        )
-        .unwrap(),
-    );
+    let (_dir, _server, m) = nbdkit_member(&args, &RemoteOptions::default());
+    let m = Arc::new(m);
     let seed = seed();
     const REGION: u64 = (1 << 20) + 1001;
     let threads: Vec<_> = (0..4u64)

@@ -9,16 +9,7 @@ use std::time::{Duration, Instant};
 use member::{FaultRule, FaultyMember, MemMember, Member, SimMember, SimRng, SECTOR_BYTES};
 
 fn seed() -> u64 {
-    let seed = std::env::var("RAIDKIT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("RAIDKIT_SEED={seed}");
-    seed
+    testsupport::seed("member simulated")
 }
 
 fn faulty() -> FaultyMember {

@@ -1,5 +1,7 @@
 //! Test support shared by the workspace's integration tests: what a test does when a tool it
-//! needs (nbdkit, qemu-io, …) is missing, or when the machine cannot run it at all.
+//! needs (nbdkit, qemu-io, …) is missing, or when the machine cannot run it at all; seeded
+//! randomness ([`Rng`], [`seed`], [`seeds`], [`SeedGuard`]: `RAIDKIT_SEED` replays); NBD servers
+//! started on Unix sockets ([`server`]).
 //!
 //! A missing tool fails the test ([`require_tool`] panics with how to install it), so a test
 //! can never pass by not running. `RAIDKIT_ALLOW_MISSING_TOOLS=1` turns that into a skip for
@@ -20,6 +22,11 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+mod seeded;
+pub mod server;
+
+pub use seeded::{given_seed, seed, seeds, Rng, SeedGuard};
 
 /// Set to `1` to skip (not fail) tests whose tools are missing.
 pub const ALLOW_MISSING_TOOLS_VAR: &str = "RAIDKIT_ALLOW_MISSING_TOOLS";

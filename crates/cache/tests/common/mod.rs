@@ -10,51 +10,7 @@ use std::time::Duration;
 
 use nbd::Export;
 
-/// SplitMix64: small, seedable, good enough for test workloads.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        assert!(n > 0);
-        self.next() % n
-    }
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
-
-/// The seeds to run: `RAIDKIT_SEED` alone if set, else `count` seeds from `base`.
-pub fn seeds(base: u64, count: u64) -> Vec<u64> {
-    match std::env::var("RAIDKIT_SEED") {
-        Ok(text) => vec![text.trim().parse().expect("RAIDKIT_SEED must be a u64")],
-        Err(_) => (base..base + count).collect(),
-    }
-}
-
-/// Prints the seed if the test panics while this is alive.
-pub struct SeedGuard(pub u64, pub &'static str);
-
-impl Drop for SeedGuard {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "{} failed with seed {}: replay with RAIDKIT_SEED={}",
-                self.1, self.0, self.0
-            );
-        }
-    }
-}
+pub use testsupport::{seeds, Rng, SeedGuard};
 
 /// An in-memory export (one mutex: every call is atomic), with optional read latency and
 /// injected failures.

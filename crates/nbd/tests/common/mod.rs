@@ -442,41 +442,12 @@ impl RawClient {
     }
 }
 
-/// The seed of a random test: `RAIDKIT_SEED` if set, else from the clock; printed so a
-/// failure can be replayed.
+/// The seed of a random test (`RAIDKIT_SEED` replays it).
 pub fn seed() -> u64 {
-    let seed = std::env::var("RAIDKIT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("RAIDKIT_SEED={seed}");
-    seed
+    testsupport::seed("nbd")
 }
 
-/// A small deterministic generator (splitmix64).
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            *b = self.next() as u8;
-        }
-    }
-}
+pub use testsupport::Rng;
 
 pub fn config(name: &str) -> ServerConfig {
     ServerConfig {

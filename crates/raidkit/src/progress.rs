@@ -11,7 +11,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use crate::admin::client::Client;
-use crate::cmd::status::{fetch, hms, human_bytes, task_line, Task};
+use crate::admin::status::wire_name;
+use volume::TaskStatus;
+
+use crate::cmd::status::{fetch, hms, human_bytes, task_line};
 
 /// Each `/v1/wait` request blocks at most this long, so the bar moves.
 const POLL_SECS: u64 = 1;
@@ -35,7 +38,7 @@ pub fn follow_with(client: &Client, label: &str, lines: bool) -> anyhow::Result<
         if !tty && !lines {
             continue;
         }
-        let Some(task) = fetch(client)?.task else {
+        let Some(task) = fetch(client)?.volume.task else {
             continue;
         };
         if tty {
@@ -52,7 +55,7 @@ pub fn follow_with(client: &Client, label: &str, lines: bool) -> anyhow::Result<
 
 /// Draws a task of this process (no server) until `done`; nothing when stdout is not a
 /// terminal.
-pub fn follow_local(task: impl Fn() -> Option<Task>, done: impl Fn() -> bool) {
+pub fn follow_local(task: impl Fn() -> Option<TaskStatus>, done: impl Fn() -> bool) {
     let tty = std::io::stdout().is_terminal();
     let mut bar: Option<ProgressBar> = None;
     while !done() {
@@ -82,13 +85,13 @@ fn new_bar(label: &str) -> ProgressBar {
 }
 
 /// Updates the bar; the first call with a known total starts drawing it.
-fn show(bar: &ProgressBar, task: &Task) {
+fn show(bar: &ProgressBar, task: &TaskStatus) {
     if task.total_bytes == 0 {
         return;
     }
     let first = bar.length().unwrap_or(0) == 0;
     let role = task.role.map(|r| format!(" role {r}")).unwrap_or_default();
-    bar.set_prefix(format!("{}{role}", task.kind));
+    bar.set_prefix(format!("{}{role}", wire_name(task.kind)));
     bar.set_length(task.total_bytes);
     bar.set_position(task.done_bytes.min(task.total_bytes));
     let eta = task.eta_secs.map(hms).unwrap_or_else(|| "?".to_string());

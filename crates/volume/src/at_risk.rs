@@ -10,20 +10,20 @@
 //! the missing members then recomputes those stripes (consistent again, holding what was
 //! reconstructed, which may still be wrong).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Most ranges listed (all are counted): a bitmap of 2^20 regions could give 2^19 ranges.
 pub const AT_RISK_RANGES_LISTED_MAX: usize = 1024;
 
 /// A range of array bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArrayRange {
     pub offset_bytes: u64,
     pub len_bytes: u64,
 }
 
 /// What a forced dirty and degraded start put at risk (see the module docs).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AtRisk {
     /// The first [`AT_RISK_RANGES_LISTED_MAX`] ranges, in order, merged (no two touch).
     pub ranges: Vec<ArrayRange>,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use engine::{MemberHealth, SyncMode};
 use layout::Level;
 use member::Member;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use ondisk::bitmap::read_image;
 
@@ -19,7 +19,7 @@ use crate::volume::{Held, MetaState, VolumeCore, VolumeError};
 use ondisk::Superblock;
 
 /// The bitmap as `status` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BitmapStatus {
     /// Array bytes per bit.
     pub region_bytes: u64,

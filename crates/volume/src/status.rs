@@ -1,14 +1,14 @@
 //! What `Volume::status` reports: plain data with stable snake_case field names (serde), for
-//! the admin endpoint and the CLI.
+//! the admin endpoint and the CLI, which encode and decode these same types (no copy to drift).
 
 use layout::Level;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use engine::FaultPolicy;
 
 /// Background I/O rate limits, per member (like md's speed_limit_min / _max).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpeedLimits {
     /// Kept even while clients are busy.
     pub min_bytes_per_sec: u64,
@@ -26,7 +26,7 @@ impl Default for SpeedLimits {
 }
 
 /// The array as /proc/mdstat would describe it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ArrayHealth {
     /// Every member in sync, no writes since the last clean close.
@@ -44,7 +44,7 @@ pub enum ArrayHealth {
 }
 
 /// One member's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MemberState {
     Active,
@@ -59,7 +59,7 @@ pub enum MemberState {
 }
 
 /// One member (or empty role) of the array.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberStatus {
     /// `None` for spares.
     pub role: Option<usize>,
@@ -84,7 +84,7 @@ pub struct MemberStatus {
 }
 
 /// The filesystem under a file member (see [`MemberStatus::filesystem`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FilesystemStatus {
     pub mount_point: String,
     pub fs_type: String,
@@ -134,7 +134,7 @@ fn mib(bytes: u64) -> String {
 }
 
 /// A kind of background work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskKind {
     Rebuild,
@@ -146,7 +146,7 @@ pub enum TaskKind {
 }
 
 /// The background work in progress.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskStatus {
     pub kind: TaskKind,
     pub role: Option<usize>,
@@ -158,7 +158,7 @@ pub struct TaskStatus {
 }
 
 /// Where a scrub found a mismatch.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MismatchLocation {
     /// RAID 5/6 stripe, RAID 1 row, RAID 10 logical chunk.
     pub stripe: u64,
@@ -175,7 +175,7 @@ pub struct MismatchLocation {
 pub const SCRUB_MISMATCHES_LISTED_MAX: usize = 100;
 
 /// The outcome of the last (or running) scrub.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScrubReport {
     pub stripes_checked: u64,
     pub mismatches: u64,
@@ -185,7 +185,7 @@ pub struct ScrubReport {
 }
 
 /// Everything `status` shows.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeStatus {
     pub name: String,
     pub uuid: Uuid,

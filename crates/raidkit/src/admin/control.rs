@@ -2,12 +2,14 @@
 
 use std::sync::Arc;
 
+use cache::CacheStats;
 use member::{OpenOptions, RemoteOptions};
 use serde_json::{json, Value};
 use volume::{SpeedLimits, Volume, VolumeError};
 
 use super::api::{ApiError, Request};
 use super::server::Control;
+use super::status::{JournalSection, Status};
 
 /// Acts on one volume; members named by `add`/`replace` are opened here, on the server, with
 /// the same options as the array's members.
@@ -15,11 +17,13 @@ pub struct VolumeControl {
     volume: Arc<Volume>,
     open: OpenOptions,
     remote: RemoteOptions,
-    sections: Vec<(&'static str, StatusSection)>,
+    journal: StatusSection<JournalSection>,
+    cache: StatusSection<CacheStats>,
 }
 
-/// A part of the status kept outside the volume (the journal, the read cache).
-pub type StatusSection = Box<dyn Fn() -> Value + Send + Sync>;
+/// A part of the status kept outside the volume (the journal, the read cache), read at each
+/// request; `None`: absent (`null` in the JSON).
+pub type StatusSection<T> = Box<dyn Fn() -> Option<T> + Send + Sync>;
 
 impl VolumeControl {
     pub fn new(volume: Arc<Volume>, open: OpenOptions, remote: RemoteOptions) -> VolumeControl {
@@ -28,25 +32,31 @@ impl VolumeControl {
             volume,
             open,
             remote,
-            sections: Vec::new(),
+            journal: Box::new(|| None),
+            cache: Box::new(|| None),
         }
     }
 
-    /// Adds `key` to the status object, with `section()`'s value at each request.
-    pub fn with_section(mut self, key: &'static str, section: StatusSection) -> VolumeControl {
-        self.sections.push((key, section));
+    /// The status's journal section, from `journal()` at each request.
+    pub fn with_journal(mut self, journal: StatusSection<JournalSection>) -> VolumeControl {
+        self.journal = journal;
+        self
+    }
+
+    /// The status's read cache section, from `cache()` at each request.
+    pub fn with_cache(mut self, cache: StatusSection<CacheStats>) -> VolumeControl {
+        self.cache = cache;
         self
     }
 
     fn status(&self) -> Result<Value, ApiError> {
-        let mut status = serde_json::to_value(self.volume.status())
-            .map_err(|e| ApiError::new(500, format!("cannot encode the status: {e}")))?;
-        if let Value::Object(fields) = &mut status {
-            for (key, section) in &self.sections {
-                fields.insert((*key).to_string(), section());
-            }
-        }
-        Ok(status)
+        let status = Status {
+            volume: self.volume.status(),
+            journal: (self.journal)(),
+            cache: (self.cache)(),
+        };
+        serde_json::to_value(status)
+            .map_err(|e| ApiError::new(500, format!("cannot encode the status: {e}")))
     }
 
     /// Opens the member `add`/`replace` names. One the array holds already (a member failed

@@ -6,6 +6,7 @@
 //! - [`server`]: binds the socket (mode 0600, removed at exit), bounds connections, body size
 //!   and time, and hands each request to a [`server::Control`] on a blocking thread.
 //! - [`control`]: [`control::VolumeControl`], the `Control` over a `volume::Volume`.
+//! - [`status`]: [`status::Status`], what `GET /v1/status` serves and the CLI reads back.
 //! - [`client`]: one request per connection from the command line, with errors that name the
 //!   socket.
 
@@ -13,3 +14,4 @@ pub mod api;
 pub mod client;
 pub mod control;
 pub mod server;
+pub mod status;

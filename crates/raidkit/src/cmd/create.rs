@@ -210,10 +210,7 @@ fn initial_sync(members: Vec<Arc<dyn Member>>, spares: Vec<Arc<dyn Member>>) -> 
     let volume = Arc::new(volume::assemble(all, &volume::AssembleOptions::default())?);
     let syncing = Arc::clone(&volume);
     let worker = std::thread::spawn(move || syncing.resync());
-    crate::progress::follow_local(
-        || volume.status().task.map(Into::into),
-        || worker.is_finished(),
-    );
+    crate::progress::follow_local(|| volume.status().task, || worker.is_finished());
     worker
         .join()
         .map_err(|_| anyhow::anyhow!("the initial sync thread panicked"))??;

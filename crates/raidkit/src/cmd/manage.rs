@@ -186,7 +186,7 @@ pub fn scrub(args: ScrubArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     crate::progress::follow(&client, if args.repair { "repair" } else { "scrub" })?;
-    match fetch(&client)?.last_scrub {
+    match fetch(&client)?.volume.last_scrub {
         Some(report) => print!("{}", scrub_report(&report)),
         None => anyhow::bail!("the scrub ended without a report (was it interrupted?)"),
     }
@@ -196,7 +196,7 @@ pub fn scrub(args: ScrubArgs) -> anyhow::Result<()> {
 pub fn speed(args: SpeedArgs) -> anyhow::Result<()> {
     let client = args.admin.client()?;
     if args.min.is_none() && args.max.is_none() {
-        let limits = fetch(&client)?.speed_limits;
+        let limits = fetch(&client)?.volume.speed_limits;
         println!(
             "speed limits: min {}/s, max {}/s per member",
             human_bytes(limits.min_bytes_per_sec),

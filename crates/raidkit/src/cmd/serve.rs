@@ -22,6 +22,7 @@ use service::reconnect::{self, Reconnector};
 use crate::admin;
 use crate::admin::control::VolumeControl;
 use crate::admin::server::{AdminSocket, Control};
+use crate::admin::status::{JournalMode, JournalSection};
 use crate::journal_args;
 
 /// NBD's registered port.
@@ -280,23 +281,24 @@ fn cached_export(
 fn journal_section(
     status: Option<::journaled::JournalStatus>,
     volatile: Option<&member::Volatile>,
-) -> serde_json::Value {
-    let Some(j) = status else {
-        return serde_json::Value::Null;
-    };
-    serde_json::json!({
-        "name": j.name,
-        "mode": if j.write_back { "write-back" } else { "write-through" },
-        "volatile": volatile.is_some(),
-        "volatile_reason": volatile.map(ToString::to_string),
-        "ring_bytes": j.stats.capacity_bytes,
-        "used_bytes": j.stats.used_bytes,
-        "write_back_record_bytes": j.stats.array_write_bytes,
-        "records_live": j.stats.records_live,
-        "commits": j.stats.commits,
-        "checkpoints": j.stats.checkpoints,
-        "pressure_applies": j.stats.pressure_applies,
-        "unapplied_bytes": j.unapplied_bytes,
+) -> Option<JournalSection> {
+    let j = status?;
+    Some(JournalSection {
+        name: j.name,
+        mode: match j.write_back {
+            true => JournalMode::WriteBack,
+            false => JournalMode::WriteThrough,
+        },
+        volatile: volatile.is_some(),
+        volatile_reason: volatile.map(ToString::to_string),
+        ring_bytes: j.stats.capacity_bytes,
+        used_bytes: j.stats.used_bytes,
+        write_back_record_bytes: j.stats.array_write_bytes,
+        records_live: j.stats.records_live,
+        commits: j.stats.commits,
+        checkpoints: j.stats.checkpoints,
+        pressure_applies: j.stats.pressure_applies,
+        unapplied_bytes: j.unapplied_bytes,
     })
 }
 
@@ -388,19 +390,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             remote_options(&args),
         );
         let cached = Arc::downgrade(&export);
-        let control = control.with_section(
-            "cache",
-            Box::new(move || match cached.upgrade() {
-                Some(cache) => serde_json::to_value(cache.stats()).unwrap_or_default(),
-                None => serde_json::Value::Null,
-            }),
-        );
+        let control = control.with_cache(Box::new(move || cached.upgrade().map(|c| c.stats())));
         let journaled = Arc::clone(&journaled);
         let volatile = args.journal.journal.as_deref().and_then(journal_volatile);
-        Arc::new(control.with_section(
-            "journal",
-            Box::new(move || journal_section(journaled.status(), volatile.as_ref())),
-        ))
+        Arc::new(control.with_journal(Box::new(move || {
+            journal_section(journaled.status(), volatile.as_ref())
+        })))
     };
     let admin_control = admin.as_ref().map(|socket| (socket, control()));
     let served = runtime.block_on(serve(

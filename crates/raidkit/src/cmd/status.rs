@@ -2,9 +2,12 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use anyhow::Context;
+use cache::CacheStats;
+use volume::{AtRisk, MemberState, MemberStatus, ScrubReport, TaskStatus};
 
 use crate::admin::client::Client;
+use crate::admin::status::{wire_name, JournalSection, Status};
 
 /// Show a running array's state (asks `raidkit serve --admin PATH`).
 ///
@@ -31,162 +34,13 @@ pub struct Args {
     watch: bool,
 }
 
-/// The status as the server sends it (see `volume::VolumeStatus`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Status {
-    pub name: String,
-    pub uuid: String,
-    pub level: String,
-    pub chunk_bytes: u64,
-    pub size_bytes: u64,
-    pub health: String,
-    pub members: Vec<MemberStatus>,
-    pub task: Option<Task>,
-    pub speed_limits: Limits,
-    pub last_scrub: Option<Scrub>,
-    pub events: u64,
-    pub unsynced_bytes: u64,
-    pub at_risk: Option<AtRiskView>,
-    /// Added by `raidkit serve` (not part of `volume::VolumeStatus`).
-    pub journal: Option<JournalView>,
-    pub cache: Option<CacheView>,
-}
-
-/// Ranges a forced dirty and degraded start put at risk (`volume::AtRisk`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct AtRiskView {
-    pub ranges: Vec<RangeView>,
-    pub ranges_count: u64,
-    pub bytes: u64,
-    pub whole_array: bool,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct RangeView {
-    pub offset_bytes: u64,
-    pub len_bytes: u64,
-}
-
 /// Ranges at risk listed in the text status (`--json` lists up to 1024).
 const AT_RISK_LISTED: usize = 16;
-
-/// The journal section of the status (see `journal_section` in serve.rs).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct JournalView {
-    pub name: String,
-    pub mode: String,
-    pub ring_bytes: u64,
-    pub used_bytes: u64,
-    pub commits: u64,
-    pub checkpoints: u64,
-    pub pressure_applies: u64,
-    pub unapplied_bytes: Option<u64>,
-    /// Its storage loses its contents at a power cut (tmpfs, a RAM disk), and why.
-    pub volatile: bool,
-    pub volatile_reason: Option<String>,
-}
-
-/// The read cache section of the status (`cache::CacheStats`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct CacheView {
-    pub hits: u64,
-    pub misses: u64,
-    pub prefetch_hits: u64,
-    pub allocated_bytes: u64,
-    pub capacity_bytes: u64,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct MemberStatus {
-    pub role: Option<usize>,
-    pub name: String,
-    pub state: String,
-    pub read_errors: u64,
-    pub write_errors: u64,
-    pub timeouts: u64,
-    pub stuck_calls: u64,
-    pub abandoned_calls: u64,
-    pub no_space_errors: u64,
-    pub filesystem: Option<FilesystemView>,
-    pub rebuild_offset_bytes: Option<u64>,
-}
-
-/// The filesystem under a file member that refused writes for lack of space.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct FilesystemView {
-    pub mount_point: String,
-    pub fs_type: String,
-    pub free_bytes: u64,
-    pub size_bytes: u64,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Task {
-    pub kind: String,
-    pub role: Option<usize>,
-    pub done_bytes: u64,
-    pub total_bytes: u64,
-    pub bytes_per_sec: u64,
-    pub eta_secs: Option<u64>,
-}
-
-impl From<volume::TaskStatus> for Task {
-    fn from(t: volume::TaskStatus) -> Task {
-        let kind = serde_json::to_value(t.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        Task {
-            kind,
-            role: t.role,
-            done_bytes: t.done_bytes,
-            total_bytes: t.total_bytes,
-            bytes_per_sec: t.bytes_per_sec,
-            eta_secs: t.eta_secs,
-        }
-    }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Limits {
-    pub min_bytes_per_sec: u64,
-    pub max_bytes_per_sec: u64,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Scrub {
-    pub stripes_checked: u64,
-    pub mismatches: u64,
-    pub repaired: u64,
-    pub first_mismatches: Vec<Mismatch>,
-    pub finished: bool,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Mismatch {
-    pub stripe: u64,
-    pub array_offset: u64,
-    pub role: usize,
-    pub member: String,
-    pub member_offset: u64,
-    pub kind: String,
-}
 
 /// Fetches and decodes the status.
 pub fn fetch(client: &Client) -> anyhow::Result<Status> {
     let value = client.get("/v1/status")?;
-    Ok(serde_json::from_value(value)?)
+    serde_json::from_value(value).context("the server's status does not decode")
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -216,9 +70,10 @@ fn watch(client: &Client) -> anyhow::Result<()> {
 pub fn mdstat(members: &[MemberStatus]) -> String {
     let roles: Vec<&MemberStatus> = members
         .iter()
-        .filter(|m| m.role.is_some() && m.state != "replacement_target")
+        .filter(|m| m.role.is_some() && m.state != MemberState::ReplacementTarget)
         .collect();
-    let in_sync = |m: &MemberStatus| m.state == "active" || m.state == "replacing";
+    let in_sync =
+        |m: &MemberStatus| matches!(m.state, MemberState::Active | MemberState::Replacing);
     let up = roles.iter().filter(|m| in_sync(m)).count();
     let letters: String = roles
         .iter()
@@ -228,14 +83,15 @@ pub fn mdstat(members: &[MemberStatus]) -> String {
 }
 
 /// The whole status as text.
-pub fn render(s: &Status) -> String {
+pub fn render(status: &Status) -> String {
+    let s = &status.volume;
     let mut out = format!(
         "{}: {}, chunk {}, {}, {} {}\n",
         s.name,
         s.level,
         human_bytes(s.chunk_bytes),
         human_bytes(s.size_bytes),
-        s.health,
+        wire_name(s.health),
         mdstat(&s.members)
     );
     out += &format!("  uuid {}, events {}\n", s.uuid, s.events);
@@ -261,10 +117,10 @@ pub fn render(s: &Status) -> String {
         human_bytes(s.speed_limits.min_bytes_per_sec),
         human_bytes(s.speed_limits.max_bytes_per_sec)
     );
-    if let Some(j) = &s.journal {
+    if let Some(j) = &status.journal {
         out += &journal_line(j);
     }
-    if let Some(c) = &s.cache {
+    if let Some(c) = &status.cache {
         out += &cache_line(c);
     }
     if let Some(scrub) = &s.last_scrub {
@@ -273,7 +129,7 @@ pub fn render(s: &Status) -> String {
     out
 }
 
-fn at_risk_lines(risk: &AtRiskView) -> String {
+fn at_risk_lines(risk: &AtRisk) -> String {
     let head = "  AT RISK: started dirty and degraded without a journal (--start-dirty-degraded): \
                 data may read back wrong in";
     if risk.whole_array {
@@ -303,11 +159,11 @@ fn at_risk_lines(risk: &AtRiskView) -> String {
     out
 }
 
-fn journal_line(j: &JournalView) -> String {
+fn journal_line(j: &JournalSection) -> String {
     let mut line = format!(
         "  journal {} ({}): {} of {} in use",
         j.name,
-        j.mode,
+        wire_name(j.mode),
         human_bytes(j.used_bytes),
         human_bytes(j.ring_bytes)
     );
@@ -328,7 +184,7 @@ fn journal_line(j: &JournalView) -> String {
     line + "\n"
 }
 
-fn cache_line(c: &CacheView) -> String {
+fn cache_line(c: &CacheStats) -> String {
     if c.capacity_bytes == 0 {
         return "  read cache: off\n".to_string();
     }
@@ -351,13 +207,13 @@ fn cache_line(c: &CacheView) -> String {
 }
 
 fn member_line(m: &MemberStatus) -> String {
-    let role = match (m.role, m.state.as_str()) {
-        (Some(r), "replacement_target") => format!("new {r}"),
+    let role = match (m.role, m.state) {
+        (Some(r), MemberState::ReplacementTarget) => format!("new {r}"),
         (Some(r), _) => format!("role {r}"),
         (None, _) => "spare".to_string(),
     };
     let name = if m.name.is_empty() { "-" } else { &m.name };
-    let mut line = format!("  {role:<7} {:<18} {name}", m.state);
+    let mut line = format!("  {role:<7} {:<18} {name}", wire_name(m.state));
     if m.role.is_some() {
         line += &format!(
             "  (errors: {} read, {} write, {} timeouts)",
@@ -403,7 +259,7 @@ fn no_space_line(m: &MemberStatus) -> String {
 }
 
 /// `rebuild role 2: 45.0% (1.2 GiB of 2.7 GiB) at 150.0 MiB/s, ETA 0:00:12`
-pub fn task_line(t: &Task) -> String {
+pub fn task_line(t: &TaskStatus) -> String {
     let role = t.role.map(|r| format!(" role {r}")).unwrap_or_default();
     let percent = if t.total_bytes == 0 {
         100.0
@@ -413,7 +269,7 @@ pub fn task_line(t: &Task) -> String {
     let eta = t.eta_secs.map(hms).unwrap_or_else(|| "unknown".to_string());
     format!(
         "{}{role}: {percent:.1}% ({} of {}) at {}/s, ETA {eta}",
-        t.kind,
+        wire_name(t.kind),
         human_bytes(t.done_bytes),
         human_bytes(t.total_bytes),
         human_bytes(t.bytes_per_sec)
@@ -421,7 +277,7 @@ pub fn task_line(t: &Task) -> String {
 }
 
 /// The scrub result, with every listed mismatch location.
-pub fn scrub_report(s: &Scrub) -> String {
+pub fn scrub_report(s: &ScrubReport) -> String {
     let state = if s.finished { "finished" } else { "running" };
     let mut out = format!(
         "  scrub ({state}): {} stripes checked, {} mismatches, {} repaired\n",
@@ -466,39 +322,43 @@ pub fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn member(role: Option<usize>, state: &str) -> MemberStatus {
-        MemberStatus {
-            role,
-            state: state.to_string(),
-            ..MemberStatus::default()
-        }
-    }
+    use crate::admin::status::tests::{bare, member};
+    use crate::admin::status::JournalMode;
+    use volume::{ArrayHealth, ArrayRange, FilesystemStatus, TaskKind};
 
     #[test]
     fn mdstat_counts_roles_in_sync() {
         let members = [
-            member(Some(0), "active"),
-            member(Some(1), "active"),
-            member(Some(2), "faulty"),
-            member(Some(3), "replacing"),
-            member(Some(3), "replacement_target"),
-            member(None, "spare"),
+            member(Some(0), "", MemberState::Active),
+            member(Some(1), "", MemberState::Active),
+            member(Some(2), "", MemberState::Faulty),
+            member(Some(3), "", MemberState::Replacing),
+            member(Some(3), "", MemberState::ReplacementTarget),
+            member(None, "", MemberState::Spare),
         ];
         assert_eq!(mdstat(&members), "[4/3] [UU_U]");
     }
 
     #[test]
     fn renders_a_degraded_array_with_a_rebuild() {
-        let json = r#"{"name":"demo","uuid":"u","level":"raid5","chunk_bytes":65536,
-          "size_bytes":3221225472,"health":"rebuilding","events":7,
-          "members":[{"role":0,"name":"a","state":"active","read_errors":0,"write_errors":0,"timeouts":0,"rebuild_offset_bytes":null},
-                     {"role":1,"name":"b","state":"rebuilding","read_errors":0,"write_errors":0,"timeouts":0,"rebuild_offset_bytes":1048576},
-                     {"role":null,"name":"c","state":"spare","read_errors":0,"write_errors":0,"timeouts":0,"rebuild_offset_bytes":null}],
-          "task":{"kind":"rebuild","role":1,"done_bytes":1048576,"total_bytes":4194304,"bytes_per_sec":1048576,"eta_secs":3},
-          "speed_limits":{"min_bytes_per_sec":1048576,"max_bytes_per_sec":209715200},
-          "last_scrub":null}"#;
-        let status: Status = serde_json::from_str(json).unwrap();
+        let mut status = bare("raid5", ArrayHealth::Rebuilding);
+        let s = &mut status.volume;
+        (s.chunk_bytes, s.size_bytes) = (65536, 3221225472);
+        let mut rebuilding = member(Some(1), "b", MemberState::Rebuilding);
+        rebuilding.rebuild_offset_bytes = Some(1048576);
+        s.members = vec![
+            member(Some(0), "a", MemberState::Active),
+            rebuilding,
+            member(None, "c", MemberState::Spare),
+        ];
+        s.task = Some(TaskStatus {
+            kind: TaskKind::Rebuild,
+            role: Some(1),
+            done_bytes: 1048576,
+            total_bytes: 4194304,
+            bytes_per_sec: 1048576,
+            eta_secs: Some(3),
+        });
         let text = render(&status);
         assert!(
             text.starts_with("demo: raid5, chunk 64.0 KiB, 3.0 GiB, rebuilding [2/1] [U_]"),
@@ -521,11 +381,18 @@ mod tests {
 
     #[test]
     fn renders_the_ranges_at_risk() {
-        let json = r#"{"name":"demo","level":"raid5","health":"degraded","members":[],
-          "at_risk":{"ranges":[{"offset_bytes":0,"len_bytes":67108864},
-            {"offset_bytes":201326592,"len_bytes":67108864}],"ranges_count":2,
-            "bytes":134217728,"whole_array":false}}"#;
-        let text = render(&serde_json::from_str(json).unwrap());
+        let mut status = bare("raid5", ArrayHealth::Degraded);
+        let range = |offset_bytes, len_bytes| ArrayRange {
+            offset_bytes,
+            len_bytes,
+        };
+        status.volume.at_risk = Some(AtRisk {
+            ranges: vec![range(0, 67108864), range(201326592, 67108864)],
+            ranges_count: 2,
+            bytes: 134217728,
+            whole_array: false,
+        });
+        let text = render(&status);
         assert!(
             text.contains("AT RISK: started dirty and degraded without a journal")
                 && text.contains("2 ranges (128.0 MiB), listed until the missing members")
@@ -533,27 +400,49 @@ mod tests {
                 && text.contains("    bytes 201326592-268435456 (64.0 MiB)\n"),
             "{text}"
         );
-        let json = r#"{"at_risk":{"ranges":[{"offset_bytes":0,"len_bytes":1048576}],
-            "ranges_count":1,"bytes":1048576,"whole_array":true}}"#;
-        let text = render(&serde_json::from_str(json).unwrap());
+        status.volume.at_risk = Some(AtRisk {
+            ranges: vec![range(0, 1048576)],
+            ranges_count: 1,
+            bytes: 1048576,
+            whole_array: true,
+        });
+        let text = render(&status);
         assert!(
             text.contains("the whole array (1.0 MiB, no write-intent"),
             "{text}"
         );
-        let text = render(&serde_json::from_str(r#"{"at_risk":null}"#).unwrap());
+        status.volume.at_risk = None;
+        let text = render(&status);
         assert!(!text.contains("AT RISK"), "{text}");
     }
 
     #[test]
     fn renders_the_journal_and_the_cache() {
-        let json = r#"{"name":"demo","level":"raid5","health":"active","members":[],
-          "journal":{"name":"/dev/shm/j","mode":"write-back","ring_bytes":268435456,
-            "used_bytes":3145728,"commits":10,"checkpoints":2,"pressure_applies":0,
-            "unapplied_bytes":1048576,"volatile":true,
-            "volatile_reason":"on tmpfs, a filesystem in RAM"},
-          "cache":{"hits":3,"misses":1,"prefetch_hits":2,"allocated_bytes":2097152,
-            "capacity_bytes":67108864}}"#;
-        let text = render(&serde_json::from_str(json).unwrap());
+        let mut status = bare("raid5", ArrayHealth::Active);
+        let mut journal = JournalSection {
+            name: "/dev/shm/j".into(),
+            mode: JournalMode::WriteBack,
+            volatile: true,
+            volatile_reason: Some("on tmpfs, a filesystem in RAM".into()),
+            ring_bytes: 268435456,
+            used_bytes: 3145728,
+            write_back_record_bytes: 0,
+            records_live: 0,
+            commits: 10,
+            checkpoints: 2,
+            pressure_applies: 0,
+            unapplied_bytes: Some(1048576),
+        };
+        status.journal = Some(journal.clone());
+        status.cache = Some(CacheStats {
+            hits: 3,
+            misses: 1,
+            prefetch_hits: 2,
+            allocated_bytes: 2097152,
+            capacity_bytes: 67108864,
+            ..CacheStats::default()
+        });
+        let text = render(&status);
         assert!(
             text.contains(
                 "journal /dev/shm/j (write-back): 3.0 MiB of 256.0 MiB in use, 1.0 MiB not yet \
@@ -569,10 +458,22 @@ mod tests {
             ),
             "{text}"
         );
-        let json = r#"{"journal":{"name":"j","mode":"write-through","ring_bytes":1048576,
-          "used_bytes":0,"pressure_applies":4,"unapplied_bytes":null},
-          "cache":{"capacity_bytes":0}}"#;
-        let text = render(&serde_json::from_str(json).unwrap());
+        journal = JournalSection {
+            name: "j".into(),
+            mode: JournalMode::WriteThrough,
+            volatile: false,
+            volatile_reason: None,
+            ring_bytes: 1048576,
+            used_bytes: 0,
+            commits: 0,
+            checkpoints: 0,
+            pressure_applies: 4,
+            unapplied_bytes: None,
+            ..journal
+        };
+        status.journal = Some(journal);
+        status.cache = Some(CacheStats::default());
+        let text = render(&status);
         assert!(
             text.contains("journal j (write-through): 0 B of 1.0 MiB in use, 0 commits"),
             "{text}"
@@ -581,32 +482,21 @@ mod tests {
         assert!(text.contains("4 applies under ring pressure"), "{text}");
         assert!(text.contains("read cache: off"), "{text}");
     }
-}
-
-#[cfg(test)]
-mod no_space_tests {
-    use super::*;
 
     #[test]
     fn a_member_out_of_space_names_its_filesystem() {
-        let mut status = Status {
-            name: "a".into(),
-            unsynced_bytes: 3 << 20,
-            ..Status::default()
-        };
-        status.members.push(MemberStatus {
-            role: Some(1),
-            name: "/mnt/t/m1".into(),
-            state: "active".into(),
-            no_space_errors: 7,
-            filesystem: Some(FilesystemView {
-                mount_point: "/mnt/t".into(),
-                fs_type: "tmpfs".into(),
-                free_bytes: 0,
-                size_bytes: 200 << 20,
-            }),
-            ..MemberStatus::default()
+        let mut status = bare("raid5", ArrayHealth::Active);
+        status.volume.name = "a".into();
+        status.volume.unsynced_bytes = 3 << 20;
+        let mut full = member(Some(1), "/mnt/t/m1", MemberState::Active);
+        full.no_space_errors = 7;
+        full.filesystem = Some(FilesystemStatus {
+            mount_point: "/mnt/t".into(),
+            fs_type: "tmpfs".into(),
+            free_bytes: 0,
+            size_bytes: 200 << 20,
         });
+        status.volume.members.push(full);
         let text = render(&status);
         assert!(
             text.contains("out of space: 7 writes refused (not a fault); filesystem /mnt/t (tmpfs) has 0 B free of 200.0 MiB"),

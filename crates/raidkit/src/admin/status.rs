@@ -1,0 +1,262 @@
+//! [`Status`]: what `GET /v1/status` serves. The server encodes it and the CLI decodes it, one
+//! type on both sides (the volume's own [`VolumeStatus`] and the cache's [`CacheStats`] are the
+//! library's types, not copies), so a field added on one side cannot be lost on the other.
+
+use cache::CacheStats;
+use serde::{Deserialize, Serialize};
+use volume::VolumeStatus;
+
+/// The volume's status with the sections `raidkit serve` keeps outside the volume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Its fields are the top level of the JSON object.
+    #[serde(flatten)]
+    pub volume: VolumeStatus,
+    /// The attached journal; `null` without one.
+    pub journal: Option<JournalSection>,
+    /// The read cache's counters (capacity 0: the cache is off).
+    pub cache: Option<CacheStats>,
+}
+
+/// The journal section of the status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalSection {
+    /// The journal member as given by the user.
+    pub name: String,
+    pub mode: JournalMode,
+    /// Its storage loses its contents at a power cut (tmpfs, a RAM disk), and why.
+    pub volatile: bool,
+    pub volatile_reason: Option<String>,
+    pub ring_bytes: u64,
+    pub used_bytes: u64,
+    pub write_back_record_bytes: u64,
+    pub records_live: u64,
+    pub commits: u64,
+    pub checkpoints: u64,
+    /// Applies forced by a full ring (a larger journal would avoid them).
+    pub pressure_applies: u64,
+    /// Write-back: acknowledged bytes not yet written to the members.
+    pub unapplied_bytes: Option<u64>,
+}
+
+/// What the journal logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JournalMode {
+    /// Parity-level stripe writes, before they reach the members (closes the write hole).
+    WriteThrough,
+    /// Client writes, acknowledged once logged and applied to the members later.
+    WriteBack,
+}
+
+/// The name the JSON gives a unit enum value (`MemberState::ReplacementTarget` →
+/// `replacement_target`), for text that must match it.
+pub fn wire_name(value: impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        other => panic!("not a unit enum value: {other:?}"),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use volume::{
+        ArrayHealth, ArrayRange, AtRisk, BitmapStatus, FilesystemStatus, MemberState, MemberStatus,
+        MismatchLocation, ScrubReport, SpeedLimits, TaskKind, TaskStatus,
+    };
+
+    /// A member with no errors and nothing optional.
+    pub(crate) fn member(role: Option<usize>, name: &str, state: MemberState) -> MemberStatus {
+        MemberStatus {
+            role,
+            name: name.to_string(),
+            state,
+            read_errors: 0,
+            write_errors: 0,
+            timeouts: 0,
+            no_space_errors: 0,
+            stuck_calls: 0,
+            abandoned_calls: 0,
+            filesystem: None,
+            rebuild_offset_bytes: None,
+        }
+    }
+
+    /// The array "demo" with no members, no optional part and no section.
+    pub(crate) fn bare(level: &str, health: ArrayHealth) -> Status {
+        Status {
+            volume: VolumeStatus {
+                name: "demo".into(),
+                uuid: Default::default(),
+                level: level.into(),
+                chunk_bytes: 65536,
+                size_bytes: 3 << 30,
+                health,
+                members: Vec::new(),
+                task: None,
+                speed_limits: SpeedLimits::default(),
+                last_scrub: None,
+                events: 7,
+                bitmap: None,
+                unsynced_bytes: 0,
+                at_risk: None,
+            },
+            journal: None,
+            cache: None,
+        }
+    }
+
+    /// A status with every optional part present and every list non-empty.
+    pub(crate) fn full() -> Status {
+        let member = |role, name: &str, state| MemberStatus {
+            read_errors: 1,
+            write_errors: 2,
+            timeouts: 3,
+            no_space_errors: 4,
+            stuck_calls: 5,
+            abandoned_calls: 6,
+            filesystem: Some(FilesystemStatus {
+                mount_point: "/mnt/t".into(),
+                fs_type: "tmpfs".into(),
+                free_bytes: 7,
+                size_bytes: 8,
+            }),
+            rebuild_offset_bytes: Some(9),
+            ..member(role, name, state)
+        };
+        Status {
+            volume: VolumeStatus {
+                name: "demo".into(),
+                uuid: "6f1c2a4e-0b7d-4c1e-9d2a-3b5f7e9a1c20".parse().unwrap(),
+                level: "raid6".into(),
+                chunk_bytes: 65536,
+                size_bytes: 3 << 30,
+                health: ArrayHealth::Rebuilding,
+                members: vec![
+                    member(Some(0), "a", MemberState::Active),
+                    member(Some(1), "b", MemberState::Replacing),
+                    // No spare: its role is null.
+                    member(Some(1), "c", MemberState::ReplacementTarget),
+                ],
+                task: Some(TaskStatus {
+                    kind: TaskKind::Replace,
+                    role: Some(1),
+                    done_bytes: 1 << 20,
+                    total_bytes: 4 << 20,
+                    bytes_per_sec: 1 << 20,
+                    eta_secs: Some(3),
+                }),
+                speed_limits: SpeedLimits::default(),
+                last_scrub: Some(ScrubReport {
+                    stripes_checked: 10,
+                    mismatches: 2,
+                    repaired: 1,
+                    first_mismatches: vec![MismatchLocation {
+                        stripe: 4,
+                        array_offset: 1 << 18,
+                        role: 2,
+                        member: "a".into(),
+                        member_offset: 4096,
+                        kind: "q".into(),
+                    }],
+                    finished: true,
+                }),
+                events: 7,
+                bitmap: Some(BitmapStatus {
+                    region_bytes: 1 << 26,
+                    regions: 48,
+                    dirty_regions: 2,
+                    resync_pending_regions: 1,
+                    block_writes: 11,
+                }),
+                unsynced_bytes: 3 << 20,
+                at_risk: Some(AtRisk {
+                    ranges: vec![ArrayRange {
+                        offset_bytes: 0,
+                        len_bytes: 1 << 26,
+                    }],
+                    ranges_count: 1,
+                    bytes: 1 << 26,
+                    whole_array: false,
+                }),
+            },
+            journal: Some(JournalSection {
+                name: "/dev/shm/j".into(),
+                mode: JournalMode::WriteBack,
+                volatile: true,
+                volatile_reason: Some("on tmpfs, a filesystem in RAM".into()),
+                ring_bytes: 256 << 20,
+                used_bytes: 3 << 20,
+                write_back_record_bytes: 12,
+                records_live: 13,
+                commits: 10,
+                checkpoints: 2,
+                pressure_applies: 14,
+                unapplied_bytes: Some(1 << 20),
+            }),
+            cache: Some(CacheStats {
+                hits: 3,
+                misses: 1,
+                prefetch_hits: 2,
+                allocated_bytes: 2 << 20,
+                capacity_bytes: 64 << 20,
+                ..CacheStats::default()
+            }),
+        }
+    }
+
+    /// Every object field is present and not null, every list is non-empty.
+    fn assert_populated(value: &serde_json::Value, at: &str) {
+        match value {
+            serde_json::Value::Null => panic!("{at} is null: populate it in `full`"),
+            serde_json::Value::Array(items) => {
+                assert!(!items.is_empty(), "{at} is empty: populate it in `full`");
+                items.iter().for_each(|v| assert_populated(v, at));
+            }
+            serde_json::Value::Object(fields) => fields
+                .iter()
+                .for_each(|(k, v)| assert_populated(v, &format!("{at}.{k}"))),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn a_full_status_round_trips_through_the_served_json() {
+        let status = full();
+        let served = serde_json::to_value(&status).unwrap();
+        assert_populated(&served, "status");
+        // The volume's fields are the top level, beside the two sections.
+        assert_eq!(served["name"], "demo");
+        assert_eq!(served["members"][2]["state"], "replacement_target");
+        assert_eq!(served["journal"]["mode"], "write-back");
+        assert_eq!(served["cache"]["hits"], 3);
+        let text = serde_json::to_string(&served).unwrap();
+        let decoded: Status = serde_json::from_str(&text).unwrap();
+        assert_eq!(decoded, status);
+    }
+
+    #[test]
+    fn a_status_missing_a_field_is_refused_not_defaulted() {
+        let mut served = serde_json::to_value(full()).unwrap();
+        served.as_object_mut().unwrap().remove("events");
+        let err = serde_json::from_value::<Status>(served).unwrap_err();
+        assert!(err.to_string().contains("events"), "{err}");
+        let mut served = serde_json::to_value(full()).unwrap();
+        served["members"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("timeouts");
+        assert!(serde_json::from_value::<Status>(served).is_err());
+    }
+
+    #[test]
+    fn wire_names_are_the_json_names() {
+        assert_eq!(
+            wire_name(MemberState::ReplacementTarget),
+            "replacement_target"
+        );
+        assert_eq!(wire_name(TaskKind::InitialSync), "initial_sync");
+        assert_eq!(wire_name(JournalMode::WriteThrough), "write-through");
+    }
+}

@@ -179,10 +179,7 @@ impl Array {
     }
 
     pub(crate) fn is_mirrored(&self) -> bool {
-        matches!(
-            self.geometry.level(),
-            layout::Level::Raid1 | layout::Level::Raid10
-        )
+        self.geometry.is_mirrored()
     }
 
     /// (member, replacement) of `role`, cloned out of the slot.

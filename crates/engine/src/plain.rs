@@ -5,7 +5,7 @@
 use crate::error::IoError;
 use crate::io::MemOp;
 use crate::{Array, Discard};
-use layout::{Extent, Level, Piece};
+use layout::{Extent, Piece};
 use std::sync::atomic::Ordering;
 
 impl Array {
@@ -55,9 +55,9 @@ impl Array {
 
     /// Lock keys for mirrored levels (none for linear / RAID 0, which have one copy).
     fn mirror_keys(&self, pieces: &[Piece]) -> Vec<u64> {
-        match self.geometry.level() {
-            Level::Raid1 | Level::Raid10 => pieces.iter().map(|p| p.chunk).collect(),
-            _ => Vec::new(),
+        match self.geometry.is_mirrored() {
+            true => pieces.iter().map(|p| p.chunk).collect(),
+            false => Vec::new(),
         }
     }
 

@@ -192,16 +192,12 @@ impl Array {
     /// Stripe-lock keys of the rows of `role` in `[offset, offset+len)`.
     pub(crate) fn member_range_keys(&self, role: usize, offset: u64, len: u64) -> Vec<u64> {
         let chunk = self.geometry.chunk_bytes();
-        assert!(len > 0 && self.geometry.level() != Level::Linear);
+        assert!(len > 0);
         let first_row = offset / chunk;
         let end_row = (offset + len).div_ceil(chunk);
-        let n = self.member_count() as u64;
-        match self.geometry.level() {
-            Level::Raid10 => (first_row..end_row)
-                .map(|r| (r * n + role as u64) / 2)
-                .collect(),
-            _ => (first_row..end_row).collect(),
-        }
+        (first_row..end_row)
+            .map(|row| self.geometry.unit_of_row(role, row))
+            .collect()
     }
 
     /// What `role` should hold at `[offset, offset + buf.len())`, from the `readable` members

@@ -41,20 +41,13 @@ pub struct UnitReport {
 impl Array {
     /// Number of units a scrub or resync walks (0 for levels without redundancy).
     pub fn sync_unit_count(&self) -> u64 {
-        match self.geometry.level() {
-            Level::Raid5 | Level::Raid6 | Level::Raid1 => self.geometry.rows(),
-            Level::Raid10 => self.geometry.logical_chunk_count(),
-            Level::Linear | Level::Raid0 => 0,
-        }
+        self.geometry.sync_unit_count()
     }
 
     /// The sync units `[lo, hi)` holding array bytes `[offset, offset+len)` (`len > 0`).
     pub(crate) fn sync_units_of(&self, offset: u64, len: u64) -> (u64, u64) {
         assert!(len > 0 && self.sync_unit_count() > 0);
-        let unit_bytes = match self.geometry.level() {
-            Level::Raid5 | Level::Raid6 => self.geometry.stripe_data_bytes(),
-            _ => self.geometry.chunk_bytes(),
-        };
+        let unit_bytes = self.geometry.unit_bytes();
         let hi = (offset + len)
             .div_ceil(unit_bytes)
             .min(self.sync_unit_count());

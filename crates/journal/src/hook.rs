@@ -44,14 +44,10 @@ impl WriteLog for WriteThroughLog {
     }
 }
 
-/// [`Backing::stripe_bytes`](crate::Backing::stripe_bytes) of an array: the full-stripe data
-/// size with parity (applied runs are cut there), else the chunk.
+/// [`Backing::stripe_bytes`](crate::Backing::stripe_bytes) of an array: its unit of stripe
+/// locking (applied runs are cut there): the full-stripe data size with parity, else the chunk.
 pub fn array_stripe_bytes(array: &Array) -> u64 {
-    let geometry = array.geometry();
-    match geometry.level().has_parity() {
-        true => geometry.stripe_data_bytes(),
-        false => geometry.chunk_bytes(),
-    }
+    array.geometry().unit_bytes()
 }
 
 /// [`Backing::logged_bytes_bound`](crate::Backing::logged_bytes_bound) of an array: the ring
@@ -62,7 +58,7 @@ pub fn array_stripe_bytes(array: &Array) -> u64 {
 /// of one wrap (at most one stripe's record, which did not fit at the ring's end).
 pub fn array_logged_bytes_bound(array: &Array, offset: u64, len: u64) -> u64 {
     let geometry = array.geometry();
-    let parity = geometry.level().parity_count() as u64;
+    let parity = geometry.parity_count() as u64;
     if len == 0 || parity == 0 || !array.has_write_log() {
         return 0;
     }

@@ -31,7 +31,6 @@ use std::io;
 use std::sync::{Arc, Weak};
 
 use journal::{Backing, Journal, JournalError, Mode, ScanSummary, WriteBack, WriteThroughLog};
-use layout::Level;
 use member::Member;
 use volume::{Volume, VolumeError};
 
@@ -62,29 +61,14 @@ impl nbd::Export for VolumeExport {
         Ok(self.0.write_zeroes(offset, len)?)
     }
     fn preferred_block_size(&self) -> u32 {
-        full_stripe_bytes(
-            self.0.level(),
-            self.0.chunk_bytes(),
-            self.0.member_status().len(),
-        )
+        let bytes = self.0.geometry().full_stripe_bytes();
+        u32::try_from(bytes).unwrap_or(u32::MAX)
     }
     /// Flush flushes every member, and nothing is cached per connection: a flush on any
     /// connection covers writes completed on all of them.
     fn can_multi_conn(&self) -> bool {
         true
     }
-}
-
-/// Data bytes in one full stripe (no read-modify-write at this size); 4 KiB for the levels
-/// that never read to write (linear, RAID 1).
-pub fn full_stripe_bytes(level: Level, chunk_bytes: u64, members: usize) -> u32 {
-    let data_members = match level {
-        Level::Linear | Level::Raid1 => return 4096,
-        Level::Raid10 => (members / 2).max(1),
-        _ => members - level.parity_count(),
-    };
-    let bytes = chunk_bytes * data_members as u64;
-    u32::try_from(bytes).unwrap_or(u32::MAX)
 }
 
 /// `Volume` as the write-back cache's backing store (and replay's target for write-back

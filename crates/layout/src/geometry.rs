@@ -65,7 +65,9 @@ pub struct Extent {
     pub member_offset: u64,
 }
 
-/// Shape of an array: level, chunk size, members and their usable data sizes.
+/// Shape of an array: level, chunk size, members and their usable data sizes. What depends on
+/// the level is asked of the level's rules (`levels`); an array whose layout changes (a
+/// reshape) holds two geometries and asks the one that covers an offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Geometry {
     level: Level,
@@ -73,8 +75,8 @@ pub struct Geometry {
     member_count: usize,
     /// Per role: bytes of that member's data area the array uses.
     member_data_bytes: Vec<u64>,
-    /// Linear only: logical start of each member, plus the array size at the end.
-    linear_starts: Vec<u64>,
+    /// Concatenated levels only: logical start of each member, plus the array size at the end.
+    member_starts: Vec<u64>,
     size_bytes: u64,
 }
 
@@ -86,12 +88,13 @@ impl Geometry {
         chunk_bytes: u64,
         member_sizes: &[u64],
     ) -> Result<Geometry, LayoutError> {
+        let rules = level.rules();
         let member_count = member_sizes.len();
-        if member_count < level.min_members() {
+        if member_count < rules.min_members() {
             return Err(LayoutError::TooFewMembers {
                 level,
                 member_count,
-                min: level.min_members(),
+                min: rules.min_members(),
             });
         }
         let chunk_ok = chunk_bytes.is_power_of_two()
@@ -99,11 +102,7 @@ impl Geometry {
         if !chunk_ok {
             return Err(LayoutError::BadChunk { chunk_bytes });
         }
-        let floor = if level == Level::Linear {
-            1
-        } else {
-            chunk_bytes
-        };
+        let floor = rules.member_bytes_min(chunk_bytes);
         if let Some((role, &bytes)) = member_sizes.iter().enumerate().find(|(_, b)| **b < floor) {
             return Err(LayoutError::MemberTooSmall {
                 role,
@@ -111,17 +110,18 @@ impl Geometry {
                 chunk_bytes,
             });
         }
-        let member_data_bytes = usable_sizes(level, chunk_bytes, member_sizes);
-        let linear_starts = linear_starts(level, &member_data_bytes);
+        let member_data_bytes = rules.member_data_bytes(chunk_bytes, member_sizes);
+        assert_eq!(member_data_bytes.len(), member_count);
+        let member_starts = rules.member_starts(&member_data_bytes);
         let mut geometry = Geometry {
             level,
             chunk_bytes,
             member_count,
             member_data_bytes,
-            linear_starts,
+            member_starts,
             size_bytes: 0,
         };
-        geometry.size_bytes = geometry.compute_size_bytes();
+        geometry.size_bytes = rules.size_bytes(&geometry);
         assert!(geometry.size_bytes > 0);
         Ok(geometry)
     }
@@ -143,31 +143,30 @@ impl Geometry {
     pub fn size_bytes(&self) -> u64 {
         self.size_bytes
     }
-    /// Chunk rows per member (non-linear levels): for RAID 5/6 this is the stripe count.
+    /// Chunk rows per member (not for linear): for RAID 5/6 this is the stripe count.
     pub fn rows(&self) -> u64 {
-        assert!(self.level != Level::Linear);
+        assert!(self.member_starts.is_empty(), "linear has no rows");
         self.member_data_bytes[0] / self.chunk_bytes
     }
-    /// Logical chunks in the array (non-linear levels).
+    /// Logical chunks in the array (not for linear).
     pub fn logical_chunk_count(&self) -> u64 {
-        assert!(self.level != Level::Linear);
+        assert!(self.member_starts.is_empty(), "linear has no chunks");
         self.size_bytes / self.chunk_bytes
-    }
-
-    fn compute_size_bytes(&self) -> u64 {
-        let n = self.member_count as u64;
-        match self.level {
-            Level::Linear => self.linear_starts[self.member_count],
-            Level::Raid1 => self.member_data_bytes[0],
-            Level::Raid10 => (n * self.rows() / 2) * self.chunk_bytes,
-            other => (n - other.parity_count() as u64) * self.member_data_bytes[0],
-        }
     }
 
     /// Linear only: logical offset where `role`'s data starts.
     pub fn linear_start(&self, role: usize) -> u64 {
-        assert!(self.level == Level::Linear);
-        self.linear_starts[role]
+        assert!(
+            !self.member_starts.is_empty(),
+            "{} is not linear",
+            self.level
+        );
+        self.member_starts[role]
+    }
+
+    /// Concatenated levels: each member's logical start, then the array size.
+    pub(crate) fn member_starts(&self) -> &[u64] {
+        &self.member_starts
     }
 
     /// Where the copies of logical chunk `chunk` live (levels 0, 1, 10); member offsets are of
@@ -177,99 +176,76 @@ impl Geometry {
             chunk < self.logical_chunk_count(),
             "chunk {chunk} beyond the array"
         );
-        let n = self.member_count as u64;
-        let c = self.chunk_bytes;
-        match self.level {
-            Level::Raid0 => vec![slot_extent(chunk, n, c)],
-            Level::Raid1 => (0..self.member_count)
-                .map(|role| Extent {
-                    role,
-                    member_offset: chunk * c,
-                })
-                .collect(),
-            Level::Raid10 => vec![
-                slot_extent(2 * chunk, n, c),
-                slot_extent(2 * chunk + 1, n, c),
-            ],
-            level => panic!("chunk_copies is not defined for {level}"),
-        }
+        self.level.rules().chunk_copies(self, chunk)
     }
 
     /// Every member byte holding logical byte `offset` (all copies; for RAID 5/6 the data copy).
     pub fn locate(&self, offset: u64) -> Vec<Extent> {
         assert!(offset < self.size_bytes, "offset {offset} beyond the array");
-        if self.level == Level::Linear {
-            let role = self.linear_starts.partition_point(|&s| s <= offset) - 1;
-            return vec![Extent {
-                role,
-                member_offset: offset - self.linear_starts[role],
-            }];
-        }
-        let within = offset % self.chunk_bytes;
-        let chunk = offset / self.chunk_bytes;
-        let mut extents = if self.level.has_parity() {
-            let k = self.data_per_stripe() as u64;
-            let stripe = chunk / k;
-            vec![Extent {
-                role: self.data_role(stripe, (chunk % k) as usize),
-                member_offset: stripe * self.chunk_bytes,
-            }]
-        } else {
-            self.chunk_copies(chunk)
-        };
-        for e in &mut extents {
-            e.member_offset += within;
-        }
-        extents
+        self.level.rules().locate(self, offset)
     }
 
     /// Whether the array keeps all its data with only the members marked in `present`.
     pub fn survives(&self, present: &[bool]) -> bool {
         assert_eq!(present.len(), self.member_count);
-        let missing = present.iter().filter(|p| !**p).count();
-        match self.level {
-            Level::Linear | Level::Raid0 => missing == 0,
-            Level::Raid1 => missing < self.member_count,
-            Level::Raid5 => missing <= 1,
-            Level::Raid6 => missing <= 2,
-            Level::Raid10 => {
-                // The pattern of copy pairs repeats every `member_count` logical chunks.
-                let period = self.logical_chunk_count().min(self.member_count as u64);
-                (0..period).all(|chunk| self.chunk_copies(chunk).iter().any(|e| present[e.role]))
-            }
-        }
+        self.level.rules().survives(self, present)
     }
-}
 
-/// Slot `slot` of a near layout: member `slot mod n`, row `slot div n`.
-fn slot_extent(slot: u64, n: u64, chunk_bytes: u64) -> Extent {
-    Extent {
-        role: (slot % n) as usize,
-        member_offset: (slot / n) * chunk_bytes,
+    /// Parity blocks per stripe: 1 for RAID 5, 2 for RAID 6, 0 otherwise.
+    pub fn parity_count(&self) -> usize {
+        self.level.parity_count()
     }
-}
 
-fn usable_sizes(level: Level, chunk_bytes: u64, member_sizes: &[u64]) -> Vec<u64> {
-    if level == Level::Linear {
-        return member_sizes.to_vec();
+    /// True for the levels whose stripes carry parity (RAID 5 and 6).
+    pub fn has_parity(&self) -> bool {
+        self.parity_count() > 0
     }
-    let smallest = member_sizes.iter().copied().min().unwrap_or(0);
-    let usable = smallest / chunk_bytes * chunk_bytes;
-    vec![usable; member_sizes.len()]
-}
 
-fn linear_starts(level: Level, member_data_bytes: &[u64]) -> Vec<u64> {
-    if level != Level::Linear {
-        return Vec::new();
+    /// True for the levels that keep copies of every chunk (RAID 1 and 10).
+    pub fn is_mirrored(&self) -> bool {
+        self.level.is_mirrored()
     }
-    let mut starts = Vec::with_capacity(member_data_bytes.len() + 1);
-    let mut at = 0u64;
-    starts.push(at);
-    for &bytes in member_data_bytes {
-        at = at
-            .checked_add(bytes)
-            .expect("linear array size overflows u64");
-        starts.push(at);
+
+    /// True for the levels that can lose a member and keep their data (resync, rebuild and
+    /// scrub apply).
+    pub fn has_redundancy(&self) -> bool {
+        self.level.has_redundancy()
     }
-    starts
+
+    /// Logical bytes of one *unit*, the grain of stripe locking, resync and scrub: a stripe's
+    /// data for RAID 5/6, a chunk otherwise. Unit `u` covers logical bytes
+    /// `[u·unit_bytes, (u+1)·unit_bytes)`.
+    pub fn unit_bytes(&self) -> u64 {
+        self.level.rules().unit_bytes(self)
+    }
+
+    /// Units a scrub or resync walks (0 for levels without redundancy).
+    pub fn sync_unit_count(&self) -> u64 {
+        self.level.rules().sync_unit_count(self)
+    }
+
+    /// The unit holding row `row` (member offset / chunk) of member `role` (not for linear).
+    pub fn unit_of_row(&self, role: usize, row: u64) -> u64 {
+        assert!(role < self.member_count && row < self.rows());
+        self.level.rules().unit_of_row(self, role, row)
+    }
+
+    /// The byte range of `role`'s data area whose rows may hold logical bytes
+    /// `[offset, offset+len)` (`len > 0`); empty when none. A bound (whole rows, on every
+    /// member alike), used to resync after a member comes back.
+    pub fn member_range(&self, role: usize, offset: u64, len: u64) -> (u64, u64) {
+        assert!(len > 0 && offset + len <= self.size_bytes);
+        let (first, last) = self.level.rules().rows_of(self, offset, offset + len);
+        assert!(first <= last);
+        let member_end = self.member_data_bytes[role];
+        let lo = (first * self.chunk_bytes).min(member_end);
+        let hi = ((last + 1) * self.chunk_bytes).min(member_end);
+        (lo, hi)
+    }
+
+    /// Logical bytes of a full stripe, the preferred write size: a write of this size and
+    /// alignment reads nothing back. 4 KiB for the levels that do not stripe (linear, RAID 1).
+    pub fn full_stripe_bytes(&self) -> u64 {
+        self.level.rules().full_stripe_bytes(self)
+    }
 }

@@ -1,4 +1,4 @@
-//! RAID levels: names, aliases, member-count rules.
+//! RAID levels: names and aliases; each level's rules are its module in `levels`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -88,12 +88,13 @@ impl Level {
 
     /// Fewest members an array of this level may have.
     pub fn min_members(self) -> usize {
-        match self {
-            Level::Linear => 1,
-            Level::Raid0 | Level::Raid1 | Level::Raid10 => 2,
-            Level::Raid5 => 3,
-            Level::Raid6 => 4,
-        }
+        self.rules().min_members()
+    }
+
+    /// The fewest data bytes a member must have: one chunk (linear: one byte, members are
+    /// used whole).
+    pub fn member_bytes_min(self, chunk_bytes: u64) -> u64 {
+        self.rules().member_bytes_min(chunk_bytes)
     }
 
     /// Most members that may be missing from an array of `member_count` members in the best
@@ -101,27 +102,28 @@ impl Level {
     /// members is survivable is `Geometry::survives`.
     pub fn max_missing(self, member_count: usize) -> usize {
         assert!(member_count >= self.min_members());
-        match self {
-            Level::Linear | Level::Raid0 => 0,
-            Level::Raid1 => member_count - 1,
-            Level::Raid10 => member_count / 2,
-            Level::Raid5 => 1,
-            Level::Raid6 => 2,
-        }
+        self.rules().max_missing(member_count)
     }
 
     /// Parity members per stripe: 1 for RAID 5, 2 for RAID 6, 0 otherwise.
     pub fn parity_count(self) -> usize {
-        match self {
-            Level::Raid5 => 1,
-            Level::Raid6 => 2,
-            _ => 0,
-        }
+        self.rules().parity_count()
     }
 
     /// True for the levels whose stripes carry parity (RAID 5 and 6).
     pub fn has_parity(self) -> bool {
         self.parity_count() > 0
+    }
+
+    /// True for the levels that keep copies of every chunk (RAID 1 and 10).
+    pub fn is_mirrored(self) -> bool {
+        self.rules().is_mirrored()
+    }
+
+    /// True for the levels that can lose a member and keep their data (all but linear and
+    /// RAID 0): they resync, rebuild and scrub.
+    pub fn has_redundancy(self) -> bool {
+        self.rules().max_missing(self.min_members()) > 0
     }
 }
 

@@ -1,8 +1,12 @@
 //! Pure geometry of raidkit arrays: no I/O.
 //!
-//! - [`Level`]: the RAID levels (linear, 0, 1, 10, 5, 6), their names and member-count rules.
+//! - [`Level`]: the RAID levels (linear, 0, 1, 10, 5, 6) and their names. Each level's rules
+//!   (member counts, placement, what it survives, its stripe geometry) live in its own module
+//!   under `levels`, behind one trait; [`Level`] and [`Geometry`] ask them.
 //! - [`Geometry`]: level + chunk size + member sizes; the array size and, for each logical
-//!   byte, the member bytes that hold it ([`Geometry::locate`]).
+//!   byte, the member bytes that hold it ([`Geometry::locate`]); the unit of locking and
+//!   syncing ([`Geometry::unit_bytes`]) and the full-stripe write size
+//!   ([`Geometry::full_stripe_bytes`]).
 //! - For levels without parity, [`Geometry::pieces`] splits a range into [`Piece`]s, each
 //!   contiguous on every copy. For RAID 5/6, [`Geometry::stripes`] splits it into
 //!   [`StripeSpan`]s listing the touched data chunks, and [`Geometry::p_role`],
@@ -25,12 +29,12 @@
 
 mod geometry;
 mod level;
+mod levels;
 mod pieces;
-mod stripe;
 
 pub use geometry::{
     Extent, Geometry, LayoutError, CHUNK_BYTES_DEFAULT, CHUNK_BYTES_MAX, CHUNK_BYTES_MIN,
 };
 pub use level::{Level, ParseLevelError};
+pub use levels::{ChunkSpan, Slot, StripeSpan};
 pub use pieces::Piece;
-pub use stripe::{ChunkSpan, Slot, StripeSpan};

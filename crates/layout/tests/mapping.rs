@@ -331,3 +331,49 @@ fn stripes_split_at_stripe_boundaries_and_agree_with_locate() {
         }
     });
 }
+
+/// The stripe geometry each level's rules give: the unit of locking and syncing, the units a
+/// scrub walks, the full-stripe write size, and which unit a member row belongs to.
+#[test]
+fn stripe_geometry_per_level() {
+    let c = 64 * KIB;
+    let cases = [
+        // level, members, unit bytes, sync units, full stripe bytes
+        (Level::Linear, 3, c, 0, 4096),
+        (Level::Raid0, 3, c, 0, 3 * c),
+        (Level::Raid1, 3, c, 8, 4096),
+        (Level::Raid10, 4, c, 16, 2 * c),
+        (Level::Raid10, 5, c, 20, 2 * c),
+        (Level::Raid5, 4, 3 * c, 8, 3 * c),
+        (Level::Raid6, 5, 3 * c, 8, 3 * c),
+    ];
+    for (level, n, unit, units, full) in cases {
+        let g = Geometry::new(level, c, &vec![8 * c; n]).unwrap();
+        assert_eq!(g.unit_bytes(), unit, "{level} x{n}");
+        assert_eq!(g.sync_unit_count(), units, "{level} x{n}");
+        assert_eq!(g.full_stripe_bytes(), full, "{level} x{n}");
+        assert_eq!(g.has_redundancy(), units > 0, "{level}");
+        assert_eq!(
+            g.is_mirrored(),
+            matches!(level, Level::Raid1 | Level::Raid10)
+        );
+    }
+}
+
+/// A member row belongs to the unit whose data it holds, and `member_range` of a logical range
+/// covers every member byte that holds it.
+#[test]
+fn member_rows_map_back_to_their_units() {
+    for g in geometries().into_iter().filter(|g| g.has_redundancy()) {
+        let c = g.chunk_bytes();
+        for (e, chunk) in data_slots(&g) {
+            let unit = g.unit_of_row(e.role, e.member_offset / c);
+            assert_eq!(unit, chunk * c / g.unit_bytes(), "{g:?} {e:?}");
+            let (lo, hi) = g.member_range(e.role, chunk * c, c);
+            assert!(
+                lo <= e.member_offset && e.member_offset + c <= hi,
+                "{g:?} {e:?}"
+            );
+        }
+    }
+}

@@ -50,7 +50,8 @@ impl CreateOptions {
             data_offset_bytes: DATA_OFFSET_DEFAULT,
             spares: Vec::new(),
             assume_clean: false,
-            bitmap_region_bytes: (!matches!(level, Level::Linear | Level::Raid0))
+            bitmap_region_bytes: level
+                .has_redundancy()
                 .then_some(crate::bitmap::BITMAP_REGION_DEFAULT),
         }
     }
@@ -145,8 +146,7 @@ pub fn create(
     for sb in &mut superblocks {
         sb.set_bitmap(bitmap);
     }
-    if !zero_all && !opts.assume_clean && opts.level != Level::Linear && opts.level != Level::Raid0
-    {
+    if !zero_all && !opts.assume_clean && opts.level.has_redundancy() {
         for sb in &mut superblocks {
             sb.set_resync_offset(Some(0));
         }
@@ -169,7 +169,7 @@ fn bitmap_for(
     let Some(region) = opts.bitmap_region_bytes else {
         return Ok(None);
     };
-    if matches!(opts.level, Level::Linear | Level::Raid0) {
+    if !opts.level.has_redundancy() {
         return Err(CreateError::Invalid(format!(
             "{} keeps no redundancy: a write-intent bitmap is of no use",
             opts.level
@@ -210,7 +210,7 @@ fn check_spares(
     opts: &CreateOptions,
     geometry: &Geometry,
 ) -> Result<(), CreateError> {
-    if !spares.is_empty() && matches!(opts.level, Level::Linear | Level::Raid0) {
+    if !spares.is_empty() && !opts.level.has_redundancy() {
         return Err(CreateError::Invalid(format!(
             "{} keeps no redundancy: spares are of no use",
             opts.level
@@ -278,11 +278,8 @@ fn geometry_for(
     members: &[Arc<dyn Member>],
     opts: &CreateOptions,
 ) -> Result<Geometry, CreateError> {
-    let min_area = if opts.level == Level::Linear {
-        4096
-    } else {
-        opts.chunk_bytes
-    };
+    // One chunk, or one 4 KiB block for linear (whose members are used whole).
+    let min_area = opts.level.member_bytes_min(opts.chunk_bytes).max(4096);
     let need = opts.data_offset_bytes + min_area;
     if let Some(m) = members.iter().find(|m| m.len() < need) {
         return Err(CreateError::MemberTooSmall {

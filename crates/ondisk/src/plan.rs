@@ -625,8 +625,7 @@ fn check_survives(plan: &mut Plan, opts: &PlanOptions) -> Result<(), AssembleErr
             ));
         }
         // (Forced: the volume warns with the ranges at risk, which it reads from the bitmap.)
-    } else if sb.state == ArrayState::Dirty && sb.level != Level::Linear && sb.level != Level::Raid0
-    {
+    } else if sb.state == ArrayState::Dirty && sb.level.has_redundancy() {
         plan.warnings.push(format!(
             "array {array}: was not shut down cleanly; redundancy of stripes written at the crash may be inconsistent"
         ));

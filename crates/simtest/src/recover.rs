@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use layout::Level;
 use member::{Member, SimRng};
 use ondisk::ArrayState;
 use volume::{assemble, AssembleOptions, Volume};
@@ -169,11 +168,11 @@ fn scrub_clean(volume: &Volume, context: &str) {
 /// every single member and up to four seeded pairs. None for linear and RAID 0.
 pub fn removal_sets(shape: &Shape, seed: u64) -> Vec<Vec<usize>> {
     let n = shape.member_count();
-    let mut sets: Vec<Vec<usize>> = match shape.level {
-        Level::Linear | Level::Raid0 => return Vec::new(),
-        _ => (0..n).map(|r| vec![r]).collect(),
-    };
-    if shape.level == Level::Raid6 {
+    if !shape.level.has_redundancy() {
+        return Vec::new();
+    }
+    let mut sets: Vec<Vec<usize>> = (0..n).map(|r| vec![r]).collect();
+    if shape.level.parity_count() == 2 {
         let mut rng = SimRng::new(sub_seed(seed, 4_000));
         for _ in 0..4 {
             let a = rng.below(n as u64) as usize;

@@ -84,7 +84,7 @@ impl Shape {
     }
 
     pub fn redundant(&self) -> bool {
-        !matches!(self.level, Level::Linear | Level::Raid0)
+        self.level.has_redundancy()
     }
 }
 

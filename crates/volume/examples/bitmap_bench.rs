@@ -69,11 +69,11 @@ fn round(
     total: u64,
     bitmap: bool,
 ) -> (f64, f64) {
-    let data_per_member = match level {
-        Level::Raid1 => total,
-        Level::Raid10 => total * 2 / count as u64,
-        _ => total / (count as u64 - level.parity_count() as u64),
-    };
+    // The share of `total` each member holds, from the level's own geometry.
+    let unit = 1 << 30;
+    let g = layout::Geometry::new(level, layout::CHUNK_BYTES_DEFAULT, &vec![unit; count])
+        .expect("bench geometry");
+    let data_per_member = total * unit / g.size_bytes();
     let member_bytes = data_per_member + (3 << 20);
     let members = make_members(dir, if bitmap { "on" } else { "off" }, count, member_bytes);
     let mut opts = CreateOptions::new(level, "bench");

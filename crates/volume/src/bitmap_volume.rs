@@ -8,7 +8,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use engine::{MemberHealth, SyncMode};
-use layout::Level;
 use member::Member;
 use serde::{Deserialize, Serialize};
 
@@ -368,8 +367,6 @@ impl VolumeCore {
             return Vec::new();
         };
         let g = self.array.geometry();
-        let chunk = g.chunk_bytes();
-        let member_end = g.member_data_bytes(role);
         let mut out: Vec<(u64, u64)> = Vec::new();
         for &r in regions {
             let a = r * bitmap.region_bytes();
@@ -377,19 +374,7 @@ impl VolumeCore {
             if a >= b {
                 continue;
             }
-            let (row_lo, row_hi) = match g.level() {
-                Level::Raid5 | Level::Raid6 => {
-                    let sdb = g.stripe_data_bytes();
-                    (a / sdb, (b - 1) / sdb)
-                }
-                Level::Raid10 => {
-                    let n = g.member_count() as u64;
-                    (2 * (a / chunk) / n, (2 * ((b - 1) / chunk) + 1) / n)
-                }
-                _ => (a / chunk, (b - 1) / chunk),
-            };
-            let lo = (row_lo * chunk).min(member_end);
-            let hi = ((row_hi + 1) * chunk).min(member_end);
+            let (lo, hi) = g.member_range(role, a, b - a);
             match out.last_mut() {
                 Some(last) if last.1 >= lo => last.1 = last.1.max(hi),
                 _ if lo < hi => out.push((lo, hi)),

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::status::{
     ArrayHealth, FilesystemStatus, MemberState, MemberStatus, SpeedLimits, TaskKind, VolumeStatus,
 };
-use crate::volume::{Held, MetaState, Redundancy, VolumeCore, VolumeError};
+use crate::volume::{Held, MetaState, VolumeCore, VolumeError};
 use ondisk::{read_superblock, ReadSuperblockError};
 use ondisk::{Role, Superblock, MAX_MEMBERS};
 

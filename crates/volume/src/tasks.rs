@@ -696,11 +696,7 @@ impl VolumeCore {
 
     /// Array bytes covered by one sync unit.
     pub(crate) fn sync_unit_array_bytes(&self) -> u64 {
-        let g = self.array.geometry();
-        match self.level() {
-            layout::Level::Raid5 | layout::Level::Raid6 => g.stripe_data_bytes(),
-            _ => g.chunk_bytes(),
-        }
+        self.array.geometry().unit_bytes()
     }
 
     /// A scrub that fails (redundancy gone where a read error hit) is not retried: its report

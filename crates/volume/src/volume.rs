@@ -358,9 +358,7 @@ impl Volume {
             work: Work::new(),
             data_changed: RwLock::new(None),
             bitmap,
-            read_fixup: AtomicBool::new(
-                resync_offset.is_some() && matches!(sb.level, Level::Raid1 | Level::Raid10),
-            ),
+            read_fixup: AtomicBool::new(resync_offset.is_some() && sb.level.is_mirrored()),
             resync_progress: AtomicU64::new(resync_offset.unwrap_or(0)),
             notice: RwLock::new(None),
             no_space_noted: Mutex::new((None, 0)),
@@ -432,6 +430,10 @@ impl VolumeCore {
     /// Notes from assembly (members left out, risks taken).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+    /// The array's shape: level, chunk, members, and what depends on the level.
+    pub fn geometry(&self) -> &layout::Geometry {
+        self.array.geometry()
     }
     /// The engine array (for checks and fault injection in tests).
     pub fn array(&self) -> &Array {
@@ -934,16 +936,5 @@ impl VolumeCore {
             slot += 1;
         }
         table
-    }
-}
-
-/// Levels that keep redundancy (and so can resync, rebuild and scrub).
-pub(crate) trait Redundancy {
-    fn has_redundancy(&self) -> bool;
-}
-
-impl Redundancy for Level {
-    fn has_redundancy(&self) -> bool {
-        !matches!(self, Level::Linear | Level::Raid0)
     }
 }

@@ -492,7 +492,7 @@ fn start_reconnect(
     volume: &Arc<Volume>,
     left_out: Vec<String>,
 ) -> Option<Reconnector> {
-    let redundant = !matches!(volume.level(), Level::Linear | Level::Raid0);
+    let redundant = volume.level().has_redundancy();
     if args.read_only || args.no_reconnect || !redundant {
         return None;
     }

@@ -1,7 +1,67 @@
-//! RAID 5/6 stripes: md's left-symmetric placement of data, P and Q, and splitting a logical
-//! range into the stripes it touches.
+//! What RAID 5 and RAID 6 share: md's left-symmetric placement of data, P and Q, splitting a
+//! logical range into the stripes it touches, and the rules of a level with `parity_count`
+//! parity blocks per stripe ([`ParityStripes`]).
 
-use crate::{Geometry, Level};
+use super::LevelRules;
+use crate::{Extent, Geometry, Piece};
+
+/// The rules of a left-symmetric parity level with `parity_count` parity blocks per stripe
+/// (RAID 5: 1, RAID 6: 2): it needs two data members at least, survives the loss of any
+/// `parity_count` members, and locks, syncs and prefers writes by whole stripes.
+pub(crate) struct ParityStripes {
+    pub parity_count: usize,
+}
+
+impl LevelRules for ParityStripes {
+    fn min_members(&self) -> usize {
+        self.parity_count + 2
+    }
+
+    fn max_missing(&self, _member_count: usize) -> usize {
+        self.parity_count
+    }
+
+    fn parity_count(&self) -> usize {
+        self.parity_count
+    }
+
+    fn size_bytes(&self, g: &Geometry) -> u64 {
+        g.data_per_stripe() as u64 * g.member_data_bytes(0)
+    }
+
+    /// The data copy (parity holds no copy of a byte).
+    fn locate(&self, g: &Geometry, offset: u64) -> Vec<Extent> {
+        let chunk = offset / g.chunk_bytes();
+        let k = g.data_per_stripe() as u64;
+        let stripe = chunk / k;
+        vec![Extent {
+            role: g.data_role(stripe, (chunk % k) as usize),
+            member_offset: stripe * g.chunk_bytes() + offset % g.chunk_bytes(),
+        }]
+    }
+
+    fn piece_at(&self, g: &Geometry, at: u64, _remaining: u64, _buf_offset: u64) -> Piece {
+        panic!("{} is split into stripes, not pieces (at {at})", g.level())
+    }
+
+    fn unit_bytes(&self, g: &Geometry) -> u64 {
+        g.stripe_data_bytes()
+    }
+
+    /// A stripe is one row of every member.
+    fn sync_unit_count(&self, g: &Geometry) -> u64 {
+        g.rows()
+    }
+
+    fn rows_of(&self, g: &Geometry, offset: u64, end: u64) -> (u64, u64) {
+        let stripe_bytes = g.stripe_data_bytes();
+        (offset / stripe_bytes, (end - 1) / stripe_bytes)
+    }
+
+    fn full_stripe_bytes(&self, g: &Geometry) -> u64 {
+        g.stripe_data_bytes()
+    }
+}
 
 /// What a member holds in one stripe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,8 +127,8 @@ impl StripeSpan {
 impl Geometry {
     /// Data chunks per stripe (RAID 5: n-1, RAID 6: n-2).
     pub fn data_per_stripe(&self) -> usize {
-        assert!(self.level().has_parity());
-        self.member_count() - self.level().parity_count()
+        assert!(self.has_parity());
+        self.member_count() - self.parity_count()
     }
 
     /// Logical data bytes per stripe.
@@ -78,24 +138,21 @@ impl Geometry {
 
     /// Member holding P in `stripe`: (n-1) - (stripe mod n).
     pub fn p_role(&self, stripe: u64) -> usize {
-        assert!(self.level().has_parity());
+        assert!(self.has_parity());
         let n = self.member_count() as u64;
         (n - 1 - stripe % n) as usize
     }
 
     /// Member holding Q in `stripe` (RAID 6): the one after P.
     pub fn q_role(&self, stripe: u64) -> Option<usize> {
-        match self.level() {
-            Level::Raid6 => Some((self.p_role(stripe) + 1) % self.member_count()),
-            _ => None,
-        }
+        (self.parity_count() == 2).then(|| (self.p_role(stripe) + 1) % self.member_count())
     }
 
     /// Member holding data index `data_index` of `stripe`: (P + 1 + i) mod n for RAID 5,
     /// (P + 2 + i) mod n for RAID 6.
     pub fn data_role(&self, stripe: u64, data_index: usize) -> usize {
         assert!(data_index < self.data_per_stripe());
-        let skip = self.level().parity_count();
+        let skip = self.parity_count();
         (self.p_role(stripe) + skip + data_index) % self.member_count()
     }
 
@@ -110,13 +167,13 @@ impl Geometry {
         if self.q_role(stripe) == Some(role) {
             return Slot::Q;
         }
-        let skip = self.level().parity_count();
+        let skip = self.parity_count();
         Slot::Data((role + n - p - skip) % n)
     }
 
     /// The stripes touched by logical range `[offset, offset+len)`, in order.
     pub fn stripes(&self, offset: u64, len: u64) -> Vec<StripeSpan> {
-        assert!(self.level().has_parity());
+        assert!(self.has_parity());
         assert!(offset
             .checked_add(len)
             .is_some_and(|end| end <= self.size_bytes()));

@@ -10,19 +10,11 @@ use std::sync::{Arc, Mutex};
 use nbd::{Export, Extent};
 
 use crate::config::{CacheConfig, ConfigError, ReadAhead};
-use crate::prefetch::Pool;
+use crate::prefetch::{Pool, Shared};
 use crate::shard::Snapshot;
 use crate::stats::{add, CacheStats};
 use crate::store::Store;
 use crate::stream::Streams;
-
-/// What the workers share with the filter.
-#[derive(Debug)]
-pub(crate) struct Shared<E> {
-    pub inner: E,
-    /// `None` when the cache is disabled (pass-through).
-    pub store: Option<Store>,
-}
 
 /// Why a cache could not be built.
 #[derive(Debug)]

@@ -16,10 +16,17 @@ use std::thread::JoinHandle;
 
 use nbd::Export;
 
-use crate::filter::Shared;
 use crate::shard::Snapshot;
 use crate::stats::add;
 use crate::store::Store;
+
+/// What the workers share with the filter.
+#[derive(Debug)]
+pub(crate) struct Shared<E> {
+    pub inner: E,
+    /// `None` when the cache is disabled (pass-through).
+    pub store: Option<Store>,
+}
 
 /// Blocks to fetch.
 pub(crate) type Job = Range<u64>;

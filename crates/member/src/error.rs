@@ -26,7 +26,7 @@ pub enum MemberError {
     /// who when `/proc` tells.
     InUse {
         name: String,
-        holder: Option<crate::exclusive::Holder>,
+        holder: Option<Holder>,
     },
     /// An I/O error while opening, creating or sizing the member.
     Io {
@@ -51,7 +51,7 @@ impl fmt::Display for MemberError {
             }
             MemberError::InUse {
                 name,
-                holder: Some(crate::exclusive::Holder::ThisProcess),
+                holder: Some(Holder::ThisProcess),
             } => write!(
                 f,
                 "member {name}: is the same file or device as a member given earlier, under \
@@ -59,7 +59,7 @@ impl fmt::Display for MemberError {
             ),
             MemberError::InUse { name, holder } => {
                 write!(f, "member {name}: is in use by another array or program")?;
-                if let Some(crate::exclusive::Holder::Others(holder)) = holder {
+                if let Some(Holder::Others(holder)) = holder {
                     write!(f, " ({holder})")?;
                 }
                 write!(
@@ -117,4 +117,13 @@ pub(crate) fn annotate(name: &str, op: &str, offset: u64, len: u64, e: io::Error
         e.kind(),
         format!("member {name}: {op} of {len} bytes at offset {offset}: {e}"),
     )
+}
+
+/// Who holds a member that could not be claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// This very process: the member was given twice, under two names.
+    ThisProcess,
+    /// Others, described ("pid 123 (raidkit serve ...)", "it is mounted at /mnt").
+    Others(String),
 }

@@ -19,6 +19,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use crate::error::Holder;
 use crate::nbd::{NbdAddress, NbdTarget};
 
 /// What a member is, independent of the name it was given: two members with equal identities
@@ -95,15 +96,6 @@ pub(crate) fn lock_file(file: &File) -> io::Result<bool> {
         Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
         _ => Err(e),
     }
-}
-
-/// Who holds a member that could not be claimed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Holder {
-    /// This very process: the member was given twice, under two names.
-    ThisProcess,
-    /// Others, described ("pid 123 (raidkit serve ...)", "it is mounted at /mnt").
-    Others(String),
 }
 
 /// Who holds `path` (a member that could not be claimed), as far as `/proc` tells: for a

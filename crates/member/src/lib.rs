@@ -62,8 +62,8 @@ use std::sync::Arc;
 pub use detached::{
     carry_deadline, current_deadline, with_deadline, Detached, STUCK_MAX, WORKERS_MAX,
 };
-pub use error::{check_range, MemberError};
-pub use exclusive::{holder_of, Holder, Identity};
+pub use error::{check_range, Holder, MemberError};
+pub use exclusive::{holder_of, Identity};
 pub use faulty::{FaultControl, FaultRule, FaultyMember};
 pub use file::FileMember;
 pub use mem::MemMember;

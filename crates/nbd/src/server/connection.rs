@@ -2,54 +2,21 @@
 //! and by shutdown), then the socket goes back to blocking mode and the transmission phase
 //! runs on the connection's own request threads (see `transmission`).
 
-use std::fmt;
 use std::io;
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::watch;
 
+use super::conn_error::ConnError;
 use super::handshake::{self, Outcome};
 use super::listener::Stream;
 use super::request::Session;
 use super::shared::Shared;
 use super::transmission::{self, Socket};
-use crate::codec::DecodeError;
 
 /// Large enough for any option; bytes read past the handshake are handed to transmission.
 const HANDSHAKE_BUFFER_BYTES: usize = 64 << 10;
-
-/// Why a connection ended abnormally (logged, never shown to other clients).
-#[derive(Debug)]
-pub(crate) enum ConnError {
-    Io(io::Error),
-    Decode(DecodeError),
-    Protocol(String),
-    HandshakeTimeout,
-}
-
-impl fmt::Display for ConnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnError::Io(e) => write!(f, "I/O error: {e}"),
-            ConnError::Decode(e) => write!(f, "malformed message: {e}"),
-            ConnError::Protocol(m) => write!(f, "protocol violation: {m}"),
-            ConnError::HandshakeTimeout => write!(f, "handshake took too long"),
-        }
-    }
-}
-
-impl From<io::Error> for ConnError {
-    fn from(e: io::Error) -> Self {
-        ConnError::Io(e)
-    }
-}
-
-impl From<DecodeError> for ConnError {
-    fn from(e: DecodeError) -> Self {
-        ConnError::Decode(e)
-    }
-}
 
 /// Serves one accepted connection to the end; errors are logged here.
 pub(crate) async fn run(stream: Stream, shared: Arc<Shared>, stop: watch::Receiver<bool>) {

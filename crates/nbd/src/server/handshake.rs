@@ -4,7 +4,7 @@
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::connection::ConnError;
+use super::conn_error::ConnError;
 use super::request::{Session, BASE_ALLOCATION_ID};
 use super::shared::Shared;
 use crate::codec::consts::*;

@@ -6,6 +6,7 @@
 
 mod buffers;
 mod config;
+mod conn_error;
 mod connection;
 mod gate;
 mod handshake;

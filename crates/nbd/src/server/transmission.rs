@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{oneshot, watch};
 
 use super::buffers::Buffer;
-use super::connection::ConnError;
+use super::conn_error::ConnError;
 use super::gate::Permit;
 use super::request::{self, Command, Session};
 use super::shared::Shared;

@@ -1,0 +1,39 @@
+//! Why a connection ended abnormally: shared by the handshake, the transmission phase and the
+//! connection that runs them.
+
+use std::fmt;
+use std::io;
+
+use crate::codec::DecodeError;
+
+/// Why a connection ended abnormally (logged, never shown to other clients).
+#[derive(Debug)]
+pub(crate) enum ConnError {
+    Io(io::Error),
+    Decode(DecodeError),
+    Protocol(String),
+    HandshakeTimeout,
+}
+
+impl fmt::Display for ConnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnError::Io(e) => write!(f, "I/O error: {e}"),
+            ConnError::Decode(e) => write!(f, "malformed message: {e}"),
+            ConnError::Protocol(m) => write!(f, "protocol violation: {m}"),
+            ConnError::HandshakeTimeout => write!(f, "handshake took too long"),
+        }
+    }
+}
+
+impl From<io::Error> for ConnError {
+    fn from(e: io::Error) -> Self {
+        ConnError::Io(e)
+    }
+}
+
+impl From<DecodeError> for ConnError {
+    fn from(e: DecodeError) -> Self {
+        ConnError::Decode(e)
+    }
+}

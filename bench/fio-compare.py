@@ -31,7 +31,10 @@ unlike MB/s or IOPS it is barely moved by load from other processes.
 Usage: bench/fio-compare.py [--runtime 10] [--rounds 3] [--size 1G] [--dir /var/tmp/raidkit-bench]
                             [--raidkit target/release/raidkit] [--configs linear-file,raid0-ram4]
                             [--jobs rand-read,seq-write] [--references nbdkit,qemu-nbd]
-                            [--raidkit-arg=--cache-size=0]
+                            [--raidkit-arg=--cache-size=0] [--baseline OLD/raidkit]
+
+--baseline OLD/raidkit adds an earlier raidkit build as one more reference ("baseline"), on
+the same configuration and members of its own: a change's before/after in one run.
 """
 
 import argparse
@@ -58,7 +61,7 @@ CONFIGS = {
 }
 
 
-def start_raidkit(args, config, workdir, sock):
+def start_raidkit(args, config, workdir, sock, binary=None, name="raidkit"):
     level, kind, count, _ = CONFIGS[config]
     per_member = args.size_bytes if level == "linear" else args.size_bytes // (count - (level == "5"))
     # A little more than the working set, for the superblock area.
@@ -66,11 +69,11 @@ def start_raidkit(args, config, workdir, sock):
     if kind == "mem":
         members = [f"mem:{per_member}"] * count
     else:
-        members = [str(workdir / f"{config}-member{i}.img") for i in range(count)]
+        members = [str(workdir / f"{config}-{name}-member{i}.img") for i in range(count)]
         for m in members:
             if os.path.exists(m):
                 os.unlink(m)
-    cmd = [args.raidkit, "serve", "--create", "--level", level, "--size", str(per_member),
+    cmd = [binary or args.raidkit, "serve", "--create", "--level", level, "--size", str(per_member),
            "--name", config, "--unix", sock, *args.raidkit_arg, *members]
     return Proc(cmd, sock, ready_line="raidkit: serving"), f"nbd+unix:///{config}?socket={sock}"
 
@@ -107,7 +110,13 @@ def start_qemu_nbd(args, config, workdir, sock):
     return Proc(cmd, sock), f"nbd+unix:///?socket={sock}"
 
 
-STARTERS = {"nbdkit": start_nbdkit, "qemu-nbd": start_qemu_nbd}
+def start_baseline(args, config, workdir, sock):
+    """An earlier raidkit build (--baseline) on the same configuration: before/after figures
+    of a change, measured in one run."""
+    return start_raidkit(args, config, workdir, sock, binary=args.baseline, name="baseline")
+
+
+STARTERS = {"nbdkit": start_nbdkit, "qemu-nbd": start_qemu_nbd, "baseline": start_baseline}
 
 
 def measure(args, config, workdir, have_raidkit):
@@ -141,9 +150,10 @@ def measure(args, config, workdir, have_raidkit):
         codes = {name: proc.stop() for name, (proc, _) in servers.items()}
         for f in Path("/dev/shm").glob(f"raidkit-bench-{config}-*.img"):
             f.unlink()
-    if codes.get("raidkit", 0) != 0:
-        raise RuntimeError(f"raidkit serve exited {codes['raidkit']} after SIGTERM: "
-                           f"{''.join(servers['raidkit'][0].lines)}")
+    for name in ("raidkit", "baseline"):
+        if codes.get(name, 0) != 0:
+            raise RuntimeError(f"{name} serve exited {codes[name]} after SIGTERM: "
+                               f"{''.join(servers[name][0].lines)}")
     return results, peaks
 
 
@@ -199,6 +209,9 @@ def main():
     parser.add_argument("--raidkit-arg", action="append", default=[], metavar="ARG",
                         help="extra argument for raidkit serve (repeatable), e.g. "
                         "--raidkit-arg=--cache-size=0")
+    parser.add_argument("--baseline", metavar="RAIDKIT",
+                        help="an earlier raidkit binary, measured as one more reference "
+                        "(\"baseline\"): the ratio column then compares the two builds")
     args = parser.parse_args()
     args.size_bytes = parse_size(args.size)
     configs = [c for c in args.configs.split(",") if c]
@@ -209,9 +222,13 @@ def main():
     if unknown:
         parser.error(f"unknown configurations: {unknown}; known: {list(CONFIGS)}")
     args.references = [r for r in args.references.split(",") if r]
+    if args.baseline:
+        if not os.access(args.baseline, os.X_OK):
+            parser.error(f"--baseline {args.baseline} is not an executable")
+        args.references.append("baseline")
     if any(r not in STARTERS for r in args.references) or args.rounds < 1:
         parser.error(f"references must be among {list(STARTERS)}; rounds at least 1")
-    for tool in ("fio", *args.references):
+    for tool in ("fio", *[r for r in args.references if r != "baseline"]):
         if shutil.which(tool) is None:
             parser.error(f"{tool} is not installed (scripts/install-deps.sh installs it)")
     have_raidkit = os.access(args.raidkit, os.X_OK)

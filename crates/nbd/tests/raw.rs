@@ -45,60 +45,20 @@ fn options_are_answered_and_negotiation_goes_on() {
         ClientOption::ExtendedHeaders,
         ClientOption::Unknown(4242),
     ] {
-        let r = c.option_replies(&unsupported);
-        assert!(
-            matches!(
-                r[..],
-                [OptionReply::Error {
-                    reply_type: REP_ERR_UNSUP,
-                    ..
-                }]
-            ),
-            "{r:?}"
-        );
+        c.expect_option_error(&unsupported, REP_ERR_UNSUP);
     }
     let unknown = InfoRequest {
         name: "nope".into(),
         requests: vec![],
     };
-    let r = c.option_replies(&ClientOption::Info(unknown));
-    assert!(
-        matches!(
-            r[..],
-            [OptionReply::Error {
-                reply_type: REP_ERR_UNKNOWN,
-                ..
-            }]
-        ),
-        "{r:?}"
-    );
-    let r = c.option_replies(&ClientOption::List { has_data: true });
-    assert!(
-        matches!(
-            r[..],
-            [OptionReply::Error {
-                reply_type: REP_ERR_INVALID,
-                ..
-            }]
-        ),
-        "{r:?}"
-    );
+    c.expect_option_error(&ClientOption::Info(unknown), REP_ERR_UNKNOWN);
+    c.expect_option_error(&ClientOption::List { has_data: true }, REP_ERR_INVALID);
     // Meta contexts need structured replies first.
     let meta = MetaContextRequest {
         name: "disk0".into(),
         queries: vec!["base:allocation".into()],
     };
-    let r = c.option_replies(&ClientOption::SetMetaContext(meta.clone()));
-    assert!(
-        matches!(
-            r[..],
-            [OptionReply::Error {
-                reply_type: REP_ERR_INVALID,
-                ..
-            }]
-        ),
-        "{r:?}"
-    );
+    c.expect_option_error(&ClientOption::SetMetaContext(meta.clone()), REP_ERR_INVALID);
     assert_eq!(
         c.option_replies(&ClientOption::StructuredReply { has_data: false }),
         vec![OptionReply::Ack]

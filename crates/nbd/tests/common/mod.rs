@@ -289,6 +289,16 @@ impl RawClient {
     }
 
     /// Replies up to and including the final one (ACK or an error).
+    /// Sends `option` and asserts the server refuses it with exactly one error reply of
+    /// `reply_type`.
+    pub fn expect_option_error(&mut self, option: &ClientOption, reply_type: u32) {
+        let r = self.option_replies(option);
+        assert!(
+            matches!(r[..], [OptionReply::Error { reply_type: t, .. }] if t == reply_type),
+            "{option:?}: expected error {reply_type:#x}, got {r:?}"
+        );
+    }
+
     pub fn option_replies(&mut self, option: &ClientOption) -> Vec<OptionReply> {
         self.send_option(option);
         let mut out = Vec::new();

@@ -250,30 +250,12 @@ fn truncated_request_and_payload_close_only_that_connection() {
     let (export, server) = server(Transport::Unix);
     let mut c = server.connect();
     c.go(false, false);
-    c.send_raw(
-        &Request {
-            flags: 0,
-            kind: CMD_READ,
-            cookie: 1,
-            offset: 0,
-            length: 4,
-        }
-        .encode()[..13],
-    );
+    c.send_raw(&header(CMD_READ, 4)[..13]);
     drop(c);
     let mut c = server.connect();
     c.go(false, false);
     // A write whose payload never fully arrives must not be applied.
-    c.send_raw(
-        &Request {
-            flags: 0,
-            kind: CMD_WRITE,
-            cookie: 1,
-            offset: 0,
-            length: 8,
-        }
-        .encode(),
-    );
+    c.send_raw(&header(CMD_WRITE, 8));
     c.send_raw(b"half");
     drop(c);
     std::thread::sleep(Duration::from_millis(100));
@@ -545,16 +527,7 @@ fn shutdown_wakes_a_thread_blocked_in_a_payload_read() {
     let (export, mut server) = server(Transport::Unix);
     let mut c = server.connect();
     c.go(false, false);
-    c.send_raw(
-        &Request {
-            flags: 0,
-            kind: CMD_WRITE,
-            cookie: 1,
-            offset: 0,
-            length: 1 << 20,
-        }
-        .encode(),
-    );
+    c.send_raw(&header(CMD_WRITE, 1 << 20));
     c.send_raw(&[9u8; 4096]);
     std::thread::sleep(Duration::from_millis(50));
     let started = Instant::now();
@@ -565,4 +538,16 @@ fn shutdown_wakes_a_thread_blocked_in_a_payload_read() {
         export.bytes.lock().unwrap().iter().all(|b| *b == 0),
         "partial write applied"
     );
+}
+
+/// The header of request `kind` for `length` bytes at offset 0 (cookie 1, no flags).
+fn header(kind: u16, length: u32) -> [u8; 28] {
+    Request {
+        flags: 0,
+        kind,
+        cookie: 1,
+        offset: 0,
+        length,
+    }
+    .encode()
 }

@@ -45,8 +45,8 @@ pub struct Array {
     pub(crate) locks: StripeLocks,
     /// Per-member share of a batch from which member I/O fans out to threads.
     pub(crate) fanout_min_bytes: AtomicU64,
-    /// Issue 5's journal: RAID 5/6 member writes are logged here first (see `write_log`).
-    pub(crate) write_log: RwLock<Option<Arc<dyn crate::WriteLog>>>,
+    /// The journal RAID 5/6 member writes are logged to first (see `write_log`).
+    pub(crate) journal: RwLock<Option<Arc<journal::Journal>>>,
     /// Chunk-sized buffers for RAID 5/6 parity and stripe reads, reused across requests.
     pub(crate) scratch: ScratchPool,
     /// RAID 5/6: adjacent concurrent writes that share a stripe write it whole, once.
@@ -129,7 +129,7 @@ impl Array {
             in_flight: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             locks: StripeLocks::new(),
             fanout_min_bytes: AtomicU64::new(FANOUT_MIN_BYTES_DEFAULT),
-            write_log: RwLock::new(None),
+            journal: RwLock::new(None),
             scratch: ScratchPool::new(config.chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
             gather: Gather::new(),
             unsynced: Default::default(),

@@ -75,7 +75,6 @@ pub use scrub::{SyncMode, UnitReport};
 pub use state::{is_no_space, FaultPolicy, FaultReason, FaultStats, MemberHealth};
 pub use trust::ParityTrust;
 pub use unsynced::UNSYNCED_RANGES_MAX;
-pub use write_log::{LogTicket, LoggedOp, WriteLog};
 
 /// How a discarded range is passed to members.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -252,6 +252,12 @@ impl Record<'_> {
         align_up(HEADER_BYTES as u64 + self.payload_bytes())
     }
 
+    /// An upper bound of [`Record::ring_bytes`] for a `MemberOps` record of at most `ops`
+    /// operations writing at most `data` bytes between them.
+    pub fn member_ops_ring_bytes_max(ops: u64, data: u64) -> u64 {
+        HEADER_BYTES as u64 + 8 + ops * OP_ENTRY_BYTES as u64 + data + RECORD_ALIGN
+    }
+
     /// True for write-back records (their space is bounded separately).
     pub fn is_logical(&self) -> bool {
         matches!(self, Record::ArrayWrite { .. })

@@ -15,8 +15,10 @@
 //!   meanwhile), tracks completion and checkpoints (flush the array, advance the tail).
 //! - [`WriteBack`] over a [`Backing`]: a bounded buffer overlaid on reads, applied in the
 //!   background with contiguous writes merged.
-//! - [`WriteThroughLog`]: the `engine::WriteLog` hook (RAID 5/6 stripes logged before they are
-//!   written in place); [`recover`] replays a journal into an `engine::Array` at assembly.
+//!
+//! The journal knows nothing of arrays: `engine::Array` appends its RAID 5/6 stripes'
+//! `MemberOps` records to a [`Journal`] (calling down), and the `journaled` crate replays a
+//! journal into a volume at attach.
 //!
 //! ```
 //! use journal::{format, read_superblock, scan, Journal, Mode, Record};
@@ -40,7 +42,6 @@
 
 mod error;
 mod format;
-mod hook;
 mod scan;
 mod writeback;
 mod writer;
@@ -50,9 +51,9 @@ pub use format::{
     align_up, decode_record, Header, MemberOp, Mode, Record, Superblock, HEADER_BYTES,
     JOURNAL_VERSION, RECORD_ALIGN, RING_BYTES_MIN, RING_OFFSET, SUPERBLOCK_BYTES,
 };
-pub use hook::{array_logged_bytes_bound, array_stripe_bytes, recover, WriteThroughLog};
 pub use scan::{read_superblock, scan, ScanSummary};
 pub use writeback::{
-    replay_array_write, Backing, WriteBack, APPLY_BYTES_MAX, BUFFER_BYTES_DEFAULT,
+    replay_array_write, replay_array_writes, Backing, WriteBack, APPLY_BYTES_MAX,
+    BUFFER_BYTES_DEFAULT,
 };
 pub use writer::{format, Flusher, Journal, JournalStats, Ticket};

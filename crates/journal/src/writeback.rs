@@ -32,8 +32,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::format::Record;
+use member::Member;
+
+use crate::format::{Record, Superblock};
+use crate::scan::{scan, ScanSummary};
 use crate::writer::Journal;
+use crate::JournalError;
 
 /// Largest array write an applier issues at once.
 pub const APPLY_BYTES_MAX: u64 = 4 << 20;
@@ -50,7 +54,7 @@ pub trait Backing: Send + Sync + 'static {
     fn stripe_bytes(&self) -> u64;
     /// Ring bytes the records logged by `write(offset, data of len bytes)` can take at most
     /// (the backing's writes may be logged to this journal: RAID 5/6 with the write-through
-    /// hook); 0 when they log nothing. For an array: [`crate::array_logged_bytes_bound`].
+    /// hook); 0 when they log nothing. For an array: `engine::Array::logged_bytes_bound`.
     fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64;
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()>;
@@ -424,7 +428,7 @@ impl Shared {
                     self.retire(&mut b, &batch.parts);
                 }
                 // Not a failure of the array: keep the extents, try again later.
-                Err(e) if engine::is_no_space(&e) => {
+                Err(e) if is_no_space(&e) => {
                     b.no_space = Some((Instant::now() + NO_SPACE_RETRY, e.to_string()));
                 }
                 Err(e) => b.failed = Some(e.to_string()),
@@ -532,6 +536,15 @@ impl Shared {
     }
 }
 
+/// The array refused a write for lack of space on its members' filesystems (ENOSPC, EDQUOT):
+/// not a failure of the array.
+fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
 struct Batch {
     offset: u64,
     data: Vec<u8>,
@@ -540,6 +553,31 @@ struct Batch {
     reserved: u64,
     /// The oldest record's apply under ring pressure.
     forced: bool,
+}
+
+/// Replays every write-back (`ArrayWrite`) record of the journal on `member` onto `backing`,
+/// in sequence, as whole-stripe rewrites ([`replay_array_write`]), then flushes it. Runs after
+/// the stripes logged write-through were replayed (`engine::Array::replay_journal`, which
+/// found `summary`), so a degraded read of a stripe reconstructs from consistent parity.
+pub fn replay_array_writes(
+    member: &dyn Member,
+    sb: &Superblock,
+    summary: &ScanSummary,
+    backing: &dyn Backing,
+) -> Result<(), JournalError> {
+    if summary.array_writes == 0 {
+        return Ok(());
+    }
+    let again = scan(member, sb, |_, record| match record {
+        Record::ArrayWrite { offset, data } => replay_array_write(backing, *offset, data),
+        _ => Ok(()),
+    })?;
+    assert_eq!(&again, summary, "the journal changed during replay");
+    backing.flush().map_err(|source| JournalError::Apply {
+        name: member.name().to_string(),
+        seq: summary.next_seq,
+        source,
+    })
 }
 
 /// Replays one write-back record onto the array as whole stripes: reads the stripes the record

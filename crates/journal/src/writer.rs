@@ -48,6 +48,8 @@ pub struct JournalStats {
     pub durable_seq: u64,
     /// Write-back applies made oldest-record-first because the ring was under pressure.
     pub pressure_applies: u64,
+    /// Ring bytes of every record appended this session, the waste of wraps included.
+    pub appended_bytes: u64,
 }
 
 struct Live {
@@ -528,6 +530,7 @@ impl Shared {
             ring.logical_bytes += bytes;
         }
         ring.used_bytes += bytes;
+        ring.stats.appended_bytes += bytes;
         assert!(ring.used_bytes <= self.capacity, "ring overfilled");
         ring.head = (pos + bytes) % self.capacity;
         ring.next_seq += 1;

@@ -10,7 +10,8 @@ use std::sync::{Arc, Weak};
 use common::{pattern, seed, Rng, SimMember, World};
 use engine::{Array, ArrayConfig, Level};
 use journal::{
-    format, read_superblock, recover, Backing, Journal, Mode, WriteBack, WriteThroughLog,
+    format, read_superblock, replay_array_writes, Backing, Journal, Mode, ScanSummary, Superblock,
+    WriteBack,
 };
 use member::Member;
 
@@ -45,6 +46,26 @@ fn flusher(a: &Arc<Array>) -> journal::Flusher {
     })
 }
 
+/// A new session of the journal on `jm` (formatted in `mode`) logging `a`'s stripe writes.
+fn started(a: &Arc<Array>, jm: &Arc<dyn Member>, mode: Mode) -> Arc<Journal> {
+    let sb = format(jm.as_ref(), uuid::Uuid::new_v4(), mode).unwrap();
+    let summary = a.replay_journal(jm.as_ref(), &sb).unwrap();
+    let j = Journal::start(Arc::clone(jm), sb, &summary, flusher(a)).unwrap();
+    a.set_journal(Some(Arc::clone(&j)));
+    j
+}
+
+/// Replays the journal on `jm` into `a` as an attach does: the stripes logged write-through,
+/// then (with `backing`) the write-back records.
+fn replay(a: &Array, jm: &dyn Member, backing: Option<&dyn Backing>) -> ScanSummary {
+    let sb: Superblock = read_superblock(jm).unwrap();
+    let summary = a.replay_journal(jm, &sb).unwrap();
+    if let Some(backing) = backing {
+        replay_array_writes(jm, &sb, &summary, backing).unwrap();
+    }
+    summary
+}
+
 /// The array over `sims[..n]`, with the roles in `missing` left out.
 fn assemble(level: Level, sims: &[Arc<SimMember>], missing: &[usize]) -> Arc<Array> {
     let n = sims.len() - 1;
@@ -69,10 +90,10 @@ impl Backing for ArrayBacking {
         self.0.size_bytes()
     }
     fn stripe_bytes(&self) -> u64 {
-        journal::array_stripe_bytes(&self.0)
+        self.0.geometry().unit_bytes()
     }
     fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
-        journal::array_logged_bytes_bound(&self.0, offset, len)
+        self.0.logged_bytes_bound(offset, len)
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         Ok(self.0.read(offset, buf)?)
@@ -130,10 +151,7 @@ fn write_through_round(level: Level, seed: u64) {
         .collect();
     let a = assemble(level, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let sb = format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteThrough).unwrap();
-    let summary = recover(jm.as_ref(), &sb, &a, None).unwrap();
-    let j = Journal::start(Arc::clone(&jm), sb, &summary, flusher(&a)).unwrap();
-    a.set_write_log(Some(Arc::new(WriteThroughLog::new(Arc::clone(&j)))));
+    let j = started(&a, &jm, Mode::WriteThrough);
     let mut rng = Rng::new(seed);
     let size = a.size_bytes();
     let mut model = vec![0u8; size as usize];
@@ -155,9 +173,7 @@ fn write_through_round(level: Level, seed: u64) {
         missing.push((first + 1 + rng.below(n - 1) as usize) % n as usize);
     }
     let a = assemble(level, &crashed, &missing);
-    let jm = crashed.last().unwrap();
-    let sb = read_superblock(jm.as_ref()).unwrap();
-    recover(jm.as_ref(), &sb, &a, None).unwrap();
+    replay(&a, crashed.last().unwrap().as_ref(), None);
     check_all(
         &a,
         &model,
@@ -236,10 +252,7 @@ fn write_back_round(level: Level, seed: u64) {
         .collect();
     let a = assemble(level, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let sb = format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap();
-    let summary = recover(jm.as_ref(), &sb, &a, None).unwrap();
-    let j = Journal::start(Arc::clone(&jm), sb, &summary, flusher(&a)).unwrap();
-    a.set_write_log(Some(Arc::new(WriteThroughLog::new(Arc::clone(&j)))));
+    let j = started(&a, &jm, Mode::WriteBack);
     let wb = WriteBack::start(
         Arc::clone(&j),
         Arc::new(ArrayBacking(Arc::clone(&a))),
@@ -264,10 +277,8 @@ fn write_back_round(level: Level, seed: u64) {
     drop(wb);
     drop((a, j));
     let a = assemble(level, &crashed, &[]);
-    let jm = crashed.last().unwrap();
-    let sb = read_superblock(jm.as_ref()).unwrap();
     let backing = ArrayBacking(Arc::clone(&a));
-    recover(jm.as_ref(), &sb, &a, Some(&backing)).unwrap();
+    replay(&a, crashed.last().unwrap().as_ref(), Some(&backing));
     check_all(&a, &model, &format!("seed {seed}, {level}, after replay"));
     let report = a.check().unwrap();
     assert_eq!(
@@ -316,10 +327,7 @@ fn write_back_concurrent_writers_zeroes_and_drain() {
         .collect();
     let a = assemble(Level::Raid5, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let sb = format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap();
-    let summary = recover(jm.as_ref(), &sb, &a, None).unwrap();
-    let j = Journal::start(Arc::clone(&jm), sb, &summary, flusher(&a)).unwrap();
-    a.set_write_log(Some(Arc::new(WriteThroughLog::new(Arc::clone(&j)))));
+    let j = started(&a, &jm, Mode::WriteBack);
     let wb = Arc::new(
         WriteBack::start(
             Arc::clone(&j),
@@ -400,10 +408,7 @@ fn write_back_with_a_small_ring_never_wedges() {
         .collect();
     let a = assemble(Level::Raid6, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let sb = format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap();
-    let summary = recover(jm.as_ref(), &sb, &a, None).unwrap();
-    let j = Journal::start(Arc::clone(&jm), sb, &summary, flusher(&a)).unwrap();
-    a.set_write_log(Some(Arc::new(WriteThroughLog::new(Arc::clone(&j)))));
+    let j = started(&a, &jm, Mode::WriteBack);
     let backing = Arc::new(ArrayBacking(Arc::clone(&a)));
     let wb = Arc::new(WriteBack::start(Arc::clone(&j), backing, 1 << 20).unwrap());
     // Each writer overwrites its own slice at random, so the appliers (several at once) see
@@ -453,42 +458,7 @@ fn write_back_with_a_small_ring_never_wedges() {
     }
 }
 
-/// A write-ahead log that records nothing but the ring bytes its records would take.
-#[derive(Default)]
-struct Measuring(std::sync::Mutex<u64>);
-
-impl engine::WriteLog for Measuring {
-    fn log(&self, groups: &[Vec<engine::LoggedOp<'_>>]) -> io::Result<engine::LogTicket> {
-        let bytes: u64 = groups
-            .iter()
-            .map(|g| {
-                let ops = g
-                    .iter()
-                    .map(|op| match *op {
-                        engine::LoggedOp::Write { role, offset, data } => {
-                            journal::MemberOp::Write {
-                                role: role as u32,
-                                offset,
-                                data,
-                            }
-                        }
-                        engine::LoggedOp::Zero { role, offset, len } => journal::MemberOp::Zero {
-                            role: role as u32,
-                            offset,
-                            len,
-                        },
-                    })
-                    .collect();
-                journal::Record::MemberOps(ops).ring_bytes()
-            })
-            .sum();
-        *self.0.lock().unwrap() += bytes;
-        Ok(engine::LogTicket(0, 0))
-    }
-    fn done(&self, _: engine::LogTicket) {}
-}
-
-/// The ring space a write-back apply reserves (`array_logged_bytes_bound`) covers the
+/// The ring space a write-back apply reserves (`Array::logged_bytes_bound`) covers the
 /// write-through records the write really logs, for writes of every size and alignment
 /// (chunk and stripe straddling ones too), on RAID 5 and 6; and nothing is reserved for
 /// levels that log nothing.
@@ -499,24 +469,20 @@ fn apply_reservations_cover_the_records_logged() {
         let world = World::new();
         let sims: Vec<Arc<SimMember>> = names(level)
             .iter()
-            .map(|n| world.member(n, MEMBER_BYTES))
+            .map(|n| world.member(n, JOURNAL_BYTES))
             .collect();
         let a = assemble(level, &sims, &[]);
-        assert_eq!(
-            journal::array_logged_bytes_bound(&a, 0, 4096),
-            0,
-            "no log set"
-        );
-        let log = Arc::new(Measuring::default());
-        a.set_write_log(Some(Arc::clone(&log) as Arc<dyn engine::WriteLog>));
+        assert_eq!(a.logged_bytes_bound(0, 4096), 0, "no journal set");
+        let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
+        let j = started(&a, &jm, Mode::WriteThrough);
         let mut rng = Rng::new(base);
         for _ in 0..300 {
             let len = 1 + rng.below(5 * CHUNK);
             let offset = rng.below(a.size_bytes() - len);
-            let before = *log.0.lock().unwrap();
+            let before = j.stats().appended_bytes;
             a.write(offset, &pattern(rng.next(), len as usize)).unwrap();
-            let logged = *log.0.lock().unwrap() - before;
-            let bound = journal::array_logged_bytes_bound(&a, offset, len);
+            let logged = j.stats().appended_bytes - before;
+            let bound = a.logged_bytes_bound(offset, len);
             assert!(
                 logged > 0 && logged <= bound,
                 "seed {base}, {level}: a write of {len} bytes at {offset} logged {logged} \
@@ -527,13 +493,10 @@ fn apply_reservations_cover_the_records_logged() {
     let world = World::new();
     let sims: Vec<Arc<SimMember>> = names(Level::Raid1)
         .iter()
-        .map(|n| world.member(n, MEMBER_BYTES))
+        .map(|n| world.member(n, JOURNAL_BYTES))
         .collect();
     let a = assemble(Level::Raid1, &sims, &[]);
-    a.set_write_log(Some(Arc::new(Measuring::default())));
-    assert_eq!(
-        journal::array_logged_bytes_bound(&a, 0, 4096),
-        0,
-        "RAID 1 logs nothing"
-    );
+    let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
+    let _j = started(&a, &jm, Mode::WriteThrough);
+    assert_eq!(a.logged_bytes_bound(0, 4096), 0, "RAID 1 logs nothing");
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use engine::{Array, ArrayConfig, Level, MemberHealth};
-use journal::{format, read_superblock, recover, Backing, Journal, Mode, WriteBack};
+use journal::{format, read_superblock, replay_array_writes, Backing, Journal, Mode, WriteBack};
 use member::{FaultControl, FaultRule, FaultyMember, MemMember, Member};
 
 const CHUNK: u64 = 16 << 10;
@@ -23,10 +23,10 @@ impl Backing for ArrayBacking {
         self.0.size_bytes()
     }
     fn stripe_bytes(&self) -> u64 {
-        journal::array_stripe_bytes(&self.0)
+        self.0.geometry().unit_bytes()
     }
     fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
-        journal::array_logged_bytes_bound(&self.0, offset, len)
+        self.0.logged_bytes_bound(offset, len)
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         Ok(self.0.read(offset, buf)?)
@@ -89,7 +89,8 @@ impl Rig {
             false => read_superblock(jm.as_ref()).unwrap(),
         };
         let backing = ArrayBacking(Arc::clone(a));
-        let summary = recover(jm.as_ref(), &sb, a, Some(&backing)).unwrap();
+        let summary = a.replay_journal(jm.as_ref(), &sb).unwrap();
+        replay_array_writes(jm.as_ref(), &sb, &summary, &backing).unwrap();
         let weak: Weak<Array> = Arc::downgrade(a);
         let flusher: journal::Flusher = Arc::new(move || match weak.upgrade() {
             Some(a) => a.flush().map_err(io::Error::from),

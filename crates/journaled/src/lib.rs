@@ -30,7 +30,7 @@ use std::fmt;
 use std::io;
 use std::sync::{Arc, Weak};
 
-use journal::{Backing, Journal, JournalError, Mode, ScanSummary, WriteBack, WriteThroughLog};
+use journal::{Backing, Journal, JournalError, Mode, ScanSummary, WriteBack};
 use member::Member;
 use volume::{Volume, VolumeError};
 
@@ -82,10 +82,10 @@ impl Backing for VolumeBacking {
         self.volume.size_bytes()
     }
     fn stripe_bytes(&self) -> u64 {
-        journal::array_stripe_bytes(self.volume.array())
+        self.volume.array().geometry().unit_bytes()
     }
     fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
-        journal::array_logged_bytes_bound(self.volume.array(), offset, len)
+        self.volume.array().logged_bytes_bound(offset, len)
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         Ok(self.volume.read(offset, buf)?)
@@ -217,7 +217,13 @@ impl Journaled {
         let backing = Arc::new(VolumeBacking {
             volume: Arc::clone(volume),
         });
-        let summary = journal::recover(jm.as_ref(), &jsb, volume.array(), Some(backing.as_ref()))
+        // Replay: the stripes logged write-through first (afterwards every stripe being
+        // written at the crash is consistent), then the write-back records, through the volume.
+        let summary = volume
+            .array()
+            .replay_journal(jm.as_ref(), &jsb)
+            .map_err(AttachError::Replay)?;
+        journal::replay_array_writes(jm.as_ref(), &jsb, &summary, backing.as_ref())
             .map_err(AttachError::Replay)?;
         // Every stripe being written at a crash is consistent now: background work held back
         // for the replay (`AssembleOptions::journal_replay`) may start.
@@ -230,8 +236,7 @@ impl Journaled {
         let mode = jsb.mode;
         let j = Journal::start(jm, jsb, &summary, flusher).map_err(AttachError::Start)?;
         if volume.level().has_parity() {
-            let log = Arc::new(WriteThroughLog::new(Arc::clone(&j)));
-            volume.array().set_write_log(Some(log));
+            volume.array().set_journal(Some(Arc::clone(&j)));
         }
         if (mode == Mode::WriteBack || summary.records > 0) && !opts.read_only {
             // Acknowledged writes may sit in the journal from now on: the superblocks must
@@ -295,7 +300,7 @@ impl Journaled {
             return Ok(None);
         };
         let live = j.close()?;
-        self.volume.array().set_write_log(None);
+        self.volume.array().set_journal(None);
         Ok(Some((j.name().to_string(), live)))
     }
 }

@@ -21,6 +21,7 @@ mod resync_trust;
 mod status;
 mod tasks;
 mod volume;
+mod work;
 
 pub use assemble::assemble;
 pub use at_risk::{ArrayRange, AtRisk, AT_RISK_RANGES_LISTED_MAX};

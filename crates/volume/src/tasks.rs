@@ -1,9 +1,8 @@
-//! Background work of a volume: one worker thread that picks the most urgent task from the
-//! volume's state ([`VolumeCore::next_task`]), runs it in throttled steps, and checkpoints its
-//! progress in the superblocks so a restarted server resumes it.
-//!
-//! Priority: replace > rebuild (a recovering role, or a missing/faulty role and a spare) >
-//! resync/initial sync (all members in sync) > requested scrub.
+//! Background work of a volume: one worker thread that, whenever the state machine in `work`
+//! leaves it free, picks the most urgent task from the volume's state
+//! ([`VolumeCore::next_task`], ranked by `work::choose`: replace > rebuild > resync or initial
+//! sync > units left unsynced by a lack of space > requested scrub), runs it in throttled
+//! steps, and checkpoints its progress in the superblocks so a restarted server resumes it.
 //!
 //! Throttle ([`Pacer`], like md's speed_limit_min/max, per member): after each step of `b`
 //! bytes the next step may start `b / rate` seconds later, where `rate` is the maximum when no
@@ -11,7 +10,6 @@
 //! exceeds the maximum, and never falls below the minimum (less the step's own I/O time) even
 //! under client load.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -20,6 +18,7 @@ use engine::{MemberHealth, SyncMode};
 use crate::status::SCRUB_MISMATCHES_LISTED_MAX;
 use crate::status::{MismatchLocation, ScrubReport, SpeedLimits, TaskKind, TaskStatus};
 use crate::volume::{VolumeCore, VolumeError};
+use crate::work::{choose, Facts, Resync, Task, Worker};
 
 /// Largest step of background I/O per member.
 const STEP_BYTES_MAX: u64 = 4 << 20;
@@ -34,137 +33,6 @@ const STEP_ERRORS_MAX: u32 = 10;
 /// After a member refused a resync write for lack of space, the next try waits this long.
 const NO_SPACE_RETRY: Duration = Duration::from_secs(1);
 
-/// A unit of background work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Task {
-    Replace(usize),
-    Rebuild(usize),
-    Resync,
-    /// Units a write refused for lack of space may have half-written (`engine::unsynced`).
-    Unsynced,
-    Scrub {
-        repair: bool,
-    },
-}
-
-pub(crate) struct WorkState {
-    stop: bool,
-    paused: bool,
-    /// Held until the journal given at assembly is replayed (`hold_for_replay`): unlike
-    /// `paused`, no operator action or write lifts it, only `release_replay_hold`.
-    held_for_replay: bool,
-    busy: bool,
-    pub limits: SpeedLimits,
-    pub scrub_request: Option<bool>,
-    pub current: Option<TaskStatus>,
-    pub last_scrub: Option<ScrubReport>,
-    pub last_error: Option<String>,
-    /// No resync of unsynced units before this (a member refused one for lack of space).
-    pub unsynced_not_before: Option<Instant>,
-}
-
-/// The worker's mailbox: flags, limits and progress, with a condition variable.
-pub(crate) struct Work {
-    state: Mutex<WorkState>,
-    changed: Condvar,
-}
-
-impl Work {
-    pub(crate) fn new() -> Work {
-        Work {
-            state: Mutex::new(WorkState {
-                stop: false,
-                paused: false,
-                held_for_replay: false,
-                busy: false,
-                limits: SpeedLimits::default(),
-                scrub_request: None,
-                current: None,
-                last_scrub: None,
-                last_error: None,
-                unsynced_not_before: None,
-            }),
-            changed: Condvar::new(),
-        }
-    }
-    pub(crate) fn lock(&self) -> MutexGuard<'_, WorkState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    pub(crate) fn notify(&self) {
-        self.changed.notify_all();
-    }
-    pub(crate) fn stop(&self) {
-        self.lock().stop = true;
-        self.notify();
-    }
-    pub(crate) fn stopped(&self) -> bool {
-        self.lock().stop
-    }
-    /// Stops background work after its current step and waits for that.
-    pub(crate) fn pause(&self) {
-        let mut state = self.lock();
-        state.paused = true;
-        self.notify();
-        while state.busy {
-            state = self.wait(state, Duration::from_millis(50));
-        }
-    }
-    /// Before the worker starts: no task runs until `release_replay_hold`.
-    pub(crate) fn hold_for_replay(&self) {
-        let mut state = self.lock();
-        assert!(!state.busy, "held before the worker starts");
-        state.held_for_replay = true;
-    }
-    pub(crate) fn release_replay_hold(&self) {
-        self.lock().held_for_replay = false;
-        self.notify();
-    }
-    pub(crate) fn resume(&self) {
-        let mut state = self.lock();
-        if state.paused {
-            state.paused = false;
-            self.notify();
-        }
-    }
-    /// True when the running task should return (stop or pause requested).
-    pub(crate) fn should_yield(&self) -> bool {
-        let state = self.lock();
-        state.stop || state.paused || state.held_for_replay
-    }
-    pub(crate) fn limits(&self) -> SpeedLimits {
-        self.lock().limits
-    }
-    pub(crate) fn wait_change(&self, timeout: Duration) {
-        let state = self.lock();
-        drop(self.wait(state, timeout));
-    }
-    fn wait<'a>(
-        &self,
-        state: MutexGuard<'a, WorkState>,
-        timeout: Duration,
-    ) -> MutexGuard<'a, WorkState> {
-        self.changed
-            .wait_timeout(state, timeout)
-            .map(|(g, _)| g)
-            .unwrap_or_else(|p| p.into_inner().0)
-    }
-    pub(crate) fn is_busy(&self) -> bool {
-        self.lock().busy
-    }
-    fn set_busy(&self, busy: bool) {
-        let mut state = self.lock();
-        state.busy = busy;
-        if !busy {
-            state.current = None;
-        }
-        drop(state);
-        self.notify();
-    }
-    fn progress(&self, status: TaskStatus) {
-        self.lock().current = Some(status);
-    }
-}
-
 pub(crate) fn spawn(core: std::sync::Arc<VolumeCore>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(format!("raidkit-bg-{}", core.name()))
@@ -174,31 +42,27 @@ pub(crate) fn spawn(core: std::sync::Arc<VolumeCore>) -> JoinHandle<()> {
 
 fn worker(core: &VolumeCore) {
     loop {
-        let task = {
-            let state = core.work.lock();
-            if state.stop {
-                return;
+        match core.work.worker() {
+            Worker::Stopped => return,
+            Worker::Idle => {}
+            _ => {
+                core.work.wait_change(Duration::from_millis(200));
+                continue;
             }
-            let paused = state.paused || state.held_for_replay;
-            drop(state);
-            if paused {
-                None
-            } else {
-                core.next_task()
-            }
-        };
-        match task {
-            Some(task) => {
-                core.work.set_busy(true);
-                if let Err(e) = core.run_task(task) {
-                    core.work.lock().last_error = Some(format!("{task:?}: {e}"));
-                    // Let the state change (a settle, an operator action) before retrying.
-                    core.work.wait_change(Duration::from_millis(500));
-                }
-                core.work.set_busy(false);
-            }
-            None => core.work.wait_change(Duration::from_millis(200)),
         }
+        let Some(task) = core.next_task() else {
+            core.work.wait_change(Duration::from_millis(200));
+            continue;
+        };
+        if !core.work.start(task) {
+            continue; // paused, held or stopped since: the state decides again
+        }
+        if let Err(e) = core.run_task(task) {
+            core.work.lock().last_error = Some(format!("{task:?}: {e}"));
+            // Let the state change (a settle, an operator action) before retrying.
+            core.work.wait_change(Duration::from_millis(500));
+        }
+        core.work.finish();
     }
 }
 
@@ -321,48 +185,54 @@ impl Checkpoint {
 }
 
 impl VolumeCore {
-    /// The most urgent task the volume's state calls for, if any.
+    /// The most urgent task the volume's state calls for, if any (see [`choose`]).
     pub(crate) fn next_task(&self) -> Option<Task> {
+        choose(&self.facts())
+    }
+
+    /// What [`choose`] looks at, read from the volume's state.
+    fn facts(&self) -> Facts {
         let meta = self.lock_meta();
         let health = self.array.health_snapshot();
-        if let Some((role, _)) = &meta.replacing {
-            return Some(Task::Replace(*role));
-        }
-        if let Some(role) = health.iter().position(|h| *h == MemberHealth::Recovering) {
-            return Some(Task::Rebuild(role));
-        }
+        let recovering = health.iter().position(|h| *h == MemberHealth::Recovering);
         // A missing or faulty role with a spare big enough for it (else nothing to do: no spin).
         let unused = |h: &MemberHealth| matches!(h, MemberHealth::Faulty | MemberHealth::Missing);
         let fits = |role: usize| {
             let needed = meta.template.roles[role].data_bytes;
             meta.spares.iter().any(|h| h.sb.data_bytes >= needed)
         };
-        let waiting = (0..health.len()).find(|&r| unused(&health[r]) && fits(r));
-        if let Some(role) = waiting {
-            let present = self.array.present_snapshot();
-            if self.array.geometry().survives(&present) {
-                return Some(Task::Rebuild(role));
-            }
-        }
-        let all_in_sync = health.iter().all(|h| *h == MemberHealth::InSync);
-        if meta.resync_offset.is_some() && all_in_sync {
-            return Some(Task::Resync);
-        }
+        let spare_for = (0..health.len())
+            .find(|&r| unused(&health[r]) && fits(r))
+            .filter(|_| {
+                self.array
+                    .geometry()
+                    .survives(&self.array.present_snapshot())
+            });
+        let resync = meta.resync_offset.map(|_| match meta.resync_after_crash {
+            true => Resync::AfterCrash,
+            false => Resync::Initial,
+        });
+        let replacing = meta.replacing.as_ref().map(|(role, _)| *role);
         drop(meta);
         let work = self.work.lock();
-        let unsynced_due = work.unsynced_not_before.is_none_or(|t| Instant::now() >= t);
-        if self.array.unsynced_units() > 0 && all_in_sync && unsynced_due {
-            return Some(Task::Unsynced);
+        let retry_due = work.unsynced_not_before.is_none_or(|t| Instant::now() >= t);
+        Facts {
+            replacing,
+            recovering,
+            spare_for,
+            all_in_sync: health.iter().all(|h| *h == MemberHealth::InSync),
+            resync,
+            unsynced_due: retry_due && self.array.unsynced_units() > 0,
+            scrub: work.scrub_request,
         }
-        let repair = work.scrub_request?;
-        Some(Task::Scrub { repair })
     }
 
     fn run_task(&self, task: Task) -> Result<(), VolumeError> {
         let result = match task {
             Task::Replace(role) => self.run_replace(role),
             Task::Rebuild(role) => self.run_rebuild(role),
-            Task::Resync => self.run_resync(),
+            Task::CrashResync => self.run_resync(TaskKind::Resync),
+            Task::InitialSync => self.run_resync(TaskKind::InitialSync),
             Task::Unsynced => self.run_unsynced(),
             Task::Scrub { repair } => self.run_scrub(repair),
         };
@@ -569,21 +439,11 @@ impl VolumeCore {
         self.finish_replace(role)
     }
 
-    fn run_resync(&self) -> Result<(), VolumeError> {
+    /// The resync after a crash or the initial sync (`kind` says which, for `status`).
+    fn run_resync(&self, kind: TaskKind) -> Result<(), VolumeError> {
         let units = self.array.sync_unit_count();
         let unit_bytes = self.sync_unit_array_bytes();
-        let (start, crashed) = {
-            let meta = self.lock_meta();
-            (
-                meta.resync_offset.unwrap_or(0) / unit_bytes,
-                meta.resync_after_crash,
-            )
-        };
-        let kind = if crashed {
-            TaskKind::Resync
-        } else {
-            TaskKind::InitialSync
-        };
+        let start = self.lock_meta().resync_offset.unwrap_or(0) / unit_bytes;
         let chunk = self.chunk_bytes();
         // With a bitmap after a crash only the units of dirty regions are resynced (and all
         // from `full_from` on); progress counts those units.

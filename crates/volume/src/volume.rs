@@ -32,7 +32,7 @@ use ondisk::DirtyDegradedStart;
 use ondisk::{AssembleError, Plan, StaleMember};
 
 use crate::options::AssembleOptions;
-use crate::tasks::Work;
+use crate::work::Work;
 use ondisk::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
 use ondisk::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
 

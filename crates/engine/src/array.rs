@@ -1,4 +1,5 @@
-//! `Array`: construction, member presence, and dispatch of each request to its level family.
+//! `Array`: construction, member presence, and dispatch of each request to its level's data
+//! path (`levels`).
 
 use crate::error::{EngineError, IoError};
 use crate::gather::Gather;
@@ -28,6 +29,8 @@ pub struct ArrayConfig {
 /// many threads at once.
 pub struct Array {
     pub(crate) geometry: Geometry,
+    /// The level's data path (`levels`), chosen once from the geometry's level.
+    pub(crate) level_io: &'static dyn crate::levels::LevelIo,
     /// Per role: the member serving it and, during a replace, the member being filled.
     pub(crate) slots: Vec<RwLock<Slot>>,
     /// Per role: a [`MemberHealth`] code; changed only by `state::transition`.
@@ -110,6 +113,7 @@ impl Array {
             AtomicU8::new(h.code())
         });
         Ok(Array {
+            level_io: crate::levels::for_level(geometry.level()),
             geometry,
             slots: members
                 .into_iter()
@@ -219,13 +223,7 @@ impl Array {
             return Ok(());
         }
         self.resync_unsynced_before_read(offset, buf.len() as u64);
-        self.recovering(|| {
-            if self.geometry.level().has_parity() {
-                self.raid56_read(offset, &mut *buf)
-            } else {
-                self.plain_read(offset, &mut *buf)
-            }
-        })
+        self.recovering(|| self.level_io.read(self, offset, &mut *buf))
     }
 
     /// Writes `buf` at `offset`, keeping every copy and parity block consistent. A member that
@@ -237,11 +235,7 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
-        let result = if self.geometry.level().has_parity() {
-            self.gathered_write(offset, buf)
-        } else {
-            self.recovering(|| self.plain_write(offset, buf))
-        };
+        let result = self.level_io.write(self, offset, buf);
         self.note_failed_write(&result, offset, buf.len() as u64);
         result
     }
@@ -282,13 +276,7 @@ impl Array {
         if len == 0 {
             return Ok(());
         }
-        let result = self.recovering(|| {
-            if self.geometry.level().has_parity() {
-                self.raid56_discard(offset, len, how)
-            } else {
-                self.plain_discard(offset, len, how)
-            }
-        });
+        let result = self.recovering(|| self.level_io.discard(self, offset, len, how));
         self.note_failed_write(&result, offset, len);
         result
     }

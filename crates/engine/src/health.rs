@@ -96,7 +96,7 @@ impl Array {
                 needed_bytes,
             });
         }
-        if !self.geometry.level().has_parity() && !self.is_mirrored() {
+        if !self.geometry.has_redundancy() {
             return Err(EngineError::NoRedundancy {
                 level: self.geometry.level(),
             });
@@ -176,10 +176,6 @@ impl Array {
     /// Roles that are not readable.
     pub fn missing_roles(&self) -> Vec<usize> {
         missing_roles(&self.present_snapshot())
-    }
-
-    pub(crate) fn is_mirrored(&self) -> bool {
-        self.geometry.is_mirrored()
     }
 
     /// (member, replacement) of `role`, cloned out of the slot.

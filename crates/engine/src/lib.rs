@@ -19,10 +19,13 @@
 //!   the RAID 5/6 stripes whose parity may disagree with their data; writes there regenerate
 //!   parity from the data (never read-modify-write), so they survive a member loss.
 //!
-//! Inside: `plain` serves linear/0/1/10, `raid56` serves RAID 5/6 (stripe plans choosing
-//! read-modify-write or reconstruct-write), `locks` is the bounded stripe-lock table, `io`
-//! the one place member I/O happens (fanned out over members in parallel), `recover`
-//! reconstruction from redundancy, `scrub` the per-unit check/repair/resync.
+//! Inside: each level's data path is a `LevelIo` (`levels`), chosen once from the level:
+//! `levels::single_copy` (linear, RAID 0) and `levels::mirror` (RAID 1, 10) over `plain`,
+//! the pieces path; `raid56` (RAID 5, 6: stripe plans choosing read-modify-write or
+//! reconstruct-write, stripe check and reconstruction). `locks` is the bounded stripe-lock
+//! table, `io` the one place member I/O happens (fanned out over members in parallel),
+//! `recover` read-error repair, rebuild and replace, `scrub` the per-unit
+//! check/repair/resync.
 //!
 //! ```
 //! use engine::{Array, ArrayConfig};
@@ -51,6 +54,7 @@ mod error;
 mod gather;
 mod health;
 mod io;
+mod levels;
 mod locks;
 mod plain;
 mod raid56;

@@ -1,6 +1,7 @@
-//! Levels without parity: linear, RAID 0, RAID 1 and RAID 10. Reads go to one copy (spread
-//! over mirrors by fewest requests in flight, then by chunk number); writes go to every present
-//! copy, under the chunk's lock so concurrent writers leave the mirrors identical.
+//! The pieces path of the levels without parity (linear, RAID 0, RAID 1 and RAID 10; their
+//! `LevelIo` defaults, see `levels`). Reads go to one copy (spread over mirrors by fewest
+//! requests in flight, then by chunk number); writes go to every present copy, under the
+//! chunk's lock for mirrors so concurrent writers leave the copies identical.
 
 use crate::error::IoError;
 use crate::io::MemOp;

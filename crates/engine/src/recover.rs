@@ -6,25 +6,16 @@
 //! - [`Array::rebuild_step`] fills a recovering member, [`Array::replace_step`] copies a member
 //!   onto its replacement; both work on member ranges under the stripe locks of those rows, so
 //!   client I/O continues around them.
+//! - [`Array::reconstruct`] is the level's (`LevelIo::reconstruct`: from a copy in
+//!   `levels::mirror`, from parity in `raid56::reconstruct`).
 
 use crate::error::{IoError, Op};
 use crate::io::MemOp;
 use crate::locks::Held;
-use crate::raid56::block_role;
 use crate::state::{FaultReason, MemberHealth};
 use crate::Array;
-use layout::Level;
 use member::Member;
 use std::sync::Arc;
-
-/// Largest per-member buffer kept for reuse: a background step (4 MiB). A thread keeps at most
-/// one set (members × this).
-const SCRATCH_KEEP_BYTES_MAX: u64 = 4 << 20;
-
-thread_local! {
-    /// Per-thread read buffers of `reconstruct_parity`, reused by the next call.
-    static SCRATCH: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 /// Retries beyond the read-error limit and two per member before a request gives up.
 const RETRIES_EXTRA: usize = 4;
@@ -71,7 +62,7 @@ impl Array {
         if !self.health_of(role).readable() {
             return true;
         }
-        if self.parity_untrusted_rows(offset, len) {
+        if self.level_io.rows_untrusted(self, offset, len) {
             // Reconstructing from parity that may not match its data would return (and write
             // back over the member) bytes that were never there: the read fails instead, as
             // an I/O error the client sees, and the member keeps what it holds. Its read error
@@ -87,19 +78,6 @@ impl Array {
             Err(e) if e.is_no_space() => false,
             Err(e) => self.try_fail_member(role, FaultReason::Unrepairable(e.to_string())),
         }
-    }
-
-    /// True when a RAID 5/6 stripe holding a member's `[offset, offset+len)` has untrusted parity
-    /// (see [`crate::ParityTrust`]): nothing of it can be reconstructed correctly yet.
-    /// (On RAID 5/6 a member's row r belongs to stripe r on every role.)
-    fn parity_untrusted_rows(&self, offset: u64, len: u64) -> bool {
-        if !matches!(self.geometry.level(), Level::Raid5 | Level::Raid6) || len == 0 {
-            return false;
-        }
-        let hook = self.trust.get();
-        let chunk = self.geometry.chunk_bytes();
-        (offset / chunk..(offset + len).div_ceil(chunk))
-            .any(|stripe| self.parity_untrusted(hook.as_ref(), stripe))
     }
 
     /// Reconstructs `role`'s `[offset, offset+len)` from the other members and writes it back.
@@ -219,111 +197,13 @@ impl Array {
                 missing: crate::array::missing_roles(readable),
             });
         }
-        match self.geometry.level() {
-            Level::Raid5 | Level::Raid6 => {
-                self.reconstruct_parity(role, offset, buf, readable, reuse)
-            }
-            Level::Raid1 | Level::Raid10 => self.reconstruct_mirror(role, offset, buf, readable),
-            level => panic!("{level} has no redundancy to reconstruct from"),
-        }
-    }
-
-    /// RAID 5/6: one contiguous read per readable member, then each stripe's lost blocks.
-    fn reconstruct_parity(
-        &self,
-        role: usize,
-        offset: u64,
-        buf: &mut [u8],
-        readable: &[bool],
-        reuse: bool,
-    ) -> Result<(), IoError> {
-        let g = &self.geometry;
-        let n = self.member_count();
-        let len = buf.len();
-        // Buffers are reused between calls on the same thread (a rebuild runs step after step
-        // on one worker): every byte is overwritten by the reads or the reconstruction.
-        let mut others = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        others.resize_with(n, Vec::new);
-        for (r, b) in others.iter_mut().enumerate() {
-            b.resize(if r == role { 0 } else { len }, 0);
-        }
-        let ops = others
-            .iter_mut()
-            .enumerate()
-            .filter(|(r, _)| readable[*r])
-            .map(|(r, b)| MemOp::Read {
-                role: r,
-                offset,
-                buf: b.as_mut_slice(),
-            })
-            .collect();
-        self.run(ops)?;
-        // The role's own block is rebuilt straight into `buf`.
-        let mut views: Vec<&mut [u8]> = Vec::with_capacity(n);
-        let mut out = Some(buf);
-        for (r, b) in others.iter_mut().enumerate() {
-            views.push(match r == role {
-                true => out.take().expect("one output"),
-                false => b.as_mut_slice(),
-            });
-        }
-        let chunk = g.chunk_bytes();
-        let mut at = offset;
-        while at < offset + len as u64 {
-            let stripe = at / chunk;
-            let end = ((stripe + 1) * chunk).min(offset + len as u64);
-            let range = (at - offset) as usize..(end - offset) as usize;
-            rebuild_stripe(g, stripe, &mut views, range, readable);
-            at = end;
-        }
-        drop(views);
-        if reuse && len as u64 <= SCRATCH_KEEP_BYTES_MAX {
-            SCRATCH.with(|s| *s.borrow_mut() = others);
-        }
-        Ok(())
-    }
-
-    /// RAID 1/10: each row piece from a readable copy of the same logical chunk.
-    fn reconstruct_mirror(
-        &self,
-        role: usize,
-        offset: u64,
-        buf: &mut [u8],
-        readable: &[bool],
-    ) -> Result<(), IoError> {
-        let g = &self.geometry;
-        let chunk = g.chunk_bytes();
-        let n = self.member_count() as u64;
-        let mut ops = Vec::new();
-        let mut rest: &mut [u8] = buf;
-        let mut at = offset;
-        while !rest.is_empty() {
-            let row = at / chunk;
-            let within = at % chunk;
-            let piece = (chunk - within).min(rest.len() as u64) as usize;
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece);
-            rest = tail;
-            at += piece as u64;
-            let logical = match g.level() {
-                Level::Raid10 => (row * n + role as u64) / 2,
-                _ => row,
-            };
-            if logical >= g.logical_chunk_count() {
-                head.fill(0); // the unused last slot of an odd RAID 10
-                continue;
-            }
-            let copy = g
-                .chunk_copies(logical)
-                .into_iter()
-                .find(|c| c.role != role && readable[c.role])
-                .expect("survives() promised a readable copy");
-            ops.push(MemOp::Read {
-                role: copy.role,
-                offset: copy.member_offset + within,
-                buf: head,
-            });
-        }
-        self.run(ops)
+        let lost = crate::levels::Lost {
+            role,
+            offset,
+            readable,
+            reuse,
+        };
+        self.level_io.reconstruct(self, &lost, buf)
     }
 
     /// Starts filling `new` (a data-area view) with `role`'s data; from now on every write to
@@ -342,7 +222,7 @@ impl Array {
                 needed_bytes,
             });
         }
-        if !self.geometry.level().has_parity() && !self.is_mirrored() {
+        if !self.geometry.has_redundancy() {
             return Err(crate::EngineError::NoRedundancy {
                 level: self.geometry.level(),
             });
@@ -405,34 +285,5 @@ impl Array {
             "replacement {}: {e}",
             new.name()
         )));
-    }
-}
-
-/// Rebuilds the lost blocks of `stripe` over `range` of the per-role buffers.
-fn rebuild_stripe(
-    g: &layout::Geometry,
-    stripe: u64,
-    bufs: &mut [&mut [u8]],
-    range: std::ops::Range<usize>,
-    readable: &[bool],
-) {
-    let count = g.member_count();
-    let mut by_role: Vec<Option<&mut [u8]>> = bufs
-        .iter_mut()
-        .map(|b| Some(&mut b[range.clone()]))
-        .collect();
-    let mut blocks: Vec<&mut [u8]> = (0..count)
-        .map(|b| {
-            by_role[block_role(g, stripe, b)]
-                .take()
-                .expect("each role holds one block")
-        })
-        .collect();
-    let lost: Vec<usize> = (0..count)
-        .filter(|&b| !readable[block_role(g, stripe, b)])
-        .collect();
-    assert!(lost.len() <= g.level().parity_count());
-    if !lost.is_empty() {
-        parity::reconstruct(&mut blocks, g.q_role(stripe).is_some(), &lost);
     }
 }

@@ -162,7 +162,7 @@ impl Array {
     /// are read, so every read returns the copy the resync keeps. Errors leave them recorded
     /// (the read then returns whichever copy it picks).
     pub(crate) fn resync_unsynced_before_read(&self, offset: u64, len: u64) {
-        if self.unsynced.count() == 0 || self.geometry.level().has_parity() || len == 0 {
+        if self.unsynced.count() == 0 || !self.geometry.is_mirrored() || len == 0 {
             return;
         }
         let (lo, hi) = self.sync_units_of(offset, len);

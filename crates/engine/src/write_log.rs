@@ -120,7 +120,7 @@ impl Array {
             .map(|(offset, len)| (offset + len.max(1) - 1) / chunk + 1)
             .max()?;
         assert!(
-            self.geometry.level().has_parity(),
+            self.geometry.has_parity(),
             "member operations are logged only for RAID 5/6"
         );
         Some((first, end))

@@ -46,7 +46,7 @@ impl<'p> Columns<'p> {
             .filter(|&b| !present[block_role(g, stripe, b)])
             .collect();
         assert!(
-            lost.len() <= g.level().parity_count(),
+            lost.len() <= g.parity_count(),
             "stripe {stripe} beyond repair"
         );
         Columns {

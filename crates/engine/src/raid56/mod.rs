@@ -2,18 +2,57 @@
 //! writes (see `write`), trims and write-zeroes that keep parity correct.
 
 pub(crate) mod columns;
+mod reconstruct;
+mod scrub;
 mod write;
 
 pub(crate) use columns::{block_count, block_role, gen_parity, Columns};
 
+use crate::check::CheckReport;
 use crate::error::IoError;
 use crate::io::MemOp;
+use crate::levels::{LevelIo, Lost};
+use crate::scrub::{SyncMode, UnitReport};
 use crate::{Array, Discard};
 
 use layout::StripeSpan;
 
 /// Largest zero buffer used to turn a partial-stripe trim into writes.
 const ZERO_BUF_BYTES: usize = 1 << 20;
+
+/// The data path of the parity levels; RAID 5 and RAID 6 differ only in their parity count
+/// (`Geometry::parity_count`: one block or two per stripe).
+pub(crate) struct Parity;
+
+impl LevelIo for Parity {
+    fn read(&self, array: &Array, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        array.raid56_read(offset, buf)
+    }
+
+    fn write(&self, array: &Array, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        array.gathered_write(offset, buf)
+    }
+
+    fn discard(&self, array: &Array, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
+        array.raid56_discard(offset, len, how)
+    }
+
+    fn check_unit(&self, array: &Array, unit: u64, out: &mut CheckReport) -> Result<(), IoError> {
+        array.check_stripe(unit, out)
+    }
+
+    fn sync_unit(&self, array: &Array, unit: u64, mode: SyncMode) -> Result<UnitReport, IoError> {
+        array.sync_stripe(unit, mode)
+    }
+
+    fn reconstruct(&self, array: &Array, lost: &Lost<'_>, buf: &mut [u8]) -> Result<(), IoError> {
+        array.reconstruct_parity(lost, buf)
+    }
+
+    fn rows_untrusted(&self, array: &Array, offset: u64, len: u64) -> bool {
+        array.parity_untrusted_rows(offset, len)
+    }
+}
 
 impl Array {
     pub(crate) fn raid56_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {

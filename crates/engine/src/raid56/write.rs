@@ -54,7 +54,7 @@ fn choose_mode(
     untrusted: bool,
 ) -> Mode {
     let k = g.data_per_stripe();
-    let parity = k..k + g.level().parity_count();
+    let parity = k..k + g.parity_count();
     let parity_role = |b: usize| block_role(g, span.stripe, b);
     let parity_present = parity.clone().filter(|&b| present[parity_role(b)]).count() as u64;
     let parity_write_only = parity

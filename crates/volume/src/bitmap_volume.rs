@@ -165,7 +165,7 @@ impl VolumeCore {
     /// True when no resync is pending; then nothing awaits one any more (pending regions are
     /// resolved, reads need no fix-up).
     pub(crate) fn resync_finished(&self) -> bool {
-        if self.lock_meta().resync_offset.is_some() {
+        if self.lock_meta().resync.is_some() {
             return false;
         }
         self.read_fixup.store(false, Ordering::Release);
@@ -262,7 +262,7 @@ impl VolumeCore {
         if self.resync_finished() {
             return Ok(());
         }
-        let full_from = self.lock_meta().resync_full_from;
+        let full_from = self.lock_meta().resync.and_then(|r| r.full_from);
         for unit in offset / ub..=(offset + len - 1) / ub {
             if !self.read_fixup.load(Ordering::Acquire) {
                 return Ok(());

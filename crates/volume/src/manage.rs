@@ -540,7 +540,7 @@ impl VolumeCore {
             ArrayHealth::Rebuilding
         } else if readable.contains(&false) {
             ArrayHealth::Degraded
-        } else if meta.resync_offset.is_some() || self.array.unsynced_units() > 0 {
+        } else if meta.resync.is_some() || self.array.unsynced_units() > 0 {
             ArrayHealth::Resyncing
         } else if self.is_dirty() {
             ArrayHealth::Active

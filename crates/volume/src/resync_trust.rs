@@ -22,7 +22,7 @@ use crate::volume::VolumeCore;
 /// `engine::ParityTrust` over a volume's running sync.
 struct ResyncTrust {
     core: Weak<VolumeCore>,
-    /// `MetaState::resync_full_from` when the sync was set up (it changes only at assembly
+    /// `PendingResync::full_from` when the sync was set up (it changes only at assembly
     /// and when the sync finishes, after this is removed).
     full_from: Option<u64>,
 }

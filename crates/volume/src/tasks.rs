@@ -18,7 +18,7 @@ use engine::{MemberHealth, SyncMode};
 use crate::status::SCRUB_MISMATCHES_LISTED_MAX;
 use crate::status::{MismatchLocation, ScrubReport, SpeedLimits, TaskKind, TaskStatus};
 use crate::volume::{VolumeCore, VolumeError};
-use crate::work::{choose, Facts, Resync, Task, Worker};
+use crate::work::{choose, Facts, Task, Worker};
 
 /// Largest step of background I/O per member.
 const STEP_BYTES_MAX: u64 = 4 << 20;
@@ -208,10 +208,7 @@ impl VolumeCore {
                     .geometry()
                     .survives(&self.array.present_snapshot())
             });
-        let resync = meta.resync_offset.map(|_| match meta.resync_after_crash {
-            true => Resync::AfterCrash,
-            false => Resync::Initial,
-        });
+        let resync = meta.resync.map(|r| r.kind);
         let replacing = meta.replacing.as_ref().map(|(role, _)| *role);
         drop(meta);
         let work = self.work.lock();
@@ -443,11 +440,15 @@ impl VolumeCore {
     fn run_resync(&self, kind: TaskKind) -> Result<(), VolumeError> {
         let units = self.array.sync_unit_count();
         let unit_bytes = self.sync_unit_array_bytes();
-        let start = self.lock_meta().resync_offset.unwrap_or(0) / unit_bytes;
+        let pending = self
+            .lock_meta()
+            .resync
+            .expect("chosen for a pending resync");
+        let start = pending.offset / unit_bytes;
         let chunk = self.chunk_bytes();
         // With a bitmap after a crash only the units of dirty regions are resynced (and all
         // from `full_from` on); progress counts those units.
-        let full_from = self.lock_meta().resync_full_from;
+        let full_from = pending.full_from;
         self.resync_progress
             .store(start * unit_bytes, std::sync::atomic::Ordering::Release);
         let total = self.resync_units_left(start, units, full_from);
@@ -472,7 +473,9 @@ impl VolumeCore {
             // parity below it (see `resync_trust`).
             self.resync_progress
                 .store(reached * unit_bytes, std::sync::atomic::Ordering::Release);
-            self.lock_meta().resync_offset = Some(reached * unit_bytes);
+            let mut meta = self.lock_meta();
+            meta.resync.as_mut().expect("only this task ends it").offset = reached * unit_bytes;
+            drop(meta);
             self.report(kind, None, done * chunk, total.max(done) * chunk, &pacer);
             if reached < unit + step {
                 return Ok(()); // a member left: the resync waits for it to be in sync again
@@ -481,9 +484,7 @@ impl VolumeCore {
         }
         self.trust_synced_parity();
         let mut meta = self.lock_meta();
-        meta.resync_offset = None;
-        meta.resync_after_crash = false;
-        meta.resync_full_from = None;
+        meta.resync = None;
         let result = self.write_superblocks(&mut meta);
         drop(meta);
         self.resync_finished();

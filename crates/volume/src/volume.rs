@@ -32,7 +32,7 @@ use ondisk::DirtyDegradedStart;
 use ondisk::{AssembleError, Plan, StaleMember};
 
 use crate::options::AssembleOptions;
-use crate::work::Work;
+use crate::work::{Resync, Work};
 use ondisk::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
 use ondisk::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
 
@@ -128,6 +128,18 @@ impl Held {
     }
 }
 
+/// A resync not finished yet (`MetaState::resync`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PendingResync {
+    /// After an unclean shutdown, or the initial sync.
+    pub kind: Resync,
+    /// Array bytes below which redundancy is known consistent.
+    pub offset: u64,
+    /// A resync limited by the bitmap: array bytes from this offset are resynced in full
+    /// (an initial sync or resync the crash interrupted), below it only pending regions.
+    pub full_from: Option<u64>,
+}
+
 pub(crate) struct MetaState {
     /// Per role: the member holding it (in sync, rebuilding or faulty); `None` when missing.
     pub roles: Vec<Option<Held>>,
@@ -137,15 +149,10 @@ pub(crate) struct MetaState {
     pub events: u64,
     /// The state last written.
     pub disk_state: ArrayState,
-    /// Array bytes below which redundancy is known consistent; `None`: all of it.
-    pub resync_offset: Option<u64>,
-    /// The resync was started by an unclean shutdown (else it is an initial sync).
-    pub resync_after_crash: bool,
+    /// The resync or initial sync still to do; `None`: redundancy is consistent everywhere.
+    pub resync: Option<PendingResync>,
     /// Array-wide fields and the role table (uuids and sizes; states are derived).
     pub template: Superblock,
-    /// A resync limited by the bitmap: array bytes from this offset are resynced in full
-    /// (an initial sync or resync the crash interrupted), below it only pending regions.
-    pub resync_full_from: Option<u64>,
     /// Per role: a rebuild limited to these member ranges (a re-added member: the regions
     /// written while it was away), sorted and disjoint.
     pub partial_rebuild: Vec<Option<Vec<(u64, u64)>>>,
@@ -330,15 +337,20 @@ impl Volume {
         let mut template = sb.clone();
         template.replace_offset_bytes = None;
         let meta = MetaState {
-            resync_full_from,
             partial_rebuild: vec![None; count],
             roles,
             spares,
             replacing,
             events: sb.events,
             disk_state: sb.state,
-            resync_offset,
-            resync_after_crash: crashed,
+            resync: resync_offset.map(|offset| PendingResync {
+                kind: match crashed {
+                    true => Resync::AfterCrash,
+                    false => Resync::Initial,
+                },
+                offset,
+                full_from: resync_full_from,
+            }),
             template,
             owner: None,
         };
@@ -551,7 +563,7 @@ impl VolumeCore {
         let unsynced = self.array.unsynced_units() > 0 || self.at_risk().is_some();
         self.clear_bitmap_at_close()?;
         let mut meta = self.lock_meta();
-        let progress = meta.resync_offset.is_some()
+        let progress = meta.resync.is_some()
             || meta
                 .roles
                 .iter()
@@ -568,7 +580,7 @@ impl VolumeCore {
         // may hold parity the crash left stale, and a start without a member must still see
         // the write hole (its progress is kept, but a dirty start resyncs from the bitmap, or
         // from 0 without one).
-        let crash_resync = meta.resync_after_crash && meta.resync_offset.is_some();
+        let crash_resync = meta.resync.is_some_and(|r| r.kind == Resync::AfterCrash);
         let keep_dirty = unsynced || crash_resync;
         meta.disk_state = match keep_dirty {
             true => ArrayState::Dirty,
@@ -584,14 +596,18 @@ impl VolumeCore {
     pub fn resync(&self) -> Result<(), VolumeError> {
         {
             let mut meta = self.lock_meta();
-            if meta.resync_offset.is_none() && self.level.has_redundancy() {
-                meta.resync_offset = Some(0);
+            if meta.resync.is_none() && self.level.has_redundancy() {
+                meta.resync = Some(PendingResync {
+                    kind: Resync::Initial,
+                    offset: 0,
+                    full_from: None,
+                });
                 self.distrust_unsynced_parity(0, None);
             }
         }
         self.work.resume();
         self.work.notify();
-        while self.lock_meta().resync_offset.is_some() {
+        while self.lock_meta().resync.is_some() {
             if self.work.stopped() {
                 return Err(VolumeError::Busy {
                     reason: "the volume is shutting down".into(),
@@ -827,7 +843,7 @@ impl VolumeCore {
         let now = ondisk::now_secs();
         let table = self.role_table(meta);
         let health = self.array.health_snapshot();
-        let (state, resync) = (meta.disk_state, meta.resync_offset);
+        let (state, resync) = (meta.disk_state, meta.resync.map(|r| r.offset));
         let owner = meta.owner.clone().map(|mut o| {
             o.renewed_secs = now;
             o

@@ -3,7 +3,7 @@
 //!
 //! The operator commands (`status`, `fail`, `remove`, `add`, `replace`, `scrub`,
 //! `speed-limit`) talk to a running `raidkit serve --admin PATH` through `admin::client`;
-//! `admin::server` is the other end, run inside `serve`.
+//! the `admin` crate is the other end, run inside `serve`.
 
 mod admin;
 mod cmd;

@@ -182,6 +182,27 @@ fn bad_requests_are_refused_and_the_server_keeps_serving() {
     server.stop();
 }
 
+/// `/v1/arrays/NAME/...` addresses the array by name (the daemon serves several under one
+/// socket); an unknown name is 404.
+#[test]
+fn the_array_can_be_named_in_the_path() {
+    let server = Server::start();
+    let s = &server.admin;
+    let (code, v) = http(s, "GET", "/v1/arrays/raidkit/status", b"");
+    assert_eq!((code, &v["name"]), (200, &Value::from("raidkit")), "{v}");
+    let (code, v) = http(
+        s,
+        "POST",
+        "/v1/arrays/raidkit/speed",
+        br#"{"max": 5000000}"#,
+    );
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = http(s, "GET", "/v1/arrays/other/status", b"");
+    assert_eq!(code, 404, "{v}");
+    assert!(error_of(&v).contains("no array \"other\""), "{v}");
+    server.stop();
+}
+
 #[test]
 fn unknown_member_and_active_member_removal_are_refused() {
     let server = Server::start();

@@ -19,11 +19,10 @@ use volume::{AssembleOptions, FaultPolicy, SpeedLimits, Volume};
 use service::array_journal::{self, JournalAtStart};
 use service::reconnect::{self, Reconnector};
 
-use crate::admin;
-use crate::admin::control::VolumeControl;
-use crate::admin::server::{AdminSocket, Control};
-use crate::admin::status::{JournalMode, JournalSection};
+use crate::admin::status::{JournalMode, JournalSection, Status};
 use crate::journal_args;
+use ::admin::control::VolumeControl;
+use ::admin::server::{AdminSocket, Arrays};
 
 /// NBD's registered port.
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
@@ -375,35 +374,45 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let log: ::admin::Log = Arc::new(|line| eprintln!("raidkit: {line}"));
     let admin = match &args.admin {
         Some(path) => Some(
-            AdminSocket::bind(path)
+            AdminSocket::bind(path, &log)
                 .with_context(|| format!("cannot create the admin socket {}", path.display()))?,
         ),
         None => None,
     };
     let export = cached_export(&volume, &journaled, cache)?;
-    let control = || -> Arc<dyn Control> {
+    let arrays = || -> Arc<Arrays> {
         let control = VolumeControl::new(
             Arc::clone(&volume),
             open_options(&args),
             remote_options(&args),
+            Arc::clone(&log),
         );
         let cached = Arc::downgrade(&export);
-        let control = control.with_cache(Box::new(move || cached.upgrade().map(|c| c.stats())));
         let journaled = Arc::clone(&journaled);
         let volatile = args.journal.journal.as_deref().and_then(journal_volatile);
-        Arc::new(control.with_journal(Box::new(move || {
-            journal_section(journaled.status(), volatile.as_ref())
-        })))
+        let control = control.with_status(Box::new(move |volume| {
+            serde_json::to_value(Status {
+                volume,
+                journal: journal_section(journaled.status(), volatile.as_ref()),
+                cache: cached.upgrade().map(|c| c.stats()),
+            })
+        }));
+        let arrays = Arc::new(Arrays::default());
+        assert!(arrays.insert(volume.name(), Arc::new(control)));
+        arrays
     };
-    let admin_control = admin.as_ref().map(|socket| (socket, control()));
+    let admin_served = admin
+        .as_ref()
+        .map(|socket| (socket, arrays(), Arc::clone(&log)));
     let served = runtime.block_on(serve(
         &volume,
         export,
         endpoint,
         server_config(&args, &volume, export_name),
-        admin_control,
+        admin_served,
     ));
     drop(admin);
     if let Some(reconnector) = reconnector {
@@ -709,7 +718,7 @@ async fn serve(
     export: Arc<Cached>,
     endpoint: Endpoint,
     config: nbd::ServerConfig,
-    admin: Option<(&AdminSocket, Arc<dyn Control>)>,
+    admin: Option<(&AdminSocket, Arc<Arrays>, ::admin::Log)>,
 ) -> anyhow::Result<()> {
     let listener = match &endpoint {
         Endpoint::Unix(path) => nbd::Listener::bind_unix(path)
@@ -731,7 +740,7 @@ async fn serve(
         signals.recv().await;
         let _ = on_signal.send(true);
     });
-    if let Some((socket, _)) = &admin {
+    if let Some((socket, _, _)) = &admin {
         eprintln!("raidkit: admin API on {}", socket.path().display());
     }
     println!(
@@ -747,8 +756,8 @@ async fn serve(
     };
     let admin_served = async {
         match admin {
-            Some((socket, control)) => {
-                admin::server::serve(socket, control, stopped(stop_rx.clone())).await
+            Some((socket, arrays, log)) => {
+                ::admin::server::serve(socket, arrays, log, stopped(stop_rx.clone())).await
             }
             None => Ok(()),
         }

@@ -11,8 +11,12 @@
 //! | POST | `/v1/speed` | `{"min": B, "max": B}` | background rate limits, bytes/s per member |
 //! | POST | `/v1/wait` | `{"timeout_secs": S}` | wait (≤ 10 s) until no background work |
 //!
+//! Each path acts on the only array the socket serves; `/v1/arrays/NAME/status` (and so on for
+//! every endpoint) names one of several ([`route`]).
+//!
 //! Success: 200 with a JSON object. Failure: a 4xx/5xx status with `{"error": "..."}`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -98,6 +102,20 @@ struct SpeedBody {
 #[serde(deny_unknown_fields)]
 struct WaitBody {
     timeout_secs: u64,
+}
+
+/// The prefix of a path that names its array: `/v1/arrays/NAME/ENDPOINT`.
+pub const ARRAY_PATH_PREFIX: &str = "/v1/arrays/";
+
+/// The array a request path names, if any, and the endpoint's path: `/v1/arrays/home/status`
+/// is `(Some("home"), "/v1/status")`; a path without a name is `(None, path)`, for the only
+/// array.
+pub fn route(path: &str) -> (Option<&str>, Cow<'_, str>) {
+    let Some(named) = path.strip_prefix(ARRAY_PATH_PREFIX) else {
+        return (None, Cow::Borrowed(path));
+    };
+    let (name, endpoint) = named.split_once('/').unwrap_or((named, ""));
+    (Some(name), Cow::Owned(format!("/v1/{endpoint}")))
 }
 
 /// Parses one request. `body` is the whole request body (already bounded by the server).
@@ -257,5 +275,17 @@ mod tests {
             assert_eq!(e.status, status, "{method} {path} {body:?}: {e}");
             assert!(!e.message.is_empty());
         }
+    }
+
+    #[test]
+    fn routes_a_path_to_its_array() {
+        assert_eq!(route("/v1/status"), (None, Cow::Borrowed("/v1/status")));
+        assert_eq!(route("/v1/arrays/home/status").0, Some("home"));
+        assert_eq!(route("/v1/arrays/home/status").1, "/v1/status");
+        assert_eq!(route("/v1/arrays/home/fail").1, "/v1/fail");
+        // No endpoint: a path that parses to "no endpoint".
+        let (name, endpoint) = route("/v1/arrays/home");
+        assert_eq!((name, endpoint.as_ref()), (Some("home"), "/v1/"));
+        assert_eq!(parse("GET", &endpoint, b"").unwrap_err().status, 404);
     }
 }

@@ -2,14 +2,13 @@
 
 use std::sync::Arc;
 
-use cache::CacheStats;
 use member::{OpenOptions, RemoteOptions};
 use serde_json::{json, Value};
-use volume::{SpeedLimits, Volume, VolumeError};
+use volume::{SpeedLimits, Volume, VolumeError, VolumeStatus};
 
-use super::api::{ApiError, Request};
-use super::server::Control;
-use super::status::{JournalSection, Status};
+use crate::api::{ApiError, Request};
+use crate::server::Control;
+use crate::Log;
 
 /// Acts on one volume; members named by `add`/`replace` are opened here, on the server, with
 /// the same options as the array's members.
@@ -17,45 +16,40 @@ pub struct VolumeControl {
     volume: Arc<Volume>,
     open: OpenOptions,
     remote: RemoteOptions,
-    journal: StatusSection<JournalSection>,
-    cache: StatusSection<CacheStats>,
+    status: StatusEncoder,
+    /// Each action done is logged ("admin: member M marked faulty").
+    log: Log,
 }
 
-/// A part of the status kept outside the volume (the journal, the read cache), read at each
-/// request; `None`: absent (`null` in the JSON).
-pub type StatusSection<T> = Box<dyn Fn() -> Option<T> + Send + Sync>;
+/// Makes the served status from the volume's, read at each request: the front end adds what
+/// it keeps outside the volume (the journal, the read cache) and encodes it.
+pub type StatusEncoder = Box<dyn Fn(VolumeStatus) -> serde_json::Result<Value> + Send + Sync>;
 
 impl VolumeControl {
-    pub fn new(volume: Arc<Volume>, open: OpenOptions, remote: RemoteOptions) -> VolumeControl {
+    pub fn new(
+        volume: Arc<Volume>,
+        open: OpenOptions,
+        remote: RemoteOptions,
+        log: Log,
+    ) -> VolumeControl {
         assert!(!open.read_only, "a read-only array has no admin actions");
         VolumeControl {
             volume,
             open,
             remote,
-            journal: Box::new(|| None),
-            cache: Box::new(|| None),
+            status: Box::new(serde_json::to_value),
+            log,
         }
     }
 
-    /// The status's journal section, from `journal()` at each request.
-    pub fn with_journal(mut self, journal: StatusSection<JournalSection>) -> VolumeControl {
-        self.journal = journal;
-        self
-    }
-
-    /// The status's read cache section, from `cache()` at each request.
-    pub fn with_cache(mut self, cache: StatusSection<CacheStats>) -> VolumeControl {
-        self.cache = cache;
+    /// Serves `status(volume status)` as the status (default: the volume's status alone).
+    pub fn with_status(mut self, status: StatusEncoder) -> VolumeControl {
+        self.status = status;
         self
     }
 
     fn status(&self) -> Result<Value, ApiError> {
-        let status = Status {
-            volume: self.volume.status(),
-            journal: (self.journal)(),
-            cache: (self.cache)(),
-        };
-        serde_json::to_value(status)
+        (self.status)(self.volume.status())
             .map_err(|e| ApiError::new(500, format!("cannot encode the status: {e}")))
     }
 
@@ -98,11 +92,12 @@ impl VolumeControl {
         self.volume.set_speed_limits(limits);
         Ok(json!({ "ok": true, "speed_limits": limits }))
     }
-}
 
-fn done(message: String) -> Result<Value, ApiError> {
-    eprintln!("raidkit: admin: {message}");
-    Ok(json!({ "ok": true, "message": message }))
+    /// Logs an action done and answers it.
+    fn done(&self, message: String) -> Result<Value, ApiError> {
+        (self.log)(&format!("admin: {message}"));
+        Ok(json!({ "ok": true, "message": message }))
+    }
 }
 
 /// The HTTP status for each kind of volume error.
@@ -124,25 +119,25 @@ impl Control for VolumeControl {
             Request::Status => self.status(),
             Request::Fail { member } => {
                 v.fail(&member).map_err(volume_error)?;
-                done(format!("member {member} marked faulty"))
+                self.done(format!("member {member} marked faulty"))
             }
             Request::Remove { member } => {
                 v.remove(&member).map_err(volume_error)?;
-                done(format!("member {member} removed"))
+                self.done(format!("member {member} removed"))
             }
             Request::Add { member } => {
                 v.add(self.open_member(&member)?).map_err(volume_error)?;
-                done(format!("member {member} added"))
+                self.done(format!("member {member} added"))
             }
             Request::Replace { member, with } => {
                 let new = self.open_member(&with)?;
                 v.replace(&member, new).map_err(volume_error)?;
-                done(format!("replacing member {member} with {with}"))
+                self.done(format!("replacing member {member} with {with}"))
             }
             Request::Scrub { repair } => {
                 v.scrub(repair).map_err(volume_error)?;
                 let what = if repair { "scrub with repair" } else { "scrub" };
-                done(format!("{what} started"))
+                self.done(format!("{what} started"))
             }
             Request::Speed { min, max } => self.speed(min, max),
             Request::Wait { timeout } => Ok(json!({ "idle": v.wait_idle(timeout) })),

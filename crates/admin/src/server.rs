@@ -1,4 +1,4 @@
-//! The admin HTTP server on a Unix socket.
+//! The admin HTTP server on a Unix socket, for the arrays in an [`Arrays`].
 //!
 //! Bounds: at most [`CONNECTIONS_MAX`] connections at once (more are answered 503 and closed),
 //! request bodies of at most [`BODY_BYTES_MAX`] (413), headers within
@@ -6,12 +6,13 @@
 //! on tokio's blocking pool, so a slow member operation (opening a remote member) never stalls
 //! the runtime that serves NBD. A panicking handler becomes a 500 reply.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -24,7 +25,8 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
-use super::api::{self, ApiError, Request};
+use crate::api::{self, ApiError, Request};
+use crate::Log;
 
 /// Admin connections served at once.
 pub const CONNECTIONS_MAX: usize = 8;
@@ -40,6 +42,54 @@ pub trait Control: Send + Sync + 'static {
     fn handle(&self, request: Request) -> Result<Value, ApiError>;
 }
 
+/// The arrays one admin socket serves, by name (`/v1/arrays/NAME/...`); a path without a
+/// name addresses the only one. Arrays may be added and removed while the socket serves.
+#[derive(Default)]
+pub struct Arrays {
+    by_name: RwLock<BTreeMap<String, Arc<dyn Control>>>,
+}
+
+impl Arrays {
+    /// Serves `control` as array `name`; false (and nothing changes) if the name is taken.
+    pub fn insert(&self, name: &str, control: Arc<dyn Control>) -> bool {
+        let mut by_name = self.by_name.write().unwrap_or_else(|e| e.into_inner());
+        if by_name.contains_key(name) {
+            return false;
+        }
+        by_name.insert(name.to_string(), control);
+        true
+    }
+
+    /// Stops serving array `name` (requests already running finish).
+    pub fn remove(&self, name: &str) -> Option<Arc<dyn Control>> {
+        let mut by_name = self.by_name.write().unwrap_or_else(|e| e.into_inner());
+        by_name.remove(name)
+    }
+
+    /// The control of the array a request names, or of the only one.
+    pub fn pick(&self, name: Option<&str>) -> Result<Arc<dyn Control>, ApiError> {
+        let by_name = self.by_name.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(name) = name {
+            return (by_name.get(name).cloned())
+                .ok_or_else(|| ApiError::new(404, format!("no array {name:?} is served here")));
+        }
+        let mut arrays = by_name.values();
+        match (arrays.next(), arrays.next()) {
+            (Some(only), None) => Ok(Arc::clone(only)),
+            (None, _) => Err(ApiError::new(503, "no array is served here")),
+            (Some(_), Some(_)) => {
+                let names: Vec<&str> = by_name.keys().map(String::as_str).collect();
+                Err(ApiError::bad_request(format!(
+                    "{} arrays are served here ({}): name one, as in {}NAME/status",
+                    names.len(),
+                    names.join(", "),
+                    api::ARRAY_PATH_PREFIX
+                )))
+            }
+        }
+    }
+}
+
 /// The bound admin socket. The socket file is created with mode 0600 and removed on drop (if
 /// it is still the one we created).
 pub struct AdminSocket {
@@ -50,9 +100,9 @@ pub struct AdminSocket {
 
 impl AdminSocket {
     /// Binds `path` with mode 0600. The path must not exist, except as the socket of a server
-    /// that is gone (nothing accepts on it), which is removed first.
-    pub fn bind(path: &Path) -> io::Result<AdminSocket> {
-        remove_stale(path)?;
+    /// that is gone (nothing accepts on it), which is removed first (and logged).
+    pub fn bind(path: &Path, log: &Log) -> io::Result<AdminSocket> {
+        remove_stale(path, log)?;
         let listener = bind_private(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         let meta = path.symlink_metadata()?;
@@ -73,7 +123,7 @@ impl AdminSocket {
 
 /// Removes `path` if it is a socket nobody listens on (left by a killed server); refuses any
 /// other existing file.
-fn remove_stale(path: &Path) -> io::Result<()> {
+fn remove_stale(path: &Path, log: &Log) -> io::Result<()> {
     let Ok(meta) = path.symlink_metadata() else {
         return Ok(());
     };
@@ -89,10 +139,10 @@ fn remove_stale(path: &Path) -> io::Result<()> {
     match std::os::unix::net::UnixStream::connect(path) {
         Ok(_) => exists("another server is listening on it"),
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-            eprintln!(
-                "raidkit: removing stale admin socket {} (no server listens on it)",
+            log(&format!(
+                "removing stale admin socket {} (no server listens on it)",
                 path.display()
-            );
+            ));
             std::fs::remove_file(path)
         }
         Err(e) => exists(&format!("cannot tell whether it is in use: {e}")),
@@ -123,11 +173,12 @@ impl Drop for AdminSocket {
     }
 }
 
-/// Serves the admin API until `shutdown` completes, then returns (connections in progress are
-/// dropped). Must run inside a tokio runtime.
+/// Serves the admin API of `arrays` until `shutdown` completes, then returns (connections in
+/// progress are dropped). Must run inside a tokio runtime.
 pub async fn serve(
     socket: &AdminSocket,
-    control: Arc<dyn Control>,
+    arrays: Arc<Arrays>,
+    log: Log,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let listener = tokio::net::UnixListener::from_std(socket.listener.try_clone()?)?;
@@ -139,7 +190,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
-                    eprintln!("raidkit: admin socket: accept failed: {e}");
+                    log(&format!("admin socket: accept failed: {e}"));
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -149,16 +200,16 @@ pub async fn serve(
             tokio::spawn(refuse_busy(stream));
             continue;
         };
-        let control = Arc::clone(&control);
+        let (arrays, log) = (Arc::clone(&arrays), Arc::clone(&log));
         tokio::spawn(async move {
             let _permit = permit;
-            serve_connection(stream, control).await;
+            serve_connection(stream, arrays, log).await;
         });
     }
 }
 
-async fn serve_connection(stream: tokio::net::UnixStream, control: Arc<dyn Control>) {
-    let service = service_fn(move |req| handle(req, Arc::clone(&control)));
+async fn serve_connection(stream: tokio::net::UnixStream, arrays: Arc<Arrays>, log: Log) {
+    let service = service_fn(move |req| handle(req, Arc::clone(&arrays)));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -167,8 +218,10 @@ async fn serve_connection(stream: tokio::net::UnixStream, control: Arc<dyn Contr
     match tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) if e.is_incomplete_message() => {}
-        Ok(Err(e)) => eprintln!("raidkit: admin connection: {e}"),
-        Err(_) => eprintln!("raidkit: admin connection closed after {CONNECTION_TIMEOUT:?}"),
+        Ok(Err(e)) => log(&format!("admin connection: {e}")),
+        Err(_) => log(&format!(
+            "admin connection closed after {CONNECTION_TIMEOUT:?}"
+        )),
     }
 }
 
@@ -186,18 +239,22 @@ async fn refuse_busy(mut stream: tokio::net::UnixStream) {
 
 async fn handle(
     req: HttpRequest<Incoming>,
-    control: Arc<dyn Control>,
+    arrays: Arc<Arrays>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let result = match read_body(req.into_body()).await {
-        Ok(body) => match api::parse(&method, &path, &body) {
-            Ok(request) => run(control, request).await,
-            Err(e) => Err(e),
-        },
+        Ok(body) => answer(&arrays, &method, &path, &body).await,
         Err(e) => Err(e),
     };
     Ok(reply(result))
+}
+
+/// Parses the request, then hands it to its array's control.
+async fn answer(arrays: &Arrays, method: &str, path: &str, body: &[u8]) -> Result<Value, ApiError> {
+    let (array, endpoint) = api::route(path);
+    let request = api::parse(method, &endpoint, body)?;
+    run(arrays.pick(array)?, request).await
 }
 
 async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
@@ -231,4 +288,45 @@ fn reply(result: Result<Value, ApiError>) -> Response<Full<Bytes>> {
         hyper::header::HeaderValue::from_static("application/json"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers every request with its name.
+    struct Named(&'static str);
+
+    impl Control for Named {
+        fn handle(&self, _request: Request) -> Result<Value, ApiError> {
+            Ok(json!({ "array": self.0 }))
+        }
+    }
+
+    fn answered_by(arrays: &Arrays, name: Option<&str>) -> Result<Value, ApiError> {
+        arrays.pick(name)?.handle(Request::Status)
+    }
+
+    #[test]
+    fn a_request_goes_to_the_array_it_names_or_the_only_one() {
+        let arrays = Arrays::default();
+        assert_eq!(answered_by(&arrays, None).unwrap_err().status, 503);
+        assert!(arrays.insert("home", Arc::new(Named("home"))));
+        assert_eq!(answered_by(&arrays, None).unwrap()["array"], "home");
+        assert!(
+            !arrays.insert("home", Arc::new(Named("other"))),
+            "name taken"
+        );
+        assert!(arrays.insert("media", Arc::new(Named("media"))));
+        let several = answered_by(&arrays, None).unwrap_err();
+        assert_eq!(several.status, 400);
+        assert!(several.message.contains("home, media"), "{several}");
+        assert_eq!(
+            answered_by(&arrays, Some("media")).unwrap()["array"],
+            "media"
+        );
+        assert_eq!(answered_by(&arrays, Some("nope")).unwrap_err().status, 404);
+        assert!(arrays.remove("media").is_some());
+        assert_eq!(answered_by(&arrays, None).unwrap()["array"], "home");
+    }
 }

@@ -1,0 +1,22 @@
+//! The admin endpoint of running arrays: an HTTP/1.1 + JSON API on a Unix socket (`raidkit
+//! serve --admin PATH`), one socket for every array a process serves.
+//!
+//! - [`api`]: the requests ([`api::Request`]), parsed from method, path and body by one pure
+//!   function, the routing of a path to an array ([`api::route`]), and the error type
+//!   ([`api::ApiError`]) with its HTTP status.
+//! - [`server`]: binds the socket (mode 0600, removed at exit), bounds connections, body size
+//!   and time, and hands each request to the [`server::Control`] of its array in
+//!   [`server::Arrays`] on a blocking thread.
+//! - [`control`]: [`control::VolumeControl`], the `Control` over a `volume::Volume`.
+//!
+//! Nothing here prints: lines for the operator (an action done, a stale socket removed, a
+//! connection error) go to the front end's [`Log`].
+
+use std::sync::Arc;
+
+pub mod api;
+pub mod control;
+pub mod server;
+
+/// Where the admin service's lines for the operator go (`raidkit serve`: stderr).
+pub type Log = Arc<dyn Fn(&str) + Send + Sync>;

@@ -12,7 +12,8 @@
 //!   replay walks from the checkpointed tail and stops at the first torn, damaged or
 //!   out-of-sequence record.
 //! - [`Journal`]: appends with group commit (one write and one flush for every record queued
-//!   meanwhile), tracks completion and checkpoints (flush the array, advance the tail).
+//!   meanwhile), tracks completion and checkpoints (advance the tail; the array's owner
+//!   flushes the array first: [`Journal::begin_checkpoint`], [`Checkpoint::finish`]).
 //! - [`WriteBack`] over a [`Backing`]: a bounded buffer overlaid on reads, applied in the
 //!   background with contiguous writes merged.
 //!
@@ -27,7 +28,7 @@
 //! let m: Arc<dyn Member> = Arc::new(MemMember::new("journal", 4 << 20).unwrap());
 //! let sb = format(m.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap();
 //! let empty = scan(m.as_ref(), &sb, |_, _| Ok(())).unwrap();
-//! let j = Journal::start(Arc::clone(&m), sb, &empty, Arc::new(|| Ok(()))).unwrap();
+//! let j = Journal::start(Arc::clone(&m), sb, &empty).unwrap();
 //! j.append(&[Record::ArrayWrite { offset: 4096, data: b"hello" }]).unwrap();
 //! drop(j); // a crash: nothing was checkpointed
 //! let sb = read_superblock(m.as_ref()).unwrap();
@@ -56,4 +57,4 @@ pub use writeback::{
     replay_array_write, replay_array_writes, Backing, WriteBack, APPLY_BYTES_MAX,
     BUFFER_BYTES_DEFAULT,
 };
-pub use writer::{format, Flusher, Journal, JournalStats, Ticket};
+pub use writer::{format, Checkpoint, Journal, JournalStats, Ticket, CHECKPOINT_INTERVAL};

@@ -362,7 +362,9 @@ impl Shared {
         drop(b);
         self.check_failed()?;
         self.backing.flush()?;
-        self.journal.checkpoint()?;
+        if let Some(checkpoint) = self.journal.begin_checkpoint()? {
+            checkpoint.finish(self.backing.flush())?;
+        }
         Ok(gate)
     }
 

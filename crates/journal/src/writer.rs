@@ -1,17 +1,19 @@
 //! [`Journal`]: appends records durably with group commit, tracks which records are complete
-//! (their in-place writes done), and checkpoints (flush the array, then advance the tail in
-//! the superblock) so ring space is reused.
+//! (their in-place writes done), and checkpoints (advance the tail in the superblock) so ring
+//! space is reused.
 //!
 //! Group commit: appenders encode their records into a queue under one mutex (which assigns
 //! consecutive sequence numbers and ring positions); whichever appender finds no commit in
 //! progress becomes the leader, writes the whole queue and issues one flush, then wakes the
-//! followers whose records it made durable. Locking: `ring` is the only lock; the flusher is
-//! called with no lock held.
+//! followers whose records it made durable. Locking: `ring` is the only lock.
+//!
+//! Checkpoints are driven by the owner of the array the journal protects, which must flush
+//! the array between [`Journal::begin_checkpoint`] and [`Checkpoint::finish`]: the journal
+//! calls nothing above it. [`Journal::wait_checkpoint_due`] tells that owner's thread when.
 
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use member::Member;
@@ -23,11 +25,8 @@ use crate::format::{
 use crate::scan::ScanSummary;
 use crate::JournalError;
 
-/// Flushes the array the journal protects (makes every completed in-place write durable).
-pub type Flusher = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;
-
 /// Checkpoint at least this often while records are complete.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The sequence numbers of one append: `first..=last`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +86,6 @@ struct Shared {
     sb: Mutex<Superblock>,
     ring: Mutex<Ring>,
     cond: Condvar,
-    flusher: Flusher,
     /// One checkpoint at a time.
     checkpoint_lock: Mutex<()>,
     capacity: u64,
@@ -97,8 +95,19 @@ struct Shared {
 
 /// An open journal. Thread-safe; cheap to share in an `Arc`.
 pub struct Journal {
-    shared: Arc<Shared>,
-    checkpointer: Mutex<Option<JoinHandle<()>>>,
+    shared: Shared,
+}
+
+/// A checkpoint in progress (one at a time): the complete, durable records at the front of
+/// the ring it releases. Their in-place writes returned before [`Journal::begin_checkpoint`];
+/// the caller flushes the array, then calls [`Checkpoint::finish`] with the flush's result.
+#[must_use = "a checkpoint releases nothing until it is finished"]
+pub struct Checkpoint<'a> {
+    shared: &'a Shared,
+    _one: MutexGuard<'a, ()>,
+    count: usize,
+    tail: u64,
+    tail_seq: u64,
 }
 
 impl std::fmt::Debug for Journal {
@@ -165,11 +174,11 @@ impl Journal {
     /// Starts a new session after replay: `summary` is what [`crate::scan`] found and the
     /// caller has applied every record and flushed the array. Writes a superblock whose tail
     /// is the end of the replayed records (so they are not replayed again) and a new nonce.
+    /// Whoever owns the array then runs its checkpoints ([`Journal::wait_checkpoint_due`]).
     pub fn start(
         member: Arc<dyn Member>,
         mut sb: Superblock,
         summary: &ScanSummary,
-        flusher: Flusher,
     ) -> Result<Arc<Journal>, JournalError> {
         sb.generation += 1;
         sb.tail_offset = summary.end_offset;
@@ -197,7 +206,7 @@ impl Journal {
                 ..JournalStats::default()
             },
         };
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             max_record: sb.max_record_bytes(),
             logical_max: capacity / 8,
             capacity,
@@ -206,22 +215,9 @@ impl Journal {
             sb: Mutex::new(sb),
             ring: Mutex::new(ring),
             cond: Condvar::new(),
-            flusher,
             checkpoint_lock: Mutex::new(()),
-        });
-        let worker = Arc::clone(&shared);
-        let handle = std::thread::Builder::new()
-            .name("journal-checkpoint".into())
-            .spawn(move || worker.checkpoint_loop())
-            .map_err(|source| JournalError::Io {
-                name: shared.name.clone(),
-                what: "start the checkpoint thread",
-                source,
-            })?;
-        Ok(Arc::new(Journal {
-            shared,
-            checkpointer: Mutex::new(Some(handle)),
-        }))
+        };
+        Ok(Arc::new(Journal { shared }))
     }
 
     pub fn name(&self) -> &str {
@@ -364,26 +360,70 @@ impl Journal {
         });
     }
 
-    /// Flushes the array and advances the tail past every complete, durable record at the
-    /// front of the ring. Returns the number of records released.
-    pub fn checkpoint(&self) -> Result<u64, JournalError> {
-        self.shared.checkpoint()
+    /// Starts a checkpoint: waits for one in progress, then takes the complete, durable
+    /// records at the front of the ring. `None` when there are none to release.
+    pub fn begin_checkpoint(&self) -> Result<Option<Checkpoint<'_>>, JournalError> {
+        let s = &self.shared;
+        let one = lock(&s.checkpoint_lock);
+        let mut ring = lock(&s.ring);
+        ring.checkpoint_wanted = false;
+        s.failed(&ring)?;
+        let durable_next = ring.durable_next;
+        let count = ring
+            .live
+            .iter()
+            .take_while(|l| l.complete && l.seq < durable_next)
+            .count();
+        if count == 0 {
+            return Ok(None);
+        }
+        let (tail, tail_seq) = match ring.live.get(count) {
+            Some(l) => (l.pos, l.seq),
+            None => (
+                ring.live[count - 1].pos + ring.live[count - 1].bytes,
+                ring.live[count - 1].seq + 1,
+            ),
+        };
+        Ok(Some(Checkpoint {
+            shared: s,
+            _one: one,
+            count,
+            tail: tail % s.capacity,
+            tail_seq,
+        }))
     }
 
-    /// Clean shutdown: checkpoints (every record should be complete by now) and stops the
-    /// checkpoint thread. Returns the records still live (0 after a clean drain).
-    pub fn close(&self) -> Result<u64, JournalError> {
-        let released = self.shared.checkpoint();
-        {
-            let mut ring = lock(&self.shared.ring);
-            ring.shutdown = true;
-            self.shared.cond.notify_all();
+    /// Waits until a checkpoint is due: [`CHECKPOINT_INTERVAL`] passed, or a writer waits for
+    /// ring space, or the ring is half full. `false` once the journal is shut down. While the
+    /// journal has failed, waits on (a failed journal checkpoints nothing).
+    pub fn wait_checkpoint_due(&self) -> bool {
+        let s = &self.shared;
+        loop {
+            let ring = lock(&s.ring);
+            let (ring, _) = s
+                .cond
+                .wait_timeout_while(ring, CHECKPOINT_INTERVAL, |r| {
+                    !r.shutdown && !r.checkpoint_wanted
+                })
+                .unwrap_or_else(|p| p.into_inner());
+            if ring.shutdown {
+                return false;
+            }
+            if ring.failed.is_none() {
+                return true;
+            }
+            drop(ring);
+            std::thread::sleep(CHECKPOINT_INTERVAL);
         }
-        if let Some(handle) = lock(&self.checkpointer).take() {
-            let _ = handle.join();
-        }
-        released?;
-        Ok(lock(&self.shared.ring).live.len() as u64)
+    }
+
+    /// Clean shutdown, after the owner's last checkpoint: [`Journal::wait_checkpoint_due`]
+    /// returns `false` from now on. Returns the records still live (0 after a clean drain).
+    pub fn close(&self) -> u64 {
+        let mut ring = lock(&self.shared.ring);
+        ring.shutdown = true;
+        self.shared.cond.notify_all();
+        ring.live.len() as u64
     }
 
     /// The sticky failure, if any.
@@ -392,13 +432,37 @@ impl Journal {
     }
 }
 
-impl Drop for Journal {
-    fn drop(&mut self) {
-        lock(&self.shared.ring).shutdown = true;
-        self.shared.cond.notify_all();
-        if let Some(handle) = lock(&self.checkpointer).take() {
-            let _ = handle.join();
+impl Checkpoint<'_> {
+    /// Finishes the checkpoint once the caller flushed the array (`array_flushed` is that
+    /// flush's result): writes the superblock with the new tail and releases the records.
+    /// Returns the number released. A failed flush or superblock write fails the journal
+    /// (sticky).
+    pub fn finish(self, array_flushed: io::Result<()>) -> Result<u64, JournalError> {
+        let s = self.shared;
+        let result = array_flushed
+            .map_err(|source| JournalError::Io {
+                name: s.name.clone(),
+                what: "flush the array before a checkpoint",
+                source,
+            })
+            .and_then(|()| s.write_checkpoint(self.tail, self.tail_seq));
+        let mut ring = lock(&s.ring);
+        if let Err(e) = &result {
+            ring.failed = Some(e.to_string());
+            s.cond.notify_all();
+            return Err(JournalError::Failed {
+                name: s.name.clone(),
+                reason: e.to_string(),
+            });
         }
+        for _ in 0..self.count {
+            let l = ring.live.pop_front().expect("counted");
+            assert!(l.complete);
+            ring.used_bytes -= l.bytes;
+        }
+        ring.stats.checkpoints += 1;
+        s.cond.notify_all();
+        Ok(self.count as u64)
     }
 }
 
@@ -605,56 +669,7 @@ impl Shared {
         io("flush records", self.member.flush())
     }
 
-    fn checkpoint(&self) -> Result<u64, JournalError> {
-        let _one = lock(&self.checkpoint_lock);
-        let (count, tail, tail_seq) = {
-            let mut ring = lock(&self.ring);
-            ring.checkpoint_wanted = false;
-            self.failed(&ring)?;
-            let durable_next = ring.durable_next;
-            let count = ring
-                .live
-                .iter()
-                .take_while(|l| l.complete && l.seq < durable_next)
-                .count();
-            if count == 0 {
-                return Ok(0);
-            }
-            let (tail, tail_seq) = match ring.live.get(count) {
-                Some(l) => (l.pos, l.seq),
-                None => (
-                    ring.live[count - 1].pos + ring.live[count - 1].bytes,
-                    ring.live[count - 1].seq + 1,
-                ),
-            };
-            (count, tail % self.capacity, tail_seq)
-        };
-        let result = self.write_checkpoint(tail, tail_seq);
-        let mut ring = lock(&self.ring);
-        if let Err(e) = &result {
-            ring.failed = Some(e.to_string());
-            self.cond.notify_all();
-            return Err(JournalError::Failed {
-                name: self.name.clone(),
-                reason: e.to_string(),
-            });
-        }
-        for _ in 0..count {
-            let l = ring.live.pop_front().expect("counted");
-            assert!(l.complete);
-            ring.used_bytes -= l.bytes;
-        }
-        ring.stats.checkpoints += 1;
-        self.cond.notify_all();
-        Ok(count as u64)
-    }
-
     fn write_checkpoint(&self, tail: u64, tail_seq: u64) -> Result<(), JournalError> {
-        (self.flusher)().map_err(|source| JournalError::Io {
-            name: self.name.clone(),
-            what: "flush the array before a checkpoint",
-            source,
-        })?;
         let mut sb = lock(&self.sb);
         let mut next = sb.clone();
         next.generation += 1;
@@ -663,28 +678,5 @@ impl Shared {
         write_superblock(self.member.as_ref(), &next)?;
         *sb = next;
         Ok(())
-    }
-
-    fn checkpoint_loop(&self) {
-        loop {
-            {
-                let ring = lock(&self.ring);
-                let (ring, _) = self
-                    .cond
-                    .wait_timeout_while(ring, CHECKPOINT_INTERVAL, |r| {
-                        !r.shutdown && !r.checkpoint_wanted
-                    })
-                    .unwrap_or_else(|p| p.into_inner());
-                if ring.shutdown {
-                    return;
-                }
-                if ring.failed.is_some() {
-                    drop(ring);
-                    std::thread::sleep(CHECKPOINT_INTERVAL);
-                    continue;
-                }
-            }
-            let _ = self.checkpoint();
-        }
     }
 }

@@ -7,7 +7,7 @@ mod common;
 use std::io;
 use std::sync::{Arc, Weak};
 
-use common::{pattern, seed, Rng, SimMember, World};
+use common::{pattern, seed, Checkpoints, Rng, SimMember, World};
 use engine::{Array, ArrayConfig, Level};
 use journal::{
     format, read_superblock, replay_array_writes, Backing, Journal, Mode, ScanSummary, Superblock,
@@ -38,21 +38,19 @@ fn array(level: Level, members: Vec<Option<Arc<dyn Member>>>) -> Arc<Array> {
     Arc::new(Array::new(config, members).unwrap())
 }
 
-fn flusher(a: &Arc<Array>) -> journal::Flusher {
-    let weak: Weak<Array> = Arc::downgrade(a);
-    Arc::new(move || match weak.upgrade() {
-        Some(a) => a.flush().map_err(io::Error::from),
-        None => Ok(()),
-    })
-}
-
-/// A new session of the journal on `jm` (formatted in `mode`) logging `a`'s stripe writes.
-fn started(a: &Arc<Array>, jm: &Arc<dyn Member>, mode: Mode) -> Arc<Journal> {
+/// A new session of the journal on `jm` (formatted in `mode`) logging `a`'s stripe writes,
+/// with its checkpoints (flushing `a` first).
+fn started(a: &Arc<Array>, jm: &Arc<dyn Member>, mode: Mode) -> (Arc<Journal>, Checkpoints) {
     let sb = format(jm.as_ref(), uuid::Uuid::new_v4(), mode).unwrap();
     let summary = a.replay_journal(jm.as_ref(), &sb).unwrap();
-    let j = Journal::start(Arc::clone(jm), sb, &summary, flusher(a)).unwrap();
+    let j = Journal::start(Arc::clone(jm), sb, &summary).unwrap();
     a.set_journal(Some(Arc::clone(&j)));
-    j
+    let weak: Weak<Array> = Arc::downgrade(a);
+    let checkpoints = Checkpoints::start(&j, move || match weak.upgrade() {
+        Some(a) => a.flush().map_err(io::Error::from),
+        None => Ok(()),
+    });
+    (j, checkpoints)
 }
 
 /// Replays the journal on `jm` into `a` as an attach does: the stripes logged write-through,
@@ -151,7 +149,7 @@ fn write_through_round(level: Level, seed: u64) {
         .collect();
     let a = assemble(level, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let j = started(&a, &jm, Mode::WriteThrough);
+    let (j, checkpoints) = started(&a, &jm, Mode::WriteThrough);
     let mut rng = Rng::new(seed);
     let size = a.size_bytes();
     let mut model = vec![0u8; size as usize];
@@ -164,7 +162,7 @@ fn write_through_round(level: Level, seed: u64) {
         }
     }
     let (_w, crashed) = world.crash(rng.next(), &name_refs);
-    drop((a, j));
+    drop((a, j, checkpoints));
     // RAID 5 loses one member, RAID 6 two.
     let n = crashed.len() as u64 - 1;
     let first = rng.below(n) as usize;
@@ -252,7 +250,7 @@ fn write_back_round(level: Level, seed: u64) {
         .collect();
     let a = assemble(level, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let j = started(&a, &jm, Mode::WriteBack);
+    let (j, checkpoints) = started(&a, &jm, Mode::WriteBack);
     let wb = WriteBack::start(
         Arc::clone(&j),
         Arc::new(ArrayBacking(Arc::clone(&a))),
@@ -275,7 +273,7 @@ fn write_back_round(level: Level, seed: u64) {
     }
     let (_w, crashed) = world.crash(rng.next(), &name_refs);
     drop(wb);
-    drop((a, j));
+    drop((a, j, checkpoints));
     let a = assemble(level, &crashed, &[]);
     let backing = ArrayBacking(Arc::clone(&a));
     replay(&a, crashed.last().unwrap().as_ref(), Some(&backing));
@@ -327,7 +325,7 @@ fn write_back_concurrent_writers_zeroes_and_drain() {
         .collect();
     let a = assemble(Level::Raid5, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let j = started(&a, &jm, Mode::WriteBack);
+    let (j, checkpoints) = started(&a, &jm, Mode::WriteBack);
     let wb = Arc::new(
         WriteBack::start(
             Arc::clone(&j),
@@ -369,7 +367,7 @@ fn write_back_concurrent_writers_zeroes_and_drain() {
     wb.close().unwrap();
     assert_eq!(wb.buffered_bytes(), 0);
     assert_eq!(
-        j.close().unwrap(),
+        checkpoints.close().unwrap(),
         0,
         "seed {base}: records left after drain"
     );
@@ -408,7 +406,7 @@ fn write_back_with_a_small_ring_never_wedges() {
         .collect();
     let a = assemble(Level::Raid6, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let j = started(&a, &jm, Mode::WriteBack);
+    let (j, checkpoints) = started(&a, &jm, Mode::WriteBack);
     let backing = Arc::new(ArrayBacking(Arc::clone(&a)));
     let wb = Arc::new(WriteBack::start(Arc::clone(&j), backing, 1 << 20).unwrap());
     // Each writer overwrites its own slice at random, so the appliers (several at once) see
@@ -448,7 +446,11 @@ fn write_back_with_a_small_ring_never_wedges() {
         "seed {base}: the ring was never under pressure, so the test proved nothing"
     );
     wb.close().unwrap();
-    assert_eq!(j.close().unwrap(), 0, "drained journal checkpoints empty");
+    assert_eq!(
+        checkpoints.close().unwrap(),
+        0,
+        "drained journal checkpoints empty"
+    );
     for (t, model) in models.iter().enumerate() {
         let mut got = vec![0u8; slice as usize];
         a.read(t as u64 * slice, &mut got).unwrap();
@@ -474,7 +476,7 @@ fn apply_reservations_cover_the_records_logged() {
         let a = assemble(level, &sims, &[]);
         assert_eq!(a.logged_bytes_bound(0, 4096), 0, "no journal set");
         let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-        let j = started(&a, &jm, Mode::WriteThrough);
+        let (j, _checkpoints) = started(&a, &jm, Mode::WriteThrough);
         let mut rng = Rng::new(base);
         for _ in 0..300 {
             let len = 1 + rng.below(5 * CHUNK);
@@ -497,6 +499,6 @@ fn apply_reservations_cover_the_records_logged() {
         .collect();
     let a = assemble(Level::Raid1, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let _j = started(&a, &jm, Mode::WriteThrough);
+    let _session = started(&a, &jm, Mode::WriteThrough);
     assert_eq!(a.logged_bytes_bound(0, 4096), 0, "RAID 1 logs nothing");
 }

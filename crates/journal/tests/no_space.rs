@@ -4,7 +4,7 @@
 //! back, and a close while still full leaves the records for the next start's replay.
 
 use std::io::{self, ErrorKind};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::{Array, ArrayConfig, Level, MemberHealth};
@@ -91,12 +91,9 @@ impl Rig {
         let backing = ArrayBacking(Arc::clone(a));
         let summary = a.replay_journal(jm.as_ref(), &sb).unwrap();
         replay_array_writes(jm.as_ref(), &sb, &summary, &backing).unwrap();
-        let weak: Weak<Array> = Arc::downgrade(a);
-        let flusher: journal::Flusher = Arc::new(move || match weak.upgrade() {
-            Some(a) => a.flush().map_err(io::Error::from),
-            None => Ok(()),
-        });
-        let j = Journal::start(Arc::clone(jm), sb, &summary, flusher).unwrap();
+        // The buffer stays far below the ring: no background checkpoints needed (the
+        // cache's drain checkpoints).
+        let j = Journal::start(Arc::clone(jm), sb, &summary).unwrap();
         WriteBack::start(j, Arc::new(backing), BUFFER_BYTES).unwrap()
     }
 

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{pattern, seed, Rng};
+use common::{pattern, seed, Checkpoints, Rng};
 use journal::{
     decode_record, format, read_superblock, scan, Journal, MemberOp, Mode, Record, ScanSummary,
     Superblock, RING_OFFSET,
@@ -21,15 +21,11 @@ fn poke(m: &SimMember, offset: usize, bytes: &[u8]) {
     m.flush().unwrap();
 }
 
-fn no_flush() -> journal::Flusher {
-    Arc::new(|| Ok(()))
-}
-
 fn started(m: &Arc<SimMember>, mode: Mode) -> Arc<Journal> {
     let sb = format(m.as_ref(), Uuid::new_v4(), mode).unwrap();
     let summary = scan(m.as_ref(), &sb, |_, _| Ok(())).unwrap();
     assert_eq!(summary.records, 0);
-    Journal::start(Arc::clone(m) as Arc<dyn Member>, sb, &summary, no_flush()).unwrap()
+    Journal::start(Arc::clone(m) as Arc<dyn Member>, sb, &summary).unwrap()
 }
 
 /// (seq, offset, data) of one replayed ArrayWrite.
@@ -109,7 +105,8 @@ fn newest_valid_superblock_copy_wins() {
         }])
         .unwrap();
     j.complete(ticket);
-    assert_eq!(j.checkpoint().unwrap(), 1);
+    let checkpoint = j.begin_checkpoint().unwrap().expect("a complete record");
+    assert_eq!(checkpoint.finish(Ok(())).unwrap(), 1);
     let newest = read_superblock(m.as_ref()).unwrap();
     assert_eq!(newest, j.superblock());
     assert_eq!(newest.generation, 3);
@@ -197,7 +194,7 @@ fn records_of_an_earlier_session_never_replay() {
     assert_eq!(seen.len(), 3);
     // New session after replay: it starts after the replayed records, with a new nonce.
     let m2: Arc<dyn Member> = Arc::clone(&m) as Arc<dyn Member>;
-    let j = Journal::start(m2, sb, &summary, no_flush()).unwrap();
+    let j = Journal::start(m2, sb, &summary).unwrap();
     j.append(&[Record::ArrayWrite {
         offset: 9,
         data: &[8; 10],
@@ -223,6 +220,8 @@ fn crash_during_concurrent_appends_keeps_every_acknowledged_record() {
 fn crash_round(seed: u64) {
     let m = Arc::new(SimMember::new("j", JOURNAL_BYTES));
     let j = started(&m, Mode::WriteThrough);
+    // No array to flush before a checkpoint.
+    let _checkpoints = Checkpoints::start(&j, || Ok(()));
     let acked = Arc::new(Mutex::new(Vec::<u64>::new()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let threads: Vec<_> = (0..4u64)

@@ -28,8 +28,11 @@
 
 use std::fmt;
 use std::io;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
+mod checkpoint;
+
+use checkpoint::Checkpointer;
 use journal::{Backing, Journal, JournalError, Mode, ScanSummary, WriteBack};
 use member::Member;
 use volume::{Volume, VolumeError};
@@ -179,6 +182,9 @@ pub struct Journaled {
     volume: Arc<Volume>,
     journal: Option<Arc<Journal>>,
     writeback: Option<WriteBack>,
+    /// Runs the journal's checkpoints (with a journal). Declared after `writeback`, so it is
+    /// dropped after the appliers stopped: an applier may wait for a checkpoint to make room.
+    checkpointer: Option<Checkpointer>,
     /// Every write (RAID 5/6 with a journal) is durable in the journal once acknowledged, so
     /// FLUSH and FUA need no member flush.
     logs_every_write: bool,
@@ -190,6 +196,7 @@ impl Journaled {
         Journaled {
             volume: Arc::clone(volume),
             journal: None,
+            checkpointer: None,
             writeback: None,
             logs_every_write: false,
         }
@@ -228,13 +235,15 @@ impl Journaled {
         // Every stripe being written at a crash is consistent now: background work held back
         // for the replay (`AssembleOptions::journal_replay`) may start.
         volume.journal_replayed();
-        let weak: Weak<Volume> = Arc::downgrade(volume);
-        let flusher: journal::Flusher = Arc::new(move || match weak.upgrade() {
-            Some(v) => Ok(v.flush()?),
-            None => Ok(()),
-        });
         let mode = jsb.mode;
-        let j = Journal::start(jm, jsb, &summary, flusher).map_err(AttachError::Start)?;
+        let j = Journal::start(jm, jsb, &summary).map_err(AttachError::Start)?;
+        let checkpointer = Checkpointer::start(&j, volume).map_err(|source| {
+            AttachError::Start(JournalError::Io {
+                name: j.name().to_string(),
+                what: "start the checkpoint thread",
+                source,
+            })
+        })?;
         if volume.level().has_parity() {
             volume.array().set_journal(Some(Arc::clone(&j)));
         }
@@ -254,6 +263,7 @@ impl Journaled {
             volume: Arc::clone(volume),
             logs_every_write: volume.level().has_parity(),
             journal: Some(j),
+            checkpointer: Some(checkpointer),
             writeback,
         };
         Ok((journaled, summary))
@@ -299,7 +309,9 @@ impl Journaled {
         let Some(j) = &self.journal else {
             return Ok(None);
         };
-        let live = j.close()?;
+        let released = checkpoint::checkpoint(j, &self.volume);
+        let live = self.checkpointer.as_ref().map_or(0, Checkpointer::stop);
+        released?;
         self.volume.array().set_journal(None);
         Ok(Some((j.name().to_string(), live)))
     }

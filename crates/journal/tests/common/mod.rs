@@ -8,8 +8,72 @@
 
 use std::io;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
+use journal::{Journal, JournalError};
 use member::Member;
+
+/// Runs a journal's checkpoints as the layer that owns the array does (`journaled`): waits
+/// until one is due, calls `flush` (the array's flush), then finishes it; until closed or
+/// dropped.
+pub struct Checkpoints {
+    journal: Arc<Journal>,
+    flush: Arc<dyn Fn() -> io::Result<()> + Send + Sync>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpoints {
+    pub fn start(
+        journal: &Arc<Journal>,
+        flush: impl Fn() -> io::Result<()> + Send + Sync + 'static,
+    ) -> Checkpoints {
+        let flush: Arc<dyn Fn() -> io::Result<()> + Send + Sync> = Arc::new(flush);
+        let (j, f) = (Arc::clone(journal), Arc::clone(&flush));
+        let thread = std::thread::spawn(move || {
+            while j.wait_checkpoint_due() {
+                let _ = checkpoint(&j, f.as_ref());
+            }
+        });
+        Checkpoints {
+            journal: Arc::clone(journal),
+            flush,
+            thread: Some(thread),
+        }
+    }
+
+    /// One checkpoint now; the number of records released.
+    pub fn checkpoint(&self) -> Result<u64, JournalError> {
+        checkpoint(&self.journal, self.flush.as_ref())
+    }
+
+    /// Clean shutdown: a last checkpoint, then the journal closed. The records still live.
+    pub fn close(mut self) -> Result<u64, JournalError> {
+        let released = self.checkpoint();
+        let live = self.stop();
+        released.map(|_| live)
+    }
+
+    fn stop(&mut self) -> u64 {
+        let live = self.journal.close();
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
+        live
+    }
+}
+
+impl Drop for Checkpoints {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn checkpoint(j: &Journal, flush: &dyn Fn() -> io::Result<()>) -> Result<u64, JournalError> {
+    match j.begin_checkpoint()? {
+        Some(checkpoint) => checkpoint.finish(flush()),
+        None => Ok(0),
+    }
+}
 
 pub const SECTOR: usize = 512;
 

@@ -11,7 +11,7 @@
 //!   function; [`check_owner`] / [`refuse_if_served`]: the owner records judged ([`owner`]).
 //!
 //! ```
-//! use ondisk::{create, plan, read_superblock, CreateOptions, PlanOptions};
+//! use ondisk::{create, plan, read_superblock, CreateOptions, AssemblyPlanOptions};
 //! let members: Vec<_> = (0..3)
 //!     .map(|_| member::open("mem:4M", &member::OpenOptions::default()).unwrap())
 //!     .collect();
@@ -21,7 +21,7 @@
 //!     .iter()
 //!     .map(|m| (m.name().to_string(), read_superblock(m.as_ref()).unwrap()))
 //!     .collect();
-//! let plan = plan(&found, &PlanOptions::default()).unwrap();
+//! let plan = plan(&found, &AssemblyPlanOptions::default()).unwrap();
 //! assert_eq!(plan.superblock.array_uuid, written[0].array_uuid);
 //! assert!(!plan.degraded);
 //! ```
@@ -42,7 +42,9 @@ pub use bitmap::{
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use duplicate::{describe_duplicate, find_duplicate, same_member};
 pub use journal_ref::{freshest_superblock, set_journal_ref, SetJournalRefError};
-pub use plan::{plan, AssembleError, DirtyDegradedStart, Plan, PlanOptions, StaleMember};
+pub use plan::{
+    plan, AssembleError, AssemblyPlan, AssemblyPlanOptions, DirtyDegradedStart, StaleMember,
+};
 pub use served::{check_owner, refuse_if_served};
 pub use superblock::{
     checksum, level_code, now_secs, read_superblock, validate_name, ArrayState, JournalRef, Owner,

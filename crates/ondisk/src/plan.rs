@@ -11,7 +11,7 @@ use crate::superblock::{ArrayState, Role, RoleState, Superblock, SuperblockError
 /// What the assembly decision ([`plan`], [`crate::check_owner`]) is told besides the
 /// superblocks (the runtime's assemble options carry these and more).
 #[derive(Clone, Debug, Default)]
-pub struct PlanOptions {
+pub struct AssemblyPlanOptions {
     /// Start a RAID 5/6 array that is both dirty and degraded without a journal to replay,
     /// risking the write hole (`serve --start-dirty-degraded`, md's start_dirty_degraded):
     /// the volume then reports the array ranges at risk.
@@ -41,7 +41,7 @@ pub struct StaleMember {
 
 /// What assembly decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct AssemblyPlan {
     /// The freshest superblock: the array's current state.
     pub superblock: Superblock,
     /// Per role: index (into the input) of the member used for it, `None` if missing.
@@ -298,7 +298,10 @@ fn describe_array(sb: &Superblock) -> String {
 }
 
 /// Decides roles and freshness from `(member name, superblock)` pairs given in any order.
-pub fn plan(found: &[(String, Superblock)], opts: &PlanOptions) -> Result<Plan, AssembleError> {
+pub fn plan(
+    found: &[(String, Superblock)],
+    opts: &AssemblyPlanOptions,
+) -> Result<AssemblyPlan, AssembleError> {
     if found.is_empty() {
         return Err(AssembleError::NoMembers);
     }
@@ -308,7 +311,7 @@ pub fn plan(found: &[(String, Superblock)], opts: &PlanOptions) -> Result<Plan, 
     for (name, sb) in found {
         check_agrees(name, sb, reference)?;
     }
-    let mut plan = Plan {
+    let mut plan = AssemblyPlan {
         superblock: reference.1.clone(),
         roles: vec![None; reference.1.member_count as usize],
         stale: Vec::new(),
@@ -459,7 +462,10 @@ fn check_role_identity(
     Ok(())
 }
 
-fn assign_roles(found: &[(String, Superblock)], plan: &mut Plan) -> Result<(), AssembleError> {
+fn assign_roles(
+    found: &[(String, Superblock)],
+    plan: &mut AssemblyPlan,
+) -> Result<(), AssembleError> {
     let max_events = plan.superblock.events;
     let mut claimed: Vec<Option<usize>> = vec![None; plan.roles.len()];
     for (index, (name, sb)) in found.iter().enumerate() {
@@ -526,7 +532,7 @@ fn assign_roles(found: &[(String, Superblock)], plan: &mut Plan) -> Result<(), A
 /// role is missing, as a replace whose old member failed). The copy restarts from 0 unless the
 /// array was shut down cleanly and the spare's superblock is current: after a crash, a write
 /// in flight may have reached one of the two members only.
-fn assign_replacement(found: &[(String, Superblock)], plan: &mut Plan) {
+fn assign_replacement(found: &[(String, Superblock)], plan: &mut AssemblyPlan) {
     let sb = &plan.superblock;
     let target = plan.spares.iter().enumerate().find_map(|(i, &index)| {
         let role = sb.replacing_role(found[index].1.member_uuid)?;
@@ -561,7 +567,7 @@ fn assign_replacement(found: &[(String, Superblock)], plan: &mut Plan) {
 /// every member before any data write, the clean mark follows the last flush), so it holds the
 /// same data. A member that failed is recorded `faulty` in that same bump and stays stale.
 /// Accepting one makes the array dirty if its superblock says dirty, so the resync runs.
-fn missed_only_a_mark(name: &str, sb: &Superblock, role: usize, plan: &mut Plan) -> bool {
+fn missed_only_a_mark(name: &str, sb: &Superblock, role: usize, plan: &mut AssemblyPlan) -> bool {
     let max_events = plan.superblock.events;
     assert!(sb.events < max_events, "only a member behind can lag");
     let entry = &plan.superblock.roles[role];
@@ -580,7 +586,10 @@ fn missed_only_a_mark(name: &str, sb: &Superblock, role: usize, plan: &mut Plan)
     true
 }
 
-fn check_survives(plan: &mut Plan, opts: &PlanOptions) -> Result<(), AssembleError> {
+fn check_survives(
+    plan: &mut AssemblyPlan,
+    opts: &AssemblyPlanOptions,
+) -> Result<(), AssembleError> {
     let sb = &plan.superblock;
     let array = describe_array(sb);
     let missing: Vec<usize> = (0..plan.roles.len())
@@ -635,7 +644,7 @@ fn check_survives(plan: &mut Plan, opts: &PlanOptions) -> Result<(), AssembleErr
 
 /// May a dirty and degraded RAID 5/6 array with superblock `sb` start, and why: its own
 /// journal (by UUID) will be replayed, or the caller forces it.
-fn dirty_degraded_start(sb: &Superblock, opts: &PlanOptions) -> Option<DirtyDegradedStart> {
+fn dirty_degraded_start(sb: &Superblock, opts: &AssemblyPlanOptions) -> Option<DirtyDegradedStart> {
     let own_journal = sb.journal.map(|j| j.uuid);
     if opts.journal_replay.is_some() && opts.journal_replay == own_journal {
         return Some(DirtyDegradedStart::JournalReplay);
@@ -694,7 +703,7 @@ mod tests {
         // The clean mark reached member 0 only: 0 says clean at 8, 1 and 2 say dirty at 7.
         let mut found = raid5(7);
         bump(&mut found, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
-        let plan = plan(&found, &PlanOptions::default()).expect("assembles");
+        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles");
         assert_eq!(plan.roles, vec![Some(0), Some(1), Some(2)]);
         assert!(plan.stale.is_empty(), "{:?}", plan.stale);
         assert!(!plan.degraded);
@@ -720,7 +729,7 @@ mod tests {
             ArrayState::Clean,
             &[],
         );
-        let plan = plan(&found, &PlanOptions::default()).expect("assembles");
+        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles");
         assert_eq!(plan.roles, vec![Some(0), Some(1), Some(2)]);
         assert!(plan.stale.is_empty());
         assert_eq!(plan.superblock.state, ArrayState::Dirty);
@@ -730,7 +739,7 @@ mod tests {
     fn all_clean_one_event_behind_stays_clean() {
         let mut found = raid5(3);
         bump(&mut found, &[1], ArrayState::Clean, ArrayState::Clean, &[]);
-        let plan = plan(&found, &PlanOptions::default()).expect("assembles");
+        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles");
         assert!(plan.stale.is_empty());
         assert_eq!(plan.superblock.state, ArrayState::Clean);
     }
@@ -746,11 +755,11 @@ mod tests {
             ArrayState::Dirty,
             &[2],
         );
-        let err = plan(&found, &PlanOptions::default()).expect_err("dirty and degraded");
+        let err = plan(&found, &AssemblyPlanOptions::default()).expect_err("dirty and degraded");
         assert!(err.to_string().contains("write hole"), "{err}");
-        let force = PlanOptions {
+        let force = AssemblyPlanOptions {
             start_dirty_degraded: true,
-            ..PlanOptions::default()
+            ..AssemblyPlanOptions::default()
         };
         let plan = plan(&found, &force).expect("assembles degraded by force");
         assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
@@ -785,9 +794,9 @@ mod tests {
     fn dirty_degraded_starts_when_its_own_journal_is_replayed() {
         let journal = Uuid::new_v4();
         let found = dirty_degraded(Some(journal));
-        let replay = |uuid| PlanOptions {
+        let replay = |uuid| AssemblyPlanOptions {
             journal_replay: Some(uuid),
-            ..PlanOptions::default()
+            ..AssemblyPlanOptions::default()
         };
         let plan = plan(&found, &replay(journal)).expect("starts: the journal closes the hole");
         assert!(plan.degraded);
@@ -797,7 +806,7 @@ mod tests {
         let err = super::plan(&found, &replay(Uuid::new_v4())).expect_err("foreign journal");
         assert!(err.to_string().contains("write hole"), "{err}");
         // Without it, the refusal names the journal and the flag.
-        let err = super::plan(&found, &PlanOptions::default()).expect_err("no journal");
+        let err = super::plan(&found, &AssemblyPlanOptions::default()).expect_err("no journal");
         let msg = err.to_string();
         for needle in [
             format!("Give its journal {journal} (--journal PATH)"),
@@ -814,9 +823,9 @@ mod tests {
     fn dirty_degraded_without_a_journal_starts_only_when_forced() {
         let found = dirty_degraded(None);
         // A journal to replay is not the array's when the array has none.
-        let replay = PlanOptions {
+        let replay = AssemblyPlanOptions {
             journal_replay: Some(Uuid::new_v4()),
-            ..PlanOptions::default()
+            ..AssemblyPlanOptions::default()
         };
         let err = plan(&found, &replay).expect_err("no journal of its own");
         let msg = err.to_string();
@@ -825,9 +834,9 @@ mod tests {
             msg.contains("back wrong. Bring the missing members back;"),
             "{msg}"
         );
-        let forced = PlanOptions {
+        let forced = AssemblyPlanOptions {
             start_dirty_degraded: true,
-            ..PlanOptions::default()
+            ..AssemblyPlanOptions::default()
         };
         let plan = plan(&found, &forced).expect("forced");
         assert_eq!(plan.dirty_degraded, Some(DirtyDegradedStart::Forced));
@@ -840,7 +849,7 @@ mod tests {
             ArrayState::Dirty,
             &[],
         );
-        let plan = super::plan(&healthy, &PlanOptions::default()).expect("healthy");
+        let plan = super::plan(&healthy, &AssemblyPlanOptions::default()).expect("healthy");
         assert_eq!(plan.dirty_degraded, None);
     }
 
@@ -857,7 +866,7 @@ mod tests {
         for (_, sb) in &mut found[..2] {
             sb.roles[2].state = RoleState::Missing;
         }
-        let plan = plan(&found, &PlanOptions::default()).expect("assembles degraded");
+        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles degraded");
         assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
         assert_eq!(plan.stale.len(), 1);
         assert_eq!(plan.stale[0].name, "m2");
@@ -882,7 +891,7 @@ mod tests {
         );
         found[0].1.state = ArrayState::Clean;
         found[1].1.state = ArrayState::Clean;
-        let plan = plan(&found, &PlanOptions::default()).expect("assembles degraded");
+        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles degraded");
         assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
         assert_eq!(plan.stale.len(), 1);
         assert_eq!(
@@ -897,7 +906,7 @@ mod tests {
         // Only member 0 got the clean mark: both others lag by one and are used.
         let mut found = raid5(9);
         bump(&mut found, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
-        let plan = plan(&found, &PlanOptions::default()).expect("assembles");
+        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles");
         assert!(!plan.degraded && plan.stale.is_empty());
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use member::Member;
 
 use crate::owner::{judge, Liveness, ThisHost};
-use crate::plan::{AssembleError, PlanOptions};
+use crate::plan::{AssembleError, AssemblyPlanOptions};
 use crate::superblock::{read_superblock, Superblock};
 
 /// Refuses an array whose owner record (on any member) names another live process, unless
@@ -14,7 +14,7 @@ use crate::superblock::{read_superblock, Superblock};
 /// runs it first, and `raidkit serve` before it rewrites superblocks ahead of assembly.
 pub fn check_owner(
     found: &[(String, Superblock)],
-    opts: &PlanOptions,
+    opts: &AssemblyPlanOptions,
 ) -> Result<(), AssembleError> {
     let Some(me) = &opts.owner else {
         return Ok(());

@@ -1,6 +1,6 @@
 //! [`AssembleOptions`]: how to assemble and start a volume.
 
-use ondisk::PlanOptions;
+use ondisk::AssemblyPlanOptions;
 use uuid::Uuid;
 
 /// How to assemble.
@@ -36,8 +36,8 @@ pub struct AssembleOptions {
 
 impl AssembleOptions {
     /// What the assembly decision is told of these options.
-    pub fn plan_options(&self) -> PlanOptions {
-        PlanOptions {
+    pub fn plan_options(&self) -> AssemblyPlanOptions {
+        AssemblyPlanOptions {
             start_dirty_degraded: self.start_dirty_degraded,
             journal_replay: self.journal_replay,
             owner: self.owner.clone(),

@@ -29,7 +29,7 @@ use uuid::Uuid;
 
 use crate::bitmap::{Bitmap, WriteIntent};
 use ondisk::DirtyDegradedStart;
-use ondisk::{AssembleError, Plan, StaleMember};
+use ondisk::{AssembleError, AssemblyPlan, StaleMember};
 
 use crate::options::AssembleOptions;
 use crate::work::{Resync, Work};
@@ -250,7 +250,7 @@ impl Volume {
     /// the order the plan indexes. Starts the background worker, which resumes a rebuild,
     /// starts a resync of a dirty array, or puts a spare into a missing role.
     pub(crate) fn start(
-        mut plan: Plan,
+        mut plan: AssemblyPlan,
         members: Vec<Arc<dyn Member>>,
         own: Vec<Superblock>,
         opts: &AssembleOptions,

@@ -9,27 +9,13 @@ use std::time::{Duration, Instant};
 
 use engine::{MemberHealth, SyncMode};
 use member::Member;
-use serde::{Deserialize, Serialize};
 
 use ondisk::bitmap::read_image;
 
 use crate::bitmap::{Bitmap, BitmapWriteError};
+use crate::status::BitmapStatus;
 use crate::volume::{Held, MetaState, VolumeCore, VolumeError};
 use ondisk::Superblock;
-
-/// The bitmap as `status` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BitmapStatus {
-    /// Array bytes per bit.
-    pub region_bytes: u64,
-    pub regions: u64,
-    /// Regions whose bit is set on the members now.
-    pub dirty_regions: u64,
-    /// Regions dirty at an unclean shutdown and not resynced yet.
-    pub resync_pending_regions: u64,
-    /// Bitmap block writes issued so far (per member).
-    pub block_writes: u64,
-}
 
 /// The bitmap of an array being assembled: the union of the bits on every member holding a
 /// role (a block that fails its check, or a member that cannot be read, counts as all set).

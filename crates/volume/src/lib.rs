@@ -25,11 +25,11 @@ mod work;
 
 pub use assemble::assemble;
 pub use at_risk::{ArrayRange, AtRisk, AT_RISK_RANGES_LISTED_MAX};
-pub use bitmap_volume::BitmapStatus;
 pub use lease::TakenOver;
 pub use options::AssembleOptions;
 pub use status::{
-    ArrayHealth, FaultPolicy, FilesystemStatus, MemberState, MemberStatus, MismatchLocation,
-    ScrubReport, SpeedLimits, TaskKind, TaskStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
+    ArrayHealth, BitmapStatus, FaultPolicy, FilesystemStatus, MemberState, MemberStatus,
+    MismatchLocation, ScrubReport, SpeedLimits, TaskKind, TaskStatus, VolumeStatus,
+    SCRUB_MISMATCHES_LISTED_MAX,
 };
 pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeCore, VolumeError};

@@ -5,6 +5,8 @@ use layout::Level;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::at_risk::AtRisk;
+
 pub use engine::FaultPolicy;
 
 /// Background I/O rate limits, per member (like md's speed_limit_min / _max).
@@ -184,6 +186,20 @@ pub struct ScrubReport {
     pub finished: bool,
 }
 
+/// The bitmap as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BitmapStatus {
+    /// Array bytes per bit.
+    pub region_bytes: u64,
+    pub regions: u64,
+    /// Regions whose bit is set on the members now.
+    pub dirty_regions: u64,
+    /// Regions dirty at an unclean shutdown and not resynced yet.
+    pub resync_pending_regions: u64,
+    /// Bitmap block writes issued so far (per member).
+    pub block_writes: u64,
+}
+
 /// Everything `status` shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeStatus {
@@ -200,14 +216,14 @@ pub struct VolumeStatus {
     pub last_scrub: Option<ScrubReport>,
     pub events: u64,
     /// The write-intent bitmap, if the array has one.
-    pub bitmap: Option<crate::BitmapStatus>,
+    pub bitmap: Option<BitmapStatus>,
     /// Array bytes whose parity or mirror copies a write refused for lack of space may have
     /// left inconsistent; resynced in the background once there is space (health shows
     /// `resyncing` meanwhile).
     pub unsynced_bytes: u64,
     /// Started dirty and degraded without a journal (`--start-dirty-degraded`): the array
     /// ranges whose data may be wrong, until every member is in sync again.
-    pub at_risk: Option<crate::AtRisk>,
+    pub at_risk: Option<AtRisk>,
 }
 
 pub(crate) fn level_name(level: Level) -> String {

@@ -22,16 +22,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 
-use engine::{Array, ArrayConfig, IoError, MemberHealth};
+use engine::{Array, IoError, MemberHealth};
 use layout::Level;
 use member::{Member, Window};
 use uuid::Uuid;
 
 use crate::bitmap::{Bitmap, WriteIntent};
-use ondisk::DirtyDegradedStart;
-use ondisk::{AssembleError, AssemblyPlan, StaleMember};
+use ondisk::StaleMember;
 
-use crate::options::AssembleOptions;
+use crate::at_risk::AtRisk;
 use crate::work::{Resync, Work};
 use ondisk::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
 use ondisk::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
@@ -233,8 +232,9 @@ pub struct VolumeCore {
     pub(crate) this: std::sync::Weak<VolumeCore>,
 }
 
-/// Ranges at risk named in the start warning (all are in `status`).
-const AT_RISK_LISTED_IN_WARNING: usize = 16;
+/// Ranges at risk named in the start warning and the notice that ends them (all are in
+/// `status`).
+pub(crate) const AT_RISK_LISTED_IN_WARNING: usize = 16;
 
 /// See [`VolumeCore::set_data_changed_hook`].
 pub type DataChangedHook = Box<dyn Fn(u64, u64) + Send + Sync>;
@@ -246,177 +246,57 @@ pub type NoticeHook = Box<dyn Fn(&str) + Send + Sync>;
 const NO_SPACE_NOTICE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Volume {
-    /// Builds the volume `plan` decided; `members` and `own` (each member's superblock) are in
-    /// the order the plan indexes. Starts the background worker, which resumes a rebuild,
-    /// starts a resync of a dirty array, or puts a spare into a missing role.
-    pub(crate) fn start(
-        mut plan: AssemblyPlan,
-        members: Vec<Arc<dyn Member>>,
-        own: Vec<Superblock>,
-        opts: &AssembleOptions,
-    ) -> Result<Volume, AssembleError> {
-        assert_eq!(members.len(), own.len());
-        let sb = &plan.superblock;
-        let count = sb.member_count as usize;
-        assert_eq!(plan.roles.len(), count);
-        let held = |i: usize| Held {
-            whole: Arc::clone(&members[i]),
-            sb: own[i].clone(),
-        };
-        let roles: Vec<Option<Held>> = plan.roles.iter().map(|i| i.map(held)).collect();
-        // Members that were being rebuilt join as missing, then are attached as recovering.
-        let windows = roles
-            .iter()
-            .enumerate()
-            .map(|(r, h)| {
-                let h = h.as_ref()?;
-                h.sb.recovery_offset_bytes
-                    .is_none()
-                    .then(|| h.window(sb.roles[r].data_bytes))
-            })
-            .collect();
-        let config = ArrayConfig {
-            level: sb.level,
-            chunk_bytes: sb.chunk_bytes,
-            member_count: count,
-            member_data_bytes: (0..count).map(|r| sb.roles[r].data_bytes).collect(),
-        };
-        let array =
-            Array::new(config, windows).map_err(|e| AssembleError::Engine(e.to_string()))?;
-        assert_eq!(array.size_bytes(), sb.array_size_bytes);
-        mark_recovering(&array, &roles, sb)?;
-        let crashed = sb.state == ArrayState::Dirty && sb.level.has_redundancy();
-        let resync_offset = match crashed {
-            true => Some(0),
-            false => sb.resync_offset_bytes,
-        };
-        let bitmap = crate::bitmap_volume::load(sb, &roles);
-        let resync_offset = resync_offset.filter(|_| sb.level.has_redundancy());
-        let resync_full_from = match (&bitmap, crashed) {
-            (Some(b), true) => {
-                let dirty = b.dirty_regions();
-                b.set_pending(dirty.into_iter());
-                Some(sb.resync_offset_bytes.unwrap_or(sb.array_size_bytes))
-            }
-            _ => None,
-        };
-        let replacing = plan.replacing.and_then(|(role, i, offset)| {
-            let mut h = held(i);
-            h.sb.replace_offset_bytes = Some(offset);
-            let window = h.window(sb.roles[role].data_bytes);
-            array.start_replace(role, window).ok()?;
-            Some((role, h))
-        });
-        let mut spares: Vec<Held> = plan.spares.iter().map(|&i| held(i)).collect();
-        if let (Some((role, i, _)), None) = (plan.replacing, &replacing) {
-            plan.warnings.push(format!(
-                "member {}: the replace of role {role} cannot resume; kept as a spare",
-                members[i].name()
-            ));
-            spares.push(held(i));
+    /// The volume over `core`, with its background worker and (with a bitmap) its lazy
+    /// clear thread; stops and joins them when dropped.
+    pub(crate) fn new(
+        core: Arc<VolumeCore>,
+        worker: JoinHandle<()>,
+        clearer: Option<JoinHandle<()>>,
+    ) -> Volume {
+        Volume {
+            core,
+            worker: Some(worker),
+            clearer,
         }
-        let at_risk = (plan.dirty_degraded == Some(DirtyDegradedStart::Forced)).then(|| {
-            let dirty = bitmap
-                .as_ref()
-                .map(|b| (b.dirty_regions(), b.region_bytes()));
-            let full_from = resync_full_from.unwrap_or(0);
-            let dirty = dirty.as_ref().map(|(r, bytes)| (&r[..], *bytes));
-            let risk = crate::AtRisk::new(dirty, full_from, sb.array_size_bytes);
-            plan.warnings.push(format!(
-                "array \"{}\" {}: started dirty and degraded (--start-dirty-degraded) without \
-                 a journal: data in these array ranges may read back wrong (stripes being \
-                 written at the crash, whose missing chunks are reconstructed from parity that \
-                 may be stale): {}. `raidkit status` lists them until every missing member is \
-                 rebuilt",
-                sb.name,
-                sb.array_uuid,
-                risk.describe(AT_RISK_LISTED_IN_WARNING)
-            ));
-            risk
-        });
-        let mut template = sb.clone();
-        template.replace_offset_bytes = None;
-        let meta = MetaState {
-            partial_rebuild: vec![None; count],
-            roles,
-            spares,
-            replacing,
-            events: sb.events,
-            disk_state: sb.state,
-            resync: resync_offset.map(|offset| PendingResync {
-                kind: match crashed {
-                    true => Resync::AfterCrash,
-                    false => Resync::Initial,
-                },
-                offset,
-                full_from: resync_full_from,
-            }),
-            template,
-            owner: None,
-        };
-        let core = Arc::new_cyclic(|this| VolumeCore {
+    }
+}
+
+impl VolumeCore {
+    /// The shared part of a volume over `array`, in the state `meta` describes (its template
+    /// names the array). No thread runs yet: `assemble` starts them.
+    pub(crate) fn new(
+        array: Array,
+        meta: MetaState,
+        bitmap: Option<Bitmap>,
+        at_risk: Option<AtRisk>,
+        stale: Vec<StaleMember>,
+        warnings: Vec<String>,
+    ) -> Arc<VolumeCore> {
+        let sb = meta.template.clone();
+        let resync_offset = meta.resync.map(|r| r.offset);
+        Arc::new_cyclic(|this| VolumeCore {
             this: this.clone(),
             persisted_epoch: AtomicU64::new(array.state_epoch()),
             array,
             level: sb.level,
             chunk_bytes: sb.chunk_bytes,
-            name: sb.name.clone(),
+            name: sb.name,
             uuid: sb.array_uuid,
-            stale: plan.stale,
-            warnings: plan.warnings,
+            stale,
+            warnings,
             dirty: AtomicBool::new(false),
             gate: RwLock::new(()),
+            read_fixup: AtomicBool::new(resync_offset.is_some() && sb.level.is_mirrored()),
+            resync_progress: AtomicU64::new(resync_offset.unwrap_or(0)),
             meta: Mutex::new(meta),
             work: Work::new(),
             data_changed: RwLock::new(None),
             bitmap,
-            read_fixup: AtomicBool::new(resync_offset.is_some() && sb.level.is_mirrored()),
-            resync_progress: AtomicU64::new(resync_offset.unwrap_or(0)),
             notice: RwLock::new(None),
             no_space_noted: Mutex::new((None, 0)),
             at_risk: Mutex::new(at_risk),
-        });
-        if let Some(progress) = resync_offset {
-            core.distrust_unsynced_parity(progress, resync_full_from);
-        }
-        // Before the worker starts: its first step already obeys the limits.
-        core.set_fault_policy(opts.fault_policy);
-        core.set_speed_limits(opts.speed_limits);
-        if opts.journal_replay.is_some() {
-            // No rebuild or resync may read a stripe before the journal's replay made it
-            // consistent: the worker waits for `journal_replayed` (re-adds, spares and writes
-            // do not lift that hold).
-            core.work.hold_for_replay();
-        }
-        let worker = crate::tasks::spawn(Arc::clone(&core));
-        let clearer = core
-            .bitmap
-            .is_some()
-            .then(|| crate::bitmap_volume::spawn_clearer(Arc::clone(&core)));
-        Ok(Volume {
-            core,
-            worker: Some(worker),
-            clearer,
         })
     }
-}
-
-/// Roles whose member carries a recovery offset were being rebuilt: they resume as such.
-fn mark_recovering(
-    array: &Array,
-    roles: &[Option<Held>],
-    sb: &Superblock,
-) -> Result<(), AssembleError> {
-    for (role, held) in roles.iter().enumerate() {
-        let Some(held) = held else { continue };
-        if held.sb.recovery_offset_bytes.is_none() {
-            continue;
-        }
-        array
-            .attach_member(role, held.window(sb.roles[role].data_bytes))
-            .map_err(|e| AssembleError::Engine(e.to_string()))?;
-    }
-    Ok(())
 }
 
 impl VolumeCore {

@@ -73,6 +73,8 @@ pub struct Geometry {
     level: Level,
     chunk_bytes: u64,
     member_count: usize,
+    /// The level's parity blocks per stripe, kept here: the stripe arithmetic asks it per chunk.
+    parity_count: usize,
     /// Per role: bytes of that member's data area the array uses.
     member_data_bytes: Vec<u64>,
     /// Concatenated levels only: logical start of each member, plus the array size at the end.
@@ -117,6 +119,7 @@ impl Geometry {
             level,
             chunk_bytes,
             member_count,
+            parity_count: rules.parity_count(),
             member_data_bytes,
             member_starts,
             size_bytes: 0,
@@ -193,7 +196,7 @@ impl Geometry {
 
     /// Parity blocks per stripe: 1 for RAID 5, 2 for RAID 6, 0 otherwise.
     pub fn parity_count(&self) -> usize {
-        self.level.parity_count()
+        self.parity_count
     }
 
     /// True for the levels whose stripes carry parity (RAID 5 and 6).

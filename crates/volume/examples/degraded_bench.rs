@@ -19,6 +19,9 @@ use member::{Member, OpenOptions};
 use ondisk::{create, CreateOptions};
 use volume::{assemble, AssembleOptions, SpeedLimits};
 
+mod common;
+use common::view;
+
 const READ_BYTES: usize = 1 << 20;
 const MIB: f64 = 1048576.0;
 const ROUNDS: usize = 3;
@@ -69,24 +72,6 @@ fn read_all(array: &engine::Array) -> f64 {
         at += n as u64;
     }
     size as f64 / MIB / start.elapsed().as_secs_f64()
-}
-
-/// A second engine array over the same data areas, with `missing` left out.
-fn view(v: &volume::Volume, missing: Option<usize>) -> engine::Array {
-    let a = v.array();
-    let g = a.geometry();
-    let config = engine::ArrayConfig {
-        level: g.level(),
-        chunk_bytes: g.chunk_bytes(),
-        member_count: g.member_count(),
-        member_data_bytes: (0..g.member_count())
-            .map(|r| g.member_data_bytes(r))
-            .collect(),
-    };
-    let members = (0..g.member_count())
-        .map(|r| (Some(r) != missing).then(|| a.member(r).expect("member")))
-        .collect();
-    engine::Array::new(config, members).expect("array view")
 }
 
 fn raw_write(dir: &std::path::Path, bytes: u64) -> f64 {

@@ -29,6 +29,8 @@ use member::{Member, OpenOptions};
 use ondisk::{create, CreateOptions};
 use volume::{assemble, AssembleOptions, SpeedLimits};
 
+mod common;
+
 const READ_BYTES: u64 = 1 << 20;
 const READERS: u64 = 4;
 const WRITE_BYTES: usize = 4 << 20;
@@ -138,28 +140,14 @@ fn read_all(array: &engine::Array) -> f64 {
     size as f64 / MIB / start.elapsed().as_secs_f64()
 }
 
-/// A second engine array over the same data areas, with `missing` left out; every member
-/// share runs on its own thread (members are slow devices, not page-cache copies).
+/// [`common::view`] with every member share on its own thread (members are slow devices,
+/// not page-cache copies).
 fn view(v: &volume::Volume, missing: Option<usize>) -> engine::Array {
-    let a = v.array();
-    let g = a.geometry();
-    let config = engine::ArrayConfig {
-        level: g.level(),
-        chunk_bytes: g.chunk_bytes(),
-        member_count: g.member_count(),
-        member_data_bytes: (0..g.member_count())
-            .map(|r| g.member_data_bytes(r))
-            .collect(),
-    };
-    let members = (0..g.member_count())
-        .map(|r| (Some(r) != missing).then(|| a.member(r).expect("member")))
-        .collect();
-    let array = engine::Array::new(config, members).expect("array view");
+    let array = common::view(v, missing);
     array.set_fanout_min_bytes(0);
     array
 }
 
-/// A sequential write stream of `bytes` to a fresh member, then a flush.
 fn raw_write(m: &dyn Member, bytes: u64) -> f64 {
     let buf = vec![0x5au8; WRITE_BYTES];
     let start = Instant::now();

@@ -28,21 +28,7 @@ const OPS: usize = 300;
 /// How long the operations are spread over (the sync advances meanwhile).
 const OPS_SPREAD: Duration = Duration::from_millis(600);
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use testsupport::Rng;
 
 /// How the parity of the array comes to be wrong before the client writes.
 #[derive(Clone, Copy, Debug)]
@@ -120,7 +106,7 @@ fn crashed_array(
             continue;
         }
         let (lo, hi) = (r * region, ((r + 1) * region).min(size));
-        v.write(lo, &pattern((hi - lo) as usize, rng.next()))
+        v.write(lo, &pattern((hi - lo) as usize, rng.next_u64()))
             .unwrap();
         dirty.push((lo, hi));
     }
@@ -137,7 +123,7 @@ fn crashed_array(
             continue;
         }
         for role in std::iter::once(g.p_role(stripe)).chain(g.q_role(stripe)) {
-            let garbage = pattern(CHUNK as usize, rng.next());
+            let garbage = pattern(CHUNK as usize, rng.next_u64());
             let at = sb.data_offset_bytes + stripe * CHUNK;
             members[role].write_at(&garbage, at).unwrap();
         }
@@ -174,7 +160,7 @@ fn client_ops(v: &Volume, model: &mut [u8], written: &mut [bool], rng: &mut Rng,
                 model[lo..hi].fill(0);
             }
             _ => {
-                let data = pattern(len as usize, rng.next());
+                let data = pattern(len as usize, rng.next_u64());
                 v.write(offset, &data).unwrap();
                 model[lo..hi].copy_from_slice(&data);
             }

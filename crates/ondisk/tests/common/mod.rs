@@ -101,17 +101,7 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// The seed for randomised tests: `RAIDKIT_SEED` or the time; printed so a failure replays.
+/// The seed for randomised tests (`RAIDKIT_SEED` replays it).
 pub fn seed() -> u64 {
-    let seed = std::env::var("RAIDKIT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("RAIDKIT_SEED={seed}");
-    seed
+    testsupport::seed("ondisk/volume")
 }

@@ -10,6 +10,7 @@ mod cmd;
 mod journal_args;
 mod progress;
 mod space;
+mod units;
 
 use std::process::ExitCode;
 

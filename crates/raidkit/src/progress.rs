@@ -11,10 +11,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 use crate::admin::client::Client;
-use crate::admin::status::wire_name;
+use crate::admin::status::{fetch, wire_name};
 use volume::TaskStatus;
 
-use crate::cmd::status::{fetch, hms, human_bytes, task_line};
+use crate::units::{hms, human_bytes};
 
 /// Each `/v1/wait` request blocks at most this long, so the bar moves.
 const POLL_SECS: u64 = 1;
@@ -103,4 +103,22 @@ fn show(bar: &ProgressBar, task: &TaskStatus) {
         bar.set_draw_target(ProgressDrawTarget::stdout());
         bar.enable_steady_tick(Duration::from_millis(250));
     }
+}
+
+/// `rebuild role 2: 45.0% (1.2 GiB of 2.7 GiB) at 150.0 MiB/s, ETA 0:00:12`
+pub fn task_line(t: &TaskStatus) -> String {
+    let role = t.role.map(|r| format!(" role {r}")).unwrap_or_default();
+    let percent = if t.total_bytes == 0 {
+        100.0
+    } else {
+        t.done_bytes as f64 * 100.0 / t.total_bytes as f64
+    };
+    let eta = t.eta_secs.map(hms).unwrap_or_else(|| "unknown".to_string());
+    format!(
+        "{}{role}: {percent:.1}% ({} of {}) at {}/s, ETA {eta}",
+        wire_name(t.kind),
+        human_bytes(t.done_bytes),
+        human_bytes(t.total_bytes),
+        human_bytes(t.bytes_per_sec)
+    )
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::cmd::status::human_bytes;
+use crate::units::human_bytes;
 
 /// The member files on one filesystem and what they still need of it.
 #[derive(Debug)]

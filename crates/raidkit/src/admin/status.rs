@@ -2,9 +2,12 @@
 //! type on both sides (the volume's own [`VolumeStatus`] and the cache's [`CacheStats`] are the
 //! library's types, not copies), so a field added on one side cannot be lost on the other.
 
+use anyhow::Context;
 use cache::CacheStats;
 use serde::{Deserialize, Serialize};
 use volume::VolumeStatus;
+
+use super::client::Client;
 
 /// The volume's status with the sections `raidkit serve` keeps outside the volume.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +50,12 @@ pub enum JournalMode {
     WriteThrough,
     /// Client writes, acknowledged once logged and applied to the members later.
     WriteBack,
+}
+
+/// Fetches the status from the server and decodes it.
+pub fn fetch(client: &Client) -> anyhow::Result<Status> {
+    let value = client.get("/v1/status")?;
+    serde_json::from_value(value).context("the server's status does not decode")
 }
 
 /// The name the JSON gives a unit enum value (`MemberState::ReplacementTarget` →

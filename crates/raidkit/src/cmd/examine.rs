@@ -5,7 +5,7 @@ use member::OpenOptions;
 use ondisk::{ArrayState, Role, RoleState, Superblock};
 use serde::Serialize;
 
-use super::status::human_bytes;
+use crate::units::human_bytes;
 
 /// Print the raidkit superblock of each member (read-only; nothing is written).
 #[derive(Debug, clap::Args)]

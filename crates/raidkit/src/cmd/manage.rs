@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use crate::admin::client::Client;
-use crate::cmd::status::{fetch, human_bytes, render, scrub_report};
+use crate::admin::status::fetch;
+use crate::cmd::status::{render, scrub_report};
+use crate::units::human_bytes;
 
 /// The admin socket argument every command shares.
 #[derive(Debug, clap::Args)]

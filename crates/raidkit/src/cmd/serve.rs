@@ -813,6 +813,6 @@ fn describe(volume: &Volume) -> String {
     format!(
         "{}, {members} member{plural}, {}",
         volume.level(),
-        super::status::human_bytes(volume.size_bytes())
+        crate::units::human_bytes(volume.size_bytes())
     )
 }

@@ -2,12 +2,13 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use cache::CacheStats;
-use volume::{AtRisk, MemberState, MemberStatus, ScrubReport, TaskStatus};
+use volume::{AtRisk, MemberState, MemberStatus, ScrubReport};
 
 use crate::admin::client::Client;
-use crate::admin::status::{wire_name, JournalSection, Status};
+use crate::admin::status::{fetch, wire_name, JournalSection, Status};
+use crate::progress::{follow_with, task_line};
+use crate::units::human_bytes;
 
 /// Show a running array's state (asks `raidkit serve --admin PATH`).
 ///
@@ -37,12 +38,6 @@ pub struct Args {
 /// Ranges at risk listed in the text status (`--json` lists up to 1024).
 const AT_RISK_LISTED: usize = 16;
 
-/// Fetches and decodes the status.
-pub fn fetch(client: &Client) -> anyhow::Result<Status> {
-    let value = client.get("/v1/status")?;
-    serde_json::from_value(value).context("the server's status does not decode")
-}
-
 pub fn run(args: Args) -> anyhow::Result<()> {
     let client = Client::new(&args.admin)?;
     if args.json {
@@ -61,7 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// in a terminal, else one task line per second), then shows the status again.
 fn watch(client: &Client) -> anyhow::Result<()> {
     print!("{}", render(&fetch(client)?));
-    crate::progress::follow_with(client, "background task", true)?;
+    follow_with(client, "background task", true)?;
     print!("{}", render(&fetch(client)?));
     Ok(())
 }
@@ -258,24 +253,6 @@ fn no_space_line(m: &MemberStatus) -> String {
     )
 }
 
-/// `rebuild role 2: 45.0% (1.2 GiB of 2.7 GiB) at 150.0 MiB/s, ETA 0:00:12`
-pub fn task_line(t: &TaskStatus) -> String {
-    let role = t.role.map(|r| format!(" role {r}")).unwrap_or_default();
-    let percent = if t.total_bytes == 0 {
-        100.0
-    } else {
-        t.done_bytes as f64 * 100.0 / t.total_bytes as f64
-    };
-    let eta = t.eta_secs.map(hms).unwrap_or_else(|| "unknown".to_string());
-    format!(
-        "{}{role}: {percent:.1}% ({} of {}) at {}/s, ETA {eta}",
-        wire_name(t.kind),
-        human_bytes(t.done_bytes),
-        human_bytes(t.total_bytes),
-        human_bytes(t.bytes_per_sec)
-    )
-}
-
 /// The scrub result, with every listed mismatch location.
 pub fn scrub_report(s: &ScrubReport) -> String {
     let state = if s.finished { "finished" } else { "running" };
@@ -298,33 +275,12 @@ pub fn scrub_report(s: &ScrubReport) -> String {
     out
 }
 
-/// 75 → "0:01:15"
-pub fn hms(secs: u64) -> String {
-    format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
-}
-
-/// 1536 → "1.5 KiB"
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (unit, size) in UNITS {
-        if bytes >= size {
-            return format!("{:.1} {unit}", bytes as f64 / size as f64);
-        }
-    }
-    format!("{bytes} B")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::admin::status::tests::{bare, member};
     use crate::admin::status::JournalMode;
-    use volume::{ArrayHealth, ArrayRange, FilesystemStatus, TaskKind};
+    use volume::{ArrayHealth, ArrayRange, FilesystemStatus, TaskKind, TaskStatus};
 
     #[test]
     fn mdstat_counts_roles_in_sync() {

@@ -2,7 +2,6 @@
 //! `service::array_journal::JournalOptions`, and the lines `raidkit` prints about the journal.
 
 use journal::Mode;
-use journaled::Journaled;
 use service::array_journal::{DroppedJournal, JournalOptions, Replayed, VolatileJournal};
 
 /// Journal options shared by `create` and `serve`.
@@ -82,11 +81,4 @@ pub fn report_left(left: Option<(String, u64)>) {
     if let Some((name, live)) = left.filter(|(_, live)| *live > 0) {
         eprintln!("raidkit: journal {name}: {live} records left for replay");
     }
-}
-
-/// Clean shutdown, second half (after `Volume::close`): checkpoints the journal empty.
-pub fn close(journaled: &Journaled) -> anyhow::Result<()> {
-    use anyhow::Context;
-    report_left(journaled.close().context("closing the journal")?);
-    Ok(())
 }

@@ -8,6 +8,10 @@
 //!   journal refuses to start, a lost write-through one is detached, a journal on RAM is
 //!   refused or warned about), attaching it after assembly (replay, hooks), and removing it
 //!   from a stopped array (replay, then forget).
+//! - [`members`]: opening the members for assembly (a remote one that cannot be reached is
+//!   left out, a local one refused).
+//! - [`lifecycle`]: around serving: the background resync of a dirty array, the owner lease
+//!   renewal, and the close in its safe order.
 //! - [`reconnect`]: the remote-member reconnect policy and its thread ([`reconnect::Reconnector`]):
 //!   a remote member whose server disconnected is added back once it answers again with this
 //!   array's superblock.
@@ -16,4 +20,6 @@
 //! chain, and no caller decides anything by its kind.
 
 pub mod array_journal;
+pub mod lifecycle;
+pub mod members;
 pub mod reconnect;

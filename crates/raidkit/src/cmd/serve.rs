@@ -17,6 +17,8 @@ use ondisk::{ArrayState, CreateOptions};
 use volume::{AssembleOptions, FaultPolicy, SpeedLimits, Volume};
 
 use service::array_journal::{self, JournalAtStart};
+use service::lifecycle::{self, LeaseRenewal};
+use service::members;
 use service::reconnect::{self, Reconnector};
 
 use crate::admin::status::{JournalMode, JournalSection, Status};
@@ -365,7 +367,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         start_resync(&volume);
     }
     let reconnector = start_reconnect(&args, &volume, left_out);
-    let lease = start_lease_renewal(&volume);
+    let name = volume.name().to_string();
+    let lease = LeaseRenewal::start(&volume, move |taken| {
+        eprintln!(
+            "raidkit: error: array \"{name}\": {taken}; stopping now without writing anything \
+             more"
+        );
+        std::process::exit(3);
+    });
     let export_name = args
         .export
         .clone()
@@ -422,23 +431,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     drop(lease);
     // Close even if serving failed: requests already answered must be flushed.
-    // A write-back journal that could not be drained keeps the array dirty (not closed), so
-    // the next start replays it.
-    let drained = journaled.drain().context("draining the write-back journal");
-    let closed = match drained {
-        Ok(()) => volume
-            .close()
-            .with_context(|| format!("closing array \"{}\" (flush and mark clean)", volume.name())),
-        Err(_) => Ok(()),
-    };
-    let journal_closed = journal_args::close(&journaled);
-    if closed.is_ok() {
-        volume.release_owner();
+    let closed = lifecycle::close(&volume, &journaled);
+    if let Ok(left) = &closed.journal {
+        journal_args::report_left(left.clone());
     }
     served?;
-    drained?;
-    closed?;
-    journal_closed?;
+    closed.drained?;
+    closed.volume?;
+    closed.journal?;
     eprintln!("raidkit: array \"{}\" closed cleanly", volume.name());
     Ok(())
 }
@@ -523,72 +523,13 @@ fn start_reconnect(
     }
 }
 
-/// Renews the array's owner lease every `LEASE_RENEW_INTERVAL` while it is served (see
-/// `ondisk::owner`); stops when dropped. A process that finds the array taken over by
-/// another stops at once, writing nothing more: two writers would corrupt it.
-struct LeaseRenewal {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-fn start_lease_renewal(volume: &Arc<Volume>) -> LeaseRenewal {
-    let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let volume = Arc::clone(volume);
-    let renew = move || {
-        use std::sync::mpsc::RecvTimeoutError;
-        while volume.owner().is_some() {
-            match stopped.recv_timeout(ondisk::owner::LEASE_RENEW_INTERVAL) {
-                Err(RecvTimeoutError::Timeout) => {}
-                Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-            }
-            if let Err(taken) = volume.renew_owner() {
-                eprintln!(
-                    "raidkit: error: array \"{}\": {taken}; stopping now without writing \
-                     anything more",
-                    volume.name()
-                );
-                std::process::exit(3);
-            }
-        }
-    };
-    LeaseRenewal {
-        stop: Some(stop),
-        thread: Some(std::thread::spawn(renew)),
-    }
-}
-
-impl Drop for LeaseRenewal {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// Opened members, and the remote ones left out.
-type Opened = (Vec<Arc<dyn Member>>, Vec<String>);
-
-/// Opens the members, and names the remote ones left out. With --create every member must
-/// open; otherwise a remote member whose server cannot be reached is left out with a warning
-/// and assembly decides whether the array can start degraded. A local path that cannot be
-/// opened is an error (a typo must not start the array degraded).
-fn open_members(args: &Args, specs: &[String]) -> anyhow::Result<Opened> {
+/// Opens the members (all of them with --create), warning of the remote ones left out.
+fn open_members(args: &Args) -> anyhow::Result<members::Opened> {
     let (opts, remote) = (open_options(args), remote_options(args));
-    let mut members = Vec::with_capacity(specs.len());
-    let mut left_out = Vec::new();
-    for spec in specs {
-        match member::open_with(spec, &opts, &remote) {
-            Ok(m) => members.push(m),
-            Err(e) if args.create || !member::is_nbd_uri(spec) => return Err(e.into()),
-            Err(e) => {
-                eprintln!("raidkit: warning: remote member {spec} left out: {e}");
-                left_out.push(spec.clone());
-            }
-        }
-    }
-    if members.is_empty() {
-        bail!("no member could be opened");
+    let (members, left_out) =
+        members::open_for_assembly(&args.members, &opts, &remote, args.create)?;
+    for left in &left_out {
+        eprintln!("raidkit: warning: {left}");
     }
     Ok((members, left_out))
 }
@@ -603,7 +544,8 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
     if args.create {
         journal_args::warn_volatile(array_journal::check_new(&journal)?);
     }
-    let (mut members, left_out) = open_members(args, &args.members)?;
+    let (mut members, left_out) = open_members(args)?;
+    let left_out: Vec<String> = left_out.into_iter().map(|l| l.spec).collect();
     let spares = open_members_all(args, &args.spare)?;
     if args.create {
         create(args, &members, &spares)?;
@@ -675,17 +617,13 @@ fn open_members_all(args: &Args, specs: &[String]) -> anyhow::Result<Vec<Arc<dyn
         .collect()
 }
 
-/// Makes redundancy consistent after an unclean shutdown while the array is served; until it
-/// finishes, `close` leaves the array marked dirty.
+/// Resyncs an array found dirty in the background while it is served, saying so.
 fn start_resync(volume: &Arc<Volume>) {
-    eprintln!(
-        "raidkit: array \"{}\" was not shut down cleanly: resyncing in the background",
-        volume.name()
-    );
-    let volume = Arc::clone(volume);
-    std::thread::spawn(move || match volume.resync() {
-        Ok(()) => eprintln!("raidkit: resync of \"{}\" finished", volume.name()),
-        Err(e) => eprintln!("raidkit: resync of \"{}\" failed: {e}", volume.name()),
+    let name = volume.name().to_string();
+    eprintln!("raidkit: array \"{name}\" was not shut down cleanly: resyncing in the background");
+    lifecycle::start_resync(volume, move |result| match result {
+        Ok(()) => eprintln!("raidkit: resync of \"{name}\" finished"),
+        Err(e) => eprintln!("raidkit: resync of \"{name}\" failed: {e}"),
     });
 }
 

@@ -10,6 +10,7 @@
 //!   from a stopped array (replay, then forget).
 //! - [`members`]: opening the members for assembly (a remote one that cannot be reached is
 //!   left out, a local one refused).
+//! - [`start`]: assembling an array with its journal checked ([`start::assemble`]).
 //! - [`lifecycle`]: around serving: the background resync of a dirty array, the owner lease
 //!   renewal, and the close in its safe order.
 //! - [`reconnect`]: the remote-member reconnect policy and its thread ([`reconnect::Reconnector`]):
@@ -23,3 +24,4 @@ pub mod array_journal;
 pub mod lifecycle;
 pub mod members;
 pub mod reconnect;
+pub mod start;

@@ -13,13 +13,14 @@ use anyhow::{bail, Context};
 use cache::{CacheConfig, ReadAhead, ReadCache};
 use layout::Level;
 use member::{Member, OpenOptions, RemoteOptions};
-use ondisk::{ArrayState, CreateOptions};
+use ondisk::CreateOptions;
 use volume::{AssembleOptions, FaultPolicy, SpeedLimits, Volume};
 
 use service::array_journal::{self, JournalAtStart};
 use service::lifecycle::{self, LeaseRenewal};
 use service::members;
 use service::reconnect::{self, Reconnector};
+use service::start::{self, StartNotice};
 
 use crate::admin::status::{JournalMode, JournalSection, Status};
 use crate::journal_args;
@@ -544,7 +545,7 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
     if args.create {
         journal_args::warn_volatile(array_journal::check_new(&journal)?);
     }
-    let (mut members, left_out) = open_members(args)?;
+    let (members, left_out) = open_members(args)?;
     let left_out: Vec<String> = left_out.into_iter().map(|l| l.spec).collect();
     let spares = open_members_all(args, &args.spare)?;
     if args.create {
@@ -552,57 +553,28 @@ fn open_volume(args: &Args) -> anyhow::Result<Opening> {
         if let Some(path) = &journal.path {
             array_journal::add(&members, path, &journal)?;
         }
-    } else if members
-        .iter()
-        .any(|m| m.name().starts_with(member::MEM_PREFIX))
-    {
-        bail!("RAM members (mem:SIZE) start empty: use --create to make a new array on them");
     }
-    let first = ondisk::read_superblock(members[0].as_ref()).ok();
-    let was_dirty = first
-        .as_ref()
-        .is_some_and(|sb| sb.state == ArrayState::Dirty);
-    // Spares that already belong to this array (from an earlier start) are members to
-    // assemble; blank ones get a spare superblock.
-    let uuid = first.as_ref().map(|sb| sb.array_uuid);
-    let (known, blank): (Vec<_>, Vec<_>) = spares.into_iter().partition(|m| {
-        ondisk::read_superblock(m.as_ref()).is_ok_and(|sb| Some(sb.array_uuid) == uuid)
-    });
-    members.extend(known);
-    let mut opts = AssembleOptions {
-        spares: if args.create { Vec::new() } else { blank },
+    let opts = AssembleOptions {
         fault_policy: fault_policy(args),
         speed_limits: speed_limits(args)?,
         start_dirty_degraded: args.start_dirty_degraded,
-        journal_replay: None,
         // A read-only server writes nothing, so it neither claims the array nor is refused.
         owner: (!args.read_only).then(ondisk::owner::ThisHost::get),
         force_owner: args.force_owner,
+        ..AssembleOptions::default()
     };
-    let journal_at_start =
-        array_journal::check_before_assembly(&journal, &members, args.read_only, &opts)?;
-    match (&journal_at_start, args.create) {
-        (JournalAtStart::Dropped(dropped), _) => journal_args::warn_dropped(dropped),
-        (JournalAtStart::Use(jm, jsb), false) => {
-            // (serve --create checked it when writing the new journal)
-            let allow = journal.allow_volatile;
-            let volatile = array_journal::check_storage(jm.name(), jsb.mode, allow)?;
-            journal_args::warn_volatile(volatile);
-        }
-        _ => {}
-    }
-    opts.journal_replay = journal_at_start.replayed_uuid();
-    let volume = volume::assemble(members, &opts).context("assembling the array")?;
+    let notice = |notice: StartNotice| match notice {
+        StartNotice::JournalDropped(dropped) => journal_args::warn_dropped(&dropped),
+        StartNotice::JournalVolatile(volatile) => journal_args::warn_volatile(Some(volatile)),
+    };
+    let (read_only, created) = (args.read_only, args.create);
+    let assembled = start::assemble(members, spares, opts, &journal, read_only, created, &notice)?;
+    let volume = assembled.volume;
     for warning in volume.warnings() {
         eprintln!("raidkit: warning: {warning}");
     }
     volume.set_notice_hook(Box::new(|line| eprintln!("raidkit: warning: {line}")));
-    Ok((
-        volume,
-        was_dirty && !args.read_only,
-        journal_at_start,
-        left_out,
-    ))
+    Ok((volume, assembled.needs_resync, assembled.journal, left_out))
 }
 
 /// Opens members that must all be there (spares).

@@ -14,12 +14,11 @@
 //! - [`Journal`]: appends with group commit (one write and one flush for every record queued
 //!   meanwhile), tracks completion and checkpoints (advance the tail; the array's owner
 //!   flushes the array first: [`Journal::begin_checkpoint`], [`Checkpoint::finish`]).
-//! - [`WriteBack`] over a [`Backing`]: a bounded buffer overlaid on reads, applied in the
-//!   background with contiguous writes merged.
 //!
-//! The journal knows nothing of arrays: `engine::Array` appends its RAID 5/6 stripes'
-//! `MemberOps` records to a [`Journal`] (calling down), and the `journaled` crate replays a
-//! journal into a volume at attach.
+//! The journal knows nothing of arrays and calls nothing above it: `engine::Array` appends
+//! its RAID 5/6 stripes' `MemberOps` records to a [`Journal`] and replays them
+//! (`Array::replay_journal`); the `journaled` crate (above the volume) appends write-back
+//! records, applies them to the volume, replays them at attach and runs the checkpoints.
 //!
 //! ```
 //! use journal::{format, read_superblock, scan, Journal, Mode, Record};
@@ -44,7 +43,6 @@
 mod error;
 mod format;
 mod scan;
-mod writeback;
 mod writer;
 
 pub use error::JournalError;
@@ -53,8 +51,4 @@ pub use format::{
     JOURNAL_VERSION, RECORD_ALIGN, RING_BYTES_MIN, RING_OFFSET, SUPERBLOCK_BYTES,
 };
 pub use scan::{read_superblock, scan, ScanSummary};
-pub use writeback::{
-    replay_array_write, replay_array_writes, Backing, WriteBack, APPLY_BYTES_MAX,
-    BUFFER_BYTES_DEFAULT,
-};
 pub use writer::{format, Checkpoint, Journal, JournalStats, Ticket, CHECKPOINT_INTERVAL};

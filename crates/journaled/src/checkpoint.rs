@@ -12,7 +12,7 @@ use volume::Volume;
 
 /// Flushes `volume` and checkpoints `journal`: releases every complete, durable record at
 /// the front of its ring. Returns the number released.
-pub(crate) fn checkpoint(journal: &Journal, volume: &Volume) -> Result<u64, JournalError> {
+pub fn checkpoint(journal: &Journal, volume: &Volume) -> Result<u64, JournalError> {
     match journal.begin_checkpoint()? {
         Some(checkpoint) => checkpoint.finish(volume.flush().map_err(io::Error::from)),
         None => Ok(0),
@@ -22,13 +22,13 @@ pub(crate) fn checkpoint(journal: &Journal, volume: &Volume) -> Result<u64, Jour
 /// A thread that checkpoints whenever the journal says one is due (every
 /// `journal::CHECKPOINT_INTERVAL`, when the ring is half full, when a writer waits for room).
 /// Stops when the journal is closed, the volume is gone, or this is dropped.
-pub(crate) struct Checkpointer {
+pub struct Checkpointer {
     journal: Arc<Journal>,
     handle: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Checkpointer {
-    pub(crate) fn start(journal: &Arc<Journal>, volume: &Arc<Volume>) -> io::Result<Checkpointer> {
+    pub fn start(journal: &Arc<Journal>, volume: &Arc<Volume>) -> io::Result<Checkpointer> {
         let (j, volume): (Arc<Journal>, Weak<Volume>) =
             (Arc::clone(journal), Arc::downgrade(volume));
         let handle = std::thread::Builder::new()
@@ -49,7 +49,7 @@ impl Checkpointer {
     }
 
     /// Closes the journal and waits for the thread to end. Returns the records still live.
-    pub(crate) fn stop(&self) -> u64 {
+    pub fn stop(&self) -> u64 {
         let live = self.journal.close();
         let handle = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(handle) = handle {

@@ -4,12 +4,16 @@
 //! - [`VolumeExport`]: a `volume::Volume` as an [`nbd::Export`] (FUA = write then flush; the
 //!   preferred block size is one full stripe of data).
 //! - [`Journaled::attach`]: after assembly and before anything else writes, replays the journal
-//!   into the volume, starts a new journal session, hooks the write-through log into RAID 5/6
-//!   stripe writes and, in write-back mode, starts the write-back cache.
+//!   into the volume (`engine::Array::replay_journal`, then [`replay_array_writes`]), starts a
+//!   new journal session, has the engine log RAID 5/6 stripes to it (`Array::set_journal`),
+//!   starts its [`Checkpointer`] and, in write-back mode, the write-back cache.
 //! - [`JournaledExport`]: the export with the journal in front: reads, writes and discards go
 //!   through the write-back cache when there is one; with a journal logging every write
 //!   (RAID 5/6), FLUSH returns at once and FUA needs no member flush, because every
 //!   acknowledged write is durable in the journal already and replay restores it.
+//! - [`WriteBack`]: the write-back cache, whose appliers write to the volume; [`checkpoint`]:
+//!   flush the volume, then release the journal's complete records. Everything here calls
+//!   down: the journal and the volume call nothing in this crate.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -31,9 +35,15 @@ use std::io;
 use std::sync::Arc;
 
 mod checkpoint;
+mod writeback;
 
-use checkpoint::Checkpointer;
-use journal::{Backing, Journal, JournalError, Mode, ScanSummary, WriteBack};
+pub use checkpoint::{checkpoint, Checkpointer};
+pub use writeback::{
+    replay_array_write, replay_array_writes, WriteBack, APPLIERS, APPLY_BYTES_MAX,
+    BUFFER_BYTES_DEFAULT, NO_SPACE_RETRY,
+};
+
+use journal::{Journal, JournalError, Mode, ScanSummary};
 use member::Member;
 use volume::{Volume, VolumeError};
 
@@ -71,39 +81,6 @@ impl nbd::Export for VolumeExport {
     /// connection covers writes completed on all of them.
     fn can_multi_conn(&self) -> bool {
         true
-    }
-}
-
-/// `Volume` as the write-back cache's backing store (and replay's target for write-back
-/// records).
-struct VolumeBacking {
-    volume: Arc<Volume>,
-}
-
-impl Backing for VolumeBacking {
-    fn size(&self) -> u64 {
-        self.volume.size_bytes()
-    }
-    fn stripe_bytes(&self) -> u64 {
-        self.volume.array().geometry().unit_bytes()
-    }
-    fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
-        self.volume.array().logged_bytes_bound(offset, len)
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        Ok(self.volume.read(offset, buf)?)
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        Ok(self.volume.write(offset, data)?)
-    }
-    fn flush(&self) -> io::Result<()> {
-        Ok(self.volume.flush()?)
-    }
-    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.volume.trim(offset, len)?)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.volume.write_zeroes(offset, len)?)
     }
 }
 
@@ -221,17 +198,13 @@ impl Journaled {
                 max_record_bytes: jsb.max_record_bytes(),
             });
         }
-        let backing = Arc::new(VolumeBacking {
-            volume: Arc::clone(volume),
-        });
         // Replay: the stripes logged write-through first (afterwards every stripe being
         // written at the crash is consistent), then the write-back records, through the volume.
         let summary = volume
             .array()
             .replay_journal(jm.as_ref(), &jsb)
             .map_err(AttachError::Replay)?;
-        journal::replay_array_writes(jm.as_ref(), &jsb, &summary, backing.as_ref())
-            .map_err(AttachError::Replay)?;
+        replay_array_writes(jm.as_ref(), &jsb, &summary, volume).map_err(AttachError::Replay)?;
         // Every stripe being written at a crash is consistent now: background work held back
         // for the replay (`AssembleOptions::journal_replay`) may start.
         volume.journal_replayed();
@@ -255,7 +228,7 @@ impl Journaled {
         let writeback = match mode {
             Mode::WriteThrough => None,
             Mode::WriteBack => Some(
-                WriteBack::start(Arc::clone(&j), backing, journal::BUFFER_BYTES_DEFAULT)
+                WriteBack::start(Arc::clone(&j), Arc::clone(volume), BUFFER_BYTES_DEFAULT)
                     .map_err(AttachError::WriteBack)?,
             ),
         };

@@ -284,3 +284,31 @@ impl Member for SimMember {
         self.write_at(&vec![0; len as usize], offset)
     }
 }
+
+/// Rounds per randomized array test: `RAIDKIT_JOURNAL_ROUNDS` (default 40).
+pub fn rounds() -> u64 {
+    std::env::var("RAIDKIT_JOURNAL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
+}
+
+/// A random small write of at most `max_len` bytes: (offset, data) inside `size`.
+pub fn random_write(rng: &mut Rng, size: u64, max_len: u64) -> (u64, Vec<u8>) {
+    let len = 1 + rng.below(max_len);
+    let offset = rng.below(size - len);
+    (offset, pattern(rng.next(), len as usize))
+}
+
+/// Reads `model.len()` bytes with `read` and panics, naming the first differing byte, unless
+/// they equal `model`.
+pub fn assert_reads_back(model: &[u8], what: &str, read: impl FnOnce(&mut [u8])) {
+    let mut got = vec![0u8; model.len()];
+    read(&mut got);
+    if let Some(i) = (0..model.len()).find(|&i| got[i] != model[i]) {
+        panic!(
+            "{what}: byte {i} is {} but {} was written",
+            got[i], model[i]
+        );
+    }
+}

@@ -1,8 +1,9 @@
-//! [`WriteBack`]: the write-back cache over an array ([`Backing`]).
+//! [`WriteBack`]: the write-back cache in front of a volume.
 //!
 //! A write is logged as `ArrayWrite` records, kept in a bounded in-memory buffer of
 //! non-overlapping extents, and acknowledged once the records are durable. Reads overlay the
-//! buffer on the array. [`APPLIERS`] applier threads write buffered extents to the array,
+//! buffer on the volume. [`APPLIERS`] applier threads write buffered extents to the volume
+//! (`Volume::write`, whose RAID 5/6 stripe writes the engine logs to the same journal),
 //! merging contiguous ones (up to [`APPLY_BYTES_MAX`], cut at stripe boundaries) so small
 //! sequential writes become full-stripe writes, and mark their records complete; the journal
 //! then checkpoints. A record is complete once every byte of it is on the array or superseded
@@ -12,7 +13,7 @@
 //! writing is left until that write is done, so an older version of some bytes can never land
 //! on the array after a newer one (the newer extent replaced it in the buffer while the older
 //! one was being written; it is applied after). Each apply reserves ring space for its
-//! write-through records first ([`Journal::reserve_apply`]); when none is left, one applier
+//! write-through records first ([`journal::Journal::reserve_apply`]); when none is left, one applier
 //! at a time applies the oldest record, which lets the journal checkpoint (docs/DESIGN.md,
 //! "Bounds and no deadlock").
 //!
@@ -32,12 +33,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use journal::{scan, Journal, JournalError, Record, ScanSummary, Superblock};
 use member::Member;
+use volume::Volume;
 
-use crate::format::{Record, Superblock};
-use crate::scan::{scan, ScanSummary};
-use crate::writer::Journal;
-use crate::JournalError;
+use crate::checkpoint::checkpoint;
 
 /// Largest array write an applier issues at once.
 pub const APPLY_BYTES_MAX: u64 = 4 << 20;
@@ -46,22 +46,6 @@ pub const APPLY_BYTES_MAX: u64 = 4 << 20;
 pub const APPLIERS: usize = 8;
 /// Default bound of buffered (acknowledged, not yet applied) bytes.
 pub const BUFFER_BYTES_DEFAULT: u64 = 64 << 20;
-
-/// What the write-back cache writes to: the array (a `volume::Volume` in raidkit).
-pub trait Backing: Send + Sync + 'static {
-    fn size(&self) -> u64;
-    /// Data bytes of one full stripe (merging aligns to it); the chunk when there is no parity.
-    fn stripe_bytes(&self) -> u64;
-    /// Ring bytes the records logged by `write(offset, data of len bytes)` can take at most
-    /// (the backing's writes may be logged to this journal: RAID 5/6 with the write-through
-    /// hook); 0 when they log nothing. For an array: `engine::Array::logged_bytes_bound`.
-    fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64;
-    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
-    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()>;
-    fn flush(&self) -> io::Result<()>;
-    fn trim(&self, offset: u64, len: u64) -> io::Result<()>;
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()>;
-}
 
 struct Extent {
     data: Vec<u8>,
@@ -96,7 +80,7 @@ pub const NO_SPACE_RETRY: Duration = Duration::from_secs(1);
 
 struct Shared {
     journal: Arc<Journal>,
-    backing: Arc<dyn Backing>,
+    volume: Arc<Volume>,
     buf: Mutex<Buffer>,
     cond: Condvar,
     order: Mutex<()>,
@@ -120,7 +104,7 @@ impl WriteBack {
     /// `min(buffer_bytes_max, journal.array_write_bytes_max())`.
     pub fn start(
         journal: Arc<Journal>,
-        backing: Arc<dyn Backing>,
+        volume: Arc<Volume>,
         buffer_bytes_max: u64,
     ) -> io::Result<WriteBack> {
         let buffer_max = buffer_bytes_max
@@ -128,7 +112,7 @@ impl WriteBack {
             .max(4096);
         let shared = Arc::new(Shared {
             journal,
-            backing,
+            volume,
             buf: Mutex::new(Buffer::default()),
             cond: Condvar::new(),
             order: Mutex::new(()),
@@ -160,7 +144,7 @@ impl WriteBack {
 
     /// Logs `data` at `offset` and buffers it; returns once it is durable in the journal.
     pub fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        assert!(offset + data.len() as u64 <= self.shared.backing.size());
+        assert!(offset + data.len() as u64 <= self.shared.volume.size_bytes());
         if data.is_empty() {
             return Ok(());
         }
@@ -194,7 +178,7 @@ impl WriteBack {
                 })
                 .collect()
         };
-        self.shared.backing.read(offset, buf)?;
+        self.shared.volume.read(offset, buf)?;
         for (at, bytes) in overlay {
             let from = (at - offset) as usize;
             buf[from..from + bytes.len()].copy_from_slice(&bytes);
@@ -211,15 +195,15 @@ impl WriteBack {
     /// flushes the array: the trim is not in the journal, and FLUSH does not flush the array.
     pub fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         let _gate = self.shared.drain_exclusive()?;
-        self.shared.backing.trim(offset, len)?;
-        self.shared.backing.flush()
+        self.shared.volume.trim(offset, len)?;
+        Ok(self.shared.volume.flush()?)
     }
 
     /// As [`WriteBack::trim`], with zeroes.
     pub fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         let _gate = self.shared.drain_exclusive()?;
-        self.shared.backing.write_zeroes(offset, len)?;
-        self.shared.backing.flush()
+        self.shared.volume.write_zeroes(offset, len)?;
+        Ok(self.shared.volume.flush()?)
     }
 
     /// Applies everything buffered, flushes the array, checkpoints the journal empty and
@@ -361,10 +345,8 @@ impl Shared {
         }
         drop(b);
         self.check_failed()?;
-        self.backing.flush()?;
-        if let Some(checkpoint) = self.journal.begin_checkpoint()? {
-            checkpoint.finish(self.backing.flush())?;
-        }
+        self.volume.flush()?;
+        checkpoint(&self.journal, &self.volume)?;
         Ok(gate)
     }
 
@@ -409,7 +391,10 @@ impl Shared {
                     b = self.cond.wait(b).unwrap_or_else(|p| p.into_inner());
                 }
             };
-            let result = self.backing.write(batch.offset, &batch.data);
+            let result = self
+                .volume
+                .write(batch.offset, &batch.data)
+                .map_err(io::Error::from);
             if batch.reserved > 0 {
                 self.journal.release_apply(batch.reserved);
             }
@@ -430,7 +415,7 @@ impl Shared {
                     self.retire(&mut b, &batch.parts);
                 }
                 // Not a failure of the array: keep the extents, try again later.
-                Err(e) if is_no_space(&e) => {
+                Err(e) if engine::is_no_space(&e) => {
                     b.no_space = Some((Instant::now() + NO_SPACE_RETRY, e.to_string()));
                 }
                 Err(e) => b.failed = Some(e.to_string()),
@@ -444,10 +429,10 @@ impl Shared {
     ///
     /// Normally a contiguous run of extents no other applier is writing, from the cursor on,
     /// cut at a stripe boundary. When the ring has no room for its write-through records
-    /// (see [`Journal::reserve_apply`]) it is instead the oldest buffered extent alone, once
+    /// (see [`journal::Journal::reserve_apply`]) it is instead the oldest buffered extent alone, once
     /// no other applier is writing it or applying an oldest extent.
     fn take_batch(&self, b: &mut Buffer) -> Option<Batch> {
-        let stripe = self.backing.stripe_bytes().max(1);
+        let stripe = self.volume.array().geometry().unit_bytes().max(1);
         let limit = (APPLY_BYTES_MAX / stripe).max(1) * stripe;
         // Appliers work on different stripes: same-stripe writes would only queue on the
         // engine's stripe lock (and the same bytes must never be written by two at once).
@@ -491,7 +476,7 @@ impl Shared {
             reserved: 0,
             forced: false,
         };
-        let needed = self.backing.logged_bytes_bound(start, len);
+        let needed = self.volume.array().logged_bytes_bound(start, len);
         if needed == 0 || self.journal.reserve_apply(needed) {
             batch.reserved = needed;
             batch.data.reserve_exact(len as usize);
@@ -511,7 +496,7 @@ impl Shared {
                 offset: s,
                 data: e.data.clone(),
                 parts: vec![(s, e.id)],
-                reserved: self.backing.logged_bytes_bound(s, e.data.len() as u64),
+                reserved: (self.volume.array()).logged_bytes_bound(s, e.data.len() as u64),
                 forced: true,
             };
             self.journal.force_reserve_apply(batch.reserved);
@@ -538,15 +523,6 @@ impl Shared {
     }
 }
 
-/// The array refused a write for lack of space on its members' filesystems (ENOSPC, EDQUOT):
-/// not a failure of the array.
-fn is_no_space(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-    )
-}
-
 struct Batch {
     offset: u64,
     data: Vec<u8>,
@@ -557,7 +533,7 @@ struct Batch {
     forced: bool,
 }
 
-/// Replays every write-back (`ArrayWrite`) record of the journal on `member` onto `backing`,
+/// Replays every write-back (`ArrayWrite`) record of the journal on `member` onto `volume`,
 /// in sequence, as whole-stripe rewrites ([`replay_array_write`]), then flushes it. Runs after
 /// the stripes logged write-through were replayed (`engine::Array::replay_journal`, which
 /// found `summary`), so a degraded read of a stripe reconstructs from consistent parity.
@@ -565,37 +541,36 @@ pub fn replay_array_writes(
     member: &dyn Member,
     sb: &Superblock,
     summary: &ScanSummary,
-    backing: &dyn Backing,
+    volume: &Volume,
 ) -> Result<(), JournalError> {
     if summary.array_writes == 0 {
         return Ok(());
     }
     let again = scan(member, sb, |_, record| match record {
-        Record::ArrayWrite { offset, data } => replay_array_write(backing, *offset, data),
+        Record::ArrayWrite { offset, data } => replay_array_write(volume, *offset, data),
         _ => Ok(()),
     })?;
     assert_eq!(&again, summary, "the journal changed during replay");
-    backing.flush().map_err(|source| JournalError::Apply {
+    volume.flush().map_err(|e| JournalError::Apply {
         name: member.name().to_string(),
         seq: summary.next_seq,
-        source,
+        source: e.into(),
     })
 }
 
-/// Replays one write-back record onto the array as whole stripes: reads the stripes the record
-/// touches, lays the record over them and writes them back, so parity is computed afresh
-/// (a torn stripe from the crash is made consistent; replaying twice gives the same result).
-pub fn replay_array_write(backing: &dyn Backing, offset: u64, data: &[u8]) -> io::Result<()> {
-    let stripe = backing.stripe_bytes().max(1);
+/// Replays one write-back record onto the volume as whole stripes: reads the stripes the
+/// record touches, lays the record over them and writes them back, so parity is computed
+/// afresh (a torn stripe from the crash is made consistent; replaying twice gives the same
+/// result).
+pub fn replay_array_write(volume: &Volume, offset: u64, data: &[u8]) -> io::Result<()> {
+    let stripe = volume.array().geometry().unit_bytes().max(1);
+    let size = volume.size_bytes();
     let end = offset + data.len() as u64;
-    assert!(end <= backing.size(), "replayed record past the array end");
+    assert!(end <= size, "replayed record past the array end");
     let lo = offset / stripe * stripe;
-    let hi = end
-        .div_ceil(stripe)
-        .saturating_mul(stripe)
-        .min(backing.size());
+    let hi = end.div_ceil(stripe).saturating_mul(stripe).min(size);
     let mut buf = vec![0u8; (hi - lo) as usize];
-    backing.read(lo, &mut buf)?;
+    volume.read(lo, &mut buf)?;
     buf[(offset - lo) as usize..(end - lo) as usize].copy_from_slice(data);
-    backing.write(lo, &buf)
+    Ok(volume.write(lo, &buf)?)
 }

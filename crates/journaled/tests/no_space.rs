@@ -3,47 +3,24 @@
 //! buffer space fails with `StorageFull`, everything acknowledged is applied once space is
 //! back, and a close while still full leaves the records for the next start's replay.
 
-use std::io::{self, ErrorKind};
+use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::{Array, ArrayConfig, Level, MemberHealth};
-use journal::{format, read_superblock, replay_array_writes, Backing, Journal, Mode, WriteBack};
+use engine::MemberHealth;
+use journal::{format, read_superblock, Journal, Mode};
+use journaled::{replay_array_writes, WriteBack};
+use layout::Level;
 use member::{FaultControl, FaultRule, FaultyMember, MemMember, Member};
+use ondisk::{create, CreateOptions};
+use volume::{assemble, AssembleOptions, Volume};
 
 const CHUNK: u64 = 16 << 10;
-const MEMBER_BYTES: u64 = 1 << 20;
+/// Where the array's data starts on each member (after its superblock area).
+const DATA_OFFSET: u64 = 64 << 10;
+const MEMBER_BYTES: u64 = (1 << 20) + DATA_OFFSET;
 const JOURNAL_BYTES: u64 = (4 << 20) + 8192;
 const BUFFER_BYTES: u64 = 256 << 10;
-
-struct ArrayBacking(Arc<Array>);
-
-impl Backing for ArrayBacking {
-    fn size(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn stripe_bytes(&self) -> u64 {
-        self.0.geometry().unit_bytes()
-    }
-    fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
-        self.0.logged_bytes_bound(offset, len)
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        Ok(self.0.read(offset, buf)?)
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        Ok(self.0.write(offset, data)?)
-    }
-    fn flush(&self) -> io::Result<()> {
-        Ok(self.0.flush()?)
-    }
-    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.0.trim(offset, len)?)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.0.write_zeroes(offset, len)?)
-    }
-}
 
 struct Rig {
     controls: Vec<FaultControl>,
@@ -52,9 +29,10 @@ struct Rig {
 }
 
 impl Rig {
+    /// A new RAID 5 array of 4 members that can be made to run out of space.
     fn new() -> Rig {
         let mut controls = Vec::new();
-        let members = (0..4)
+        let members: Vec<Arc<dyn Member>> = (0..4)
             .map(|i| {
                 let inner = Arc::new(MemMember::new(&format!("m{i}"), MEMBER_BYTES).unwrap());
                 let f = FaultyMember::new(inner);
@@ -62,6 +40,11 @@ impl Rig {
                 Arc::new(f) as Arc<dyn Member>
             })
             .collect();
+        let mut opts = CreateOptions::new(Level::Raid5, "full");
+        opts.chunk_bytes = CHUNK;
+        opts.data_offset_bytes = DATA_OFFSET;
+        opts.assume_clean = true;
+        create(&members, &opts).unwrap();
         let journal_member = Arc::new(MemMember::new("journal", JOURNAL_BYTES).unwrap());
         Rig {
             controls,
@@ -70,31 +53,24 @@ impl Rig {
         }
     }
 
-    fn array(&self) -> Arc<Array> {
-        let config = ArrayConfig {
-            level: Level::Raid5,
-            chunk_bytes: CHUNK,
-            member_count: 4,
-            member_data_bytes: vec![MEMBER_BYTES; 4],
-        };
-        let members = self.members.iter().cloned().map(Some).collect();
-        Arc::new(Array::new(config, members).unwrap())
+    fn volume(&self) -> Arc<Volume> {
+        Arc::new(assemble(self.members.clone(), &AssembleOptions::default()).unwrap())
     }
 
-    /// Starts the write-back cache over `a`; `fresh` formats the journal first.
-    fn write_back(&self, a: &Arc<Array>, fresh: bool) -> WriteBack {
+    /// Starts the write-back cache over `v`; `fresh` formats the journal first.
+    fn write_back(&self, v: &Arc<Volume>, fresh: bool) -> WriteBack {
         let jm = &self.journal_member;
         let sb = match fresh {
             true => format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap(),
             false => read_superblock(jm.as_ref()).unwrap(),
         };
-        let backing = ArrayBacking(Arc::clone(a));
-        let summary = a.replay_journal(jm.as_ref(), &sb).unwrap();
-        replay_array_writes(jm.as_ref(), &sb, &summary, &backing).unwrap();
+        let summary = v.array().replay_journal(jm.as_ref(), &sb).unwrap();
+        replay_array_writes(jm.as_ref(), &sb, &summary, v).unwrap();
+        v.mark_dirty().unwrap();
         // The buffer stays far below the ring: no background checkpoints needed (the
         // cache's drain checkpoints).
         let j = Journal::start(Arc::clone(jm), sb, &summary).unwrap();
-        WriteBack::start(j, Arc::new(backing), BUFFER_BYTES).unwrap()
+        WriteBack::start(j, Arc::clone(v), BUFFER_BYTES).unwrap()
     }
 
     fn fill(&self) {
@@ -133,7 +109,7 @@ fn write_until_refused(wb: &WriteBack, model: &mut [u8]) -> usize {
 #[test]
 fn write_back_keeps_records_while_the_array_is_out_of_space() {
     let rig = Rig::new();
-    let a = rig.array();
+    let a = rig.volume();
     let wb = rig.write_back(&a, true);
     let mut model = vec![0u8; a.size_bytes() as usize];
     rig.fill();
@@ -143,7 +119,7 @@ fn write_back_keeps_records_while_the_array_is_out_of_space() {
     let mut got = vec![0u8; model.len()];
     wb.read(0, &mut got).unwrap();
     assert!(got == model, "acknowledged writes read back while waiting");
-    assert_eq!(a.health_snapshot(), vec![MemberHealth::InSync; 4]);
+    assert_eq!(a.array().health_snapshot(), vec![MemberHealth::InSync; 4]);
     rig.heal();
     let deadline = Instant::now() + Duration::from_secs(30);
     while wb.buffered_bytes() > 0 {
@@ -156,18 +132,18 @@ fn write_back_keeps_records_while_the_array_is_out_of_space() {
     wb.write(0, &data(200, 4096)).unwrap();
     model[..4096].copy_from_slice(&data(200, 4096));
     wb.close().unwrap();
-    while let Some(r) = a.resync_next_unsynced() {
+    while let Some(r) = a.array().resync_next_unsynced() {
         r.unwrap();
     }
     a.read(0, &mut got).unwrap();
     assert!(got == model, "the array holds every acknowledged write");
-    assert!(a.check().unwrap().is_consistent());
+    assert!(a.array().check().unwrap().is_consistent());
 }
 
 #[test]
 fn a_close_while_out_of_space_leaves_the_records_for_replay() {
     let rig = Rig::new();
-    let a = rig.array();
+    let a = rig.volume();
     let wb = rig.write_back(&a, true);
     let mut model = vec![0u8; a.size_bytes() as usize];
     rig.fill();
@@ -178,7 +154,7 @@ fn a_close_while_out_of_space_leaves_the_records_for_replay() {
     drop(a);
     // The next start, with space: replay applies what was acknowledged.
     rig.heal();
-    let a = rig.array();
+    let a = rig.volume();
     let wb = rig.write_back(&a, false);
     wb.close().unwrap();
     let mut got = vec![0u8; model.len()];

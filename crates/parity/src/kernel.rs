@@ -1,20 +1,20 @@
 //! [`Kernel`]: one implementation of the parity operations, chosen once at run time.
 //!
-//! Every operation is written as a [`Plan`] (a linear combination over GF(2^8)); a kernel is just
-//! the loop that executes plans: byte by byte (`Portable`), or with AVX2 / AVX-512+GFNI vectors
-//! (module `x86`), the sub-vector tail always byte by byte.
+//! Every operation is written as a [`Combination`] (a linear combination over GF(2^8)); a kernel
+//! is just the loop that executes combinations: byte by byte (`Portable`), or with AVX2 /
+//! AVX-512+GFNI vectors (module `x86`), the sub-vector tail always byte by byte.
 
 use std::sync::OnceLock;
 
+use crate::combination::{Combination, Output, Source, Sources};
 use crate::gf::{gf_inv, gf_pow2, two_data_coefficients};
-use crate::plan::{Output, Plan, Source, Sources};
 use crate::stripe::{check_data_count, classify, common_len, Lost};
 
 /// An implementation of the parity operations. [`Kernel::best`] is what the top-level functions
 /// use; tests and benchmarks pick one explicitly from [`Kernel::available`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
-    /// Plans executed byte by byte with table multiplies; runs everywhere.
+    /// Combinations executed byte by byte with table multiplies; runs everywhere.
     Portable,
     /// 32-byte vectors; GF multiply by split-nibble `vpshufb` table lookups.
     Avx2,
@@ -94,8 +94,8 @@ impl Kernel {
         })
     }
 
-    /// Executes a plan over its whole length.
-    fn run(self, mut plan: Plan) {
+    /// Executes a combination over its whole length.
+    fn run(self, mut combination: Combination) {
         assert!(
             self.is_available(),
             "parity kernel {} is not available on this CPU",
@@ -105,17 +105,17 @@ impl Kernel {
             Kernel::Portable => 0,
             // SAFETY: `is_available` asserted above that the CPU has AVX2.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { crate::x86::avx2::run(&mut plan) },
+            Kernel::Avx2 => unsafe { crate::x86::avx2::run(&mut combination) },
             // SAFETY: `is_available` asserted above that the CPU has AVX2 and GFNI.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2Gfni => unsafe { crate::x86::avx2::run_gfni(&mut plan) },
+            Kernel::Avx2Gfni => unsafe { crate::x86::avx2::run_gfni(&mut combination) },
             // SAFETY: `is_available` asserted above that the CPU has AVX-512F/BW and GFNI.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Gfni => unsafe { crate::x86::avx512::run(&mut plan) },
+            Kernel::Avx512Gfni => unsafe { crate::x86::avx512::run(&mut combination) },
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("non-x86 kernels are never available"),
         };
-        plan.run_scalar_from(done);
+        combination.run_scalar_from(done);
     }
 
     /// dst ^= src (equal lengths).
@@ -131,7 +131,7 @@ impl Kernel {
             q_coef: 0,
             accumulate: true,
         }];
-        self.run(Plan::new(&sources, &mut outputs));
+        self.run(Combination::new(&sources, &mut outputs));
     }
 
     /// dst = XOR of all srcs (all equal length, at least one src).
@@ -151,7 +151,7 @@ impl Kernel {
             q_coef: 0,
             accumulate: false,
         }];
-        self.run(Plan::new(sources.as_slice(), &mut outputs));
+        self.run(Combination::new(sources.as_slice(), &mut outputs));
     }
 
     /// P = XOR of data; Q = sum over i of g^i * data[i] (as Linux md).
@@ -179,7 +179,7 @@ impl Kernel {
                 accumulate: false,
             },
         ];
-        self.run(Plan::new(sources.as_slice(), &mut outputs));
+        self.run(Combination::new(sources.as_slice(), &mut outputs));
     }
 
     /// p ^= delta; q ^= g^data_index * delta.
@@ -207,7 +207,7 @@ impl Kernel {
                 accumulate: true,
             },
         ];
-        self.run(Plan::new(&sources, &mut outputs));
+        self.run(Combination::new(&sources, &mut outputs));
     }
 
     /// Rebuild up to two lost blocks in place (see the crate-level `reconstruct`).
@@ -278,7 +278,10 @@ impl Kernel {
             output(&mut **first, &recipe.lost[0]),
             output(&mut **second, &recipe.lost[1]),
         ];
-        self.run(Plan::new(sources.as_slice(), &mut outputs[..lost.len()]));
+        self.run(Combination::new(
+            sources.as_slice(),
+            &mut outputs[..lost.len()],
+        ));
         for (data, &(index, _, _)) in taken.into_iter().zip(lost) {
             blocks[index] = data;
         }

@@ -30,9 +30,9 @@
 //! assert_eq!((a, b), (d0, d1));
 //! ```
 
+mod combination;
 mod gf;
 mod kernel;
-mod plan;
 pub mod scalar;
 mod stripe;
 #[cfg(target_arch = "x86_64")]

@@ -6,7 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::{affine_matrix, nibble_tables, Factor, Groups, Out, Prepared, Src};
-use crate::plan::Plan;
+use crate::combination::Combination;
 
 const WIDTH: usize = 32;
 const UNROLL: usize = 4;
@@ -73,15 +73,15 @@ unsafe fn apply<const GFNI: bool>(factor: Factor, v: __m256i) -> __m256i {
     }
 }
 
-/// Runs the plan over its whole 32-byte vectors (nibble-table multiply); returns the number of
-/// bytes done.
+/// Runs the combination over its whole 32-byte vectors (nibble-table multiply); returns the
+/// number of bytes done.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-pub unsafe fn run(plan: &mut Plan) -> usize {
+pub unsafe fn run(combination: &mut Combination) -> usize {
     // SAFETY: AVX2 is guaranteed by the caller and enabled here.
-    unsafe { run_body::<false>(plan) }
+    unsafe { run_body::<false>(combination) }
 }
 
 /// As [`run`], multiplying with GFNI.
@@ -89,18 +89,18 @@ pub unsafe fn run(plan: &mut Plan) -> usize {
 /// # Safety
 /// The CPU must support AVX2 and GFNI.
 #[target_feature(enable = "avx2,gfni")]
-pub unsafe fn run_gfni(plan: &mut Plan) -> usize {
+pub unsafe fn run_gfni(combination: &mut Combination) -> usize {
     // SAFETY: AVX2 and GFNI are guaranteed by the caller and enabled here.
-    unsafe { run_body::<true>(plan) }
+    unsafe { run_body::<true>(combination) }
 }
 
 /// # Safety
 /// The CPU must support AVX2, and GFNI when `GFNI`.
 #[inline(always)]
-unsafe fn run_body<const GFNI: bool>(plan: &mut Plan) -> usize {
-    let prepared = Prepared::new(plan);
+unsafe fn run_body<const GFNI: bool>(combination: &mut Combination) -> usize {
+    let prepared = Prepared::new(combination);
     let (outs, groups) = (prepared.outs(), prepared.groups());
-    let len = plan.len;
+    let len = combination.len;
     let mut off = 0;
     while off + UNROLL * WIDTH <= len {
         // SAFETY: off + UNROLL * WIDTH <= len (parent module: all slices are len bytes).
@@ -143,7 +143,7 @@ unsafe fn step<const L: usize, const GFNI: bool>(groups: &Groups, outs: &[Out], 
                 // SAFETY: in bounds by this function's contract; unaligned load.
                 value = _mm256_xor_si256(value, unsafe { _mm256_loadu_si256(ptr.cast()) });
             }
-            // SAFETY: in bounds; the output is exclusively borrowed by the plan.
+            // SAFETY: in bounds; the output is exclusively borrowed by the combination.
             unsafe { _mm256_storeu_si256(ptr.cast(), value) };
         }
     }

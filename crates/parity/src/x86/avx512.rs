@@ -6,7 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::{affine_matrix, Factor, Groups, Out, Prepared, Src};
-use crate::plan::Plan;
+use crate::combination::Combination;
 
 const WIDTH: usize = 64;
 const UNROLL: usize = 8;
@@ -28,15 +28,15 @@ fn apply(factor: Factor, v: __m512i) -> __m512i {
     }
 }
 
-/// Runs the whole plan; returns `plan.len`.
+/// Runs the whole combination; returns `combination.len`.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512BW and GFNI.
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
-pub unsafe fn run(plan: &mut Plan) -> usize {
-    let prepared = Prepared::new(plan);
+pub unsafe fn run(combination: &mut Combination) -> usize {
+    let prepared = Prepared::new(combination);
     let (srcs, outs, groups) = (prepared.srcs(), prepared.outs(), prepared.groups());
-    let len = plan.len;
+    let len = combination.len;
     // Align the loop to the first output (buffers from one allocator often share their
     // misalignment, e.g. 16 bytes past a page for large glibc blocks): a 64-byte access that
     // straddles two cache lines costs two.
@@ -151,7 +151,7 @@ unsafe fn emit<const L: usize, const ACCUMULATE: bool>(o: &Out, value: &[__m512i
     for (k, &value) in value.iter().enumerate() {
         let ptr = o.ptr.wrapping_add(off + k * WIDTH);
         // SAFETY: in bounds by this function's contract; unaligned load and store; the output
-        // is exclusively borrowed by the plan.
+        // is exclusively borrowed by the combination.
         unsafe {
             let value = if ACCUMULATE {
                 _mm512_xor_si512(value, _mm512_loadu_si512(ptr.cast()))

@@ -1,30 +1,31 @@
-//! x86-64 SIMD plan loops. The only `unsafe` code of the crate lives here.
+//! x86-64 SIMD combination loops. The only `unsafe` code of the crate lives here.
 //!
-//! Each `run` returns how many leading bytes of the plan it did (AVX-512: all of them, with
-//! masked head and tail steps; AVX2: the whole vectors); the caller finishes the rest byte by
-//! byte. The loops share one pattern: [`Prepared`] turns the plan into raw pointers with the
-//! sources grouped by what they feed ([`Groups`]); each step of `L` vectors loads every source
-//! once, folds it into the `p` and `q` accumulators with a branch-free loop per group, then
-//! combines the accumulators into each output with the output's coefficients.
+//! Each `run` returns how many leading bytes of the combination it did (AVX-512: all of them,
+//! with masked head and tail steps; AVX2: the whole vectors); the caller finishes the rest byte
+//! by byte. The loops share one pattern: [`Prepared`] turns the combination into raw pointers
+//! with the sources grouped by what they feed ([`Groups`]); each step of `L` vectors loads every
+//! source once, folds it into the `p` and `q` accumulators with a branch-free loop per group,
+//! then combines the accumulators into each output with the output's coefficients.
 //!
-//! Soundness, shared by both modules: `Plan::new` asserted that every source and output slice
-//! is exactly `plan.len` bytes long, and a step at byte offset `off` touches
-//! `off..off + L * WIDTH`, which the loops keep `<= plan.len`. Loads and stores are unaligned
-//! (`loadu`/`storeu`). Outputs are `&mut` slices borrowed from the plan, so no source aliases an
-//! output and no two outputs alias. The raw pointers are used only while those borrows are held.
+//! Soundness, shared by both modules: `Combination::new` asserted that every source and output
+//! slice is exactly `combination.len` bytes long, and a step at byte offset `off` touches
+//! `off..off + L * WIDTH`, which the loops keep `<= combination.len`. Loads and stores are
+//! unaligned (`loadu`/`storeu`). Outputs are `&mut` slices borrowed from the combination, so no
+//! source aliases an output and no two outputs alias. The raw pointers are used only while those
+//! borrows are held.
 
 pub mod avx2;
 pub mod avx512;
 
+use crate::combination::{Combination, Source, MAX_OUTPUTS};
 #[cfg(test)]
 use crate::gf::gf_mul;
 use crate::gf::mul_const;
-use crate::plan::{Plan, Source, MAX_OUTPUTS};
 
-/// Plans with at most this many sources are prepared without touching the heap.
+/// Combinations with at most this many sources are prepared without touching the heap.
 const STACK_SOURCES: usize = 32;
 
-/// A plan source as the loops see it.
+/// A combination source as the loops see it.
 #[derive(Clone, Copy)]
 pub struct Src {
     pub ptr: *const u8,
@@ -32,7 +33,7 @@ pub struct Src {
     pub q: Factor,
 }
 
-/// A plan output as the loops see it.
+/// A combination output as the loops see it.
 #[derive(Clone, Copy)]
 pub struct Out {
     pub ptr: *mut u8,
@@ -70,8 +71,8 @@ impl Out {
     };
 }
 
-/// A plan's sources (sorted by [`Src::kind`]) and outputs as raw pointers, on the stack for up
-/// to [`STACK_SOURCES`] sources, so a small call costs no allocation.
+/// A combination's sources (sorted by [`Src::kind`]) and outputs as raw pointers, on the stack
+/// for up to [`STACK_SOURCES`] sources, so a small call costs no allocation.
 pub struct Prepared {
     stack: [Src; STACK_SOURCES],
     heap: Vec<Src>,
@@ -81,11 +82,12 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// The raw pointers stay valid while the plan's borrows are held (the caller keeps `plan`).
-    pub fn new(plan: &mut Plan) -> Prepared {
+    /// The raw pointers stay valid while the combination's borrows are held (the caller keeps
+    /// `combination`).
+    pub fn new(combination: &mut Combination) -> Prepared {
         let mut outs = [Out::NONE; MAX_OUTPUTS];
-        assert!(plan.outputs.len() <= MAX_OUTPUTS);
-        for (slot, o) in outs.iter_mut().zip(plan.outputs.iter_mut()) {
+        assert!(combination.outputs.len() <= MAX_OUTPUTS);
+        for (slot, o) in outs.iter_mut().zip(combination.outputs.iter_mut()) {
             let (p, q) = (Factor::of(o.p_coef), Factor::of(o.q_coef));
             *slot = Out {
                 ptr: o.data.as_mut_ptr(),
@@ -102,17 +104,17 @@ impl Prepared {
         let mut prepared = Prepared {
             stack: [Src::NONE; STACK_SOURCES],
             heap: Vec::new(),
-            source_count: plan.sources.len(),
+            source_count: combination.sources.len(),
             outs,
-            output_count: plan.outputs.len(),
+            output_count: combination.outputs.len(),
         };
-        if plan.sources.len() <= STACK_SOURCES {
-            for (slot, s) in prepared.stack.iter_mut().zip(plan.sources) {
+        if combination.sources.len() <= STACK_SOURCES {
+            for (slot, s) in prepared.stack.iter_mut().zip(combination.sources) {
                 *slot = to_src(s);
             }
-            prepared.stack[..plan.sources.len()].sort_unstable_by_key(Src::kind);
+            prepared.stack[..combination.sources.len()].sort_unstable_by_key(Src::kind);
         } else {
-            prepared.heap = plan.sources.iter().map(to_src).collect();
+            prepared.heap = combination.sources.iter().map(to_src).collect();
             prepared.heap.sort_unstable_by_key(Src::kind);
         }
         prepared
@@ -151,7 +153,7 @@ impl<'a> Groups<'a> {
     fn of(srcs: &'a [Src]) -> Groups<'a> {
         assert!(
             srcs.is_sorted_by_key(Src::kind),
-            "plan sources must be grouped by kind"
+            "combination sources must be grouped by kind"
         );
         let end = |kind: u8| srcs.partition_point(|s| s.kind() <= kind);
         let bounds = [0, end(0), end(1), end(2), end(3), end(4)];
@@ -165,7 +167,7 @@ impl<'a> Groups<'a> {
     }
 }
 
-/// How a source or an output is multiplied, decided once per plan.
+/// How a source or an output is multiplied, decided once per combination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Factor {
     Zero,

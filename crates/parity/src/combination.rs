@@ -1,18 +1,19 @@
-//! One linear-combination "plan" that every fast operation is expressed in, so that the SIMD
-//! code is a single loop per instruction set instead of one per operation.
+//! The one linear combination every fast operation is expressed in, so that the SIMD code is a
+//! single loop per instruction set instead of one per operation.
 //!
 //! For every byte offset, with `p = XOR of the sources marked to_p` and
 //! `q = XOR of q_coef * source` (GF(2^8)), each output becomes
 //! `out = (out if accumulate, else 0) ^ p_coef * p ^ q_coef * q`.
-//! XOR, P+Q generation, RMW updates and every recovery case are such plans (see `kernel.rs`).
+//! XOR, P+Q generation, RMW updates and every recovery case are such combinations (see
+//! `kernel.rs`).
 
 use crate::gf::gf_mul;
 use crate::stripe::common_len;
 
-/// At most this many outputs per plan (two lost blocks, or P and Q).
+/// At most this many outputs per combination (two lost blocks, or P and Q).
 pub const MAX_OUTPUTS: usize = 2;
 
-/// A block read by a plan.
+/// A block read by a combination.
 #[derive(Clone, Copy)]
 pub struct Source<'a> {
     pub data: &'a [u8],
@@ -30,7 +31,7 @@ impl Source<'_> {
     };
 }
 
-/// Plans with at most this many sources collect them without touching the heap.
+/// Combinations with at most this many sources collect them without touching the heap.
 const STACK_SOURCES: usize = 32;
 
 /// A growing list of sources kept on the stack while it is short (a small parity call then
@@ -72,7 +73,7 @@ impl<'a> Sources<'a> {
     }
 }
 
-/// A block written by a plan.
+/// A block written by a combination.
 pub struct Output<'a> {
     pub data: &'a mut [u8],
     pub p_coef: u8,
@@ -81,36 +82,36 @@ pub struct Output<'a> {
     pub accumulate: bool,
 }
 
-/// A validated plan: all blocks have length `len`, 1..=MAX_OUTPUTS outputs, >= 1 source.
-pub struct Plan<'p, 's, 'o> {
+/// A validated combination: all blocks have length `len`, 1..=MAX_OUTPUTS outputs, >= 1 source.
+pub struct Combination<'p, 's, 'o> {
     pub sources: &'p [Source<'s>],
     pub outputs: &'p mut [Output<'o>],
     pub len: usize,
 }
 
-impl<'p, 's, 'o> Plan<'p, 's, 'o> {
+impl<'p, 's, 'o> Combination<'p, 's, 'o> {
     pub fn new(sources: &'p [Source<'s>], outputs: &'p mut [Output<'o>]) -> Self {
-        assert!(!sources.is_empty(), "parity plan: no sources");
+        assert!(!sources.is_empty(), "parity combination: no sources");
         assert!(
             (1..=MAX_OUTPUTS).contains(&outputs.len()),
-            "parity plan: {} outputs, expected 1..={MAX_OUTPUTS}",
+            "parity combination: {} outputs, expected 1..={MAX_OUTPUTS}",
             outputs.len()
         );
         let lens = sources.iter().map(|s| s.data.len());
         let len = common_len(lens.chain(outputs.iter().map(|o| o.data.len())));
-        Plan {
+        Combination {
             sources,
             outputs,
             len,
         }
     }
 
-    /// Executes the plan byte by byte on `start..len`: the tail the SIMD loops leave, and the
-    /// whole plan on CPUs without SIMD support.
+    /// Executes the combination byte by byte on `start..len`: the tail the SIMD loops leave,
+    /// and the whole combination on CPUs without SIMD support.
     pub fn run_scalar_from(&mut self, start: usize) {
         assert!(
             start <= self.len,
-            "parity plan: tail start {start} past length {}",
+            "parity combination: tail start {start} past length {}",
             self.len
         );
         for offset in start..self.len {

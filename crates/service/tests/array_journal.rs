@@ -77,7 +77,7 @@ fn a_lost_write_back_journal_is_refused_unless_its_loss_is_forced() {
 fn a_second_journal_is_refused_and_remove_forgets_the_first() {
     let (members, reference) = array_with_journal(Mode::WriteThrough);
     let again = array_journal::add(&members, "mem:4M", &JournalOptions::default());
-    let text = again.err().expect("refused").to_string();
+    let text = again.expect_err("refused").to_string();
     assert!(text.contains("already has journal"), "{text}");
     let removed = array_journal::remove(&members, &JournalOptions::default()).unwrap();
     assert_eq!(removed.reference, reference);

@@ -20,7 +20,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::error::Holder;
-use crate::nbd::{NbdAddress, NbdTarget};
 
 /// What a member is, independent of the name it was given: two members with equal identities
 /// are the same storage.
@@ -47,32 +46,6 @@ impl Identity {
         } else {
             Identity::BlockDevice { rdev: meta.rdev() }
         })
-    }
-
-    /// The identity of an NBD export. A TCP host is resolved to its first address (so
-    /// `localhost` and `127.0.0.1` are one server when they resolve alike); a Unix socket path is
-    /// made canonical when it exists.
-    pub(crate) fn of_nbd(address: &NbdAddress) -> Identity {
-        let server = match &address.target {
-            NbdTarget::Tcp { host, port } => {
-                use std::net::ToSocketAddrs;
-                match (host.as_str(), *port).to_socket_addrs() {
-                    Ok(mut addrs) => match addrs.next() {
-                        Some(a) => a.to_string(),
-                        None => format!("{host}:{port}"),
-                    },
-                    Err(_) => format!("{host}:{port}"),
-                }
-            }
-            NbdTarget::Unix { path } => {
-                let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-                format!("unix:{}", canonical.display())
-            }
-        };
-        Identity::Nbd {
-            server,
-            export: address.export.clone(),
-        }
     }
 }
 

@@ -176,7 +176,7 @@ impl NbdMember {
         }
         Ok(NbdMember {
             name: spec.to_string(),
-            identity: crate::Identity::of_nbd(&address),
+            identity: identity_of(&address),
             address,
             remote: *remote,
             read_only: opts.read_only,
@@ -578,6 +578,32 @@ fn scatter(parts: &mut [&mut [u8]], at: usize, data: &[u8]) {
         start = end;
     }
     assert_eq!(copied, data.len(), "reply inside the parts");
+}
+
+/// The identity of an NBD export, whatever its URI says. A TCP host is resolved to its first
+/// address (so `localhost` and `127.0.0.1` are one server when they resolve alike); a Unix
+/// socket path is made canonical when it exists.
+fn identity_of(address: &NbdAddress) -> crate::Identity {
+    let server = match &address.target {
+        NbdTarget::Tcp { host, port } => {
+            use std::net::ToSocketAddrs;
+            match (host.as_str(), *port).to_socket_addrs() {
+                Ok(mut addrs) => match addrs.next() {
+                    Some(a) => a.to_string(),
+                    None => format!("{host}:{port}"),
+                },
+                Err(_) => format!("{host}:{port}"),
+            }
+        }
+        NbdTarget::Unix { path } => {
+            let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            format!("unix:{}", canonical.display())
+        }
+    };
+    crate::Identity::Nbd {
+        server,
+        export: address.export.clone(),
+    }
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ impl Array {
     /// this array's): every `MemberOps` record after the tail, in sequence
     /// ([`Array::apply_logged`]), then flushes. Afterwards every stripe being written at the
     /// crash is consistent on the present members. Write-back records are left to the layer
-    /// above (`journal::replay_array_writes`); nothing is written to the journal.
+    /// above (`export::replay_array_writes`); nothing is written to the journal.
     pub fn replay_journal(
         &self,
         member: &dyn Member,

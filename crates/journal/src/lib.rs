@@ -17,7 +17,7 @@
 //!
 //! The journal knows nothing of arrays and calls nothing above it: `engine::Array` appends
 //! its RAID 5/6 stripes' `MemberOps` records to a [`Journal`] and replays them
-//! (`Array::replay_journal`); the `journaled` crate (above the volume) appends write-back
+//! (`Array::replay_journal`); the `export` crate (above the volume) appends write-back
 //! records, applies them to the volume, replays them at attach and runs the checkpoints.
 //!
 //! ```

@@ -1,7 +1,7 @@
 //! The journal under a real `engine::Array` over simulated members that lose power:
 //! logging each stripe before it is written in place closes the RAID 5/6 write hole, and the
 //! ring space an apply reserves covers what it logs. (The write-back cache's tests are in
-//! crates/journaled/tests/write_back.rs.)
+//! crates/export/tests/write_back.rs.)
 //! Seeded (`RAIDKIT_SEED`), replayable; the seed is printed.
 
 mod common;

@@ -1,7 +1,7 @@
 //! The array's journal from outside the data path: [`add`] writes a new journal and records
 //! it in the superblocks of a stopped array, [`check_before_assembly`] compares the array's
 //! journal reference with the journal given, [`attach`] replays it into the assembled volume
-//! and hooks it into the write path (the `journaled` crate, shared with the power-loss
+//! and hooks it into the write path (the `export` crate, shared with the power-loss
 //! simulation), and [`remove`] replays and forgets it.
 //!
 //! The superblocks reference the journal by UUID and mode (`journal_uuid`, `journal_kind`);
@@ -11,8 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use export::{AttachOptions, JournalLayer};
 use journal::Mode;
-use journaled::{AttachOptions, Journaled};
 use member::{Member, OpenOptions};
 use ondisk::{ArrayState, JournalRef, Superblock, Uuid};
 use volume::{AssembleOptions, Volume};
@@ -353,20 +353,20 @@ impl fmt::Display for Replayed {
 }
 
 /// After assembly, before serving (and before any resync): replays the journal into the
-/// volume, starts a new journal session and hooks it into the write path (`journaled`).
+/// volume, starts a new journal session and hooks it into the write path (`export`).
 /// Without a journal, the volume alone (and no replay).
 pub fn attach(
     start: JournalAtStart,
     volume: &Arc<Volume>,
     read_only: bool,
-) -> anyhow::Result<(Journaled, Option<Replayed>)> {
+) -> anyhow::Result<(JournalLayer, Option<Replayed>)> {
     let JournalAtStart::Use(jm, jsb) = start else {
-        return Ok((Journaled::none(volume), None));
+        return Ok((JournalLayer::none(volume), None));
     };
     let (journal, mode) = (jm.name().to_string(), jsb.mode);
     let opts = AttachOptions { read_only };
-    let (journaled, summary) =
-        Journaled::attach(jm, jsb, volume, opts).with_context(|| format!("journal {journal}"))?;
+    let (journaled, summary) = JournalLayer::attach(jm, jsb, volume, opts)
+        .with_context(|| format!("journal {journal}"))?;
     let replayed = Replayed {
         journal,
         mode,

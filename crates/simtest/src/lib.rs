@@ -14,7 +14,7 @@
 //!   [`recover_and_verify`].
 //! - [`torn_case`]: power lost while superblocks are rewritten (dirty/clean marking), and
 //!   what assembly makes of it ([`TornOutcome`]).
-//! - [`journal_case`]: the same with a journal ([`Journaled`], wired as `raidkit serve` wires
+//! - [`journal_case`]: the same with a journal ([`JournalTarget`], wired as `raidkit serve` wires
 //!   it) on its own simulated member, replayed after the cut.
 //! - [`SeedRun`] and [`run_seeds`]: the seeds a test runs (`RAIDKIT_SEED`, `RAIDKIT_SIM_SEEDS`,
 //!   `RAIDKIT_SOAK`) and the replay command printed on failure.
@@ -25,15 +25,14 @@
 //! ```
 
 mod grid;
-mod journaled;
 mod model;
 mod recover;
 mod rig;
 mod seeds;
 mod torn;
+mod with_journal;
 
 pub use grid::{sub_seed, CutPolicy, GridMember, PowerGrid};
-pub use journaled::{journal_case, journal_case_ordered, Journaled, ReplayOrder, JOURNAL_BYTES};
 pub use model::{RegionModel, MAYBE_OPS_MAX};
 pub use recover::{
     recover_and_verify, recover_with, removal_sets, wait_recovered, RECOVERY_TIMEOUT,
@@ -44,3 +43,6 @@ pub use rig::{
 };
 pub use seeds::{run_seeds, SeedRun, SOAK_FACTOR};
 pub use torn::{script_ops_count, torn_case, torn_shape, TornOutcome};
+pub use with_journal::{
+    journal_case, journal_case_ordered, JournalTarget, ReplayOrder, JOURNAL_BYTES,
+};

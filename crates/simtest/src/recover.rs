@@ -50,7 +50,7 @@ pub fn recover_with(
         if after_resync {
             wait_recovered(&volume, context);
         }
-        crate::journaled::attach(&volume, jm, context)
+        crate::with_journal::attach(&volume, jm, context)
     });
     wait_recovered(&volume, context);
     let image = read_all(&volume);
@@ -67,7 +67,7 @@ pub fn recover_with(
         }
     }
     match &attached {
-        Some(attached) => crate::journaled::close(&volume, attached, context),
+        Some(attached) => crate::with_journal::close(&volume, attached, context),
         None => volume
             .close()
             .unwrap_or_else(|e| panic!("{context}: close after recovery: {e}")),

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use journal::{Journal, JournalError};
 use member::Member;
 
-/// Runs a journal's checkpoints as the layer that owns the array does (`journaled`): waits
+/// Runs a journal's checkpoints as the layer that owns the array does (`export`): waits
 /// until one is due, calls `flush` (the array's flush), then finishes it; until closed or
 /// dropped.
 pub struct Checkpoints {

@@ -253,15 +253,15 @@ fn cache_config(args: &Args) -> anyhow::Result<CacheConfig> {
 }
 
 /// The volume as an NBD export behind the read cache (a pass-through with --cache-size 0).
-type Cached = ReadCache<::journaled::JournaledExport<::journaled::VolumeExport>>;
+type Cached = ReadCache<::export::JournalExport<::export::VolumeExport>>;
 
 fn cached_export(
     volume: &Arc<Volume>,
-    journaled: &Arc<::journaled::Journaled>,
+    journaled: &Arc<::export::JournalLayer>,
     cache: CacheConfig,
 ) -> anyhow::Result<Arc<Cached>> {
     let export = ReadCache::new(
-        journaled.export(::journaled::VolumeExport(Arc::clone(volume))),
+        journaled.export(::export::VolumeExport(Arc::clone(volume))),
         cache,
     )
     .context("starting the read cache")?;
@@ -281,7 +281,7 @@ fn cached_export(
 /// The journal's part of the admin status (field names are stable, like the rest; null
 /// without a journal). `volatile`: what makes the journal's storage lose its contents at a power cut.
 fn journal_section(
-    status: Option<::journaled::JournalStatus>,
+    status: Option<::export::JournalStatus>,
     volatile: Option<&member::Volatile>,
 ) -> Option<JournalSection> {
     let j = status?;

@@ -9,8 +9,8 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use export::{AttachOptions, JournalLayer, VolumeExport};
 use journal::Mode;
-use journaled::{AttachOptions, Journaled, VolumeExport};
 use layout::Level;
 use member::{MemMember, Member};
 use nbd::Export;
@@ -88,7 +88,7 @@ fn journal_bytes_per_client_byte(level: Level, mode: Mode, workload: Workload) -
     let jm: Arc<dyn Member> = Arc::clone(&counting) as Arc<dyn Member>;
     let jsb = journal::format(jm.as_ref(), Uuid::new_v4(), mode).unwrap();
     let volume = Arc::new(assemble(members, &AssembleOptions::default()).unwrap());
-    let (attached, _) = Journaled::attach(jm, jsb, &volume, AttachOptions::default()).unwrap();
+    let (attached, _) = JournalLayer::attach(jm, jsb, &volume, AttachOptions::default()).unwrap();
     let attached = Arc::new(attached);
     let export = attached.export(VolumeExport(Arc::clone(&volume)));
     let start = counting.written.load(Ordering::Relaxed);

@@ -1,5 +1,5 @@
 //! Power loss with a journal (issue 5's "software battery") in front of the volume, attached
-//! by the `journaled` crate — the code `raidkit serve` runs: write-back — a write is
+//! by the `export` crate — the code `raidkit serve` runs: write-back — a write is
 //! acknowledged once durable in the journal, FLUSH returns at once, trims drain the buffer then
 //! go to the volume; write-through on RAID 5/6 — every stripe is logged before it is written
 //! in place, FLUSH and FUA need no member flush. After the cut the journal member's image is
@@ -9,8 +9,8 @@
 use std::io;
 use std::sync::Arc;
 
+use export::{AttachOptions, JournalExport, VolumeExport};
 use journal::Mode;
-use journaled::{AttachOptions, JournaledExport, VolumeExport};
 use layout::Level;
 use member::{Member, SimMember, SimRng};
 use nbd::Export;
@@ -24,21 +24,21 @@ use crate::rig::{run_workload, Shape, Target, DATA_OFFSET_BYTES};
 pub const JOURNAL_BYTES: u64 = 8 << 20;
 
 /// A volume with a journal in front, exported as `raidkit serve --journal` exports it.
-pub struct Journaled {
-    attached: Arc<journaled::Journaled>,
-    export: JournaledExport<VolumeExport>,
+pub struct JournalTarget {
+    attached: Arc<export::JournalLayer>,
+    export: JournalExport<VolumeExport>,
 }
 
-impl Journaled {
+impl JournalTarget {
     /// Starts a journal session on `jm` (already formatted) over `volume`.
-    pub fn start(volume: Arc<Volume>, jm: Arc<dyn Member>) -> Journaled {
+    pub fn start(volume: Arc<Volume>, jm: Arc<dyn Member>) -> JournalTarget {
         let attached = attach(&volume, jm, "start");
         let export = attached.export(VolumeExport(volume));
-        Journaled { attached, export }
+        JournalTarget { attached, export }
     }
 }
 
-impl Target for Journaled {
+impl Target for JournalTarget {
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         self.export.write(offset, data, false)
     }
@@ -68,16 +68,16 @@ pub fn attach(
     volume: &Arc<Volume>,
     jm: Arc<dyn Member>,
     context: &str,
-) -> Arc<journaled::Journaled> {
+) -> Arc<export::JournalLayer> {
     let jsb = journal::read_superblock(jm.as_ref())
         .unwrap_or_else(|e| panic!("{context}: journal superblock: {e}"));
-    let (attached, _) = journaled::Journaled::attach(jm, jsb, volume, AttachOptions::default())
+    let (attached, _) = export::JournalLayer::attach(jm, jsb, volume, AttachOptions::default())
         .unwrap_or_else(|e| panic!("{context}: attaching the journal: {e}"));
     Arc::new(attached)
 }
 
 /// Clean shutdown of an attached journal around `Volume::close`, as `raidkit serve` does.
-pub fn close(volume: &Volume, attached: &journaled::Journaled, context: &str) {
+pub fn close(volume: &Volume, attached: &export::JournalLayer, context: &str) {
     attached
         .drain()
         .unwrap_or_else(|e| panic!("{context}: draining the journal: {e}"));
@@ -137,7 +137,7 @@ pub fn journal_case_ordered(level: Level, mode: Mode, seed: u64, order: ReplayOr
     jm.flush().expect("flush the journal");
     grid.arm(cut_at);
     let volume = Arc::new(assemble(members, &AssembleOptions::default()).expect("assemble"));
-    let target = Journaled::start(Arc::clone(&volume), jm);
+    let target = JournalTarget::start(Arc::clone(&volume), jm);
     let models = run_workload(&shape, seed, &grid, &target, volume.size_bytes());
     grid.cut_now();
     drop(target);

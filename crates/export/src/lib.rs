@@ -1,13 +1,13 @@
-//! A volume served over NBD with its journal attached: the glue `raidkit serve` runs, in a
-//! library so that the power-loss simulation (`simtest`) tests this code and not a copy of it.
+//! The volume as an NBD export with its journal layer in front: what `raidkit serve` serves,
+//! in a library so that the power-loss simulation (`simtest`) tests this code and not a copy.
 //!
 //! - [`VolumeExport`]: a `volume::Volume` as an [`nbd::Export`] (FUA = write then flush; the
 //!   preferred block size is one full stripe of data).
-//! - [`Journaled::attach`]: after assembly and before anything else writes, replays the journal
+//! - [`JournalLayer::attach`]: after assembly and before anything else writes, replays the journal
 //!   into the volume (`engine::Array::replay_journal`, then [`replay_array_writes`]), starts a
 //!   new journal session, has the engine log RAID 5/6 stripes to it (`Array::set_journal`),
 //!   starts its [`Checkpointer`] and, in write-back mode, the write-back cache.
-//! - [`JournaledExport`]: the export with the journal in front: reads, writes and discards go
+//! - [`JournalExport`]: the export with the journal in front: reads, writes and discards go
 //!   through the write-back cache when there is one; with a journal logging every write
 //!   (RAID 5/6), FLUSH returns at once and FUA needs no member flush, because every
 //!   acknowledged write is durable in the journal already and replay restores it.
@@ -18,9 +18,9 @@
 //! ```no_run
 //! # use std::sync::Arc;
 //! # fn demo(volume: Arc<volume::Volume>, jm: Arc<dyn member::Member>) -> Result<(), Box<dyn std::error::Error>> {
-//! use journaled::{AttachOptions, Journaled, VolumeExport};
+//! use export::{AttachOptions, JournalLayer, VolumeExport};
 //! let jsb = journal::read_superblock(jm.as_ref())?;
-//! let (journaled, replayed) = Journaled::attach(jm, jsb, &volume, AttachOptions::default())?;
+//! let (journaled, replayed) = JournalLayer::attach(jm, jsb, &volume, AttachOptions::default())?;
 //! let journaled = Arc::new(journaled);
 //! let export = journaled.export(VolumeExport(Arc::clone(&volume)));
 //! // ... serve `export` (nbd::serve), then at shutdown:
@@ -84,7 +84,7 @@ impl nbd::Export for VolumeExport {
     }
 }
 
-/// How [`Journaled::attach`] attaches a journal.
+/// How [`JournalLayer::attach`] attaches a journal.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AttachOptions {
     /// The volume is served read-only: replay still writes below it, but nothing marks it.
@@ -154,8 +154,9 @@ pub struct JournalStatus {
     pub unapplied_bytes: Option<u64>,
 }
 
-/// The journal attached to a running volume (or none).
-pub struct Journaled {
+/// The journal layer of a served volume: the journal attached to it (or none), its checkpoints
+/// and, in write-back mode, its write-back cache.
+pub struct JournalLayer {
     volume: Arc<Volume>,
     journal: Option<Arc<Journal>>,
     writeback: Option<WriteBack>,
@@ -167,10 +168,10 @@ pub struct Journaled {
     logs_every_write: bool,
 }
 
-impl Journaled {
+impl JournalLayer {
     /// A volume without a journal: the export passes everything through.
-    pub fn none(volume: &Arc<Volume>) -> Journaled {
-        Journaled {
+    pub fn none(volume: &Arc<Volume>) -> JournalLayer {
+        JournalLayer {
             volume: Arc::clone(volume),
             journal: None,
             checkpointer: None,
@@ -188,7 +189,7 @@ impl Journaled {
         jsb: journal::Superblock,
         volume: &Arc<Volume>,
         opts: AttachOptions,
-    ) -> Result<(Journaled, ScanSummary), AttachError> {
+    ) -> Result<(JournalLayer, ScanSummary), AttachError> {
         // One stripe's member writes (every member's chunk) must fit one record.
         let stripe_record_bytes = volume.chunk_bytes() * volume.member_status().len() as u64 + 4096;
         if volume.level().has_parity() && stripe_record_bytes > jsb.max_record_bytes() {
@@ -232,7 +233,7 @@ impl Journaled {
                     .map_err(AttachError::WriteBack)?,
             ),
         };
-        let journaled = Journaled {
+        let journaled = JournalLayer {
             volume: Arc::clone(volume),
             logs_every_write: volume.level().has_parity(),
             journal: Some(j),
@@ -244,8 +245,8 @@ impl Journaled {
 
     /// The NBD export over `inner` (the volume's): reads, writes, flushes and discards go
     /// through the write-back cache when there is one, straight to `inner` otherwise.
-    pub fn export<E: nbd::Export>(self: &Arc<Self>, inner: E) -> JournaledExport<E> {
-        JournaledExport {
+    pub fn export<E: nbd::Export>(self: &Arc<Self>, inner: E) -> JournalExport<E> {
+        JournalExport {
             journaled: Arc::clone(self),
             inner,
         }
@@ -291,12 +292,12 @@ impl Journaled {
 }
 
 /// An export with the write-back cache (if any) in front of `inner`.
-pub struct JournaledExport<E> {
-    journaled: Arc<Journaled>,
+pub struct JournalExport<E> {
+    journaled: Arc<JournalLayer>,
     inner: E,
 }
 
-impl<E: nbd::Export> nbd::Export for JournaledExport<E> {
+impl<E: nbd::Export> nbd::Export for JournalExport<E> {
     fn size(&self) -> u64 {
         self.inner.size()
     }

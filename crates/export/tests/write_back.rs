@@ -8,8 +8,8 @@ mod common;
 use std::sync::Arc;
 
 use common::{assert_reads_back, pattern, random_write, rounds, seed, Rng, SimMember, World};
+use export::{checkpoint, replay_array_writes, Checkpointer, WriteBack};
 use journal::{format, read_superblock, Journal, Mode};
-use journaled::{checkpoint, replay_array_writes, Checkpointer, WriteBack};
 use layout::Level;
 use member::Member;
 use ondisk::{create, CreateOptions};
@@ -63,7 +63,7 @@ fn reassemble(sims: &[Arc<SimMember>]) -> Arc<Volume> {
     Arc::new(assemble(array_members(sims), &AssembleOptions::default()).unwrap())
 }
 
-/// A write-back session over `v` on the journal `jm` as `Journaled::attach` starts one
+/// A write-back session over `v` on the journal `jm` as `JournalLayer::attach` starts one
 /// (`fresh` formats the journal first, else its records are replayed): the engine logs to the
 /// journal, a checkpointer runs, the cache buffers at most `buffer_bytes`.
 fn start(
@@ -222,7 +222,7 @@ fn write_back_with_a_small_ring_never_wedges() {
     let base = seed("write_back_with_a_small_ring_never_wedges");
     let world = World::new();
     // The smallest ring whose records hold a stripe (5 members x 16 KiB + 4 KiB, a sixteenth
-    // of the ring), as `journaled::Journaled::attach` requires.
+    // of the ring), as `export::JournalLayer::attach` requires.
     let journal_bytes = (2 << 20) + 8192;
     let sims = members(&world, &names(Level::Raid6), journal_bytes);
     let a = new_volume(Level::Raid6, &sims);

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::MemberHealth;
+use export::{replay_array_writes, WriteBack};
 use journal::{format, read_superblock, Journal, Mode};
-use journaled::{replay_array_writes, WriteBack};
 use layout::Level;
 use member::{FaultControl, FaultRule, FaultyMember, MemMember, Member};
 use ondisk::{create, CreateOptions};

@@ -1,6 +1,6 @@
 //! Consistency check: every stripe's P (and Q) against its data, every mirror copy against the
 //! others. Each unit is checked under its lock, so concurrent writes cannot cause false alarms;
-//! the comparison is the level's (`LevelIo::check_unit`: `levels::mirror`, `raid56::scrub`).
+//! the comparison is the level's (`LevelIo::check_unit`: `levels::mirror`, `levels::raid56::scrub`).
 
 use crate::error::IoError;
 use crate::Array;

@@ -21,7 +21,7 @@
 //!
 //! Inside: each level's data path is a `LevelIo` (`levels`), chosen once from the level:
 //! `levels::single_copy` (linear, RAID 0) and `levels::mirror` (RAID 1, 10) over `plain`,
-//! the pieces path; `raid56` (RAID 5, 6: stripe plans choosing read-modify-write or
+//! the pieces path; `levels::raid56` (RAID 5, 6: stripe plans choosing read-modify-write or
 //! reconstruct-write, stripe check and reconstruction). `locks` is the bounded stripe-lock
 //! table, `io` the one place member I/O happens (fanned out over members in parallel),
 //! `recover` read-error repair, rebuild and replace, `scrub` the per-unit
@@ -57,7 +57,6 @@ mod io;
 mod levels;
 mod locks;
 mod plain;
-mod raid56;
 mod rebuild_pipeline;
 mod recover;
 mod scratch;

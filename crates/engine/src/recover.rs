@@ -7,7 +7,7 @@
 //!   onto its replacement; both work on member ranges under the stripe locks of those rows, so
 //!   client I/O continues around them.
 //! - [`Array::reconstruct`] is the level's (`LevelIo::reconstruct`: from a copy in
-//!   `levels::mirror`, from parity in `raid56::reconstruct`).
+//!   `levels::mirror`, from parity in `levels::raid56::reconstruct`).
 
 use crate::error::{IoError, Op};
 use crate::io::MemOp;

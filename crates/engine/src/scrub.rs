@@ -12,7 +12,7 @@
 //!   location: parity always follows the data.
 //!
 //! Read errors met on the way are repaired like a client read's ([`Array::recovering`]). The
-//! passes themselves are the level's (`LevelIo::sync_unit`: `levels::mirror`, `raid56::scrub`).
+//! passes themselves are the level's (`LevelIo::sync_unit`: `levels::mirror`, `levels::raid56::scrub`).
 
 use crate::check::Mismatch;
 use crate::error::IoError;

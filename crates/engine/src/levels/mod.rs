@@ -5,13 +5,14 @@
 //!
 //! - linear and RAID 0, one copy ([`single_copy`]);
 //! - RAID 1 and RAID 10, copies ([`mirror`]);
-//! - RAID 5 and RAID 6, parity ([`crate::raid56`]).
+//! - RAID 5 and RAID 6, parity ([`raid56`]).
 //!
 //! An [`Array`] holds the `&'static dyn LevelIo` of its level (built here, by [`for_level`],
 //! the one place in the engine that names levels) and calls it once per request or unit:
 //! the per-byte work stays in the level's own loops.
 
 pub(crate) mod mirror;
+pub(crate) mod raid56;
 pub(crate) mod single_copy;
 
 use crate::check::CheckReport;
@@ -74,6 +75,6 @@ pub(crate) fn for_level(level: Level) -> &'static dyn LevelIo {
     match level {
         Level::Linear | Level::Raid0 => &single_copy::SingleCopy,
         Level::Raid1 | Level::Raid10 => &mirror::Mirror,
-        Level::Raid5 | Level::Raid6 => &crate::raid56::Parity,
+        Level::Raid5 | Level::Raid6 => &raid56::Parity,
     }
 }

@@ -20,7 +20,7 @@ impl Array {
         let present = self.usable()?;
         let k = g.data_per_stripe();
         let mut columns =
-            crate::raid56::Columns::new(g, &self.scratch, stripe, (0, g.chunk_bytes()), &present);
+            super::Columns::new(g, &self.scratch, stripe, (0, g.chunk_bytes()), &present);
         if columns.lost.iter().any(|&b| b < k) || columns.lost.len() == block_count(g) - k {
             report.units_skipped += 1;
             return Ok(());

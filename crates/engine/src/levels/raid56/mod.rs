@@ -8,10 +8,10 @@ mod write;
 
 pub(crate) use columns::{block_count, block_role, gen_parity, Columns};
 
+use super::{LevelIo, Lost};
 use crate::check::CheckReport;
 use crate::error::IoError;
 use crate::io::MemOp;
-use crate::levels::{LevelIo, Lost};
 use crate::scrub::{SyncMode, UnitReport};
 use crate::{Array, Discard};
 

@@ -5,12 +5,13 @@ use crate::error::{EngineError, IoError};
 use crate::gather::Gather;
 use crate::io::MemOp;
 use crate::locks::StripeLocks;
+use crate::members::Members;
 use crate::scratch::{ScratchPool, SCRATCH_IDLE_MAX_BYTES_DEFAULT};
-use crate::state::{FaultCounters, FaultPolicy, MemberHealth};
+use crate::state::MemberHealth;
 use layout::{Geometry, Level};
 use member::Member;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// Default per-member share of one batch (bytes) from which member I/O runs on parallel
 /// threads; measured in docs/PERFORMANCE.md ("engine").
@@ -31,20 +32,11 @@ pub struct Array {
     pub(crate) geometry: Geometry,
     /// The level's data path (`levels`), chosen once from the geometry's level.
     pub(crate) level_io: &'static dyn crate::levels::LevelIo,
-    /// Per role: the member serving it and, during a replace, the member being filled.
-    pub(crate) slots: Vec<RwLock<Slot>>,
-    /// Per role: a [`MemberHealth`] code; changed only by `state::transition`.
-    pub(crate) health: Vec<AtomicU8>,
-    /// Bumped on every health change and member swap (before the change is visible).
-    pub(crate) epoch: AtomicU64,
-    /// Serialises health transitions (survival checks must see a stable set).
-    pub(crate) transitions: Mutex<()>,
-    pub(crate) faults: Vec<FaultCounters>,
-    pub(crate) policy: RwLock<FaultPolicy>,
+    /// Per role: the members, their health, fault counters and requests in flight.
+    pub(crate) members: Members,
     /// Client requests started (reads, writes, trims, flushes): background work backs off
     /// while this moves.
     pub(crate) client_requests: AtomicU64,
-    pub(crate) in_flight: Vec<AtomicUsize>,
     pub(crate) locks: StripeLocks,
     /// Per-member share of a batch from which member I/O fans out to threads.
     pub(crate) fanout_min_bytes: AtomicU64,
@@ -104,33 +96,11 @@ impl Array {
                 missing: missing_roles(&present),
             });
         }
-        let health = present.iter().map(|&p| {
-            let h = if p {
-                MemberHealth::InSync
-            } else {
-                MemberHealth::Missing
-            };
-            AtomicU8::new(h.code())
-        });
         Ok(Array {
             level_io: crate::levels::for_level(geometry.level()),
             geometry,
-            slots: members
-                .into_iter()
-                .map(|member| {
-                    RwLock::new(Slot {
-                        member,
-                        replacement: None,
-                    })
-                })
-                .collect(),
-            health: health.collect(),
-            epoch: AtomicU64::new(0),
-            transitions: Mutex::new(()),
-            faults: (0..n).map(|_| FaultCounters::default()).collect(),
-            policy: RwLock::new(FaultPolicy::default()),
+            members: Members::new(members),
             client_requests: AtomicU64::new(0),
-            in_flight: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             locks: StripeLocks::new(),
             fanout_min_bytes: AtomicU64::new(FANOUT_MIN_BYTES_DEFAULT),
             journal: RwLock::new(None),
@@ -169,21 +139,18 @@ impl Array {
 
     /// The health of every role.
     pub fn health_snapshot(&self) -> Vec<MemberHealth> {
-        self.health
-            .iter()
-            .map(|h| MemberHealth::from_code(h.load(Ordering::Acquire)))
-            .collect()
+        self.members.health_snapshot()
     }
 
     /// Number of members (roles).
     pub fn member_count(&self) -> usize {
-        self.slots.len()
+        self.members.count()
     }
 
     /// Counter bumped on every member state change: compare two readings to learn whether
     /// anything changed in between.
     pub fn state_epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
+        self.members.epoch()
     }
 
     /// Client requests started so far (for background throttling).
@@ -280,14 +247,6 @@ impl Array {
         self.note_failed_write(&result, offset, len);
         result
     }
-}
-
-/// The members of one role.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    pub member: Option<Arc<dyn Member>>,
-    /// During a replace: the member being filled; every write to the role reaches it too.
-    pub replacement: Option<Arc<dyn Member>>,
 }
 
 pub(crate) fn missing_roles(present: &[bool]) -> Vec<usize> {

@@ -113,7 +113,7 @@ impl Array {
         if kind != Op::Flush {
             assert!(offset + len <= self.geometry.member_data_bytes(role));
         }
-        let (member, replacement) = self.slot(role);
+        let (member, replacement) = self.members.slot(role);
         let Some(member) = member else {
             // Removed after the request was planned: a write is moot, a read must be retried.
             return match kind {
@@ -121,7 +121,7 @@ impl Array {
                 _ => Ok(()),
             };
         };
-        self.in_flight[role].fetch_add(1, Ordering::Relaxed);
+        self.members.begin_io(role);
         let started = Instant::now();
         let result = match &mut op {
             MemOp::Read { offset, buf, .. } => member.read_at(buf, *offset),
@@ -129,7 +129,7 @@ impl Array {
             other => other.apply(member.as_ref()),
         };
         let elapsed = started.elapsed();
-        self.in_flight[role].fetch_sub(1, Ordering::Relaxed);
+        self.members.end_io(role);
         if let (Some(new), true) = (replacement, op.is_write()) {
             if let Err(e) = op.apply(new.as_ref()) {
                 self.drop_failed_replacement(role, &new, &e);
@@ -171,7 +171,7 @@ impl Array {
         elapsed: Duration,
     ) -> std::io::Result<()> {
         let policy = self.fault_policy();
-        let counters = &self.faults[role];
+        let counters = self.members.faults(role);
         let timed_out = elapsed > policy.io_timeout
             || result
                 .as_ref()

@@ -56,6 +56,7 @@ mod health;
 mod io;
 mod levels;
 mod locks;
+mod members;
 mod plain;
 mod rebuild_pipeline;
 mod recover;

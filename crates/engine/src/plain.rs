@@ -7,7 +7,6 @@ use crate::error::IoError;
 use crate::io::MemOp;
 use crate::{Array, Discard};
 use layout::{Extent, Piece};
-use std::sync::atomic::Ordering;
 
 impl Array {
     pub(crate) fn plain_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
@@ -50,7 +49,7 @@ impl Array {
         let start = ((piece.chunk + piece.chunk / n) % live.len() as u64) as usize;
         (0..live.len())
             .map(|i| live[(start + i) % live.len()])
-            .min_by_key(|c| self.in_flight[c.role].load(Ordering::Relaxed))
+            .min_by_key(|c| self.members.in_flight(c.role))
             .expect("live is not empty")
     }
 

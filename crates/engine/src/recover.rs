@@ -128,7 +128,7 @@ impl Array {
 
     fn replace_step_locked(&self, role: usize, offset: u64, len: u64) -> Result<bool, IoError> {
         let _held = self.lock_member_range(role, offset, len);
-        let Some(new) = self.slot(role).1 else {
+        let Some(new) = self.members.slot(role).1 else {
             return Ok(false);
         };
         let mut buf = vec![0u8; len as usize];
@@ -228,34 +228,26 @@ impl Array {
             });
         }
         let _all = self.locks.lock_range(0, crate::STRIPE_LOCKS_COUNT as u64);
-        let state = self.health_of(role);
-        let mut slot = self.slot_mut(role);
-        if state != MemberHealth::InSync || slot.replacement.is_some() {
-            return Err(crate::EngineError::RoleBusy { role, state });
-        }
-        slot.replacement = Some(new);
-        Ok(())
+        self.members
+            .start_replace(role, new)
+            .map_err(|state| crate::EngineError::RoleBusy { role, state })
     }
 
     /// The replacement being filled for `role`, if any.
     pub fn replacement(&self, role: usize) -> Option<Arc<dyn Member>> {
-        self.slot(role).1
+        self.members.slot(role).1
     }
 
     /// Makes the replacement of `role` its member (under every stripe lock, so no write is
     /// half-way); returns the old member.
     pub fn finish_replace(&self, role: usize) -> Option<Arc<dyn Member>> {
         let _all = self.locks.lock_range(0, crate::STRIPE_LOCKS_COUNT as u64);
-        let mut slot = self.slot_mut(role);
-        let new = slot.replacement.take()?;
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        self.faults[role].reset();
-        slot.member.replace(new)
+        self.members.finish_replace(role)
     }
 
     /// Abandons the replace of `role`; returns the replacement.
     pub fn cancel_replace(&self, role: usize) -> Option<Arc<dyn Member>> {
-        self.slot_mut(role).replacement.take()
+        self.members.cancel_replace(role)
     }
 
     /// A write to `new`, the replacement of `role`, failed (a client write repeated on it or a
@@ -269,21 +261,10 @@ impl Array {
         new: &Arc<dyn Member>,
         e: &std::io::Error,
     ) {
-        let mut slot = self.slot_mut(role);
-        let current = slot.replacement.as_ref();
-        if !current.is_some_and(|r| Arc::ptr_eq(r, new)) {
+        if !self.members.drop_replacement(role, new) {
             return; // already cancelled, or a later replace: not ours to drop
         }
-        slot.replacement = None;
-        // Bump the epoch while the slot is held: whoever sees no replacement sees the new epoch.
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        drop(slot);
-        *self.faults[role]
-            .last_fault
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(FaultReason::WriteError(format!(
-            "replacement {}: {e}",
-            new.name()
-        )));
+        let reason = FaultReason::WriteError(format!("replacement {}: {e}", new.name()));
+        self.members.record_fault(role, reason);
     }
 }

@@ -1,0 +1,270 @@
+//! The member table: per role, the member serving it (and during a replace the member being
+//! filled), its health, its fault counters and its requests in flight; the state epoch and
+//! the fault policy. Fields are private: health changes only through [`Members::transition`]
+//! (one match arm per allowed move, under the transitions mutex, the table in `state`), slots
+//! only through the swap methods below, each of which bumps the epoch where a reader must
+//! notice. Health, epoch and in-flight counts are atomics: the data path reads them without
+//! locks.
+
+use crate::state::{FaultCounters, FaultPolicy, FaultReason, FaultStats, MemberHealth};
+use layout::Geometry;
+use member::Member;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard};
+
+/// A member of a slot, if any.
+pub(crate) type MaybeMember = Option<Arc<dyn Member>>;
+
+/// A requested health change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Move {
+    /// Stop using the member; `forced` even if data is then lost.
+    Fail { forced: bool },
+    /// A new member starts its rebuild.
+    Attach,
+    /// The rebuild reached the end.
+    Finish,
+    /// The faulty member is taken away.
+    Detach,
+}
+
+/// The members of one role.
+#[derive(Debug)]
+struct Slot {
+    member: MaybeMember,
+    /// During a replace: the member being filled; every write to the role reaches it too.
+    replacement: MaybeMember,
+}
+
+pub(crate) struct Members {
+    slots: Vec<RwLock<Slot>>,
+    /// Per role: a [`MemberHealth`] code; changed only by [`Members::transition`].
+    health: Vec<AtomicU8>,
+    /// Bumped on every health change and member swap (before the change is visible).
+    epoch: AtomicU64,
+    /// Serialises health transitions (survival checks must see a stable set).
+    transitions: Mutex<()>,
+    faults: Vec<FaultCounters>,
+    policy: RwLock<FaultPolicy>,
+    in_flight: Vec<AtomicUsize>,
+}
+
+impl Members {
+    /// `members[role]` serves `role` (in sync), `None` is missing.
+    pub(crate) fn new(members: Vec<MaybeMember>) -> Members {
+        let n = members.len();
+        let health = members.iter().map(|m| {
+            let h = match m {
+                Some(_) => MemberHealth::InSync,
+                None => MemberHealth::Missing,
+            };
+            AtomicU8::new(h.code())
+        });
+        Members {
+            health: health.collect(),
+            slots: members
+                .into_iter()
+                .map(|member| {
+                    RwLock::new(Slot {
+                        member,
+                        replacement: None,
+                    })
+                })
+                .collect(),
+            epoch: AtomicU64::new(0),
+            transitions: Mutex::new(()),
+            faults: (0..n).map(|_| FaultCounters::default()).collect(),
+            policy: RwLock::new(FaultPolicy::default()),
+            in_flight: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    /// Number of roles.
+    pub(crate) fn count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Applies `mv` to `role` if allowed from its current state; returns the new state. A
+    /// non-forced fail is refused when `geometry` would not survive without the member.
+    pub(crate) fn transition(
+        &self,
+        role: usize,
+        mv: Move,
+        geometry: &Geometry,
+    ) -> Option<MemberHealth> {
+        use MemberHealth::*;
+        assert!(role < self.count(), "no member {role}");
+        let _serial = self.transitions.lock().unwrap_or_else(|p| p.into_inner());
+        let from = self.health_of(role);
+        let to = match (from, mv) {
+            // A recovering member holds no data anyone depends on: failing it is always safe.
+            (Recovering, Move::Fail { .. }) => Faulty,
+            (InSync, Move::Fail { forced }) => {
+                let mut present: Vec<bool> = self
+                    .health_snapshot()
+                    .iter()
+                    .map(|h| h.readable())
+                    .collect();
+                present[role] = false;
+                if !forced && !geometry.survives(&present) {
+                    return None;
+                }
+                Faulty
+            }
+            (Missing | Faulty, Move::Attach) => Recovering,
+            (Recovering, Move::Finish) => InSync,
+            (Faulty, Move::Detach) => Missing,
+            _ => return None,
+        };
+        // Bump the epoch first: whoever sees the new state also sees the new epoch.
+        self.bump_epoch();
+        self.health[role].store(to.code(), Ordering::Release);
+        Some(to)
+    }
+
+    /// The health of `role`.
+    #[inline]
+    pub(crate) fn health_of(&self, role: usize) -> MemberHealth {
+        MemberHealth::from_code(self.health[role].load(Ordering::Acquire))
+    }
+
+    /// The health of every role.
+    #[inline]
+    pub(crate) fn health_snapshot(&self) -> Vec<MemberHealth> {
+        (0..self.count()).map(|r| self.health_of(r)).collect()
+    }
+
+    /// Counter bumped on every member state change.
+    #[inline]
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn bump_epoch(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// (member, replacement) of `role`, cloned out of the slot.
+    #[inline]
+    pub(crate) fn slot(&self, role: usize) -> (MaybeMember, MaybeMember) {
+        let slot = self.slots[role].read().unwrap_or_else(|p| p.into_inner());
+        (slot.member.clone(), slot.replacement.clone())
+    }
+
+    fn slot_mut(&self, role: usize) -> RwLockWriteGuard<'_, Slot> {
+        self.slots[role].write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts `member` in `role`'s slot (the caller transitions its health); returns the
+    /// previous one.
+    pub(crate) fn set_member(&self, role: usize, member: MaybeMember) -> MaybeMember {
+        std::mem::replace(&mut self.slot_mut(role).member, member)
+    }
+
+    /// Starts filling `new` as the replacement of `role`; refused (with the role's health)
+    /// unless the role is in sync with no replace under way.
+    pub(crate) fn start_replace(
+        &self,
+        role: usize,
+        new: Arc<dyn Member>,
+    ) -> Result<(), MemberHealth> {
+        let state = self.health_of(role);
+        let mut slot = self.slot_mut(role);
+        if state != MemberHealth::InSync || slot.replacement.is_some() {
+            return Err(state);
+        }
+        slot.replacement = Some(new);
+        Ok(())
+    }
+
+    /// Makes the replacement of `role` its member, with fresh counters; returns the old one.
+    pub(crate) fn finish_replace(&self, role: usize) -> MaybeMember {
+        let mut slot = self.slot_mut(role);
+        let new = slot.replacement.take()?;
+        self.bump_epoch();
+        self.faults[role].reset();
+        slot.member.replace(new)
+    }
+
+    /// Abandons the replace of `role`; returns the replacement.
+    pub(crate) fn cancel_replace(&self, role: usize) -> MaybeMember {
+        self.slot_mut(role).replacement.take()
+    }
+
+    /// Drops `new` if it is still `role`'s replacement, bumping the epoch while the slot is
+    /// held (whoever sees no replacement sees the new epoch). False when it was not (already
+    /// cancelled, or a later replace).
+    pub(crate) fn drop_replacement(&self, role: usize, new: &Arc<dyn Member>) -> bool {
+        let mut slot = self.slot_mut(role);
+        if !slot
+            .replacement
+            .as_ref()
+            .is_some_and(|r| Arc::ptr_eq(r, new))
+        {
+            return false;
+        }
+        slot.replacement = None;
+        self.bump_epoch();
+        true
+    }
+
+    /// Marks the start of a request on `role`'s member (see [`Members::in_flight`]).
+    #[inline]
+    pub(crate) fn begin_io(&self, role: usize) {
+        self.in_flight[role].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks the end of a request started with [`Members::begin_io`].
+    #[inline]
+    pub(crate) fn end_io(&self, role: usize) {
+        self.in_flight[role].fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Requests on `role`'s member now (mirrored reads go to the least busy copy).
+    #[inline]
+    pub(crate) fn in_flight(&self, role: usize) -> usize {
+        self.in_flight[role].load(Ordering::Relaxed)
+    }
+
+    /// The fault counters of `role`.
+    #[inline]
+    pub(crate) fn faults(&self, role: usize) -> &FaultCounters {
+        &self.faults[role]
+    }
+
+    /// Records why `role` was last declared faulty.
+    pub(crate) fn record_fault(&self, role: usize, reason: FaultReason) {
+        *self.faults[role]
+            .last_fault
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(reason);
+    }
+
+    /// Error counters of `role`.
+    pub(crate) fn fault_stats(&self, role: usize) -> FaultStats {
+        let c = &self.faults[role];
+        FaultStats {
+            read_errors: c.read_errors.load(Ordering::Relaxed),
+            write_errors: c.write_errors.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
+            no_space_errors: c.no_space_errors.load(Ordering::Relaxed),
+            last_fault: c
+                .last_fault
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map(|r| r.to_string()),
+        }
+    }
+
+    /// The fault policy in force.
+    #[inline]
+    pub(crate) fn policy(&self) -> FaultPolicy {
+        *self.policy.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes the fault policy (takes effect for the next member request).
+    pub(crate) fn set_policy(&self, policy: FaultPolicy) {
+        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = policy;
+    }
+}

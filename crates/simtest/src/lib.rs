@@ -24,6 +24,7 @@
 //! power_loss_case("raid5".parse().unwrap(), 42); // panics, naming the violation, on a bug
 //! ```
 
+mod cases;
 mod grid;
 mod model;
 mod recover;
@@ -32,17 +33,18 @@ mod seeds;
 mod torn;
 mod with_journal;
 
+pub use cases::{
+    journal_case, journal_case_ordered, power_loss_case, power_loss_case_with, ReplayOrder,
+    Sabotage,
+};
 pub use grid::{sub_seed, CutPolicy, GridMember, PowerGrid};
 pub use model::{RegionModel, MAYBE_OPS_MAX};
 pub use recover::{
     recover_and_verify, recover_with, removal_sets, wait_recovered, RECOVERY_TIMEOUT,
 };
 pub use rig::{
-    build, drive, freshest_state, power_loss_case, power_loss_case_with, read_all, run_workload,
-    Sabotage, Shape, Target, DATA_OFFSET_BYTES,
+    build, drive, freshest_state, read_all, run_workload, Shape, Target, DATA_OFFSET_BYTES,
 };
 pub use seeds::{run_seeds, SeedRun, SOAK_FACTOR};
 pub use torn::{script_ops_count, torn_case, torn_shape, TornOutcome};
-pub use with_journal::{
-    journal_case, journal_case_ordered, JournalTarget, ReplayOrder, JOURNAL_BYTES,
-};
+pub use with_journal::{JournalTarget, JOURNAL_BYTES};

@@ -10,15 +10,11 @@ use std::io;
 use std::sync::Arc;
 
 use export::{AttachOptions, JournalExport, VolumeExport};
-use journal::Mode;
-use layout::Level;
-use member::{Member, SimMember, SimRng};
+use member::Member;
 use nbd::Export;
-use ondisk::{create, CreateOptions, Uuid};
-use volume::{assemble, AssembleOptions, Volume};
+use volume::Volume;
 
-use crate::grid::{sub_seed, CutPolicy, PowerGrid};
-use crate::rig::{run_workload, Shape, Target, DATA_OFFSET_BYTES};
+use crate::rig::Target;
 
 /// Size of the simulated journal member.
 pub const JOURNAL_BYTES: u64 = 8 << 20;
@@ -87,68 +83,4 @@ pub fn close(volume: &Volume, attached: &export::JournalLayer, context: &str) {
     attached
         .close()
         .unwrap_or_else(|e| panic!("{context}: closing the journal: {e}"));
-}
-
-/// When the crashed journal is replayed into the reassembled volume.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplayOrder {
-    /// Right after assembly, while the automatic resync of the dirty array may run (what
-    /// `raidkit serve` does).
-    AfterAssembly,
-    /// Once assembly's background work (the resync) is idle: no concurrent writers.
-    AfterResync,
-}
-
-/// One power-loss case of `level` with a journal in `mode`, replayed as `raidkit serve` does.
-pub fn journal_case(level: Level, mode: Mode, seed: u64) {
-    journal_case_ordered(level, mode, seed, ReplayOrder::AfterAssembly);
-}
-
-/// [`journal_case`] with the replay at `order`.
-pub fn journal_case_ordered(level: Level, mode: Mode, seed: u64, order: ReplayOrder) {
-    let mut rng = SimRng::new(seed);
-    let mut shape = Shape::random(level, &mut rng);
-    shape.initial_sync = false;
-    let total_ops = (shape.threads * shape.ops_per_thread * (shape.member_count() + 2)) as u64;
-    let cut_at = match rng.chance(1, 8) {
-        true => u64::MAX,
-        false => rng.below(total_ops + 1),
-    };
-    let mut sims: Vec<Arc<SimMember>> = shape
-        .member_bytes
-        .iter()
-        .enumerate()
-        .map(|(i, &bytes)| Arc::new(SimMember::new(&format!("sim{i}"), bytes)))
-        .collect();
-    sims.push(Arc::new(SimMember::new("journal", JOURNAL_BYTES)));
-    let grid = PowerGrid::new(
-        sims,
-        sub_seed(seed, 1_000),
-        CutPolicy::OutsideSuperblockUpdates,
-    );
-    let mut members = grid.members();
-    let jm = members.pop().expect("journal member");
-    let mut opts = CreateOptions::new(shape.level, "crash");
-    opts.chunk_bytes = shape.chunk_bytes;
-    opts.data_offset_bytes = DATA_OFFSET_BYTES;
-    opts.assume_clean = true;
-    create(&members, &opts).unwrap_or_else(|e| panic!("create {shape:?}: {e}"));
-    journal::format(jm.as_ref(), Uuid::new_v4(), mode).expect("format the journal");
-    jm.flush().expect("flush the journal");
-    grid.arm(cut_at);
-    let volume = Arc::new(assemble(members, &AssembleOptions::default()).expect("assemble"));
-    let target = JournalTarget::start(Arc::clone(&volume), jm);
-    let models = run_workload(&shape, seed, &grid, &target, volume.size_bytes());
-    grid.cut_now();
-    drop(target);
-    drop(volume);
-    let mut images: Vec<Arc<dyn Member>> = grid
-        .crashed_images()
-        .into_iter()
-        .map(|m| m as Arc<dyn Member>)
-        .collect();
-    let jimage = images.pop();
-    let context = format!("{shape:?}, journal {mode}, power cut before member op {cut_at}");
-    let jimage = jimage.map(|jm| (jm, order == ReplayOrder::AfterResync));
-    crate::recover::recover_with(&shape, images, jimage, &models, seed, &context, false);
 }

@@ -36,10 +36,10 @@ pub struct Array {
     pub(crate) members: Members,
     /// Client requests started (reads, writes, trims, flushes): background work backs off
     /// while this moves.
-    pub(crate) client_requests: AtomicU64,
+    client_requests: AtomicU64,
     pub(crate) locks: StripeLocks,
     /// Per-member share of a batch from which member I/O fans out to threads.
-    pub(crate) fanout_min_bytes: AtomicU64,
+    pub(crate) fanout: crate::io::FanOut,
     /// The journal RAID 5/6 member writes are logged to first (see `write_log`).
     pub(crate) journal: RwLock<Option<Arc<journal::Journal>>>,
     /// Chunk-sized buffers for RAID 5/6 parity and stripe reads, reused across requests.
@@ -102,7 +102,7 @@ impl Array {
             members: Members::new(members),
             client_requests: AtomicU64::new(0),
             locks: StripeLocks::new(),
-            fanout_min_bytes: AtomicU64::new(FANOUT_MIN_BYTES_DEFAULT),
+            fanout: crate::io::FanOut::new(FANOUT_MIN_BYTES_DEFAULT),
             journal: RwLock::new(None),
             scratch: ScratchPool::new(config.chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
             gather: Gather::new(),

@@ -50,7 +50,7 @@ pub(crate) struct Gather {
     /// Microseconds a pending tail waits; 0 turns gathering off.
     wait_us: AtomicU64,
     /// Stripes written whole by gathering (two requests' parts in one write).
-    pub gathered: AtomicU64,
+    gathered: AtomicU64,
 }
 
 struct Table {
@@ -125,6 +125,11 @@ impl Gather {
             wait_us: AtomicU64::new(GATHER_WAIT_DEFAULT.as_micros() as u64),
             gathered: AtomicU64::new(0),
         }
+    }
+
+    /// Stripes written whole by gathering so far.
+    pub fn gathered(&self) -> u64 {
+        self.gathered.load(Ordering::Relaxed)
     }
 
     pub fn set_wait(&self, wait: Duration) {

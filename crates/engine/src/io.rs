@@ -9,8 +9,26 @@ use crate::error::{IoError, Op};
 use crate::state::{is_no_space, FaultReason};
 use crate::Array;
 use member::Member;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The per-member share of a batch (bytes) from which [`Array::run`] fans member I/O out to
+/// parallel threads.
+pub(crate) struct FanOut(AtomicU64);
+
+impl FanOut {
+    pub(crate) fn new(min_bytes: u64) -> FanOut {
+        FanOut(AtomicU64::new(min_bytes))
+    }
+
+    fn min_bytes(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, min_bytes: u64) {
+        self.0.store(min_bytes, Ordering::Relaxed);
+    }
+}
 
 fn gone() -> std::io::Error {
     std::io::Error::new(
@@ -235,7 +253,7 @@ impl Array {
         for op in ops {
             groups[op.role()].push(op);
         }
-        let threshold = self.fanout_min_bytes.load(Ordering::Relaxed);
+        let threshold = self.fanout.min_bytes();
         let (big, small): (Vec<_>, Vec<_>) = groups
             .into_iter()
             .filter(|g| !g.is_empty())
@@ -274,7 +292,7 @@ impl Array {
     /// 0 makes every multi-member batch parallel; `u64::MAX` runs everything inline except
     /// flushes.
     pub fn set_fanout_min_bytes(&self, bytes: u64) {
-        self.fanout_min_bytes.store(bytes, Ordering::Relaxed);
+        self.fanout.set(bytes);
     }
 
     fn run_group(&self, group: Vec<MemOp<'_>>) -> Result<(), IoError> {

@@ -375,8 +375,6 @@ impl Array {
 
     /// Stripes written whole because two adjacent writes were gathered.
     pub fn gathered_stripes(&self) -> u64 {
-        self.gather
-            .gathered
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.gather.gathered()
     }
 }

@@ -22,9 +22,10 @@
 //! Inside: each level's data path is a `LevelIo` (`levels`), chosen once from the level:
 //! `levels::single_copy` (linear, RAID 0) and `levels::mirror` (RAID 1, 10) over `plain`,
 //! the pieces path; `levels::raid56` (RAID 5, 6: stripe plans choosing read-modify-write or
-//! reconstruct-write, stripe check and reconstruction). `locks` is the bounded stripe-lock
-//! table, `io` the one place member I/O happens (fanned out over members in parallel),
-//! `recover` read-error repair, rebuild and replace, `scrub` the per-unit
+//! reconstruct-write, stripe check and reconstruction). `members` is the member table (members,
+//! health and its one transition function, fault counters, the state epoch), `locks` the
+//! bounded stripe-lock table, `io` the one place member I/O happens (fanned out over members
+//! in parallel), `recover` read-error repair, rebuild and replace, `scrub` the per-unit
 //! check/repair/resync.
 //!
 //! ```

@@ -54,7 +54,7 @@ impl Array {
 
     /// Replays the stripes logged to the journal on `member` (superblock `sb`, checked to be
     /// this array's): every `MemberOps` record after the tail, in sequence
-    /// ([`Array::apply_logged`]), then flushes. Afterwards every stripe being written at the
+    /// (`Array::apply_logged`), then flushes. Afterwards every stripe being written at the
     /// crash is consistent on the present members. Write-back records are left to the layer
     /// above (`export::replay_array_writes`); nothing is written to the journal.
     pub fn replay_journal(

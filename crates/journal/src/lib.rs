@@ -8,7 +8,7 @@
 //!   [`Record::MemberOps`] (write-through: a stripe's member writes, data and parity),
 //!   [`Record::ArrayWrite`] (write-back: data at an array offset), [`Record::Wrap`].
 //!   Every record carries a consecutive sequence number, the session nonce and a crc32c.
-//! - [`format`] writes an empty journal; [`read_superblock`] and [`scan`] read one back:
+//! - [`format()`] writes an empty journal; [`read_superblock`] and [`scan`] read one back:
 //!   replay walks from the checkpointed tail and stops at the first torn, damaged or
 //!   out-of-sequence record.
 //! - [`Journal`]: appends with group commit (one write and one flush for every record queued

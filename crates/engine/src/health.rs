@@ -27,16 +27,7 @@ impl Array {
     /// Declares member `role` faulty unless the array would lose data without it. True when
     /// the member is (now or already) not in use.
     pub fn try_fail_member(&self, role: usize, reason: FaultReason) -> bool {
-        if self
-            .transition(role, Move::Fail { forced: false })
-            .is_some()
-        {
-            self.record_fault(role, reason);
-            // A replacement in progress is dropped with its role.
-            self.members.cancel_replace(role);
-            return true;
-        }
-        !self.health_of(role).readable()
+        self.members.try_fail(role, reason, &self.geometry)
     }
 
     fn record_fault(&self, role: usize, reason: FaultReason) {

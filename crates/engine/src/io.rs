@@ -3,11 +3,14 @@
 //! reconstruct and rewrite on a read error, mark faulty on a write error — plugs in there).
 //! `Array::run` executes a batch of operations, fanning out to one scoped thread per member
 //! with a large share (at most `member_count` threads), so a large request keeps all its
-//! members busy at once.
+//! members busy at once. Both are a [`Runner`]'s, which sees only the geometry, the member
+//! table and the fan-out threshold.
 
 use crate::error::{IoError, Op};
+use crate::members::Members;
 use crate::state::{is_no_space, FaultReason};
 use crate::Array;
+use layout::Geometry;
 use member::Member;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -122,10 +125,47 @@ impl MemOp<'_> {
 }
 
 impl Array {
+    /// The member-I/O runner over this array's members.
+    fn io(&self) -> Runner<'_> {
+        Runner {
+            geometry: &self.geometry,
+            members: &self.members,
+            fanout: &self.fanout,
+        }
+    }
+
+    /// One member operation (see [`Runner::member_io`]).
+    pub(crate) fn member_io(&self, op: MemOp<'_>) -> Result<(), IoError> {
+        self.io().member_io(op)
+    }
+
+    /// A batch of member operations (see [`Runner::run`]).
+    pub(crate) fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
+        self.io().run(ops)
+    }
+
+    /// Sets the per-member share (bytes) from which a batch fans out to parallel threads.
+    /// 0 makes every multi-member batch parallel; `u64::MAX` runs everything inline except
+    /// flushes.
+    pub fn set_fanout_min_bytes(&self, bytes: u64) {
+        self.fanout.set(bytes);
+    }
+}
+
+/// Member I/O over an array's parts: the geometry (bounds), the member table (who serves a
+/// role, health, counters, fault policy) and the fan-out threshold. It needs nothing else of
+/// the array.
+struct Runner<'a> {
+    geometry: &'a Geometry,
+    members: &'a Members,
+    fanout: &'a FanOut,
+}
+
+impl Runner<'_> {
     /// Performs one member operation: the single point where member I/O happens, where every
-    /// request is timed, and where faults are judged (see [`Array::judge`]). During a replace,
+    /// request is timed, and where faults are judged (see [`Runner::judge`]). During a replace,
     /// every write-type operation on the role is repeated on the replacement.
-    pub(crate) fn member_io(&self, mut op: MemOp<'_>) -> Result<(), IoError> {
+    fn member_io(&self, mut op: MemOp<'_>) -> Result<(), IoError> {
         let role = op.role();
         let (kind, offset, len) = op.describe();
         if kind != Op::Flush {
@@ -150,7 +190,7 @@ impl Array {
         self.members.end_io(role);
         if let (Some(new), true) = (replacement, op.is_write()) {
             if let Err(e) = op.apply(new.as_ref()) {
-                self.drop_failed_replacement(role, &new, &e);
+                self.members.drop_failed_replacement(role, &new, &e);
             }
         }
         self.judge(role, kind, result, elapsed)
@@ -188,7 +228,7 @@ impl Array {
         result: std::io::Result<()>,
         elapsed: Duration,
     ) -> std::io::Result<()> {
-        let policy = self.fault_policy();
+        let policy = self.members.policy();
         let counters = self.members.faults(role);
         let timed_out = elapsed > policy.io_timeout
             || result
@@ -197,7 +237,8 @@ impl Array {
         if timed_out {
             counters.timeouts.fetch_add(1, Ordering::Relaxed);
             let millis = elapsed.as_millis() as u64;
-            let failed = self.try_fail_member(role, FaultReason::Timeout { millis });
+            let reason = FaultReason::Timeout { millis };
+            let failed = self.members.try_fail(role, reason, self.geometry);
             return match (result, kind, failed) {
                 (Ok(()), _, _) => Ok(()),
                 (Err(_), k, true) if k != Op::Read => Ok(()),
@@ -207,13 +248,11 @@ impl Array {
         let Err(e) = result else { return Ok(()) };
         if kind == Op::Read {
             if counters.note_read_error(&policy) {
-                self.try_fail_member(
-                    role,
-                    FaultReason::ReadErrors {
-                        count: policy.read_errors_max + 1,
-                        window_secs: policy.read_error_window.as_secs(),
-                    },
-                );
+                let reason = FaultReason::ReadErrors {
+                    count: policy.read_errors_max + 1,
+                    window_secs: policy.read_error_window.as_secs(),
+                };
+                self.members.try_fail(role, reason, self.geometry);
             }
             return Err(e);
         }
@@ -224,7 +263,8 @@ impl Array {
             return Err(e);
         }
         counters.write_errors.fetch_add(1, Ordering::Relaxed);
-        if self.try_fail_member(role, FaultReason::WriteError(e.to_string())) {
+        let reason = FaultReason::WriteError(e.to_string());
+        if self.members.try_fail(role, reason, self.geometry) {
             Ok(())
         } else {
             Err(e)
@@ -239,17 +279,17 @@ impl Array {
     /// local calls both honour, so members stalled in one batch do not add up their timeouts.
     /// Every group runs even after a failure (a write batch must reach every member it can);
     /// returns the first error.
-    pub(crate) fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
+    fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
         // The request's deadline when it is earlier (a retry after a timeout). The scoped
         // threads of large shares get it explicitly: a thread-local does not follow into them.
-        let batch = Instant::now() + self.fault_policy().io_timeout;
+        let batch = Instant::now() + self.members.policy().io_timeout;
         let deadline = member::current_deadline().map_or(batch, |request| request.min(batch));
         member::with_deadline(deadline, || self.run_until(ops, deadline))
     }
 
     fn run_until(&self, ops: Vec<MemOp<'_>>, deadline: Instant) -> Result<(), IoError> {
         let mut groups: Vec<Vec<MemOp<'_>>> =
-            (0..self.member_count()).map(|_| Vec::new()).collect();
+            (0..self.members.count()).map(|_| Vec::new()).collect();
         for op in ops {
             groups[op.role()].push(op);
         }
@@ -286,13 +326,6 @@ impl Array {
             }
             first.and(mine)
         })
-    }
-
-    /// Sets the per-member share (bytes) from which a batch fans out to parallel threads.
-    /// 0 makes every multi-member batch parallel; `u64::MAX` runs everything inline except
-    /// flushes.
-    pub fn set_fanout_min_bytes(&self, bytes: u64) {
-        self.fanout.set(bytes);
     }
 
     fn run_group(&self, group: Vec<MemOp<'_>>) -> Result<(), IoError> {

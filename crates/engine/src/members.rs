@@ -191,21 +191,43 @@ impl Members {
         self.slot_mut(role).replacement.take()
     }
 
-    /// Drops `new` if it is still `role`'s replacement, bumping the epoch while the slot is
-    /// held (whoever sees no replacement sees the new epoch). False when it was not (already
-    /// cancelled, or a later replace).
-    pub(crate) fn drop_replacement(&self, role: usize, new: &Arc<dyn Member>) -> bool {
+    /// A write to `new`, the replacement of `role`, failed (a client write repeated on it or a
+    /// copy step): the replace is abandoned and the role keeps its member. The one place this
+    /// happens, whoever saw the error. The state epoch moves, so the volume rewrites the
+    /// superblocks (dropping the replace) before the request that saw the error completes:
+    /// the replacement missed that write and must never be trusted to hold the role.
+    pub(crate) fn drop_failed_replacement(
+        &self,
+        role: usize,
+        new: &Arc<dyn Member>,
+        e: &std::io::Error,
+    ) {
         let mut slot = self.slot_mut(role);
-        if !slot
-            .replacement
-            .as_ref()
-            .is_some_and(|r| Arc::ptr_eq(r, new))
-        {
-            return false;
+        let current = slot.replacement.as_ref();
+        if !current.is_some_and(|r| Arc::ptr_eq(r, new)) {
+            return; // already cancelled, or a later replace: not ours to drop
         }
         slot.replacement = None;
+        // Bump the epoch while the slot is held: whoever sees no replacement sees the new epoch.
         self.bump_epoch();
-        true
+        drop(slot);
+        let reason = FaultReason::WriteError(format!("replacement {}: {e}", new.name()));
+        self.record_fault(role, reason);
+    }
+
+    /// Declares `role` faulty for `reason` unless `geometry` would lose data without it; a
+    /// replacement in progress is dropped with its role. True when the member is (now or
+    /// already) not in use.
+    pub(crate) fn try_fail(&self, role: usize, reason: FaultReason, geometry: &Geometry) -> bool {
+        if self
+            .transition(role, Move::Fail { forced: false }, geometry)
+            .is_some()
+        {
+            self.record_fault(role, reason);
+            self.cancel_replace(role);
+            return true;
+        }
+        !self.health_of(role).readable()
     }
 
     /// Marks the start of a request on `role`'s member (see [`Members::in_flight`]).

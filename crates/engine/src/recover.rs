@@ -155,7 +155,7 @@ impl Array {
                     source: e,
                 });
             }
-            self.drop_failed_replacement(role, &new, &e);
+            self.members.drop_failed_replacement(role, &new, &e);
             return Ok(false);
         }
         Ok(true)
@@ -248,23 +248,5 @@ impl Array {
     /// Abandons the replace of `role`; returns the replacement.
     pub fn cancel_replace(&self, role: usize) -> Option<Arc<dyn Member>> {
         self.members.cancel_replace(role)
-    }
-
-    /// A write to `new`, the replacement of `role`, failed (a client write repeated on it or a
-    /// copy step): the replace is abandoned and the role keeps its member. The one place this
-    /// happens, whoever saw the error. The state epoch moves, so the volume rewrites the
-    /// superblocks (dropping the replace) before the request that saw the error completes:
-    /// the replacement missed that write and must never be trusted to hold the role.
-    pub(crate) fn drop_failed_replacement(
-        &self,
-        role: usize,
-        new: &Arc<dyn Member>,
-        e: &std::io::Error,
-    ) {
-        if !self.members.drop_replacement(role, new) {
-            return; // already cancelled, or a later replace: not ours to drop
-        }
-        let reason = FaultReason::WriteError(format!("replacement {}: {e}", new.name()));
-        self.members.record_fault(role, reason);
     }
 }

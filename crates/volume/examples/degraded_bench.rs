@@ -115,7 +115,7 @@ fn run(dir: &std::path::Path, level: &str, count: usize, member_bytes: u64) {
         healthy = healthy.max(read_all(&healthy_view));
         degraded = degraded.max(read_all(&degraded_view));
     }
-    let data_bytes = v.array().geometry().member_data_bytes(1);
+    let data_bytes = v.geometry().member_data_bytes(1);
     let (mut raw, mut rebuild) = (0f64, 0f64);
     for round in 0..ROUNDS {
         raw = raw.max(raw_write(dir, data_bytes));

@@ -189,7 +189,7 @@ fn run(servers: &mut Servers, level: &str, count: usize) {
         degraded = degraded.max(read_all(&degraded_view));
     }
     drop((healthy_view, degraded_view));
-    let data_bytes = v.array().geometry().member_data_bytes(1);
+    let data_bytes = v.geometry().member_data_bytes(1);
     let (mut raw, mut rebuild) = (0f64, 0f64);
     for round in 0..ROUNDS {
         let target = servers.member(&format!("raw{round}"));

@@ -479,7 +479,7 @@ fn scrub_locates_and_repairs_corruption_in_a_member_file() {
         let paths = new_array(dir.path(), "sc", level, count);
         let v = assemble_paths(&paths);
         let model = fill(&v, 5);
-        let g = v.array().geometry().clone();
+        let g = v.geometry().clone();
         let chunk = g.chunk_bytes();
         let unit = 5u64;
         // RAID 5 cannot tell data from parity: corrupt P. RAID 6: a data block (located).
@@ -549,7 +549,7 @@ fn rebuild_rate_stays_under_the_maximum() {
     v.fail("role 2").unwrap();
     assert!(v.wait_idle(WAIT));
     let elapsed = start.elapsed().as_secs_f64();
-    let bytes = v.array().geometry().member_data_bytes(2) as f64;
+    let bytes = v.geometry().member_data_bytes(2) as f64;
     let rate = bytes / elapsed;
     eprintln!(
         "rebuilt {bytes} bytes in {elapsed:.2} s: {:.0} KiB/s (max {} KiB/s)",
@@ -758,7 +758,7 @@ fn rebuild_keeps_the_minimum_under_client_load() {
     let elapsed = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     client.join().unwrap();
-    let rate = v.array().geometry().member_data_bytes(1) as f64 / elapsed;
+    let rate = v.geometry().member_data_bytes(1) as f64 / elapsed;
     eprintln!(
         "rebuild under load: {:.0} KiB/s (min {} KiB/s, max {} KiB/s)",
         rate / 1024.0,

@@ -368,7 +368,7 @@ fn crash_resyncs_dirty_regions(level: Level, count: usize) {
         .iter()
         .map(|c| c.read_bytes.load(Ordering::SeqCst))
         .sum();
-    let full = count as u64 * (v.array().geometry().member_data_bytes(0));
+    let full = count as u64 * (v.geometry().member_data_bytes(0));
     assert!(
         read > 0 && read <= full / 4,
         "{what}: resync read {read} of {full} bytes"
@@ -428,7 +428,7 @@ fn without_a_bitmap_the_whole_array_is_resynced() {
         .iter()
         .map(|c| c.read_bytes.load(Ordering::SeqCst))
         .sum();
-    let full = 3 * v.array().geometry().member_data_bytes(0);
+    let full = 3 * v.geometry().member_data_bytes(0);
     assert!(
         read >= full,
         "the full resync reads everything: {read} < {full}"
@@ -557,7 +557,7 @@ fn degraded_keeps_bits_and_a_returning_member_rebuilds_only_dirty_regions() {
     v.add(members[2].clone()).unwrap();
     assert!(v.wait_idle(WAIT), "{what}");
     let rebuilt = counters[2].written_bytes.load(Ordering::SeqCst);
-    let member_bytes = v.array().geometry().member_data_bytes(2);
+    let member_bytes = v.geometry().member_data_bytes(2);
     assert!(
         rebuilt > 0 && rebuilt <= member_bytes / 4,
         "{what}: re-add wrote {rebuilt} of {member_bytes} bytes"
@@ -623,7 +623,7 @@ fn a_different_member_is_rebuilt_in_full() {
     v.write(0, &pattern(4096, 1)).unwrap();
     v.add(members[1].clone()).unwrap();
     assert!(v.wait_idle(WAIT));
-    let full = v.array().geometry().member_data_bytes(1);
+    let full = v.geometry().member_data_bytes(1);
     assert!(counters[1].written_bytes.load(Ordering::SeqCst) >= full);
 }
 

@@ -53,7 +53,7 @@ impl Array {
         }
         // Install the member before the state says writable, under all stripe locks so no
         // write is between planning and issuing.
-        let _all = self.locks.lock_range(0, crate::STRIPE_LOCKS_COUNT as u64);
+        let _all = self.locks.lock_all();
         let previous = self.members.set_member(role, Some(member));
         if self.transition(role, Move::Attach).is_none() {
             self.members.set_member(role, previous);
@@ -73,7 +73,7 @@ impl Array {
 
     /// Removes the faulty member of `role` (it becomes missing); returns it.
     pub fn detach_member(&self, role: usize) -> Option<Arc<dyn Member>> {
-        let _all = self.locks.lock_range(0, crate::STRIPE_LOCKS_COUNT as u64);
+        let _all = self.locks.lock_all();
         self.transition(role, Move::Detach)?;
         self.members.set_member(role, None)
     }

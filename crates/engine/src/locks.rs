@@ -65,6 +65,12 @@ impl StripeLocks {
         Some(Held { _guards: guards })
     }
 
+    /// Locks the whole table: no request is between planning and issuing its member I/O while
+    /// it is held (member swaps and health moves that writes must not straddle).
+    pub(crate) fn lock_all(&self) -> Held<'_> {
+        self.lock_range(0, STRIPE_LOCKS_COUNT as u64)
+    }
+
     /// Locks keys `first..end`; a range longer than the table locks the whole table.
     pub(crate) fn lock_range(&self, first: u64, end: u64) -> Held<'_> {
         assert!(first <= end);

@@ -227,7 +227,7 @@ impl Array {
                 level: self.geometry.level(),
             });
         }
-        let _all = self.locks.lock_range(0, crate::STRIPE_LOCKS_COUNT as u64);
+        let _all = self.locks.lock_all();
         self.members
             .start_replace(role, new)
             .map_err(|state| crate::EngineError::RoleBusy { role, state })
@@ -241,7 +241,7 @@ impl Array {
     /// Makes the replacement of `role` its member (under every stripe lock, so no write is
     /// half-way); returns the old member.
     pub fn finish_replace(&self, role: usize) -> Option<Arc<dyn Member>> {
-        let _all = self.locks.lock_range(0, crate::STRIPE_LOCKS_COUNT as u64);
+        let _all = self.locks.lock_all();
         self.members.finish_replace(role)
     }
 

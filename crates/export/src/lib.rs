@@ -1,16 +1,17 @@
 //! The volume as an NBD export with its journal layer in front: what `raidkit serve` serves,
 //! in a library so that the power-loss simulation (`simtest`) tests this code and not a copy.
 //!
-//! - [`VolumeExport`]: a `volume::Volume` as an [`nbd::Export`] (FUA = write then flush; the
-//!   preferred block size is one full stripe of data).
 //! - [`JournalLayer::attach`]: after assembly and before anything else writes, replays the journal
 //!   into the volume (`engine::Array::replay_journal`, then [`replay_array_writes`]), starts a
 //!   new journal session, has the engine log RAID 5/6 stripes to it (`Array::set_journal`),
 //!   starts its [`Checkpointer`] and, in write-back mode, the write-back cache.
-//! - [`JournalExport`]: the export with the journal in front: reads, writes and discards go
-//!   through the write-back cache when there is one; with a journal logging every write
-//!   (RAID 5/6), FLUSH returns at once and FUA needs no member flush, because every
-//!   acknowledged write is durable in the journal already and replay restores it.
+//! - [`JournalExport`] (`JournalLayer::export`): the volume as an [`nbd::Export`] through its
+//!   journal layer: reads, writes and discards go through the write-back cache when there is
+//!   one, to the volume otherwise (FUA = write then flush; the preferred block size is one
+//!   full stripe of data); with a journal logging every write (RAID 5/6), FLUSH returns at
+//!   once and FUA needs no member flush, because every acknowledged write is durable in the
+//!   journal already and replay restores it. Without a journal ([`JournalLayer::none`]) it is
+//!   the volume as it is.
 //! - [`WriteBack`]: the write-back cache, whose appliers write to the volume; [`checkpoint`]:
 //!   flush the volume, then release the journal's complete records. Everything here calls
 //!   down: the journal and the volume call nothing in this crate.
@@ -18,11 +19,11 @@
 //! ```no_run
 //! # use std::sync::Arc;
 //! # fn demo(volume: Arc<volume::Volume>, jm: Arc<dyn member::Member>) -> Result<(), Box<dyn std::error::Error>> {
-//! use export::{AttachOptions, JournalLayer, VolumeExport};
+//! use export::{AttachOptions, JournalLayer};
 //! let jsb = journal::read_superblock(jm.as_ref())?;
 //! let (journaled, replayed) = JournalLayer::attach(jm, jsb, &volume, AttachOptions::default())?;
 //! let journaled = Arc::new(journaled);
-//! let export = journaled.export(VolumeExport(Arc::clone(&volume)));
+//! let export = journaled.export();
 //! // ... serve `export` (nbd::serve), then at shutdown:
 //! journaled.drain()?;
 //! volume.close()?;
@@ -46,43 +47,6 @@ pub use writeback::{
 use journal::{Journal, JournalError, Mode, ScanSummary};
 use member::Member;
 use volume::{Volume, VolumeError};
-
-/// `volume::Volume` as an NBD export.
-pub struct VolumeExport(pub Arc<Volume>);
-
-impl nbd::Export for VolumeExport {
-    fn size(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        Ok(self.0.read(offset, buf)?)
-    }
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
-        self.0.write(offset, data)?;
-        if fua {
-            self.0.flush()?;
-        }
-        Ok(())
-    }
-    fn flush(&self) -> io::Result<()> {
-        Ok(self.0.flush()?)
-    }
-    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.0.trim(offset, len)?)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64, _may_trim: bool) -> io::Result<()> {
-        Ok(self.0.write_zeroes(offset, len)?)
-    }
-    fn preferred_block_size(&self) -> u32 {
-        let bytes = self.0.geometry().full_stripe_bytes();
-        u32::try_from(bytes).unwrap_or(u32::MAX)
-    }
-    /// Flush flushes every member, and nothing is cached per connection: a flush on any
-    /// connection covers writes completed on all of them.
-    fn can_multi_conn(&self) -> bool {
-        true
-    }
-}
 
 /// How [`JournalLayer::attach`] attaches a journal.
 #[derive(Debug, Clone, Copy, Default)]
@@ -243,12 +207,11 @@ impl JournalLayer {
         Ok((journaled, summary))
     }
 
-    /// The NBD export over `inner` (the volume's): reads, writes, flushes and discards go
-    /// through the write-back cache when there is one, straight to `inner` otherwise.
-    pub fn export<E: nbd::Export>(self: &Arc<Self>, inner: E) -> JournalExport<E> {
+    /// The volume as an NBD export with this layer in front: reads, writes, flushes and
+    /// discards go through the write-back cache when there is one, to the volume otherwise.
+    pub fn export(self: &Arc<Self>) -> JournalExport {
         JournalExport {
-            journaled: Arc::clone(self),
-            inner,
+            layer: Arc::clone(self),
         }
     }
 
@@ -291,29 +254,33 @@ impl JournalLayer {
     }
 }
 
-/// An export with the write-back cache (if any) in front of `inner`.
-pub struct JournalExport<E> {
-    journaled: Arc<JournalLayer>,
-    inner: E,
+/// The volume as an NBD export, through its journal layer: the write-back cache when there is
+/// one, else the volume (FUA = write then flush, unless the journal logs every write).
+pub struct JournalExport {
+    layer: Arc<JournalLayer>,
 }
 
-impl<E: nbd::Export> nbd::Export for JournalExport<E> {
+impl nbd::Export for JournalExport {
     fn size(&self) -> u64 {
-        self.inner.size()
+        self.layer.volume.size_bytes()
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        match &self.journaled.writeback {
+        match &self.layer.writeback {
             Some(wb) => wb.read(offset, buf),
-            None => self.inner.read(offset, buf),
+            None => Ok(self.layer.volume.read(offset, buf)?),
         }
     }
     /// With a journal logging every write, durable once acknowledged: FUA needs nothing more.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
-        match &self.journaled.writeback {
+        let volume = &self.layer.volume;
+        match &self.layer.writeback {
             Some(wb) => wb.write(offset, data),
             None => {
-                let fua = fua && !self.journaled.logs_every_write;
-                self.inner.write(offset, data, fua)
+                volume.write(offset, data)?;
+                if fua && !self.layer.logs_every_write {
+                    volume.flush()?;
+                }
+                Ok(())
             }
         }
     }
@@ -321,42 +288,36 @@ impl<E: nbd::Export> nbd::Export for JournalExport<E> {
     /// (replay restores it), so a FLUSH returns at once; the members are flushed by
     /// checkpoints.
     fn flush(&self) -> io::Result<()> {
-        match (&self.journaled.writeback, &self.journaled.journal) {
+        match (&self.layer.writeback, &self.layer.journal) {
             (Some(wb), _) => wb.flush(),
-            (None, Some(j)) if self.journaled.logs_every_write => match j.failure() {
+            (None, Some(j)) if self.layer.logs_every_write => match j.failure() {
                 Some(reason) => Err(io::Error::other(format!("journal {}: {reason}", j.name()))),
                 None => Ok(()),
             },
-            _ => self.inner.flush(),
+            _ => Ok(self.layer.volume.flush()?),
         }
     }
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        match &self.journaled.writeback {
+        match &self.layer.writeback {
             Some(wb) => wb.trim(offset, len),
-            None => self.inner.trim(offset, len),
+            None => Ok(self.layer.volume.trim(offset, len)?),
         }
     }
-    fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> io::Result<()> {
-        match &self.journaled.writeback {
+    fn write_zeroes(&self, offset: u64, len: u64, _may_trim: bool) -> io::Result<()> {
+        match &self.layer.writeback {
             Some(wb) => wb.write_zeroes(offset, len),
-            None => self.inner.write_zeroes(offset, len, may_trim),
+            None => Ok(self.layer.volume.write_zeroes(offset, len)?),
         }
     }
-    /// Buffered writes are not in `inner`'s map: with write-back, everything is data.
-    fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<nbd::Extent>> {
-        match &self.journaled.writeback {
-            Some(_) => Ok(vec![nbd::Extent::data(len)]),
-            None => self.inner.block_status(offset, len),
-        }
-    }
+    /// One full stripe of data (no read-modify-write).
     fn preferred_block_size(&self) -> u32 {
-        self.inner.preferred_block_size()
+        let bytes = self.layer.volume.geometry().full_stripe_bytes();
+        u32::try_from(bytes).unwrap_or(u32::MAX)
     }
-    /// The journal is shared by every connection, as the volume is.
+    /// Flush flushes every member (or the journal holds every acknowledged write), and nothing
+    /// is cached per connection: a flush on any connection covers writes completed on all of
+    /// them.
     fn can_multi_conn(&self) -> bool {
-        self.inner.can_multi_conn()
-    }
-    fn can_fast_zero(&self) -> bool {
-        self.journaled.writeback.is_none() && self.inner.can_fast_zero()
+        true
     }
 }

@@ -9,7 +9,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use export::{AttachOptions, JournalLayer, VolumeExport};
+use export::{AttachOptions, JournalLayer};
 use journal::Mode;
 use layout::Level;
 use member::{MemMember, Member};
@@ -90,7 +90,7 @@ fn journal_bytes_per_client_byte(level: Level, mode: Mode, workload: Workload) -
     let volume = Arc::new(assemble(members, &AssembleOptions::default()).unwrap());
     let (attached, _) = JournalLayer::attach(jm, jsb, &volume, AttachOptions::default()).unwrap();
     let attached = Arc::new(attached);
-    let export = attached.export(VolumeExport(Arc::clone(&volume)));
+    let export = attached.export();
     let start = counting.written.load(Ordering::Relaxed);
     let size = volume.size_bytes();
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;

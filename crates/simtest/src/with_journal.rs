@@ -9,7 +9,7 @@
 use std::io;
 use std::sync::Arc;
 
-use export::{AttachOptions, JournalExport, VolumeExport};
+use export::{AttachOptions, JournalExport};
 use member::Member;
 use nbd::Export;
 use volume::Volume;
@@ -22,14 +22,14 @@ pub const JOURNAL_BYTES: u64 = 8 << 20;
 /// A volume with a journal in front, exported as `raidkit serve --journal` exports it.
 pub struct JournalTarget {
     attached: Arc<export::JournalLayer>,
-    export: JournalExport<VolumeExport>,
+    export: JournalExport,
 }
 
 impl JournalTarget {
     /// Starts a journal session on `jm` (already formatted) over `volume`.
     pub fn start(volume: Arc<Volume>, jm: Arc<dyn Member>) -> JournalTarget {
         let attached = attach(&volume, jm, "start");
-        let export = attached.export(VolumeExport(volume));
+        let export = attached.export();
         JournalTarget { attached, export }
     }
 }

@@ -253,18 +253,14 @@ fn cache_config(args: &Args) -> anyhow::Result<CacheConfig> {
 }
 
 /// The volume as an NBD export behind the read cache (a pass-through with --cache-size 0).
-type Cached = ReadCache<::export::JournalExport<::export::VolumeExport>>;
+type Cached = ReadCache<::export::JournalExport>;
 
 fn cached_export(
     volume: &Arc<Volume>,
     journaled: &Arc<::export::JournalLayer>,
     cache: CacheConfig,
 ) -> anyhow::Result<Arc<Cached>> {
-    let export = ReadCache::new(
-        journaled.export(::export::VolumeExport(Arc::clone(volume))),
-        cache,
-    )
-    .context("starting the read cache")?;
+    let export = ReadCache::new(journaled.export(), cache).context("starting the read cache")?;
     let export = Arc::new(export);
     // A scrub repair or a resync can change what the volume reads underneath the cache (a
     // RAID 6 data fix, a mirror copy rewritten): drop those blocks. Weak, so the volume does

@@ -8,7 +8,6 @@ use crate::members::Move;
 use crate::state::{FaultPolicy, FaultReason, FaultStats, MemberHealth};
 use crate::Array;
 use member::Member;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Array {
@@ -91,10 +90,7 @@ impl Array {
     /// Counts a write to `role`'s member refused for lack of space outside the data path (its
     /// bitmap or superblock area), so `fault_stats` shows it with the data-path ones.
     pub fn count_no_space(&self, role: usize) {
-        self.members
-            .faults(role)
-            .no_space_errors
-            .fetch_add(1, Ordering::Relaxed);
+        self.members.faults(role).note_no_space();
     }
 
     /// Error counters of `role`.

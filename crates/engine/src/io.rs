@@ -235,7 +235,7 @@ impl Runner<'_> {
                 .as_ref()
                 .is_err_and(|e| e.kind() == std::io::ErrorKind::TimedOut);
         if timed_out {
-            counters.timeouts.fetch_add(1, Ordering::Relaxed);
+            counters.note_timeout();
             let millis = elapsed.as_millis() as u64;
             let reason = FaultReason::Timeout { millis };
             let failed = self.members.try_fail(role, reason, self.geometry);
@@ -259,10 +259,10 @@ impl Runner<'_> {
         if is_no_space(&e) {
             // The storage under the member is full: not a member fault (see `is_no_space`).
             // The request fails; the caller marks what it may have left half-written.
-            counters.no_space_errors.fetch_add(1, Ordering::Relaxed);
+            counters.note_no_space();
             return Err(e);
         }
-        counters.write_errors.fetch_add(1, Ordering::Relaxed);
+        counters.note_write_error();
         let reason = FaultReason::WriteError(e.to_string());
         if self.members.try_fail(role, reason, self.geometry) {
             Ok(())

@@ -256,27 +256,12 @@ impl Members {
 
     /// Records why `role` was last declared faulty.
     pub(crate) fn record_fault(&self, role: usize, reason: FaultReason) {
-        *self.faults[role]
-            .last_fault
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        self.faults[role].record(reason);
     }
 
     /// Error counters of `role`.
     pub(crate) fn fault_stats(&self, role: usize) -> FaultStats {
-        let c = &self.faults[role];
-        FaultStats {
-            read_errors: c.read_errors.load(Ordering::Relaxed),
-            write_errors: c.write_errors.load(Ordering::Relaxed),
-            timeouts: c.timeouts.load(Ordering::Relaxed),
-            no_space_errors: c.no_space_errors.load(Ordering::Relaxed),
-            last_fault: c
-                .last_fault
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref()
-                .map(|r| r.to_string()),
-        }
+        self.faults[role].stats()
     }
 
     /// The fault policy in force.

@@ -113,17 +113,53 @@ impl std::fmt::Display for FaultReason {
 /// Error counters of one role (reset when a new member takes the role).
 #[derive(Debug, Default)]
 pub(crate) struct FaultCounters {
-    pub read_errors: AtomicU64,
-    pub write_errors: AtomicU64,
-    pub timeouts: AtomicU64,
+    read_errors: AtomicU64,
+    write_errors: AtomicU64,
+    timeouts: AtomicU64,
     /// Write-type requests refused for lack of space (not faults: see [`is_no_space`]).
-    pub no_space_errors: AtomicU64,
+    no_space_errors: AtomicU64,
     /// Times of recent read errors (at most `read_errors_max + 1` kept).
-    pub recent_reads: Mutex<VecDeque<Instant>>,
-    pub last_fault: Mutex<Option<FaultReason>>,
+    recent_reads: Mutex<VecDeque<Instant>>,
+    last_fault: Mutex<Option<FaultReason>>,
 }
 
 impl FaultCounters {
+    /// Counts a request slower than the timeout (or reported as timed out).
+    pub(crate) fn note_timeout(&self) {
+        self.timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed write-type request.
+    pub(crate) fn note_write_error(&self) {
+        self.write_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a write-type request refused for lack of space.
+    pub(crate) fn note_no_space(&self) {
+        self.no_space_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records why the member was last declared faulty.
+    pub(crate) fn record(&self, reason: FaultReason) {
+        *self.last_fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn stats(&self) -> FaultStats {
+        FaultStats {
+            read_errors: self.read_errors.load(Ordering::Relaxed),
+            write_errors: self.write_errors.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            no_space_errors: self.no_space_errors.load(Ordering::Relaxed),
+            last_fault: self
+                .last_fault
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map(|r| r.to_string()),
+        }
+    }
+
     /// Records a read error; true when the policy's limit is now exceeded.
     pub(crate) fn note_read_error(&self, policy: &FaultPolicy) -> bool {
         self.read_errors.fetch_add(1, Ordering::Relaxed);

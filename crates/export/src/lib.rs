@@ -53,6 +53,11 @@ use volume::{Volume, VolumeError};
 pub struct AttachOptions {
     /// The volume is served read-only: replay still writes below it, but nothing marks it.
     pub read_only: bool,
+    /// The journal is on storage a power cut empties (tmpfs, ramfs, a RAM disk, `mem:`;
+    /// `member::volatile_storage`): what it logged is not durable, so a write-through journal
+    /// does not make FLUSH and FUA free — they flush the members as without a journal. (A
+    /// write-back journal there is refused unless the operator accepted the loss.)
+    pub volatile: bool,
 }
 
 /// Why a journal could not be attached.
@@ -127,8 +132,8 @@ pub struct JournalLayer {
     /// Runs the journal's checkpoints (with a journal). Declared after `writeback`, so it is
     /// dropped after the appliers stopped: an applier may wait for a checkpoint to make room.
     checkpointer: Option<Checkpointer>,
-    /// Every write (RAID 5/6 with a journal) is durable in the journal once acknowledged, so
-    /// FLUSH and FUA need no member flush.
+    /// Every write (RAID 5/6 with a journal on durable storage) is durable in the journal
+    /// once acknowledged, so FLUSH and FUA need no member flush.
     logs_every_write: bool,
 }
 
@@ -199,7 +204,7 @@ impl JournalLayer {
         };
         let journaled = JournalLayer {
             volume: Arc::clone(volume),
-            logs_every_write: volume.level().has_parity(),
+            logs_every_write: volume.level().has_parity() && !opts.volatile,
             journal: Some(j),
             checkpointer: Some(checkpointer),
             writeback,

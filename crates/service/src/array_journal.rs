@@ -66,13 +66,12 @@ impl fmt::Display for VolatileJournal {
             ),
             Mode::WriteThrough => write!(
                 f,
-                "write-through journal {path} is {what}: a power cut empties it. On RAID 5/6 a \
-                 FLUSH relies on the journal and the members are flushed only at its \
-                 checkpoints (every 0.5 s), so writes flushed since the last checkpoint can be \
-                 lost with it; and the next start must go without --journal (the array forgets \
-                 the journal and resyncs), so stripes being written at the cut are repaired \
-                 only by that resync: if a member is lost too, they may read back wrong (the \
-                 write hole). Put the journal on a fast durable device"
+                "write-through journal {path} is {what}: a power cut empties it. FLUSH and FUA \
+                 still flush the members (nothing flushed is lost), but the next start must go \
+                 without --journal (the array forgets the journal and resyncs), so stripes \
+                 being written at the cut are repaired only by that resync: if a member is \
+                 lost too, they may read back wrong (the write hole). Put the journal on a fast \
+                 durable device"
             ),
         }
     }
@@ -364,7 +363,13 @@ pub fn attach(
         return Ok((JournalLayer::none(volume), None));
     };
     let (journal, mode) = (jm.name().to_string(), jsb.mode);
-    let opts = AttachOptions { read_only };
+    // A journal on RAM is not durable: FLUSH and FUA must still reach the members (its storage
+    // was judged, and a write-back journal there refused or accepted, before assembly).
+    let volatile = member::volatile_storage(jm.name()).ok().flatten().is_some();
+    let opts = AttachOptions {
+        read_only,
+        volatile,
+    };
     let (journaled, summary) = JournalLayer::attach(jm, jsb, volume, opts)
         .with_context(|| format!("journal {journal}"))?;
     let replayed = Replayed {

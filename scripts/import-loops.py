@@ -56,14 +56,20 @@ def edges(src):
         text = code(f)
         here = m.split("::") if m else []
         parent = here if f.name in ("mod.rs", "lib.rs") else here[:-1]
-        paths = re.findall(r"crate::" + PATH, text)
+        # A path followed by `::{…}` names a module: keep the `::` so it is resolved as one.
+        paths = [m.group(1) + ("::" if text.startswith("::", m.end()) else "")
+                 for m in re.finditer(r"crate::" + PATH, text)]
         for group in re.findall(r"crate::\{([^}]*)\}", text):
             paths += [p for p in re.split(r"[,\s]+", group) if p]
         for rest in re.findall(r"(?<![\w:])super::" + PATH, text):
             paths.append("::".join(parent[:-1] + [rest]))
         for path in paths:
-            parts = path.split("::")
-            if parts[0] in reexported:
+            parts = [p for p in path.split("::") if p]
+            module_path = path.endswith("::")
+            # `crate::a::b` goes through the module `a` (the type namespace) even when lib.rs
+            # also re-exports a function named `a` (the value namespace): journal's `format`.
+            is_module_path = (len(parts) > 1 or module_path) and parts[0] in mods
+            if parts[0] in reexported and not is_module_path:
                 parts = [reexported[parts[0]]] + parts
             for n in range(len(parts), 0, -1):
                 target = "::".join(parts[:n])

@@ -7,7 +7,7 @@ use std::io;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use nbd::{Export, Extent};
+use nbd::{Export, StatusExtent};
 
 use crate::config::{CacheConfig, ConfigError, ReadAhead};
 use crate::prefetch::{Pool, Shared};
@@ -387,7 +387,7 @@ impl<E: Export> Export for ReadCache<E> {
         self.changing(offset, len, |e| e.write_zeroes(offset, len, may_trim))
     }
 
-    fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<Extent>> {
+    fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<StatusExtent>> {
         self.shared.inner.block_status(offset, len)
     }
 

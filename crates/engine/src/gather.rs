@@ -86,7 +86,7 @@ enum State {
 }
 
 /// What a write does about its head and tail stripes, decided when it registers.
-pub(crate) struct Plan {
+pub(crate) struct GatherPlan {
     id: u64,
     /// The head took a pending tail: write `union` (a whole stripe) at `lo`, for `stripe`.
     pub take: Option<Taken>,
@@ -147,14 +147,14 @@ impl Gather {
 
     /// Registers the write of `buf` at `offset` (stripes of `stripe_bytes` data bytes) and
     /// decides its plan. Must be paired with [`Gather::leave`].
-    pub fn enter(&self, offset: u64, buf: &[u8], stripe_bytes: u64) -> Plan {
+    pub fn enter(&self, offset: u64, buf: &[u8], stripe_bytes: u64) -> GatherPlan {
         assert!(!buf.is_empty() && stripe_bytes > 0);
         let end = offset + buf.len() as u64;
         let (first, last) = (offset / stripe_bytes, (end - 1) / stripe_bytes);
         let mut t = self.lock();
         let id = t.next_id;
         t.next_id += 1;
-        let mut plan = Plan {
+        let mut plan = GatherPlan {
             id,
             take: None,
             tail_stripe: None,
@@ -269,7 +269,7 @@ impl Gather {
     }
 
     /// The write `plan` was made for has finished.
-    pub fn leave(&self, plan: &Plan) {
+    pub fn leave(&self, plan: &GatherPlan) {
         let mut t = self.lock();
         let at = t
             .in_flight

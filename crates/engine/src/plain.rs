@@ -6,7 +6,7 @@
 use crate::error::IoError;
 use crate::io::MemOp;
 use crate::{Array, Discard};
-use layout::{Extent, Piece};
+use layout::{MemberAddress, Piece};
 
 impl Array {
     pub(crate) fn plain_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
@@ -30,8 +30,8 @@ impl Array {
 
     /// The copy of `piece` to read: a present one with the fewest requests in flight; ties
     /// rotate by chunk number so one large read spreads over all mirrors.
-    fn pick_copy(&self, piece: &Piece, present: &[bool]) -> Extent {
-        let live: Vec<Extent> = piece
+    fn pick_copy(&self, piece: &Piece, present: &[bool]) -> MemberAddress {
+        let live: Vec<MemberAddress> = piece
             .copies
             .iter()
             .copied()

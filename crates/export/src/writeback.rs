@@ -47,7 +47,7 @@ pub const APPLIERS: usize = 8;
 /// Default bound of buffered (acknowledged, not yet applied) bytes.
 pub const BUFFER_BYTES_DEFAULT: u64 = 64 << 20;
 
-struct Extent {
+struct BufferedRange {
     data: Vec<u8>,
     seq: u64,
     /// Changes whenever the extent is replaced or split, so the applier removes only what it
@@ -57,7 +57,7 @@ struct Extent {
 
 #[derive(Default)]
 struct Buffer {
-    extents: BTreeMap<u64, Extent>,
+    extents: BTreeMap<u64, BufferedRange>,
     bytes: u64,
     /// Per record: extents still holding its data.
     refs: HashMap<u64, u32>,
@@ -233,10 +233,10 @@ impl Drop for WriteBack {
 
 /// Extents overlapping `[start, end)`.
 fn overlapping(
-    extents: &BTreeMap<u64, Extent>,
+    extents: &BTreeMap<u64, BufferedRange>,
     start: u64,
     end: u64,
-) -> impl Iterator<Item = (&u64, &Extent)> {
+) -> impl Iterator<Item = (&u64, &BufferedRange)> {
     let first = extents
         .range(..=start)
         .next_back()
@@ -319,7 +319,7 @@ impl Shared {
         b.bytes += data.len() as u64;
         *b.refs.entry(seq).or_insert(0) += 1;
         let id = b.next_id;
-        let previous = b.extents.insert(offset, Extent { data, seq, id });
+        let previous = b.extents.insert(offset, BufferedRange { data, seq, id });
         assert!(previous.is_none(), "buffer extents overlap at {offset}");
     }
 
@@ -437,7 +437,7 @@ impl Shared {
         // Appliers work on different stripes: same-stripe writes would only queue on the
         // engine's stripe lock (and the same bytes must never be written by two at once).
         let stripe_span = |lo: u64, hi: u64| (lo / stripe, hi.div_ceil(stripe));
-        let busy = |b: &Buffer, s: u64, e: &Extent| {
+        let busy = |b: &Buffer, s: u64, e: &BufferedRange| {
             let (lo, hi) = stripe_span(s, s + e.data.len() as u64);
             b.in_flight.iter().any(|&(flo, fhi)| {
                 let (flo, fhi) = stripe_span(flo, fhi);

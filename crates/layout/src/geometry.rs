@@ -60,7 +60,7 @@ impl std::error::Error for LayoutError {}
 
 /// One place on one member: `role` is the member's index in the array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Extent {
+pub struct MemberAddress {
     pub role: usize,
     pub member_offset: u64,
 }
@@ -174,7 +174,7 @@ impl Geometry {
 
     /// Where the copies of logical chunk `chunk` live (levels 0, 1, 10); member offsets are of
     /// the chunk's first byte.
-    pub fn chunk_copies(&self, chunk: u64) -> Vec<Extent> {
+    pub fn chunk_copies(&self, chunk: u64) -> Vec<MemberAddress> {
         assert!(
             chunk < self.logical_chunk_count(),
             "chunk {chunk} beyond the array"
@@ -183,7 +183,7 @@ impl Geometry {
     }
 
     /// Every member byte holding logical byte `offset` (all copies; for RAID 5/6 the data copy).
-    pub fn locate(&self, offset: u64) -> Vec<Extent> {
+    pub fn locate(&self, offset: u64) -> Vec<MemberAddress> {
         assert!(offset < self.size_bytes, "offset {offset} beyond the array");
         self.level.rules().locate(self, offset)
     }

@@ -33,7 +33,7 @@ mod levels;
 mod pieces;
 
 pub use geometry::{
-    Extent, Geometry, LayoutError, CHUNK_BYTES_DEFAULT, CHUNK_BYTES_MAX, CHUNK_BYTES_MIN,
+    Geometry, LayoutError, MemberAddress, CHUNK_BYTES_DEFAULT, CHUNK_BYTES_MAX, CHUNK_BYTES_MIN,
 };
 pub use level::{Level, ParseLevelError};
 pub use levels::{ChunkSpan, Slot, StripeSpan};

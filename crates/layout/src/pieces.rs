@@ -1,7 +1,7 @@
 //! Levels without parity (linear, 0, 1, 10): splitting a logical range into pieces that each
 //! live contiguously on every copy.
 
-use crate::{Extent, Geometry};
+use crate::{Geometry, MemberAddress};
 
 /// A part of a request that is contiguous on each of its copies.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -12,7 +12,7 @@ pub struct Piece {
     /// Logical chunk index (linear: the member role); used to spread reads over mirrors.
     pub chunk: u64,
     /// Every copy of the piece (1 for linear/0, 2 for 10, n for 1).
-    pub copies: Vec<Extent>,
+    pub copies: Vec<MemberAddress>,
 }
 
 impl Geometry {

@@ -4,7 +4,7 @@
 //!
 //! Random parts are seeded from `RAIDKIT_SEED` (default fixed); the seed is printed on failure.
 
-use layout::{Extent, Geometry, LayoutError, Level, Slot};
+use layout::{Geometry, LayoutError, Level, MemberAddress, Slot};
 use std::collections::HashSet;
 
 const KIB: u64 = 1024;
@@ -56,7 +56,7 @@ fn geometries() -> Vec<Geometry> {
 }
 
 /// Every (role, row) chunk slot that holds data, with the logical chunk it holds.
-fn data_slots(g: &Geometry) -> Vec<(Extent, u64)> {
+fn data_slots(g: &Geometry) -> Vec<(MemberAddress, u64)> {
     let c = g.chunk_bytes();
     let mut slots = Vec::new();
     for chunk in 0..g.logical_chunk_count() {
@@ -125,13 +125,13 @@ fn linear_is_a_bijection_byte_by_byte() {
     let mut expected = Vec::new();
     for (role, &size) in sizes.iter().enumerate() {
         for member_offset in 0..size {
-            expected.push(Extent {
+            expected.push(MemberAddress {
                 role,
                 member_offset,
             });
         }
     }
-    let got: Vec<Extent> = (0..g.size_bytes()).map(|o| g.locate(o)[0]).collect();
+    let got: Vec<MemberAddress> = (0..g.size_bytes()).map(|o| g.locate(o)[0]).collect();
     assert_eq!(got, expected);
 }
 
@@ -198,7 +198,7 @@ fn raid5_left_symmetric_matches_md() {
     // Logical chunk 4 = stripe 1, data index 1 = member 0, row 1.
     assert_eq!(
         g.locate(4 * 4096 + 7),
-        vec![Extent {
+        vec![MemberAddress {
             role: 0,
             member_offset: 4096 + 7
         }]
@@ -231,7 +231,7 @@ fn raid6_left_symmetric_matches_md() {
 fn raid10_near_and_raid0_match_md() {
     let c = 4 * KIB;
     let g = Geometry::new(Level::Raid10, c, &[64 * KIB; 3]).unwrap();
-    let e = |role, row: u64| Extent {
+    let e = |role, row: u64| MemberAddress {
         role,
         member_offset: row * c,
     };
@@ -290,10 +290,10 @@ fn pieces_split_at_chunk_boundaries_and_agree_with_locate() {
     });
 }
 
-fn shift(copies: &[Extent], by: u64) -> Vec<Extent> {
+fn shift(copies: &[MemberAddress], by: u64) -> Vec<MemberAddress> {
     copies
         .iter()
-        .map(|e| Extent {
+        .map(|e| MemberAddress {
             role: e.role,
             member_offset: e.member_offset + by,
         })
@@ -315,7 +315,7 @@ fn stripes_split_at_stripe_boundaries_and_agree_with_locate() {
                     for c in &span.chunks {
                         assert_eq!(c.buf_offset, at);
                         assert!(c.start + c.len <= g.chunk_bytes());
-                        let e = Extent {
+                        let e = MemberAddress {
                             role: c.role,
                             member_offset: span.member_offset + c.start,
                         };

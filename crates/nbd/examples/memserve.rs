@@ -9,7 +9,7 @@
 use std::io;
 use std::sync::{Arc, RwLock};
 
-use nbd::{Export, Extent, Listener, ServerConfig};
+use nbd::{Export, Listener, ServerConfig, StatusExtent};
 
 struct RamDisk {
     bytes: RwLock<Vec<u8>>,
@@ -49,8 +49,8 @@ impl Export for RamDisk {
         self.bytes.write().expect("lock")[at..at + len as usize].fill(0);
         Ok(())
     }
-    fn block_status(&self, _offset: u64, len: u32) -> io::Result<Vec<Extent>> {
-        Ok(vec![Extent::data(len)])
+    fn block_status(&self, _offset: u64, len: u32) -> io::Result<Vec<StatusExtent>> {
+        Ok(vec![StatusExtent::data(len)])
     }
     fn preferred_block_size(&self) -> u32 {
         64 << 10

@@ -8,7 +8,7 @@ use crate::codec::consts::{STATE_HOLE, STATE_ZERO};
 /// One run of bytes with the same allocation status, as answered by
 /// [`Export::block_status`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Extent {
+pub struct StatusExtent {
     /// Bytes in this extent; never zero.
     pub length: u32,
     /// Not allocated (`NBD_STATE_HOLE`).
@@ -17,10 +17,10 @@ pub struct Extent {
     pub zero: bool,
 }
 
-impl Extent {
+impl StatusExtent {
     /// Allocated data of unknown content: always a correct answer.
     pub fn data(length: u32) -> Self {
-        Extent {
+        StatusExtent {
             length,
             hole: false,
             zero: false,
@@ -57,8 +57,8 @@ pub trait Export: Send + Sync + 'static {
     fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> io::Result<()>;
     /// Allocation status of `[offset, offset + len)`: at least one extent, extents in order
     /// from `offset`. The default, "all data", is always correct.
-    fn block_status(&self, _offset: u64, len: u32) -> io::Result<Vec<Extent>> {
-        Ok(vec![Extent::data(len)])
+    fn block_status(&self, _offset: u64, len: u32) -> io::Result<Vec<StatusExtent>> {
+        Ok(vec![StatusExtent::data(len)])
     }
     /// The I/O size that avoids read-modify-write (one full stripe of data). The server
     /// advertises it rounded up to a power of two, as the protocol requires.

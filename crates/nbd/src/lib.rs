@@ -29,5 +29,5 @@ mod export;
 mod server;
 
 pub use errno::nbd_errno;
-pub use export::{Export, Extent};
+pub use export::{Export, StatusExtent};
 pub use server::{serve, ConfigError, Listener, ServerConfig, Stream};

@@ -10,7 +10,7 @@ use crate::error::IoError;
 use crate::io::MemOp;
 use crate::scrub::{SyncMode, UnitReport};
 use crate::Array;
-use layout::Extent;
+use layout::MemberAddress;
 
 /// The data path of the mirrored levels.
 pub(crate) struct Mirror;
@@ -101,13 +101,13 @@ impl LevelIo for Mirror {
 }
 
 /// The present copies of one mirror chunk and what each holds.
-type MirrorCopies = (Vec<Extent>, Vec<Vec<u8>>);
+type MirrorCopies = (Vec<MemberAddress>, Vec<Vec<u8>>);
 
 /// Reads every present copy of mirror chunk `unit` (caller holds its stripe lock); `None`
 /// when fewer than two copies are present (nothing to compare).
 fn read_present_copies(array: &Array, unit: u64) -> Result<Option<MirrorCopies>, IoError> {
     let present = array.usable()?;
-    let copies: Vec<Extent> = array
+    let copies: Vec<MemberAddress> = array
         .geometry
         .chunk_copies(unit)
         .into_iter()

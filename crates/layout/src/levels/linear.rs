@@ -2,7 +2,7 @@
 //! whole; no redundancy.
 
 use super::LevelRules;
-use crate::{Extent, Geometry, Piece};
+use crate::{Geometry, MemberAddress, Piece};
 
 pub(crate) struct Linear;
 
@@ -40,9 +40,9 @@ impl LevelRules for Linear {
         g.member_starts()[g.member_count()]
     }
 
-    fn locate(&self, g: &Geometry, offset: u64) -> Vec<Extent> {
+    fn locate(&self, g: &Geometry, offset: u64) -> Vec<MemberAddress> {
         let role = role_at(g, offset);
-        vec![Extent {
+        vec![MemberAddress {
             role,
             member_offset: offset - g.member_starts()[role],
         }]

@@ -15,7 +15,7 @@ mod raid10;
 mod raid5;
 mod raid6;
 
-use crate::{Extent, Geometry, Level, Piece};
+use crate::{Geometry, Level, MemberAddress, Piece};
 
 pub use parity_stripes::{ChunkSpan, Slot, StripeSpan};
 
@@ -59,7 +59,7 @@ pub(crate) trait LevelRules: Sync {
     fn size_bytes(&self, g: &Geometry) -> u64;
 
     /// Where the copies of logical chunk `chunk` live (levels with chunk copies).
-    fn chunk_copies(&self, g: &Geometry, chunk: u64) -> Vec<Extent> {
+    fn chunk_copies(&self, g: &Geometry, chunk: u64) -> Vec<MemberAddress> {
         panic!(
             "chunk_copies is not defined for {} (chunk {chunk})",
             g.level()
@@ -67,7 +67,7 @@ pub(crate) trait LevelRules: Sync {
     }
 
     /// Every member byte holding logical byte `offset`.
-    fn locate(&self, g: &Geometry, offset: u64) -> Vec<Extent> {
+    fn locate(&self, g: &Geometry, offset: u64) -> Vec<MemberAddress> {
         let within = offset % g.chunk_bytes();
         let mut extents = self.chunk_copies(g, offset / g.chunk_bytes());
         for e in &mut extents {
@@ -124,9 +124,9 @@ pub(crate) trait LevelRules: Sync {
 }
 
 /// Slot `slot` of a striped layout: member `slot mod n`, row `slot div n`.
-fn slot_extent(g: &Geometry, slot: u64) -> Extent {
+fn slot_extent(g: &Geometry, slot: u64) -> MemberAddress {
     let n = g.member_count() as u64;
-    Extent {
+    MemberAddress {
         role: (slot % n) as usize,
         member_offset: (slot / n) * g.chunk_bytes(),
     }

@@ -3,7 +3,7 @@
 //! parity blocks per stripe ([`ParityStripes`]).
 
 use super::LevelRules;
-use crate::{Extent, Geometry, Piece};
+use crate::{Geometry, MemberAddress, Piece};
 
 /// The rules of a left-symmetric parity level with `parity_count` parity blocks per stripe
 /// (RAID 5: 1, RAID 6: 2): it needs two data members at least, survives the loss of any
@@ -30,11 +30,11 @@ impl LevelRules for ParityStripes {
     }
 
     /// The data copy (parity holds no copy of a byte).
-    fn locate(&self, g: &Geometry, offset: u64) -> Vec<Extent> {
+    fn locate(&self, g: &Geometry, offset: u64) -> Vec<MemberAddress> {
         let chunk = offset / g.chunk_bytes();
         let k = g.data_per_stripe() as u64;
         let stripe = chunk / k;
-        vec![Extent {
+        vec![MemberAddress {
             role: g.data_role(stripe, (chunk % k) as usize),
             member_offset: stripe * g.chunk_bytes() + offset % g.chunk_bytes(),
         }]

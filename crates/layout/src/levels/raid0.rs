@@ -1,7 +1,7 @@
 //! RAID 0: chunk c on member c mod n, row c div n; no redundancy.
 
 use super::{slot_extent, LevelRules};
-use crate::{Extent, Geometry};
+use crate::{Geometry, MemberAddress};
 
 pub(crate) struct Raid0;
 
@@ -18,7 +18,7 @@ impl LevelRules for Raid0 {
         g.member_count() as u64 * g.member_data_bytes(0)
     }
 
-    fn chunk_copies(&self, g: &Geometry, chunk: u64) -> Vec<Extent> {
+    fn chunk_copies(&self, g: &Geometry, chunk: u64) -> Vec<MemberAddress> {
         vec![slot_extent(g, chunk)]
     }
 

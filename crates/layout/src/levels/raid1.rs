@@ -2,7 +2,7 @@
 //! left; its unit of locking and syncing is a row.
 
 use super::LevelRules;
-use crate::{Extent, Geometry};
+use crate::{Geometry, MemberAddress};
 
 pub(crate) struct Raid1;
 
@@ -23,9 +23,9 @@ impl LevelRules for Raid1 {
         g.member_data_bytes(0)
     }
 
-    fn chunk_copies(&self, g: &Geometry, chunk: u64) -> Vec<Extent> {
+    fn chunk_copies(&self, g: &Geometry, chunk: u64) -> Vec<MemberAddress> {
         (0..g.member_count())
-            .map(|role| Extent {
+            .map(|role| MemberAddress {
                 role,
                 member_offset: chunk * g.chunk_bytes(),
             })

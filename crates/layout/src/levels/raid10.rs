@@ -3,7 +3,7 @@
 //! while every mirror pair keeps one copy; its unit of locking and syncing is a logical chunk.
 
 use super::{slot_extent, LevelRules};
-use crate::{Extent, Geometry};
+use crate::{Geometry, MemberAddress};
 
 pub(crate) struct Raid10;
 
@@ -25,7 +25,7 @@ impl LevelRules for Raid10 {
         (g.member_count() as u64 * g.rows() / 2) * g.chunk_bytes()
     }
 
-    fn chunk_copies(&self, g: &Geometry, chunk: u64) -> Vec<Extent> {
+    fn chunk_copies(&self, g: &Geometry, chunk: u64) -> Vec<MemberAddress> {
         vec![slot_extent(g, 2 * chunk), slot_extent(g, 2 * chunk + 1)]
     }
 

@@ -9,7 +9,7 @@ use super::buffers::{Buffer, BufferPool};
 use crate::codec::consts::*;
 use crate::codec::{offset_data_header, BlockDescriptor, Chunk, Request, SimpleReply};
 use crate::errno::nbd_errno;
-use crate::export::{Export, Extent};
+use crate::export::{Export, StatusExtent};
 
 /// The id we give `base:allocation` in `NBD_OPT_SET_META_CONTEXT`.
 pub(crate) const BASE_ALLOCATION_ID: u32 = 1;
@@ -281,7 +281,7 @@ fn assert_in_range(command: &Command, size: u64) {
 /// Turns an export's extents into a spec-conforming descriptor list: non-empty, no zero
 /// lengths, the first n-1 summing to less than `length`, one clipped extent for REQ_ONE.
 pub(crate) fn descriptors(
-    extents: &[Extent],
+    extents: &[StatusExtent],
     length: u32,
     req_one: bool,
 ) -> io::Result<Vec<BlockDescriptor>> {

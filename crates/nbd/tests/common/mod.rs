@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use nbd::codec::consts::*;
 use nbd::codec::*;
-use nbd::{Export, Extent, Listener, ServerConfig};
+use nbd::{Export, Listener, ServerConfig, StatusExtent};
 
 /// A RAM export that counts flushes and can delay chosen requests.
 pub struct MemExport {
@@ -92,17 +92,17 @@ impl Export for MemExport {
         self.bytes.lock().unwrap()[r].fill(0);
         Ok(())
     }
-    fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<Extent>> {
+    fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<StatusExtent>> {
         // Report 4 KiB-aligned all-zero blocks as zero, the rest as data.
         let bytes = self.bytes.lock().unwrap();
-        let mut out: Vec<Extent> = Vec::new();
+        let mut out: Vec<StatusExtent> = Vec::new();
         let (mut at, end) = (offset, offset + u64::from(len));
         while at < end {
             let next = ((at / 4096 + 1) * 4096).min(end);
             let zero = bytes[at as usize..next as usize].iter().all(|b| *b == 0);
             match out.last_mut() {
                 Some(last) if last.zero == zero => last.length += (next - at) as u32,
-                _ => out.push(Extent {
+                _ => out.push(StatusExtent {
                     length: (next - at) as u32,
                     hole: false,
                     zero,

@@ -116,7 +116,7 @@ fn session_state_changes_what_is_allowed() {
 
 #[test]
 fn descriptors_follow_the_spec() {
-    let e = |length, hole| Extent {
+    let e = |length, hole| StatusExtent {
         length,
         hole,
         zero: hole,

@@ -58,7 +58,7 @@ fn hammer(level: Level, n: usize, missing: &[usize], rng: &mut Rng) {
     array.set_fanout_min_bytes(rng.below(2) * u64::MAX);
     let regions = regions(rng, &array);
     let what = format!("{level} n={n} missing {missing:?}");
-    let base = rng.next();
+    let base = rng.next_u64();
     let written: Vec<(usize, u64)> = std::thread::scope(|scope| {
         let array = &array;
         let regions = &regions;

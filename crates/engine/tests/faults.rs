@@ -184,7 +184,7 @@ fn rebuild_onto_new_member_under_writes() {
                 let model = Arc::new(std::sync::Mutex::new(model));
                 let writer = {
                     let (array, model) = (array.clone(), model.clone());
-                    let mut wrng = Rng(rng.next());
+                    let mut wrng = Rng(rng.next_u64());
                     std::thread::spawn(move || {
                         for _ in 0..100 {
                             let mut m = model.lock().unwrap();

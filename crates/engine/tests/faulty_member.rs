@@ -58,7 +58,7 @@ fn random_read_errors_vanishing_member_and_bad_range() {
                     (Level::Raid10, 4),
                 ] {
                     let chunk = 8 * KIB;
-                    let (controls, array) = faulty_array(level, n, chunk, 32, rng.next());
+                    let (controls, array) = faulty_array(level, n, chunk, 32, rng.next_u64());
                     let mut model = vec![0u8; array.size_bytes() as usize];
                     random_ops(&array, &mut model, rng, 50);
                     // 2 % of reads fail on one member: repaired, never surfaced.

@@ -220,7 +220,7 @@ fn stream(level: Level, n: usize, missing: &[usize], gather: bool, rng: &mut Rng
         array.set_gather_wait(Duration::ZERO);
     }
     let size = array.size_bytes();
-    let next = Arc::new(Mutex::new((0u64, rng.next())));
+    let next = Arc::new(Mutex::new((0u64, rng.next_u64())));
     let threads: Vec<_> = (0..8)
         .map(|_| {
             let (array, next) = (Arc::clone(&array), Arc::clone(&next));
@@ -230,7 +230,7 @@ fn stream(level: Level, n: usize, missing: &[usize], gather: bool, rng: &mut Rng
                     let (at, state) = *next;
                     let mut rng = Rng(state);
                     let len = (1 + rng.below(3 * CHUNK * 4)).min(size - at);
-                    *next = (at + len, rng.next());
+                    *next = (at + len, rng.next_u64());
                     (at, len)
                 };
                 if len == 0 {

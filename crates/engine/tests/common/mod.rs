@@ -9,35 +9,11 @@ use std::sync::Arc;
 pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * 1024;
 
-/// splitmix64: small, fast, good enough for test sequences.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        assert!(n > 0);
-        self.next() % n
-    }
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-}
+pub use testsupport::Rng;
 
 /// Seeds to run: `RAIDKIT_SEED` alone when set, else a fixed set plus one from the clock.
 pub fn seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("RAIDKIT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(seed) = testsupport::given_seed() {
         return vec![seed];
     }
     let now = std::time::SystemTime::now()

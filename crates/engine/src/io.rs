@@ -276,18 +276,19 @@ impl Runner<'_> {
     /// scoped threads, the rest on the calling thread: for page-cache-speed members a thread
     /// costs more than the copy it would overlap, while flushes and large transfers gain.
     /// The batch has one deadline (`member::with_deadline`) that NBD requests and detached
-    /// local calls both honour, so members stalled in one batch do not add up their timeouts.
+    /// local calls both honour, so members stalled in one batch do not add up their timeouts
+    /// (each one after the first adds at most its quarter-timeout grace).
     /// Every group runs even after a failure (a write batch must reach every member it can);
     /// returns the first error.
     fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
         // The request's deadline when it is earlier (a retry after a timeout). The scoped
-        // threads of large shares get it explicitly: a thread-local does not follow into them.
+        // threads of large shares carry it along (`member::carry_deadline`).
         let batch = Instant::now() + self.members.policy().io_timeout;
         let deadline = member::current_deadline().map_or(batch, |request| request.min(batch));
-        member::with_deadline(deadline, || self.run_until(ops, deadline))
+        member::with_deadline(deadline, || self.run_until(ops))
     }
 
-    fn run_until(&self, ops: Vec<MemOp<'_>>, deadline: Instant) -> Result<(), IoError> {
+    fn run_until(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
         let mut groups: Vec<Vec<MemOp<'_>>> =
             (0..self.members.count()).map(|_| Vec::new()).collect();
         for op in ops {
@@ -309,9 +310,7 @@ impl Runner<'_> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = big
                 .into_iter()
-                .map(|group| {
-                    scope.spawn(move || member::with_deadline(deadline, || self.run_group(group)))
-                })
+                .map(|group| scope.spawn(member::carry_deadline(move || self.run_group(group))))
                 .collect();
             let mine = small
                 .into_iter()

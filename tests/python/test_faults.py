@@ -84,9 +84,10 @@ LEVELS = {"1": (2, 1), "5": (3, 1), "10": (4, 1), "6": (4, 2)}
 # stall: the delay filter makes every write slower than --io-timeout (the first write after
 # start, the dirty mark, meets it); paused: the pause filter stops all requests mid-run.
 FAULTS = ("read-errors", "write-errors", "stall", "paused", "killed")
-# Longest client request allowed while members stall: one timeout, however many members stall
-# (their deadlines run concurrently; before they did, RAID 6 with two paused members measured
-# 4.4 s, one timeout per stalled member), plus scheduling slack.
+# Longest client request allowed while members stall: one timeout, plus a quarter-timeout grace
+# for each further stalled member met in turn (they share the request's deadline; before they
+# did, RAID 6 with two paused members measured 4.4 s, one timeout per stalled member), plus
+# scheduling slack.
 CLIENT_WAIT_SLACK_S = 1.5
 # The same for local members stuck in the kernel, where fio's own scheduling is the only noise.
 STUCK_WAIT_SLACK_S = 0.6

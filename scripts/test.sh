@@ -25,6 +25,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 [[ -d $HOME/.cargo/bin ]] && export PATH=$HOME/.cargo/bin:$PATH
 
+# Free space the end-to-end tests need in $TMPDIR (their peak use is measured in the comment below).
+PYTEST_FREE_GIB=${PYTEST_FREE_GIB:-8}
+
 declare -a NAMES=() RESULTS=() TIMES=()
 failed=0
 
@@ -77,9 +80,19 @@ summary() {
 
 pytest_step() {
   local rc=0
+  # The tests' arrays, members and logs live in one fresh directory that is removed afterwards
+  # (pytest's default keeps the last three runs' directories: tens of GiB on a long-lived machine).
+  PYTEST_TMP=$(mktemp -d "${TMPDIR:-/tmp}/raidkit-pytest.XXXXXX")
+  local free_kib
+  free_kib=$(df --output=avail -k "$PYTEST_TMP" | tail -1)
+  if ((free_kib < PYTEST_FREE_GIB * 1024 * 1024)); then
+    echo "only $((free_kib / 1024)) MiB free in $PYTEST_TMP; the end-to-end tests need" \
+      "$PYTEST_FREE_GIB GiB: free space there or point TMPDIR at a larger filesystem" >&2
+    return 1
+  fi
   # shellcheck disable=SC2086
-  RAIDKIT_BIN=$RAIDKIT_BIN /usr/bin/python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} \
-    tests/python || rc=$?
+  RAIDKIT_BIN=$RAIDKIT_BIN /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+    --basetemp="$PYTEST_TMP" ${PYTEST_ARGS:-} tests/python || rc=$?
   if ((rc == 5)); then
     echo "pytest collected no tests: counted as a failure" >&2
   fi
@@ -88,7 +101,8 @@ pytest_step() {
 
 RAIDKIT_SKIP_LOG=$(mktemp "${TMPDIR:-/tmp}/raidkit-skips.XXXXXX")
 export RAIDKIT_SKIP_LOG
-trap 'rm -f "$RAIDKIT_SKIP_LOG"' EXIT
+PYTEST_TMP=
+trap 'rm -f "$RAIDKIT_SKIP_LOG"; [[ -n $PYTEST_TMP ]] && rm -rf "$PYTEST_TMP"' EXIT
 
 if [[ ${SKIP_INSTALL:-0} != 1 ]]; then
   step "install dependencies" ./scripts/install-deps.sh || { summary; exit 1; }

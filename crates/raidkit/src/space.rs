@@ -55,6 +55,23 @@ fn describe(g: &OnFilesystem) -> String {
     format!("{}{kind}", g.fs.mount_point.display())
 }
 
+/// Creates an array with `create` on the member files `members` and `spares`, checked
+/// ([`check_preallocation`]) before and preallocated or warned about ([`after_create`]) after.
+pub fn create_with<T>(
+    members: &[String],
+    spares: &[String],
+    preallocate: bool,
+    create: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let files: Vec<String> = members.iter().chain(spares).cloned().collect();
+    if preallocate {
+        check_preallocation(&files)?;
+    }
+    let created = create()?;
+    after_create(&files, preallocate)?;
+    Ok(created)
+}
+
 /// Before create with `--preallocate`: refuses when a filesystem cannot hold its member files
 /// whole (nothing is written yet).
 pub fn check_preallocation(specs: &[String]) -> anyhow::Result<()> {

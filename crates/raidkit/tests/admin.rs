@@ -4,23 +4,21 @@
 //! HTTP status, and the server keeps answering; fail → degraded, add → rebuilt, scrub clean,
 //! speed limits change; the commands name the socket when no server is there.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::raidkit;
 use serde_json::Value;
-
-fn raidkit() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_raidkit"))
-}
 
 /// A `raidkit serve --create` of a RAID 5 over three RAM members with an admin socket.
 struct Server {
-    child: Child,
+    server: common::Server,
     admin: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -30,55 +28,23 @@ impl Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let admin = dir.path().join("admin.sock");
         let nbd = dir.path().join("nbd.sock");
-        let mut child = raidkit()
-            .args([
-                "serve", "--create", "--level", "5", "--chunk", "64K", "--unix",
-            ])
-            .arg(&nbd)
-            .arg("--admin")
-            .arg(&admin)
-            .args(["mem:32M", "mem:32M", "mem:32M"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn raidkit serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx.recv_timeout(Duration::from_secs(30));
-        assert!(
-            line.as_deref()
-                .is_ok_and(|l| l.starts_with("raidkit: serving")),
-            "serve did not start: {line:?}"
-        );
+        let (nbd, admin_str) = (nbd.display().to_string(), admin.display().to_string());
+        let args = ["--create", "--level", "5", "--chunk", "64K", "--unix", &nbd];
+        let args = [
+            &args[..],
+            &["--admin", &admin_str, "mem:32M", "mem:32M", "mem:32M"],
+        ]
+        .concat();
         Server {
-            child,
+            server: common::Server::start(&args, Stdio::inherit()),
             admin,
             _dir: dir,
         }
     }
 
     /// SIGTERM and wait; asserts exit 0.
-    fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(status.success(), "serve exited with {status}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "serve did not stop");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    fn stop(self) {
+        self.server.stop_ok();
     }
 
     fn cli(&self, args: &[&str]) -> Output {
@@ -94,15 +60,6 @@ impl Server {
         let (code, body) = http(&self.admin, "GET", "/v1/status", b"");
         assert_eq!(code, 200, "{body}");
         body
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 
@@ -325,23 +282,11 @@ fn a_stale_socket_is_replaced_and_a_live_one_refused() {
     // A socket nobody listens on (a killed server's) is removed and bound again.
     let stale = dir.path().join("stale.sock");
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
-    let mut child = raidkit()
-        .args(["serve", "--create", "--level", "1", "--unix"])
-        .arg(dir.path().join("nbd2.sock"))
-        .arg("--admin")
-        .arg(&stale)
-        .args(["mem:8M", "mem:8M"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("raidkit: serving"), "{line:?}");
+    let nbd2 = dir.path().join("nbd2.sock").display().to_string();
+    let stale_str = stale.display().to_string();
+    let args = ["--create", "--level", "1", "--unix", &nbd2];
+    let args = [&args[..], &["--admin", &stale_str, "mem:8M", "mem:8M"]].concat();
+    let _server = common::Server::start(&args, Stdio::null());
     let (code, _) = http(&stale, "GET", "/v1/status", b"");
     assert_eq!(code, 200);
-    let _ = child.kill();
-    let _ = child.wait();
 }

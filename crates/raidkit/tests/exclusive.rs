@@ -3,17 +3,16 @@
 //! running server holds is refused naming the member and the process, read-only commands
 //! still work, and a RAM member is refused by `create` without --force.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Output, Stdio};
+
+use common::Server;
 
 fn raidkit(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_raidkit"))
-        .args(args)
-        .output()
-        .expect("run raidkit")
+    common::raidkit().args(args).output().expect("run raidkit")
 }
 
 fn stderr(o: &Output) -> String {
@@ -26,47 +25,23 @@ fn members(dir: &Path, count: usize) -> Vec<String> {
         .collect()
 }
 
+/// `raidkit create --level LEVEL --size 8M ARGS`.
+fn create_8m(level: &str, args: &[&str]) -> Output {
+    raidkit(&[&["create", "--level", level, "--size", "8M"][..], args].concat())
+}
+
 fn create(level: &str, specs: &[String]) {
-    let mut args = vec!["create", "--level", level, "--size", "8M", "--force"];
+    let mut args = vec!["--force"];
     args.extend(specs.iter().map(String::as_str));
-    let out = raidkit(&args);
+    let out = create_8m(level, &args);
     assert!(out.status.success(), "create: {}", stderr(&out));
 }
 
-/// A running `raidkit serve`; killed on drop.
-struct Server(Child);
-
-impl Server {
-    fn start(socket: &Path, specs: &[String]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_raidkit"))
-            .arg("serve")
-            .arg("--unix")
-            .arg(socket)
-            .args(specs)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn raidkit serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("raidkit serve printed no line: {:?}", child.try_wait()));
-        assert!(line.starts_with("raidkit: serving"), "{line}");
-        Server(child)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `raidkit serve --unix SOCKET SPECS`, its stderr dropped; killed on drop.
+fn serve(socket: &Path, specs: &[String]) -> Server {
+    let mut args = vec![OsStr::new("--unix"), socket.as_os_str()];
+    args.extend(specs.iter().map(OsStr::new));
+    Server::start(&args, Stdio::null())
 }
 
 #[test]
@@ -76,15 +51,7 @@ fn the_same_file_under_two_names_is_one_member() {
     let x_str = x.to_str().unwrap().to_string();
     // The same file as a relative-looking path with a `.` component.
     let dotted = dir.path().join(".").join("x.img");
-    let out = raidkit(&[
-        "create",
-        "--level",
-        "1",
-        "--size",
-        "8M",
-        &x_str,
-        dotted.to_str().unwrap(),
-    ]);
+    let out = create_8m("1", &[&x_str, dotted.to_str().unwrap()]);
     assert!(!out.status.success(), "create accepted one file twice");
     let err = stderr(&out);
     assert!(err.contains("x.img"), "{err}");
@@ -142,7 +109,7 @@ fn a_second_server_on_the_same_members_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let specs = members(dir.path(), 3);
     create("5", &specs);
-    let first = Server::start(&dir.path().join("a.sock"), &specs);
+    let first = serve(&dir.path().join("a.sock"), &specs);
     let out = raidkit(&[
         "serve",
         "--unix",
@@ -155,22 +122,17 @@ fn a_second_server_on_the_same_members_is_refused() {
     let err = stderr(&out);
     assert!(err.contains("m0.img") && err.contains("in use"), "{err}");
     assert!(
-        err.contains(&format!("pid {}", first.0.id())),
+        err.contains(&format!("pid {}", first.child.id())),
         "the holder is named: {err}"
     );
     // Through a symlink too (the lock is on the file, not the name).
     let link = dir.path().join("link.img");
     std::os::unix::fs::symlink(&specs[1], &link).unwrap();
-    let out = raidkit(&[
-        "create",
-        "--level",
+    let other = dir.path().join("other.img");
+    let out = create_8m(
         "1",
-        "--force",
-        link.to_str().unwrap(),
-        dir.path().join("other.img").to_str().unwrap(),
-        "--size",
-        "8M",
-    ]);
+        &["--force", link.to_str().unwrap(), other.to_str().unwrap()],
+    );
     assert!(
         !out.status.success(),
         "create --force overwrote a served member"
@@ -181,7 +143,7 @@ fn a_second_server_on_the_same_members_is_refused() {
     assert!(out.status.success(), "examine: {}", stderr(&out));
     drop(first);
     // Once the first server is gone (even killed), the members are free.
-    let second = Server::start(&dir.path().join("b.sock"), &specs);
+    let second = serve(&dir.path().join("b.sock"), &specs);
     drop(second);
 }
 
@@ -189,15 +151,7 @@ fn a_second_server_on_the_same_members_is_refused() {
 fn create_refuses_a_ram_member_without_force() {
     let dir = tempfile::tempdir().unwrap();
     let disk = dir.path().join("d.img");
-    let out = raidkit(&[
-        "create",
-        "--level",
-        "1",
-        "--size",
-        "8M",
-        disk.to_str().unwrap(),
-        "mem:8M",
-    ]);
+    let out = create_8m("1", &[disk.to_str().unwrap(), "mem:8M"]);
     assert!(!out.status.success(), "create accepted a RAM member");
     let err = stderr(&out);
     assert!(
@@ -205,16 +159,7 @@ fn create_refuses_a_ram_member_without_force() {
         "{err}"
     );
     assert!(!disk.exists(), "nothing was created before the refusal");
-    let out = raidkit(&[
-        "create",
-        "--level",
-        "1",
-        "--size",
-        "8M",
-        "--force",
-        disk.to_str().unwrap(),
-        "mem:8M",
-    ]);
+    let out = create_8m("1", &["--force", disk.to_str().unwrap(), "mem:8M"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("warning"), "{}", stderr(&out));
 }

@@ -9,119 +9,15 @@
 //! the binary over NBD from this process, through `FaultyMember`s it slows down
 //! ([`SlowMembers`]): the binary has no test hook for it.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use common::{assert_success, qemu_io, raidkit, run_raidkit, Server};
 use member::{FaultControl, FaultyMember, Member};
-
-fn raidkit() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_raidkit"))
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("RAIDKIT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
-    eprintln!("RAIDKIT_SEED={seed}");
-    seed
-}
-
-/// A running `raidkit serve`; stderr goes to a file the test reads.
-struct Server {
-    child: Child,
-    uri: String,
-}
-
-impl Server {
-    fn start(args: &[&str], stderr: &Path) -> Server {
-        let log = std::fs::File::create(stderr).expect("stderr file");
-        let mut child = raidkit()
-            .arg("serve")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("spawn raidkit serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) else {
-            let _ = child.kill();
-            let log = std::fs::read_to_string(stderr).unwrap_or_default();
-            panic!(
-                "raidkit serve {args:?} printed no line: {:?}\n{log}",
-                child.wait()
-            );
-        };
-        let uri = line.rsplit(" at ").next().expect("URI").to_string();
-        Server { child, uri }
-    }
-
-    fn kill9(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("wait");
-    }
-
-    fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill")
-            .success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(status.success(), "serve exited with {status}");
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn qemu_io(uri: &str, commands: &[String]) {
-    let mut cmd = Command::new("qemu-io");
-    cmd.args(["-f", "raw", uri]);
-    for c in commands {
-        cmd.args(["-c", c]);
-    }
-    let out = cmd.output().expect("run qemu-io");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "qemu-io failed: {text}");
-    assert!(
-        !text.contains("failed") && !text.contains("error"),
-        "qemu-io: {text}"
-    );
-}
 
 /// A member as an NBD export (for [`SlowMembers`]).
 struct MemberExport(Arc<dyn Member>);
@@ -267,6 +163,12 @@ struct Array {
 }
 
 impl Array {
+    /// [`Array::create`] for a test that needs qemu-io: None when it is missing (and allowed
+    /// to be, see `testsupport::require_tool`).
+    fn create_for_qemu(mode: Option<&str>) -> Option<Array> {
+        testsupport::require_tool("qemu-io").then(|| Array::create(mode))
+    }
+
     fn create(mode: Option<&str>) -> Array {
         let dir = tempfile::tempdir().expect("tempdir");
         let members: Vec<String> = (0..4)
@@ -287,11 +189,7 @@ impl Array {
         }
         args.extend(members.iter().map(String::as_str));
         let out = raidkit().args(&args).output().expect("create");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         Array {
             dir,
             members,
@@ -333,8 +231,7 @@ impl Array {
     }
 
     fn start(&self, args: &[String]) -> Server {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        Server::start(&refs, &self.dir.path().join("serve.log"))
+        Server::start_logged(args, &self.dir.path().join("serve.log"))
     }
 
     fn log(&self) -> String {
@@ -347,7 +244,7 @@ fn kill9_with_unapplied_write_back_data_replays_on_restart() {
     if !testsupport::require_tool("qemu-io") {
         return;
     }
-    let seed = seed();
+    let seed = testsupport::seed("kill9_with_unapplied_write_back_data_replays_on_restart");
     for round in 0..3 {
         let a = Array::create(Some("write-back"));
         let j = a.journal.clone();
@@ -371,22 +268,24 @@ fn kill9_with_unapplied_write_back_data_replays_on_restart() {
             "seed {seed}: nothing was left to replay: {log}"
         );
         qemu_io(&s.uri, &reads);
-        s.stop();
+        s.stop_ok();
         // After a clean stop the journal is drained; data is still there.
         let (s, _) = a.serve(&["--journal", &j]);
         qemu_io(&s.uri, &reads);
-        s.stop();
+        s.stop_ok();
     }
 }
 
 #[test]
 fn lost_write_back_journal_refuses_without_force() {
-    if !testsupport::require_tool("qemu-io") {
+    let Some(a) = Array::create_for_qemu(Some("write-back")) else {
         return;
-    }
-    let a = Array::create(Some("write-back"));
+    };
     let j = a.journal.clone();
-    let (writes, _) = workload(seed(), 8);
+    let (writes, _) = workload(
+        testsupport::seed("lost_write_back_journal_refuses_without_force"),
+        8,
+    );
     let (s, slow) = a.serve_slow(&["--journal", &j], Duration::from_millis(300));
     qemu_io(&s.uri, &writes);
     s.kill9();
@@ -408,58 +307,51 @@ fn lost_write_back_journal_refuses_without_force() {
     let out = raidkit().arg("serve").args(&args).output().expect("serve");
     assert!(!out.status.success());
     let (s, _) = a.serve(&["--force-journal-loss"]);
-    qemu_io(&s.uri, &["write -P 9 0 4k".into(), "read -P 9 0 4k".into()]);
-    s.stop();
+    qemu_io(&s.uri, &["write -P 9 0 4k", "read -P 9 0 4k"]);
+    s.stop_ok();
     // The journal was detached: a plain start works now.
     let (s, _) = a.serve(&[]);
-    qemu_io(&s.uri, &["read -P 9 0 4k".into()]);
-    s.stop();
+    qemu_io(&s.uri, &["read -P 9 0 4k"]);
+    s.stop_ok();
 }
 
 #[test]
 fn journal_add_and_remove_on_a_stopped_array() {
-    if !testsupport::require_tool("qemu-io") {
+    let Some(a) = Array::create_for_qemu(None) else {
         return;
-    }
-    let a = Array::create(None);
+    };
     let j = a.journal.clone();
     let mut add = vec!["journal", "add", "--mode", "write-back", "--size", "8M"];
     add.extend([ALLOW_VOLATILE, &j]);
     add.extend(a.members.iter().map(String::as_str));
     let out = raidkit().args(&add).output().expect("journal add");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    assert_success(&out);
+    let (writes, reads) = workload(
+        testsupport::seed("journal_add_and_remove_on_a_stopped_array"),
+        16,
     );
-    let (writes, reads) = workload(seed(), 16);
     let (s, slow) = a.serve_slow(&["--journal", &j], Duration::from_millis(200));
     qemu_io(&s.uri, &writes);
-    qemu_io(&s.uri, &["write -z 0 64k".into(), "read -P 0 0 64k".into()]);
+    qemu_io(&s.uri, &["write -z 0 64k", "read -P 0 0 64k"]);
     s.kill9();
     drop(slow);
     // remove replays (drains) the write-back journal first.
     let mut remove = vec!["journal", "remove", "--journal", &j];
     remove.extend(a.members.iter().map(String::as_str));
     let out = raidkit().args(&remove).output().expect("journal remove");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let (s, _) = a.serve(&[]);
     qemu_io(&s.uri, &reads[1..]);
-    qemu_io(&s.uri, &["read -P 0 0 64k".into()]);
-    s.stop();
+    qemu_io(&s.uri, &["read -P 0 0 64k"]);
+    s.stop_ok();
 }
 
 #[test]
 fn write_through_journal_survives_kill9_and_a_lost_one_is_detached() {
-    if !testsupport::require_tool("qemu-io") {
+    let Some(a) = Array::create_for_qemu(Some("write-through")) else {
         return;
-    }
-    let seed = seed();
-    let a = Array::create(Some("write-through"));
+    };
+    let seed = testsupport::seed("write_through_journal_survives_kill9_and_a_lost_one_is_detached");
     let j = a.journal.clone();
     let (writes, reads) = workload(seed, 24);
     let (s, _) = a.serve(&["--journal", &j]);
@@ -477,7 +369,7 @@ fn write_through_journal_survives_kill9_and_a_lost_one_is_detached() {
         "{log}"
     );
     qemu_io(&s.uri, &reads);
-    s.stop();
+    s.stop_ok();
     // The old journal is refused now: it no longer belongs to the array.
     let args = a.serve_args(&["--journal", &j]);
     let out = raidkit().arg("serve").args(&args).output().expect("serve");
@@ -494,11 +386,10 @@ fn write_through_journal_survives_kill9_and_a_lost_one_is_detached() {
 /// (Before: the journal was detached before the refusal, and the retry said "has no journal".)
 #[test]
 fn a_refused_start_without_the_journal_keeps_it_attached() {
-    if !testsupport::require_tool("qemu-io") {
+    let Some(a) = Array::create_for_qemu(Some("write-through")) else {
         return;
-    }
-    let seed = seed();
-    let a = Array::create(Some("write-through"));
+    };
+    let seed = testsupport::seed("a_refused_start_without_the_journal_keeps_it_attached");
     let j = a.journal.clone();
     let (writes, reads) = workload(seed, 24);
     let (s, _) = a.serve(&["--journal", &j]);
@@ -525,17 +416,16 @@ fn a_refused_start_without_the_journal_keeps_it_attached() {
     let s = a.start(&args);
     assert!(a.log().contains("(write-through): replayed"), "{}", a.log());
     qemu_io(&s.uri, &reads);
-    s.stop();
+    s.stop_ok();
 }
 
 /// `raidkit status` shows the journal (mode, ring use, acknowledged bytes not yet on the
 /// members) and the read cache, from the running server.
 #[test]
 fn status_shows_the_write_back_journal_and_the_cache() {
-    if !testsupport::require_tool("qemu-io") {
+    let Some(a) = Array::create_for_qemu(Some("write-back")) else {
         return;
-    }
-    let a = Array::create(Some("write-back"));
+    };
     let j = a.journal.clone();
     let admin = a.dir.path().join("admin.sock").display().to_string();
     // Each member operation takes 3 s: the writes below are only in the journal for a while.
@@ -543,21 +433,14 @@ fn status_shows_the_write_back_journal_and_the_cache() {
         &["--journal", &j, "--admin", &admin],
         Duration::from_secs(3),
     );
-    qemu_io(
-        &s.uri,
-        &["write -P 7 0 64k".into(), "write -P 9 1M 8k".into()],
-    );
+    qemu_io(&s.uri, &["write -P 7 0 64k", "write -P 9 1M 8k"]);
     let status = |json: bool| {
         let mut args = vec!["status", "--admin", &admin];
         if json {
             args.push("--json");
         }
         let out = raidkit().args(&args).output().expect("raidkit status");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         String::from_utf8(out.stdout).expect("UTF-8")
     };
     let v: serde_json::Value = serde_json::from_str(&status(true)).expect("JSON status");
@@ -581,14 +464,11 @@ fn status_shows_the_write_back_journal_and_the_cache() {
     );
     assert!(text.contains("read cache: "), "{text}");
     slow.set_delay(Duration::ZERO);
-    s.stop();
+    s.stop_ok();
     drop(slow);
     let (s, _) = a.serve(&["--journal", &j]);
-    qemu_io(
-        &s.uri,
-        &["read -P 7 0 64k".into(), "read -P 9 1M 8k".into()],
-    );
-    s.stop();
+    qemu_io(&s.uri, &["read -P 7 0 64k", "read -P 9 1M 8k"]);
+    s.stop_ok();
 }
 
 /// A journal added after a crash holds none of that crash's writes: `journal add` refuses a
@@ -597,7 +477,7 @@ fn status_shows_the_write_back_journal_and_the_cache() {
 fn journal_add_refuses_an_array_that_was_not_shut_down_cleanly() {
     let a = Array::create(None);
     let (s, _) = a.serve(&[]);
-    qemu_io(&s.uri, &["write -P 3 0 64k".into()]);
+    qemu_io(&s.uri, &["write -P 3 0 64k"]);
     s.kill9();
     let m: Vec<&str> = a.members.iter().map(String::as_str).collect();
     let add = ["journal", "add", "--size", "8M", &a.journal];
@@ -614,16 +494,9 @@ fn journal_add_refuses_an_array_that_was_not_shut_down_cleanly() {
         assert!(Instant::now() < deadline, "no resync: {}", a.log());
         std::thread::sleep(Duration::from_millis(20));
     }
-    s.stop();
+    s.stop_ok();
     let (ok, text) = run_raidkit(&[&add[..], &m].concat());
     assert!(ok, "{text}");
-}
-
-fn run_raidkit(args: &[&str]) -> (bool, String) {
-    let out = raidkit().args(args).output().expect("run raidkit");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
 }
 
 /// A write-back journal on tmpfs (/dev/shm) is refused by create, journal add, serve and serve
@@ -685,7 +558,7 @@ fn a_write_back_journal_on_tmpfs_needs_allow_volatile_journal() {
         &m,
     ]
     .concat();
-    let server = Server::start(&args, &log);
+    let server = Server::start_logged(&args, &log);
     let (ok, text) = run_raidkit(&["status", "--admin", &admin, "--json"]);
     assert!(ok, "{text}");
     let v: serde_json::Value = serde_json::from_str(&text).expect("JSON status");
@@ -694,7 +567,7 @@ fn a_write_back_journal_on_tmpfs_needs_allow_volatile_journal() {
     assert!(reason.contains("tmpfs"), "{v}");
     let (ok, text) = run_raidkit(&["status", "--admin", &admin]);
     assert!(ok && text.contains("VOLATILE (on tmpfs"), "{text}");
-    server.stop();
+    server.stop_ok();
     // Removing it is never refused; a write-through journal there is a warning.
     let (ok, text) = run_raidkit(&[&["journal", "remove", "--journal", &j][..], &m].concat());
     assert!(ok, "{text}");

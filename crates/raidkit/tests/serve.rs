@@ -3,99 +3,22 @@
 //! same member files and read the same data back. Fails without qemu-io (see
 //! `testsupport::require_tool`).
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 
-fn raidkit() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_raidkit"))
-}
+use common::{assert_success, qemu_io, raidkit, Server};
 
-/// A running `raidkit serve` and the URI it printed.
-struct Server {
-    child: Child,
-    line: String,
-    uri: String,
-}
-
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let mut child = raidkit()
-            .arg("serve")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn raidkit serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("raidkit serve {args:?} printed no line: {:?}", child.wait());
-            }
-        };
-        assert!(
-            line.starts_with("raidkit: serving \""),
-            "unexpected line {line:?}"
-        );
-        let uri = line.rsplit(" at ").next().expect("URI").to_string();
-        Server { child, line, uri }
-    }
-
-    /// SIGTERM, then wait for the exit status.
-    fn stop(mut self) -> ExitStatus {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill");
-        assert!(sent.success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "raidkit serve did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn qemu_io(uri: &str, commands: &[&str]) {
-    let mut cmd = Command::new("qemu-io");
-    cmd.args(["-f", "raw", uri]);
-    for c in commands {
-        cmd.args(["-c", c]);
-    }
-    let out = cmd.output().expect("run qemu-io");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "qemu-io failed: {text}");
+/// `raidkit serve ARGS` with its stderr shown, once it printed "raidkit: serving \"NAME\"".
+fn start(args: &[&str]) -> Server {
+    let server = Server::start(args, Stdio::inherit());
     assert!(
-        !text.contains("failed") && !text.contains("error"),
-        "qemu-io: {text}"
+        server.line.starts_with("raidkit: serving \""),
+        "unexpected line {:?}",
+        server.line
     );
+    server
 }
 
 const WRITES: &[&str] = &[
@@ -121,11 +44,7 @@ fn assert_clean(members: &[String]) {
     let mut args = vec!["examine".to_string(), "--json".to_string()];
     args.extend(members.iter().cloned());
     let out = raidkit().args(&args).output().expect("examine");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("examine JSON");
     for sb in v.as_array().expect("array") {
         assert_eq!(sb["state"], "clean", "member {} not clean", sb["member"]);
@@ -150,7 +69,7 @@ fn serve_level(level: &str, count: usize) {
     ];
     args.extend(["--name", "arr", "--unix", socket.to_str().unwrap()]);
     args.extend(members.iter().map(String::as_str));
-    let server = Server::start(&args);
+    let server = start(&args);
     let plural = if count == 1 { "" } else { "s" };
     assert!(
         server
@@ -173,7 +92,7 @@ fn serve_level(level: &str, count: usize) {
     // Restart from the same members, over TCP on a free loopback port.
     let mut args = vec!["--listen", "127.0.0.1:0"];
     args.extend(members.iter().map(String::as_str));
-    let server = Server::start(&args);
+    let server = start(&args);
     assert!(server.uri.starts_with("nbd://127.0.0.1:"), "{}", server.uri);
     qemu_io(&server.uri, READS);
     qemu_io(
@@ -241,7 +160,7 @@ fn ram_members_are_served_with_create_only() {
         "mem:8M",
         "mem:8M",
     ];
-    let server = Server::start(&args);
+    let server = start(&args);
     assert!(
         server.line.contains("(raid5, 3 members, "),
         "{}",
@@ -271,7 +190,7 @@ fn sigterm_right_after_the_serving_line_is_a_clean_stop() {
             "mem:4M",
             "mem:4M",
         ];
-        let status = Server::start(&args).stop();
+        let status = start(&args).stop();
         assert!(status.success(), "round {round}: {status:?}");
     }
 }

@@ -164,12 +164,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
         ..defaults
     };
-    let files: Vec<String> = args.members.iter().chain(&args.spare).cloned().collect();
-    if args.preallocate {
-        crate::space::check_preallocation(&files)?;
-    }
-    let superblocks = ondisk::create(&members, &create_opts)?;
-    crate::space::after_create(&files, args.preallocate)?;
+    let superblocks =
+        crate::space::create_with(&args.members, &args.spare, args.preallocate, || {
+            Ok(ondisk::create(&members, &create_opts)?)
+        })?;
     if let Some(path) = &journal.path {
         let jsb = array_journal::add(&members, path, &journal)?;
         println!("journal {} ({}) on {path}", jsb.journal_uuid, jsb.mode);

@@ -611,12 +611,10 @@ fn create(
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
         ..defaults
     };
-    let files: Vec<String> = args.members.iter().chain(&args.spare).cloned().collect();
-    if args.preallocate {
-        crate::space::check_preallocation(&files)?;
-    }
-    ondisk::create(members, &opts).with_context(|| format!("creating {level} array \"{name}\""))?;
-    crate::space::after_create(&files, args.preallocate)
+    crate::space::create_with(&args.members, &args.spare, args.preallocate, || {
+        ondisk::create(members, &opts).with_context(|| format!("creating {level} array \"{name}\""))
+    })?;
+    Ok(())
 }
 
 async fn serve(

@@ -18,14 +18,34 @@ use member::{
 use tempfile::TempDir;
 use testsupport::server::{nbdkit, qemu_nbd, sparse_file, unix_uri, Server};
 
-/// nbdkit with `args` on a socket in a new temporary directory, and an `NbdMember` on it with
-/// `remote`'s options; the directory and the server last as long as the caller keeps them.
-fn nbdkit_member(args: &[&str], remote: &RemoteOptions) -> (TempDir, Server, NbdMember) {
+/// A new temporary directory and the socket path `s` in it, once `tool` is there (None when
+/// it is missing and may be: see `testsupport::require_tool`).
+fn socket_dir(tool: &str) -> Option<(TempDir, PathBuf)> {
+    if !testsupport::require_tool(tool) {
+        return None;
+    }
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s");
+    Some((dir, sock))
+}
+
+/// nbdkit with `args` on a socket in a new temporary directory, and an `NbdMember` on it with
+/// `remote`'s options; the directory and the server last as long as the caller keeps them.
+/// None when nbdkit is missing (see [`socket_dir`]).
+fn nbdkit_member(args: &[&str], remote: &RemoteOptions) -> Option<(TempDir, Server, NbdMember)> {
+    let (dir, sock) = socket_dir("nbdkit")?;
     let server = nbdkit(&sock, args);
-    let m = NbdMember::open(&unix_uri(&sock, ""), &OpenOptions::default(), remote).unwrap();
-    (dir, server, m)
+    Some((dir, server, unix_nbd_member(&sock, remote)))
+}
+
+/// A member on the default export of the NBD server on `sock`.
+fn unix_member(sock: &Path) -> Arc<dyn Member> {
+    open(&unix_uri(sock, ""), &OpenOptions::default()).unwrap()
+}
+
+/// An `NbdMember` on the default export of the NBD server on `sock`, with `remote`'s options.
+fn unix_nbd_member(sock: &Path, remote: &RemoteOptions) -> NbdMember {
+    NbdMember::open(&unix_uri(sock, ""), &OpenOptions::default(), remote).unwrap()
 }
 
 fn seed() -> u64 {
@@ -105,13 +125,11 @@ fn exercise(m: &dyn Member, rng: &mut SimRng) {
 
 #[test]
 fn nbdkit_memory_over_unix_socket() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((_dir, sock)) = socket_dir("nbdkit") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
+    };
     let _server = nbdkit(&sock, &["memory", "64M"]);
-    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = unix_member(&sock);
     assert_eq!(m.len(), 64 << 20);
     exercise(m.as_ref(), &mut SimRng::new(seed()));
 }
@@ -167,7 +185,7 @@ fn nbdkit_file_plugin_data_lands_in_the_file() {
     let file = sparse_file(&dir.path().join("disk.img"), 8 << 20);
     let sock = dir.path().join("s");
     let _server = nbdkit(&sock, &["file", file.to_str().unwrap()]);
-    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = unix_member(&sock);
     exercise(m.as_ref(), &mut SimRng::new(seed()));
     m.write_at(b"landed", 4096 * 3 + 1).unwrap();
     m.flush().unwrap();
@@ -198,24 +216,20 @@ fn qemu_nbd_named_export() {
 
 #[test]
 fn export_name_fallback_without_fixed_newstyle() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((_dir, sock)) = socket_dir("nbdkit") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
+    };
     // Masking every global handshake flag leaves plain newstyle: only NBD_OPT_EXPORT_NAME.
     let _server = nbdkit(&sock, &["--mask-handshake=0", "memory", "4M"]);
-    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = unix_member(&sock);
     exercise(m.as_ref(), &mut SimRng::new(seed()));
 }
 
 #[test]
 fn oldstyle_server_and_bad_uris_are_refused_clearly() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((dir, sock)) = socket_dir("nbdkit") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
+    };
     let _server = nbdkit(&sock, &["-o", "memory", "4M"]);
     let err = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap_err();
     assert!(err.to_string().contains("oldstyle"), "{err}");
@@ -228,13 +242,12 @@ fn oldstyle_server_and_bad_uris_are_refused_clearly() {
 
 #[test]
 fn write_zeroes_falls_back_to_written_zeroes() {
-    if !testsupport::require_tool("nbdkit") {
-        return;
-    }
-    let (_dir, _server, m) = nbdkit_member(
+    let Some((_dir, _server, m)) = nbdkit_member(
         &["--filter=nozero", "memory", "8M", "zeromode=none"],
         &RemoteOptions::default(),
-    );
+    ) else {
+        return;
+    };
     assert!(
         m.description().contains("written zeroes"),
         "{}",
@@ -248,9 +261,6 @@ fn write_zeroes_falls_back_to_written_zeroes() {
 
 #[test]
 fn min_block_size_read_modify_write_and_max_split() {
-    if !testsupport::require_tool("nbdkit") {
-        return;
-    }
     // The policy filter advertises these sizes and fails any request that breaks them (EINVAL).
     let args = [
         "--filter=blocksize-policy",
@@ -261,7 +271,9 @@ fn min_block_size_read_modify_write_and_max_split() {
         "blocksize-maximum=1048576",
         "blocksize-error-policy=error",
     ];
-    let (_dir, _server, m) = nbdkit_member(&args, &RemoteOptions::default());
+    let Some((_dir, _server, m)) = nbdkit_member(&args, &RemoteOptions::default()) else {
+        return;
+    };
     assert!(
         m.description().contains("minimum block 4096"),
         "{}",
@@ -277,10 +289,10 @@ fn min_block_size_read_modify_write_and_max_split() {
 
 #[test]
 fn concurrent_threads_share_one_connection() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((_dir, _server, m)) = nbdkit_member(&["memory", "64M"], &RemoteOptions::default())
+    else {
         return;
-    }
-    let (_dir, _server, m) = nbdkit_member(&["memory", "64M"], &RemoteOptions::default());
+    };
     let m = Arc::new(m);
     let seed = seed();
     let threads: Vec<_> = (0..8u64)
@@ -311,21 +323,12 @@ fn concurrent_threads_share_one_connection() {
 
 #[test]
 fn killed_server_fails_every_request_quickly() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((_dir, sock)) = socket_dir("nbdkit") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
+    };
     let args = ["--filter=delay", "memory", "8M", "rdelay=10", "wdelay=10"];
     let mut server = nbdkit(&sock, &args);
-    let m = Arc::new(
-        NbdMember::open(
-            &unix_uri(&sock, ""),
-            &OpenOptions::default(),
-            &remote(30_000),
-        )
-        .unwrap(),
-    );
+    let m = Arc::new(unix_nbd_member(&sock, &remote(30_000)));
     let readers: Vec<_> = (0..8u64)
         .map(|t| {
             let m = Arc::clone(&m);
@@ -369,11 +372,9 @@ fn killed_server_fails_every_request_quickly() {
 
 #[test]
 fn stalled_server_times_out_within_the_deadline() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((_dir, sock)) = socket_dir("nbdkit") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
+    };
     let _server = nbdkit(&sock, &["--filter=delay", "memory", "8M", "rdelay=5"]);
     let m = open_with(&unix_uri(&sock, ""), &OpenOptions::default(), &remote(1000)).unwrap();
     m.write_at(&[1; 4096], 0).unwrap();
@@ -453,11 +454,9 @@ fn server_errno(err: &std::io::Error) -> u32 {
 
 #[test]
 fn server_errors_carry_errno_op_and_range() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((dir, sock)) = socket_dir("nbdkit") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
+    };
     let trigger = dir.path().join("trigger");
     let trigger_arg = format!("error-file={}", trigger.display());
     let args = [
@@ -469,7 +468,7 @@ fn server_errors_carry_errno_op_and_range() {
         &trigger_arg,
     ];
     let _server = nbdkit(&sock, &args);
-    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = unix_member(&sock);
     m.write_at(&[3; 4096], 8192).unwrap();
     std::fs::write(&trigger, b"").unwrap();
     let err = m.write_at(&[3; 100], 8192).unwrap_err();
@@ -489,11 +488,9 @@ fn server_errors_carry_errno_op_and_range() {
 
 #[test]
 fn server_eio_on_reads() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((_dir, sock)) = socket_dir("nbdkit") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
+    };
     let args = [
         "--filter=error",
         "memory",
@@ -502,7 +499,7 @@ fn server_eio_on_reads() {
         "error-pread-rate=1",
     ];
     let _server = nbdkit(&sock, &args);
-    let m = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m = unix_member(&sock);
     m.write_at(&[3; 4096], 0).unwrap();
     let mut buf = [0u8; 4096];
     let err = m.read_at(&mut buf, 0).unwrap_err();
@@ -527,7 +524,7 @@ fn reconnect_after_the_server_restarts() {
         .unwrap();
     let sock = dir.path().join("s");
     let mut server = start_file_server(&sock, &file);
-    let m: Arc<dyn Member> = open(&unix_uri(&sock, ""), &OpenOptions::default()).unwrap();
+    let m: Arc<dyn Member> = unix_member(&sock);
     m.write_at(b"before", 100).unwrap();
     m.flush().unwrap();
     server.kill();
@@ -553,18 +550,15 @@ fn reconnect_after_the_server_restarts() {
 
 #[test]
 fn requests_in_flight_stay_bounded() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((_dir, sock)) = socket_dir("nbdkit") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s");
+    };
     let _server = nbdkit(&sock, &["--filter=delay", "memory", "8M", "rdelay=200ms"]);
     let opts = RemoteOptions {
         max_in_flight: 2,
         ..RemoteOptions::default()
     };
-    let m =
-        Arc::new(NbdMember::open(&unix_uri(&sock, ""), &OpenOptions::default(), &opts).unwrap());
+    let m = Arc::new(unix_nbd_member(&sock, &opts));
     let start = Instant::now();
     let readers: Vec<_> = (0..6u64)
         .map(|t| {
@@ -601,12 +595,7 @@ fn qemu_nbd_with_4k_alignment() {
         file.display()
     );
     let _server = qemu_nbd(&sock, &["--image-opts", &image, "-t", "--shared=8"]);
-    let m = NbdMember::open(
-        &unix_uri(&sock, ""),
-        &OpenOptions::default(),
-        &RemoteOptions::default(),
-    )
-    .unwrap();
+    let m = unix_nbd_member(&sock, &RemoteOptions::default());
     assert!(
         m.description().contains("minimum block 4096"),
         "{}",
@@ -641,12 +630,7 @@ fn server_without_flush_is_described_as_not_durable() {
         "can_write=exit 0",
     ];
     let _server = nbdkit(&sock, &args);
-    let m = NbdMember::open(
-        &unix_uri(&sock, ""),
-        &OpenOptions::default(),
-        &RemoteOptions::default(),
-    )
-    .unwrap();
+    let m = unix_nbd_member(&sock, &RemoteOptions::default());
     assert!(
         m.description().contains("NOT guaranteed"),
         "{}",
@@ -676,9 +660,6 @@ fn silent_server_times_out_the_handshake() {
 /// those borders, so a lost update in a shared block would show.
 #[test]
 fn random_ops_match_a_reference_under_min_block_size() {
-    if !testsupport::require_tool("nbdkit") {
-        return;
-    }
     let args = [
         "--filter=blocksize-policy",
         "memory",
@@ -686,7 +667,9 @@ fn random_ops_match_a_reference_under_min_block_size() {
         "blocksize-minimum=4096",
         "blocksize-error-policy=error",
     ];
-    let (_dir, _server, m) = nbdkit_member(&args, &RemoteOptions::default());
+    let Some((_dir, _server, m)) = nbdkit_member(&args, &RemoteOptions::default()) else {
+        return;
+    };
     let m = Arc::new(m);
     let seed = seed();
     const REGION: u64 = (1 << 20) + 1001;

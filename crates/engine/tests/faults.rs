@@ -149,16 +149,7 @@ fn failures_during_random_workload_keep_data() {
                         flaky[victim].writes_fail.store(true, Ordering::Relaxed);
                         failed += 1;
                     }
-                    let offset = rng.below(model.len() as u64 - 1);
-                    let len = 1 + rng.below((model.len() as u64 - offset).min(40_000));
-                    if rng.below(2) == 0 {
-                        let mut data = vec![0u8; len as usize];
-                        rng.fill(&mut data);
-                        array.write(offset, &data).expect("write");
-                        model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
-                    } else {
-                        assert_reads(&array, &model, offset, len, "random read");
-                    }
+                    random_op(&array, &mut model, rng, 40_000);
                 }
                 assert_reads(&array, &model, 0, model.len() as u64, "final");
             }

@@ -31,69 +31,49 @@ fn faulty_array(
 
 fn random_ops(array: &engine::Array, model: &mut [u8], rng: &mut Rng, count: usize) {
     for _ in 0..count {
-        let offset = rng.below(model.len() as u64 - 1);
-        let len = 1 + rng.below((model.len() as u64 - offset).min(50_000));
-        if rng.below(2) == 0 {
-            let mut data = vec![0u8; len as usize];
-            rng.fill(&mut data);
-            array.write(offset, &data).expect("write");
-            model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
-        } else {
-            assert_reads(array, model, offset, len, "random read");
-        }
+        random_op(array, model, rng, 50_000);
     }
 }
 
 #[test]
 fn random_read_errors_vanishing_member_and_bad_range() {
-    for seed in seeds() {
-        with_seed(
-            "random_read_errors_vanishing_member_and_bad_range",
-            seed,
-            |rng| {
-                for (level, n) in [
-                    (Level::Raid1, 2),
-                    (Level::Raid5, 4),
-                    (Level::Raid6, 5),
-                    (Level::Raid10, 4),
-                ] {
-                    let chunk = 8 * KIB;
-                    let (controls, array) = faulty_array(level, n, chunk, 32, rng.next_u64());
-                    let mut model = vec![0u8; array.size_bytes() as usize];
-                    random_ops(&array, &mut model, rng, 50);
-                    // 2 % of reads fail on one member: repaired, never surfaced.
-                    let flaky = rng.below(n as u64) as usize;
-                    controls[flaky].fail_reads(FaultRule::Probability {
-                        per_million: 20_000,
-                    });
-                    random_ops(&array, &mut model, rng, 400);
-                    controls[flaky].heal();
-                    // A latent bad range on another member: reads there fail every time.
-                    let bad = (flaky + 1) % n;
-                    controls[bad].fail_reads(FaultRule::Range {
-                        offset: 4 * chunk,
-                        len: 4096,
-                    });
-                    assert_reads(&array, &model, 0, model.len() as u64, "bad range");
-                    random_ops(&array, &mut model, rng, 50);
-                    controls[bad].heal();
-                    // One member vanishes (everything fails): it is failed out, data stays.
-                    let gone = rng.below(n as u64) as usize;
-                    if array.health_of(gone) == MemberHealth::InSync {
-                        let others_ok = (0..n)
-                            .filter(|&r| r != gone)
-                            .all(|r| array.health_of(r) == MemberHealth::InSync);
-                        if others_ok {
-                            controls[gone].vanish();
-                            random_ops(&array, &mut model, rng, 200);
-                            assert_eq!(array.health_of(gone), MemberHealth::Faulty, "{level}");
-                        }
-                    }
-                    assert_reads(&array, &model, 0, model.len() as u64, "final");
+    for_each_seed("random_read_errors_vanishing_member_and_bad_range", |rng| {
+        for (level, n) in REDUNDANT_SMALLEST {
+            let chunk = 8 * KIB;
+            let (controls, array) = faulty_array(level, n, chunk, 32, rng.next_u64());
+            let mut model = vec![0u8; array.size_bytes() as usize];
+            random_ops(&array, &mut model, rng, 50);
+            // 2 % of reads fail on one member: repaired, never surfaced.
+            let flaky = rng.below(n as u64) as usize;
+            controls[flaky].fail_reads(FaultRule::Probability {
+                per_million: 20_000,
+            });
+            random_ops(&array, &mut model, rng, 400);
+            controls[flaky].heal();
+            // A latent bad range on another member: reads there fail every time.
+            let bad = (flaky + 1) % n;
+            controls[bad].fail_reads(FaultRule::Range {
+                offset: 4 * chunk,
+                len: 4096,
+            });
+            assert_reads(&array, &model, 0, model.len() as u64, "bad range");
+            random_ops(&array, &mut model, rng, 50);
+            controls[bad].heal();
+            // One member vanishes (everything fails): it is failed out, data stays.
+            let gone = rng.below(n as u64) as usize;
+            if array.health_of(gone) == MemberHealth::InSync {
+                let others_ok = (0..n)
+                    .filter(|&r| r != gone)
+                    .all(|r| array.health_of(r) == MemberHealth::InSync);
+                if others_ok {
+                    controls[gone].vanish();
+                    random_ops(&array, &mut model, rng, 200);
+                    assert_eq!(array.health_of(gone), MemberHealth::Faulty, "{level}");
                 }
-            },
-        );
-    }
+            }
+            assert_reads(&array, &model, 0, model.len() as u64, "final");
+        }
+    });
 }
 
 /// A replacement whose write fails is dropped the same way whoever saw the error — a client

@@ -35,6 +35,21 @@ pub fn with_seed(test_name: &str, seed: u64, body: impl FnOnce(&mut Rng)) {
     }
 }
 
+/// Each redundant level at its smallest width: (level, member count).
+pub const REDUNDANT_SMALLEST: [(Level, usize); 4] = [
+    (Level::Raid1, 2),
+    (Level::Raid5, 4),
+    (Level::Raid6, 5),
+    (Level::Raid10, 4),
+];
+
+/// [`with_seed`] for each of [`seeds`].
+pub fn for_each_seed(test_name: &str, mut body: impl FnMut(&mut Rng)) {
+    for seed in seeds() {
+        with_seed(test_name, seed, &mut body);
+    }
+}
+
 /// Fresh zeroed RAM members of the given data sizes.
 pub fn mem_members(sizes: &[u64]) -> Vec<Arc<dyn Member>> {
     sizes
@@ -93,6 +108,21 @@ pub fn assert_reads(array: &Array, model: &[u8], offset: u64, len: u64, what: &s
             buf[at],
             want[at]
         );
+    }
+}
+
+/// One random operation of at most `max_len` bytes on `array`: a write of random bytes (made
+/// in `model` too) or a read asserted against `model`.
+pub fn random_op(array: &Array, model: &mut [u8], rng: &mut Rng, max_len: u64) {
+    let offset = rng.below(model.len() as u64 - 1);
+    let len = 1 + rng.below((model.len() as u64 - offset).min(max_len));
+    if rng.below(2) == 0 {
+        let mut data = vec![0u8; len as usize];
+        rng.fill(&mut data);
+        array.write(offset, &data).expect("write");
+        model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
+    } else {
+        assert_reads(array, model, offset, len, "random read");
     }
 }
 

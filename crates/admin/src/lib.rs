@@ -8,6 +8,8 @@
 //!   and time, and hands each request to the [`server::Control`] of its array in
 //!   [`server::Arrays`] on a blocking thread.
 //! - [`control`]: [`control::VolumeControl`], the `Control` over a `volume::Volume`.
+//! - [`status`]: [`status::Status`], what `GET /v1/status` serves and the CLI decodes: the
+//!   volume's status with the journal and read-cache sections the front end fills in.
 //!
 //! Nothing here prints: lines for the operator (an action done, a stale socket removed, a
 //! connection error) go to the front end's [`Log`].
@@ -17,6 +19,7 @@ use std::sync::Arc;
 pub mod api;
 pub mod control;
 pub mod server;
+pub mod status;
 
 /// Where the admin service's lines for the operator go (`raidkit serve`: stderr).
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;

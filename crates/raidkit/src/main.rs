@@ -2,10 +2,11 @@
 //! plus their cause chain to stderr and exit non-zero.
 //!
 //! The operator commands (`status`, `fail`, `remove`, `add`, `replace`, `scrub`,
-//! `speed-limit`) talk to a running `raidkit serve --admin PATH` through `admin::client`;
-//! the `admin` crate is the other end, run inside `serve`.
+//! `speed-limit`) talk to a running `raidkit serve --admin PATH` through `admin_client`;
+//! the `admin` crate is the other end, run inside `serve`, and owns the status they decode
+//! (`admin::status::Status`).
 
-mod admin;
+mod admin_client;
 mod cmd;
 mod journal_args;
 mod progress;

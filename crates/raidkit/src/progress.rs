@@ -10,8 +10,8 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
-use crate::admin::client::Client;
-use crate::admin::status::{fetch, wire_name};
+use crate::admin_client::Client;
+use admin::status::wire_name;
 use volume::TaskStatus;
 
 use crate::units::{hms, human_bytes};
@@ -38,7 +38,7 @@ pub fn follow_with(client: &Client, label: &str, lines: bool) -> anyhow::Result<
         if !tty && !lines {
             continue;
         }
-        let Some(task) = fetch(client)?.volume.task else {
+        let Some(task) = client.status()?.volume.task else {
             continue;
         };
         if tty {

@@ -1,6 +1,6 @@
 //! The array's journal from outside the data path: [`add`] writes a new journal and records
 //! it in the superblocks of a stopped array, [`check_before_assembly`] compares the array's
-//! journal reference with the journal given, [`attach`] replays it into the assembled volume
+//! journal reference with the journal given, `attach` replays it into the assembled volume
 //! and hooks it into the write path (the `export` crate, shared with the power-loss
 //! simulation), and [`remove`] replays and forgets it.
 //!
@@ -171,7 +171,7 @@ pub enum JournalAtStart {
 }
 
 impl JournalAtStart {
-    /// The UUID of the journal [`attach`] will replay (for `AssembleOptions::journal_replay`).
+    /// The UUID of the journal `attach` will replay (for `AssembleOptions::journal_replay`).
     pub fn replayed_uuid(&self) -> Option<Uuid> {
         match self {
             JournalAtStart::Use(_, jsb) => Some(jsb.journal_uuid),
@@ -332,7 +332,7 @@ fn would_start_without_journal(
     Ok(())
 }
 
-/// What [`attach`] replayed; its `Display` is the report line.
+/// What `attach` replayed; its `Display` is the report line.
 #[derive(Debug, Clone)]
 pub struct Replayed {
     pub journal: String,
@@ -353,8 +353,8 @@ impl fmt::Display for Replayed {
 
 /// After assembly, before serving (and before any resync): replays the journal into the
 /// volume, starts a new journal session and hooks it into the write path (`export`).
-/// Without a journal, the volume alone (and no replay).
-pub fn attach(
+/// Without a journal, the volume alone (and no replay). Called by `stack::ArrayStack::build`.
+pub(crate) fn attach(
     start: JournalAtStart,
     volume: &Arc<Volume>,
     read_only: bool,

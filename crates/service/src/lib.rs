@@ -6,13 +6,16 @@
 //! - [`array_journal`]: the array's journal from outside the data path: writing a new one and
 //!   recording it ([`array_journal::add`]), the checks before assembly (a lost write-back
 //!   journal refuses to start, a lost write-through one is detached, a journal on RAM is
-//!   refused or warned about), attaching it after assembly (replay, hooks), and removing it
-//!   from a stopped array (replay, then forget).
+//!   refused or warned about), attaching it after assembly (replay, hooks; through
+//!   [`stack`]), and removing it from a stopped array (replay, then forget).
 //! - [`members`]: opening the members for assembly (a remote one that cannot be reached is
 //!   left out, a local one refused).
 //! - [`start`]: assembling an array with its journal checked ([`start::assemble`]).
+//! - [`stack`]: what serves an assembled array ([`stack::ArrayStack`]): the journal attached
+//!   with its replay, the read cache in front, the export, the admin control whose status
+//!   carries the journal and cache sections, and the close.
 //! - [`lifecycle`]: around serving: the background resync of a dirty array, the owner lease
-//!   renewal, and the close in its safe order.
+//!   renewal, and the close in its safe order (through [`stack::ArrayStack::close`]).
 //! - [`reconnect`]: the remote-member reconnect policy and its thread ([`reconnect::Reconnector`]):
 //!   a remote member whose server disconnected is added back once it answers again with this
 //!   array's superblock.
@@ -24,4 +27,5 @@ pub mod array_journal;
 pub mod lifecycle;
 pub mod members;
 pub mod reconnect;
+pub mod stack;
 pub mod start;

@@ -82,7 +82,7 @@ pub struct Closed {
 /// clean) unless the drain failed, checkpoints the journal, and releases the owner record if
 /// the volume closed. Every step runs even if serving failed: requests already answered must
 /// be flushed.
-pub fn close(volume: &Volume, journaled: &JournalLayer) -> Closed {
+pub(crate) fn close(volume: &Volume, journaled: &JournalLayer) -> Closed {
     let drained = journaled.drain().context("draining the write-back journal");
     let closed = match drained {
         Ok(()) => volume

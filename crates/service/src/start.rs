@@ -1,7 +1,7 @@
 //! Assembling an array with its journal ([`assemble`]): spares sorted into members of this
 //! array and blank ones, the journal checked against the superblocks (a lost journal dropped
 //! or refused, one on RAM refused or warned about), then `volume::assemble` replaying the
-//! journal's UUID. The journal is attached after this (`array_journal::attach`), before
+//! journal's UUID. The journal is attached after this (`stack::ArrayStack::build`), before
 //! anything else writes.
 
 use std::sync::Arc;
@@ -28,7 +28,7 @@ pub struct Assembled {
     /// It was found dirty (not shut down cleanly) and is not read-only: resync it while it is
     /// served (`lifecycle::start_resync`), after the journal is attached.
     pub needs_resync: bool,
-    /// What to attach (`array_journal::attach`).
+    /// What to attach (`stack::ArrayStack::build`).
     pub journal: JournalAtStart,
 }
 

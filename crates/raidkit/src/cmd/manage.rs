@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use crate::admin::client::Client;
-use crate::admin::status::fetch;
+use crate::admin_client::Client;
 use crate::cmd::status::{render, scrub_report};
 use crate::units::human_bytes;
 
@@ -159,7 +158,7 @@ pub fn add(args: AddArgs) -> anyhow::Result<()> {
     println!("{}", message(&reply));
     if args.wait {
         crate::progress::follow(&client, "rebuild")?;
-        print!("{}", render(&fetch(&client)?));
+        print!("{}", render(&client.status()?));
     }
     Ok(())
 }
@@ -171,7 +170,7 @@ pub fn replace(args: ReplaceArgs) -> anyhow::Result<()> {
     println!("{}", message(&reply));
     if args.wait {
         crate::progress::follow(&client, "replace")?;
-        print!("{}", render(&fetch(&client)?));
+        print!("{}", render(&client.status()?));
     }
     Ok(())
 }
@@ -188,7 +187,7 @@ pub fn scrub(args: ScrubArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     crate::progress::follow(&client, if args.repair { "repair" } else { "scrub" })?;
-    match fetch(&client)?.volume.last_scrub {
+    match client.status()?.volume.last_scrub {
         Some(report) => print!("{}", scrub_report(&report)),
         None => anyhow::bail!("the scrub ended without a report (was it interrupted?)"),
     }
@@ -198,7 +197,7 @@ pub fn scrub(args: ScrubArgs) -> anyhow::Result<()> {
 pub fn speed(args: SpeedArgs) -> anyhow::Result<()> {
     let client = args.admin.client()?;
     if args.min.is_none() && args.max.is_none() {
-        let limits = fetch(&client)?.volume.speed_limits;
+        let limits = client.status()?.volume.speed_limits;
         println!(
             "speed limits: min {}/s, max {}/s per member",
             human_bytes(limits.min_bytes_per_sec),

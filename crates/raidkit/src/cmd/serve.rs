@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use admin::server::{AdminSocket, Arrays};
 use anyhow::{bail, Context};
-use cache::{CacheConfig, ReadAhead, ReadCache};
+use cache::{CacheConfig, ReadAhead};
 use layout::Level;
 use member::{Member, OpenOptions, RemoteOptions};
 use ondisk::CreateOptions;
@@ -20,12 +21,10 @@ use service::array_journal::{self, JournalAtStart};
 use service::lifecycle::{self, LeaseRenewal};
 use service::members;
 use service::reconnect::{self, Reconnector};
+use service::stack::{ArrayStack, CachedExport, StackOptions};
 use service::start::{self, StartNotice};
 
-use crate::admin::status::{JournalMode, JournalSection, Status};
 use crate::journal_args;
-use ::admin::control::VolumeControl;
-use ::admin::server::{AdminSocket, Arrays};
 
 /// NBD's registered port.
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
@@ -252,59 +251,6 @@ fn cache_config(args: &Args) -> anyhow::Result<CacheConfig> {
     Ok(config)
 }
 
-/// The volume as an NBD export behind the read cache (a pass-through with --cache-size 0).
-type Cached = ReadCache<::export::JournalExport>;
-
-fn cached_export(
-    volume: &Arc<Volume>,
-    journaled: &Arc<::export::JournalLayer>,
-    cache: CacheConfig,
-) -> anyhow::Result<Arc<Cached>> {
-    let export = ReadCache::new(journaled.export(), cache).context("starting the read cache")?;
-    let export = Arc::new(export);
-    // A scrub repair or a resync can change what the volume reads underneath the cache (a
-    // RAID 6 data fix, a mirror copy rewritten): drop those blocks. Weak, so the volume does
-    // not keep the cache (and, through it, itself) alive.
-    let weak = Arc::downgrade(&export);
-    volume.set_data_changed_hook(Box::new(move |offset, len| {
-        if let Some(cache) = weak.upgrade() {
-            cache.invalidate(offset, len);
-        }
-    }));
-    Ok(export)
-}
-
-/// The journal's part of the admin status (field names are stable, like the rest; null
-/// without a journal). `volatile`: what makes the journal's storage lose its contents at a power cut.
-fn journal_section(
-    status: Option<::export::JournalStatus>,
-    volatile: Option<&member::Volatile>,
-) -> Option<JournalSection> {
-    let j = status?;
-    Some(JournalSection {
-        name: j.name,
-        mode: match j.write_back {
-            true => JournalMode::WriteBack,
-            false => JournalMode::WriteThrough,
-        },
-        volatile: volatile.is_some(),
-        volatile_reason: volatile.map(ToString::to_string),
-        ring_bytes: j.stats.capacity_bytes,
-        used_bytes: j.stats.used_bytes,
-        write_back_record_bytes: j.stats.array_write_bytes,
-        records_live: j.stats.records_live,
-        commits: j.stats.commits,
-        checkpoints: j.stats.checkpoints,
-        pressure_applies: j.stats.pressure_applies,
-        unapplied_bytes: j.unapplied_bytes,
-    })
-}
-
-/// What makes the journal at `path` volatile (for the status; checked at start already).
-fn journal_volatile(path: &str) -> Option<member::Volatile> {
-    member::volatile_storage(path).ok().flatten()
-}
-
 /// The NBD server's identity and limits.
 fn server_config(args: &Args, volume: &Volume, export_name: String) -> nbd::ServerConfig {
     nbd::ServerConfig {
@@ -350,16 +296,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("--no-bitmap and --bitmap-region choose how a new array is made: use them with --create");
     }
     let endpoint = endpoint(&args)?;
-    let cache = cache_config(&args)?;
+    let stack_options = StackOptions {
+        read_only: args.read_only,
+        gather_wait: Duration::from_millis(args.gather_wait),
+        cache: cache_config(&args)?,
+    };
     let (volume, needs_resync, journal_at_start, left_out) = open_volume(&args)?;
-    let volume = Arc::new(volume);
-    volume
-        .array()
-        .set_gather_wait(Duration::from_millis(args.gather_wait));
-    // Replay the journal before anything else writes (resync included).
-    let (journaled, replayed) = array_journal::attach(journal_at_start, &volume, args.read_only)?;
+    // The journal is replayed before anything else writes (resync included).
+    let (stack, replayed) = ArrayStack::build(volume, journal_at_start, &stack_options)?;
     journal_args::report_replayed(replayed);
-    let journaled = Arc::new(journaled);
+    let volume = Arc::clone(stack.volume());
     if needs_resync {
         start_resync(&volume);
     }
@@ -380,7 +326,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let log: ::admin::Log = Arc::new(|line| eprintln!("raidkit: {line}"));
+    let log: admin::Log = Arc::new(|line| eprintln!("raidkit: {line}"));
     let admin = match &args.admin {
         Some(path) => Some(
             AdminSocket::bind(path, &log)
@@ -388,24 +334,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let export = cached_export(&volume, &journaled, cache)?;
     let arrays = || -> Arc<Arrays> {
-        let control = VolumeControl::new(
-            Arc::clone(&volume),
-            open_options(&args),
-            remote_options(&args),
-            Arc::clone(&log),
-        );
-        let cached = Arc::downgrade(&export);
-        let journaled = Arc::clone(&journaled);
-        let volatile = args.journal.journal.as_deref().and_then(journal_volatile);
-        let control = control.with_status(Box::new(move |volume| {
-            serde_json::to_value(Status {
-                volume,
-                journal: journal_section(journaled.status(), volatile.as_ref()),
-                cache: cached.upgrade().map(|c| c.stats()),
-            })
-        }));
+        let control = stack.control(open_options(&args), remote_options(&args), Arc::clone(&log));
         let arrays = Arc::new(Arrays::default());
         assert!(arrays.insert(volume.name(), Arc::new(control)));
         arrays
@@ -415,7 +345,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|socket| (socket, arrays(), Arc::clone(&log)));
     let served = runtime.block_on(serve(
         &volume,
-        export,
+        stack.export(),
         endpoint,
         server_config(&args, &volume, export_name),
         admin_served,
@@ -428,7 +358,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     drop(lease);
     // Close even if serving failed: requests already answered must be flushed.
-    let closed = lifecycle::close(&volume, &journaled);
+    let closed = stack.close();
     if let Ok(left) = &closed.journal {
         journal_args::report_left(left.clone());
     }
@@ -619,10 +549,10 @@ fn create(
 
 async fn serve(
     volume: &Arc<Volume>,
-    export: Arc<Cached>,
+    export: Arc<CachedExport>,
     endpoint: Endpoint,
     config: nbd::ServerConfig,
-    admin: Option<(&AdminSocket, Arc<Arrays>, ::admin::Log)>,
+    admin: Option<(&AdminSocket, Arc<Arrays>, admin::Log)>,
 ) -> anyhow::Result<()> {
     let listener = match &endpoint {
         Endpoint::Unix(path) => nbd::Listener::bind_unix(path)
@@ -661,7 +591,7 @@ async fn serve(
     let admin_served = async {
         match admin {
             Some((socket, arrays, log)) => {
-                ::admin::server::serve(socket, arrays, log, stopped(stop_rx.clone())).await
+                admin::server::serve(socket, arrays, log, stopped(stop_rx.clone())).await
             }
             None => Ok(()),
         }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use cache::CacheStats;
 use volume::{AtRisk, MemberState, MemberStatus, ScrubReport};
 
-use crate::admin::client::Client;
-use crate::admin::status::{fetch, wire_name, JournalSection, Status};
+use crate::admin_client::Client;
 use crate::progress::{follow_with, task_line};
 use crate::units::human_bytes;
+use admin::status::{wire_name, JournalSection, Status};
 
 /// Show a running array's state (asks `raidkit serve --admin PATH`).
 ///
@@ -48,16 +48,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.watch {
         return watch(&client);
     }
-    print!("{}", render(&fetch(&client)?));
+    print!("{}", render(&client.status()?));
     Ok(())
 }
 
 /// Shows the status, follows the background work until none runs or is due (a progress bar
 /// in a terminal, else one task line per second), then shows the status again.
 fn watch(client: &Client) -> anyhow::Result<()> {
-    print!("{}", render(&fetch(client)?));
+    print!("{}", render(&client.status()?));
     follow_with(client, "background task", true)?;
-    print!("{}", render(&fetch(client)?));
+    print!("{}", render(&client.status()?));
     Ok(())
 }
 
@@ -278,9 +278,51 @@ pub fn scrub_report(s: &ScrubReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::status::tests::{bare, member};
-    use crate::admin::status::JournalMode;
-    use volume::{ArrayHealth, ArrayRange, FilesystemStatus, TaskKind, TaskStatus};
+    use admin::status::JournalMode;
+    use volume::{
+        ArrayHealth, ArrayRange, FilesystemStatus, SpeedLimits, TaskKind, TaskStatus, VolumeStatus,
+    };
+
+    /// A member with no errors and nothing optional.
+    fn member(role: Option<usize>, name: &str, state: MemberState) -> MemberStatus {
+        MemberStatus {
+            role,
+            name: name.to_string(),
+            state,
+            read_errors: 0,
+            write_errors: 0,
+            timeouts: 0,
+            no_space_errors: 0,
+            stuck_calls: 0,
+            abandoned_calls: 0,
+            filesystem: None,
+            rebuild_offset_bytes: None,
+        }
+    }
+
+    /// The array "demo" with no members, no optional part and no section.
+    fn bare(level: &str, health: ArrayHealth) -> Status {
+        Status {
+            volume: VolumeStatus {
+                name: "demo".into(),
+                uuid: Default::default(),
+                level: level.into(),
+                chunk_bytes: 65536,
+                size_bytes: 3 << 30,
+                health,
+                members: Vec::new(),
+                task: None,
+                speed_limits: SpeedLimits::default(),
+                last_scrub: None,
+                events: 7,
+                bitmap: None,
+                unsynced_bytes: 0,
+                at_risk: None,
+            },
+            journal: None,
+            cache: None,
+        }
+    }
 
     #[test]
     fn mdstat_counts_roles_in_sync() {

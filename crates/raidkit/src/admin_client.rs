@@ -1,4 +1,5 @@
-//! The admin client: one HTTP request per call over the server's Unix socket.
+//! The operator's side of the admin endpoint (the server is the `admin` crate): one HTTP
+//! request per call over the server's Unix socket, with errors that name the socket.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,6 +9,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
+
+use admin::status::Status;
 
 /// Largest reply accepted (a status with many members and mismatches is far smaller).
 const REPLY_BYTES_MAX: usize = 16 << 20;
@@ -39,6 +42,12 @@ impl Client {
 
     pub fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         self.call("POST", path, Some(body))
+    }
+
+    /// Fetches the status from the server and decodes it.
+    pub fn status(&self) -> anyhow::Result<Status> {
+        let value = self.get("/v1/status")?;
+        serde_json::from_value(value).context("the server's status does not decode")
     }
 
     /// Sends one request; a non-2xx reply becomes an error carrying the server's message.

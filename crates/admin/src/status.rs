@@ -2,14 +2,12 @@
 //! type on both sides (the volume's own [`VolumeStatus`] and the cache's [`CacheStats`] are the
 //! library's types, not copies), so a field added on one side cannot be lost on the other.
 
-use anyhow::Context;
 use cache::CacheStats;
 use serde::{Deserialize, Serialize};
 use volume::VolumeStatus;
 
-use super::client::Client;
-
-/// The volume's status with the sections `raidkit serve` keeps outside the volume.
+/// The volume's status with the sections a front end keeps outside the volume (filled in by
+/// `service::stack::ArrayStack`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
     /// Its fields are the top level of the JSON object.
@@ -52,12 +50,6 @@ pub enum JournalMode {
     WriteBack,
 }
 
-/// Fetches the status from the server and decodes it.
-pub fn fetch(client: &Client) -> anyhow::Result<Status> {
-    let value = client.get("/v1/status")?;
-    serde_json::from_value(value).context("the server's status does not decode")
-}
-
 /// The name the JSON gives a unit enum value (`MemberState::ReplacementTarget` →
 /// `replacement_target`), for text that must match it.
 pub fn wire_name(value: impl Serialize) -> String {
@@ -68,57 +60,19 @@ pub fn wire_name(value: impl Serialize) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use volume::{
         ArrayHealth, ArrayRange, AtRisk, BitmapStatus, FilesystemStatus, MemberState, MemberStatus,
         MismatchLocation, ScrubReport, SpeedLimits, TaskKind, TaskStatus,
     };
 
-    /// A member with no errors and nothing optional.
-    pub(crate) fn member(role: Option<usize>, name: &str, state: MemberState) -> MemberStatus {
-        MemberStatus {
+    /// A status with every optional part present and every list non-empty.
+    fn full() -> Status {
+        let member = |role, name: &str, state| MemberStatus {
             role,
             name: name.to_string(),
             state,
-            read_errors: 0,
-            write_errors: 0,
-            timeouts: 0,
-            no_space_errors: 0,
-            stuck_calls: 0,
-            abandoned_calls: 0,
-            filesystem: None,
-            rebuild_offset_bytes: None,
-        }
-    }
-
-    /// The array "demo" with no members, no optional part and no section.
-    pub(crate) fn bare(level: &str, health: ArrayHealth) -> Status {
-        Status {
-            volume: VolumeStatus {
-                name: "demo".into(),
-                uuid: Default::default(),
-                level: level.into(),
-                chunk_bytes: 65536,
-                size_bytes: 3 << 30,
-                health,
-                members: Vec::new(),
-                task: None,
-                speed_limits: SpeedLimits::default(),
-                last_scrub: None,
-                events: 7,
-                bitmap: None,
-                unsynced_bytes: 0,
-                at_risk: None,
-            },
-            journal: None,
-            cache: None,
-        }
-    }
-
-    /// A status with every optional part present and every list non-empty.
-    pub(crate) fn full() -> Status {
-        let member = |role, name: &str, state| MemberStatus {
             read_errors: 1,
             write_errors: 2,
             timeouts: 3,
@@ -132,7 +86,6 @@ pub(crate) mod tests {
                 size_bytes: 8,
             }),
             rebuild_offset_bytes: Some(9),
-            ..member(role, name, state)
         };
         Status {
             volume: VolumeStatus {

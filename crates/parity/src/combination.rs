@@ -23,12 +23,21 @@ pub struct Source<'a> {
     pub q_coef: u8,
 }
 
-impl Source<'_> {
+impl<'a> Source<'a> {
     const NONE: Source<'static> = Source {
         data: &[],
         to_p: false,
         q_coef: 0,
     };
+
+    /// A data block: XORed into `p`, and into `q` times `q_coef` (0: not part of q).
+    pub fn data(data: &'a [u8], q_coef: u8) -> Source<'a> {
+        Source {
+            data,
+            to_p: true,
+            q_coef,
+        }
+    }
 }
 
 /// Combinations with at most this many sources collect them without touching the heap.
@@ -80,6 +89,28 @@ pub struct Output<'a> {
     pub q_coef: u8,
     /// XOR the result into the existing contents instead of overwriting them.
     pub accumulate: bool,
+}
+
+impl<'a> Output<'a> {
+    /// `data` receives `p` (`accumulate`: XORed into what it holds).
+    pub fn p(data: &'a mut [u8], accumulate: bool) -> Output<'a> {
+        Output {
+            data,
+            p_coef: 1,
+            q_coef: 0,
+            accumulate,
+        }
+    }
+
+    /// `data` receives `q` (`accumulate`: XORed into what it holds).
+    pub fn q(data: &'a mut [u8], accumulate: bool) -> Output<'a> {
+        Output {
+            data,
+            p_coef: 0,
+            q_coef: 1,
+            accumulate,
+        }
+    }
 }
 
 /// A validated combination: all blocks have length `len`, 1..=MAX_OUTPUTS outputs, >= 1 source.

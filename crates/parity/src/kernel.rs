@@ -120,18 +120,8 @@ impl Kernel {
 
     /// dst ^= src (equal lengths).
     pub fn xor_into(self, dst: &mut [u8], src: &[u8]) {
-        let sources = [Source {
-            data: src,
-            to_p: true,
-            q_coef: 0,
-        }];
-        let mut outputs = [Output {
-            data: dst,
-            p_coef: 1,
-            q_coef: 0,
-            accumulate: true,
-        }];
-        self.run(Combination::new(&sources, &mut outputs));
+        let sources = [Source::data(src, 0)];
+        self.run(Combination::new(&sources, &mut [Output::p(dst, true)]));
     }
 
     /// dst = XOR of all srcs (all equal length, at least one src).
@@ -139,18 +129,9 @@ impl Kernel {
         assert!(!srcs.is_empty(), "xor_gen: at least one source is required");
         let mut sources = Sources::new();
         for &data in srcs {
-            sources.push(Source {
-                data,
-                to_p: true,
-                q_coef: 0,
-            });
+            sources.push(Source::data(data, 0));
         }
-        let mut outputs = [Output {
-            data: dst,
-            p_coef: 1,
-            q_coef: 0,
-            accumulate: false,
-        }];
+        let mut outputs = [Output::p(dst, false)];
         self.run(Combination::new(sources.as_slice(), &mut outputs));
     }
 
@@ -159,26 +140,9 @@ impl Kernel {
         check_data_count(data.len());
         let mut sources = Sources::new();
         for (i, &data) in data.iter().enumerate() {
-            sources.push(Source {
-                data,
-                to_p: true,
-                q_coef: gf_pow2(i),
-            });
+            sources.push(Source::data(data, gf_pow2(i)));
         }
-        let mut outputs = [
-            Output {
-                data: p,
-                p_coef: 1,
-                q_coef: 0,
-                accumulate: false,
-            },
-            Output {
-                data: q,
-                p_coef: 0,
-                q_coef: 1,
-                accumulate: false,
-            },
-        ];
+        let mut outputs = [Output::p(p, false), Output::q(q, false)];
         self.run(Combination::new(sources.as_slice(), &mut outputs));
     }
 
@@ -188,25 +152,8 @@ impl Kernel {
             return self.xor_into(p, delta);
         };
         check_data_count(data_index + 1);
-        let sources = [Source {
-            data: delta,
-            to_p: true,
-            q_coef: gf_pow2(data_index),
-        }];
-        let mut outputs = [
-            Output {
-                data: p,
-                p_coef: 1,
-                q_coef: 0,
-                accumulate: true,
-            },
-            Output {
-                data: q,
-                p_coef: 0,
-                q_coef: 1,
-                accumulate: true,
-            },
-        ];
+        let sources = [Source::data(delta, gf_pow2(data_index))];
+        let mut outputs = [Output::p(p, true), Output::q(q, true)];
         self.run(Combination::new(&sources, &mut outputs));
     }
 
@@ -254,11 +201,7 @@ impl Kernel {
             });
         }
         if recipe.p_in {
-            sources.push(Source {
-                data: blocks[n],
-                to_p: true,
-                q_coef: 0,
-            });
+            sources.push(Source::data(blocks[n], 0));
         }
         if recipe.q_in {
             sources.push(Source {

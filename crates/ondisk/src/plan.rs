@@ -377,41 +377,22 @@ fn check_agrees(
     reference: &(String, Superblock),
 ) -> Result<(), AssembleError> {
     let r = &reference.1;
-    let fields: [(&'static str, String, String); 8] = [
-        ("level", sb.level.to_string(), r.level.to_string()),
-        ("layout", sb.layout.to_string(), r.layout.to_string()),
-        (
-            "chunk_bytes",
-            sb.chunk_bytes.to_string(),
-            r.chunk_bytes.to_string(),
-        ),
-        (
-            "member_count",
-            sb.member_count.to_string(),
-            r.member_count.to_string(),
-        ),
-        (
-            "array_size_bytes",
-            sb.array_size_bytes.to_string(),
-            r.array_size_bytes.to_string(),
-        ),
-        (
-            "data_offset_bytes",
-            sb.data_offset_bytes.to_string(),
-            r.data_offset_bytes.to_string(),
-        ),
-        (
-            "ctime_secs",
-            sb.ctime_secs.to_string(),
-            r.ctime_secs.to_string(),
-        ),
-        (
-            "feature_incompat",
-            sb.feature_incompat.to_string(),
-            r.feature_incompat.to_string(),
-        ),
+    type Field = fn(&Superblock) -> String;
+    let fields: [(&'static str, Field); 8] = [
+        ("level", |s| s.level.to_string()),
+        ("layout", |s| s.layout.to_string()),
+        ("chunk_bytes", |s| s.chunk_bytes.to_string()),
+        ("member_count", |s| s.member_count.to_string()),
+        ("array_size_bytes", |s| s.array_size_bytes.to_string()),
+        ("data_offset_bytes", |s| s.data_offset_bytes.to_string()),
+        ("ctime_secs", |s| s.ctime_secs.to_string()),
+        ("feature_incompat", |s| s.feature_incompat.to_string()),
     ];
-    if let Some((field, found, expected)) = fields.into_iter().find(|(_, a, b)| a != b) {
+    let differs = fields
+        .into_iter()
+        .map(|(field, value)| (field, value(sb), value(r)))
+        .find(|(_, found, expected)| found != expected);
+    if let Some((field, found, expected)) = differs {
         return Err(AssembleError::Disagree {
             name: name.to_string(),
             field,

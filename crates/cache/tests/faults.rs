@@ -9,22 +9,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cache::{CacheConfig, ReadAhead, ReadCache};
-use common::{seeds, MemExport, Rng, SeedGuard};
+use common::{seeds, small_config, MemExport, Rng, SeedGuard};
 use nbd::Export;
 
 const BLOCK: u64 = 4096;
 const SIZE: u64 = 128 * 1024;
 
 fn config(mode: ReadAhead) -> CacheConfig {
-    CacheConfig {
-        size_bytes: 16 * BLOCK,
-        block_bytes: BLOCK,
-        read_ahead: mode,
-        window_bytes: 4 * BLOCK,
-        prefetch_workers: 2,
-        prefetch_queue: 4,
-        streams: 4,
-    }
+    small_config(16, mode)
 }
 
 fn filled(seed: u64) -> Vec<u8> {

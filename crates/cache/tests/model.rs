@@ -7,7 +7,7 @@
 mod common;
 
 use cache::{CacheConfig, ReadAhead, ReadCache};
-use common::{seeds, MemExport, Rng, SeedGuard};
+use common::{seeds, small_config, MemExport, Rng, SeedGuard};
 use nbd::Export;
 use std::time::{Duration, Instant};
 
@@ -16,15 +16,7 @@ const BLOCK: u64 = 4096;
 const SIZE: u64 = 256 * 1024 + 1234;
 
 fn tiny_config(mode: ReadAhead) -> CacheConfig {
-    CacheConfig {
-        size_bytes: 8 * BLOCK,
-        block_bytes: BLOCK,
-        read_ahead: mode,
-        window_bytes: 4 * BLOCK,
-        prefetch_workers: 2,
-        prefetch_queue: 4,
-        streams: 4,
-    }
+    small_config(8, mode)
 }
 
 /// A random range `[offset, offset + len)` inside the export, `len` in `1..=max_len`.

@@ -167,15 +167,7 @@ fn every_command_works_with_simple_and_structured_replies() {
         c.go(structured, structured);
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         c.write(1, 12_345, &data, CMD_FLAG_FUA);
-        assert_eq!(
-            c.reply(0).unwrap(),
-            Reply {
-                cookie: 1,
-                error: 0,
-                data: vec![],
-                descriptors: vec![]
-            }
-        );
+        assert_eq!(c.reply(0).unwrap(), Reply::done(1));
         assert!(export.fua_writes.load(Ordering::SeqCst) >= 1);
         c.request(CMD_READ, 0, 2, 12_345, data.len() as u32);
         assert_eq!(c.reply(data.len()).unwrap().data, data);
@@ -292,15 +284,7 @@ fn client_mistakes_get_errors_and_the_stream_stays_in_step() {
         c.write(101, 0, &huge, 0);
         assert_eq!(c.reply(0).unwrap().error, EINVAL);
         c.write(102, 0, b"fine", 0);
-        assert_eq!(
-            c.reply(0).unwrap(),
-            Reply {
-                cookie: 102,
-                error: 0,
-                data: vec![],
-                descriptors: vec![]
-            }
-        );
+        assert_eq!(c.reply(0).unwrap(), Reply::done(102));
         c.request(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, 103, 0, 4);
         assert_eq!(
             c.reply(0).unwrap().error,
@@ -479,15 +463,7 @@ fn requests_pipelined_behind_the_handshake_are_served() {
     bytes.extend_from_slice(b"pipeln");
     c.send_raw(&bytes);
     ExportNameReply::decode(&c.read_exact(10).unwrap(), true).unwrap();
-    assert_eq!(
-        c.reply(0).unwrap(),
-        Reply {
-            cookie: 1,
-            error: 0,
-            data: vec![],
-            descriptors: vec![]
-        }
-    );
+    assert_eq!(c.reply(0).unwrap(), Reply::done(1));
     c.request(CMD_READ, 0, 2, 8192, 6);
     assert_eq!(c.reply(6).unwrap().data, b"pipeln");
 }

@@ -12,6 +12,20 @@ use nbd::Export;
 
 pub use testsupport::{seeds, Rng, SeedGuard};
 
+/// A small cache of `blocks` 4 KiB blocks with read-ahead `mode` (4-block windows, two
+/// prefetch workers, four streams).
+pub fn small_config(blocks: u64, mode: cache::ReadAhead) -> cache::CacheConfig {
+    cache::CacheConfig {
+        size_bytes: blocks * 4096,
+        block_bytes: 4096,
+        read_ahead: mode,
+        window_bytes: 4 * 4096,
+        prefetch_workers: 2,
+        prefetch_queue: 4,
+        streams: 4,
+    }
+}
+
 /// An in-memory export (one mutex: every call is atomic), with optional read latency and
 /// injected failures.
 pub struct MemExport {

@@ -244,6 +244,18 @@ pub struct Reply {
     pub descriptors: Vec<BlockDescriptor>,
 }
 
+impl Reply {
+    /// The reply to a request that succeeded and returns no data.
+    pub fn done(cookie: u64) -> Reply {
+        Reply {
+            cookie,
+            error: 0,
+            data: vec![],
+            descriptors: vec![],
+        }
+    }
+}
+
 pub struct RawClient {
     pub stream: Box<dyn ReadWrite>,
     pub structured: bool,

@@ -117,7 +117,7 @@ fn write_back_round(level: Level, seed: u64) {
             assert_eq!(got, data, "seed {seed}: read after write");
         }
     }
-    let (_w, crashed) = world.crash(rng.next(), &name_refs);
+    let (_w, crashed) = world.crash(rng.next_u64(), &name_refs);
     drop(wb);
     drop((a, j, checkpointer));
     let a = reassemble(&crashed);
@@ -182,7 +182,7 @@ fn write_back_concurrent_writers_zeroes_and_drain() {
                             wb.write_zeroes(t * region + at, len).unwrap();
                             model[at as usize..(at + len) as usize].fill(0);
                         } else {
-                            let data = pattern(rng.next(), len as usize);
+                            let data = pattern(rng.next_u64(), len as usize);
                             wb.write(t * region + at, &data).unwrap();
                             model[at as usize..(at + len) as usize].copy_from_slice(&data);
                         }
@@ -242,7 +242,7 @@ fn write_back_with_a_small_ring_never_wedges() {
                 for _ in 0..400 {
                     let len = 512 * (1 + rng.below(32));
                     let at = rng.below((slice - len) / 512) * 512;
-                    let data = pattern(rng.next(), len as usize);
+                    let data = pattern(rng.next_u64(), len as usize);
                     wb.write(t * slice + at, &data).unwrap();
                     model[at as usize..(at + len) as usize].copy_from_slice(&data);
                 }

@@ -96,7 +96,7 @@ fn write_through_round(level: Level, seed: u64) {
             a.flush().unwrap();
         }
     }
-    let (_w, crashed) = world.crash(rng.next(), &name_refs);
+    let (_w, crashed) = world.crash(rng.next_u64(), &name_refs);
     drop((a, j, checkpoints));
     // RAID 5 loses one member, RAID 6 two.
     let n = crashed.len() as u64 - 1;
@@ -155,7 +155,7 @@ fn without_the_journal_the_write_hole_shows() {
                 flushed.clone_from(&model);
             }
         }
-        let (_w, crashed) = world.crash(rng.next(), &name_refs);
+        let (_w, crashed) = world.crash(rng.next_u64(), &name_refs);
         let a = assemble(Level::Raid5, &crashed, &[rng.below(4) as usize]);
         let mut got = vec![0u8; flushed.len()];
         a.read(0, &mut got).unwrap();
@@ -187,7 +187,8 @@ fn apply_reservations_cover_the_records_logged() {
             let len = 1 + rng.below(5 * CHUNK);
             let offset = rng.below(a.size_bytes() - len);
             let before = j.stats().appended_bytes;
-            a.write(offset, &pattern(rng.next(), len as usize)).unwrap();
+            a.write(offset, &pattern(rng.next_u64(), len as usize))
+                .unwrap();
             let logged = j.stats().appended_bytes - before;
             let bound = a.logged_bytes_bound(offset, len);
             assert!(

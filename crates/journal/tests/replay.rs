@@ -230,7 +230,7 @@ fn crash_round(seed: u64) {
             std::thread::spawn(move || {
                 let mut rng = Rng::new(seed ^ (t << 32));
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let tag = rng.next();
+                    let tag = rng.next_u64();
                     let len = 1 + rng.below(20_000) as usize;
                     let data = pattern(tag, len);
                     let op = MemberOp::Write {
@@ -258,7 +258,7 @@ fn crash_round(seed: u64) {
     }
     std::thread::sleep(std::time::Duration::from_millis(rng.below(60)));
     let must: Vec<u64> = acked.lock().unwrap().clone();
-    let crashed = m.crash(rng.next());
+    let crashed = m.crash(rng.next_u64());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();

@@ -1,4 +1,4 @@
-//! Test helpers: a seeded RNG and a `World` of simulated members that keep what was written
+//! Test helpers: a seeded RNG (testsupport's) and a `World` of simulated members that keep what was written
 //! apart from what was flushed and "lose power" *together*, each keeping its durable image plus
 //! a seeded subset of its unflushed writes, torn at 512-byte sectors. (`member::SimMember`
 //! does this for one member; the array tests need one instant for all members and the
@@ -77,44 +77,12 @@ fn checkpoint(j: &Journal, flush: &dyn Fn() -> io::Result<()>) -> Result<u64, Jo
 
 pub const SECTOR: usize = 512;
 
-/// splitmix64: small, seedable, good enough for tests.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// The seed from `RAIDKIT_SEED`, else from the clock; printed so a failure can be replayed.
-pub fn seed(test: &str) -> u64 {
-    let seed = std::env::var("RAIDKIT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
-    eprintln!("{test}: RAIDKIT_SEED={seed}");
-    seed
-}
+pub use testsupport::{seed, Rng};
 
 /// Deterministic bytes for `(tag, len)`.
 pub fn pattern(tag: u64, len: usize) -> Vec<u8> {
     let mut rng = Rng::new(tag ^ 0xA5A5_A5A5);
-    (0..len).map(|_| rng.next() as u8).collect()
+    (0..len).map(|_| rng.next_u64() as u8).collect()
 }
 
 #[derive(Default)]
@@ -297,7 +265,7 @@ pub fn rounds() -> u64 {
 pub fn random_write(rng: &mut Rng, size: u64, max_len: u64) -> (u64, Vec<u8>) {
     let len = 1 + rng.below(max_len);
     let offset = rng.below(size - len);
-    (offset, pattern(rng.next(), len as usize))
+    (offset, pattern(rng.next_u64(), len as usize))
 }
 
 /// Reads `model.len()` bytes with `read` and panics, naming the first differing byte, unless

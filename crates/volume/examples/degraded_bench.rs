@@ -13,17 +13,16 @@
 //! the end; 256 MiB members).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use member::{Member, OpenOptions};
 use ondisk::{create, CreateOptions};
-use volume::{assemble, AssembleOptions, SpeedLimits};
+use volume::{assemble, AssembleOptions};
 
 mod common;
-use common::view;
+use common::{best_reads, best_rebuilds, raw_write, unthrottle_and_fill, view, MIB};
 
 const READ_BYTES: usize = 1 << 20;
-const MIB: f64 = 1048576.0;
 const ROUNDS: usize = 3;
 
 fn main() {
@@ -74,20 +73,6 @@ fn read_all(array: &engine::Array) -> f64 {
     size as f64 / MIB / start.elapsed().as_secs_f64()
 }
 
-fn raw_write(dir: &std::path::Path, bytes: u64) -> f64 {
-    let m = file(dir, "raw", bytes);
-    let buf = vec![0x5au8; 4 << 20];
-    let start = Instant::now();
-    let mut at = 0;
-    while at < bytes {
-        let n = (bytes - at).min(buf.len() as u64) as usize;
-        m.write_at(&buf[..n], at).expect("raw write");
-        at += n as u64;
-    }
-    m.flush().expect("flush");
-    bytes as f64 / MIB / start.elapsed().as_secs_f64()
-}
-
 fn run(dir: &std::path::Path, level: &str, count: usize, member_bytes: u64) {
     let members: Vec<Arc<dyn Member>> = (0..count)
         .map(|i| file(dir, &format!("{level}-{i}"), member_bytes))
@@ -95,43 +80,14 @@ fn run(dir: &std::path::Path, level: &str, count: usize, member_bytes: u64) {
     let opts = CreateOptions::new(level.parse().expect("level"), "bench");
     create(&members, &opts).expect("create");
     let v = assemble(members, &AssembleOptions::default()).expect("assemble");
-    v.set_speed_limits(SpeedLimits {
-        min_bytes_per_sec: u64::MAX / 4,
-        max_bytes_per_sec: u64::MAX / 2,
-    });
-    let data: Vec<u8> = (0..READ_BYTES).map(|i| (i * 7 + 3) as u8).collect();
-    let mut at = 0;
-    while at < v.size_bytes() {
-        let n = (v.size_bytes() - at).min(READ_BYTES as u64) as usize;
-        v.write(at, &data[..n]).expect("fill");
-        at += n as u64;
-    }
-    v.flush().expect("flush");
-    // Healthy and degraded rounds interleaved, best of each: background load on the machine
-    // then hits both alike.
-    let (healthy_view, degraded_view) = (view(&v, None), view(&v, Some(1)));
-    let (mut healthy, mut degraded) = (0f64, 0f64);
-    for _ in 0..ROUNDS {
-        healthy = healthy.max(read_all(&healthy_view));
-        degraded = degraded.max(read_all(&degraded_view));
-    }
-    let data_bytes = v.geometry().member_data_bytes(1);
-    let (mut raw, mut rebuild) = (0f64, 0f64);
-    for round in 0..ROUNDS {
-        raw = raw.max(raw_write(dir, data_bytes));
-        v.fail("role 1").expect("fail");
-        v.remove("role 1").expect("remove");
-        let spare = file(dir, &format!("{level}-spare{round}"), member_bytes);
-        let start = Instant::now();
-        v.add(spare).expect("add");
-        assert!(
-            v.wait_idle(Duration::from_secs(3600)),
-            "rebuild did not finish"
-        );
-        rebuild = rebuild.max(data_bytes as f64 / MIB / start.elapsed().as_secs_f64());
-    }
-    assert!(v.array().check().expect("check").is_consistent());
-    v.close().expect("close");
+    unthrottle_and_fill(&v, READ_BYTES);
+    let (healthy, degraded) = best_reads(ROUNDS, &view(&v, None), &view(&v, Some(1)), read_all);
+    let (raw, rebuild) = best_rebuilds(
+        &v,
+        ROUNDS,
+        |_, bytes| raw_write(file(dir, "raw", bytes).as_ref(), bytes),
+        |round| file(dir, &format!("{level}-spare{round}"), member_bytes),
+    );
     println!(
         "| {level} | {count} | {healthy:.0} | {degraded:.0} | {:.0}% | {raw:.0} | {rebuild:.0} | {:.0}% |",
         100.0 * degraded / healthy,

@@ -27,14 +27,14 @@ use std::time::{Duration, Instant};
 
 use member::{Member, OpenOptions};
 use ondisk::{create, CreateOptions};
-use volume::{assemble, AssembleOptions, SpeedLimits};
+use volume::{assemble, AssembleOptions};
 
 mod common;
 
 const READ_BYTES: u64 = 1 << 20;
 const READERS: u64 = 4;
 const WRITE_BYTES: usize = 4 << 20;
-const MIB: f64 = 1048576.0;
+use common::MIB;
 const ROUNDS: usize = 3;
 /// Rate-filter bucket, in seconds of the rate (nbdkit's default is 2 s). It must be much
 /// smaller than the time of one rebuild step (4 MiB): else a member idle during the other
@@ -148,19 +148,6 @@ fn view(v: &volume::Volume, missing: Option<usize>) -> engine::Array {
     array
 }
 
-fn raw_write(m: &dyn Member, bytes: u64) -> f64 {
-    let buf = vec![0x5au8; WRITE_BYTES];
-    let start = Instant::now();
-    let mut at = 0;
-    while at < bytes {
-        let n = (bytes - at).min(buf.len() as u64) as usize;
-        m.write_at(&buf[..n], at).expect("raw write");
-        at += n as u64;
-    }
-    m.flush().expect("flush");
-    bytes as f64 / MIB / start.elapsed().as_secs_f64()
-}
-
 fn run(servers: &mut Servers, level: &str, count: usize) {
     let members: Vec<Arc<dyn Member>> = (0..count)
         .map(|i| servers.member(&format!("m{i}")))
@@ -170,43 +157,20 @@ fn run(servers: &mut Servers, level: &str, count: usize) {
     opts.assume_clean = true; // nbdkit memory members start zeroed: consistent
     create(&members, &opts).expect("create");
     let v = assemble(members, &AssembleOptions::default()).expect("assemble");
-    v.set_speed_limits(SpeedLimits {
-        min_bytes_per_sec: u64::MAX / 4,
-        max_bytes_per_sec: u64::MAX / 2,
-    });
-    let data: Vec<u8> = (0..4 << 20).map(|i| (i * 7 + 3) as u8).collect();
-    let mut at = 0;
-    while at < v.size_bytes() {
-        let n = (v.size_bytes() - at).min(data.len() as u64) as usize;
-        v.write(at, &data[..n]).expect("fill");
-        at += n as u64;
-    }
-    v.flush().expect("flush");
-    let (healthy_view, degraded_view) = (view(&v, None), view(&v, Some(1)));
-    let (mut healthy, mut degraded) = (0f64, 0f64);
-    for _ in 0..ROUNDS {
-        healthy = healthy.max(read_all(&healthy_view));
-        degraded = degraded.max(read_all(&degraded_view));
-    }
-    drop((healthy_view, degraded_view));
-    let data_bytes = v.geometry().member_data_bytes(1);
-    let (mut raw, mut rebuild) = (0f64, 0f64);
-    for round in 0..ROUNDS {
-        let target = servers.member(&format!("raw{round}"));
-        raw = raw.max(raw_write(target.as_ref(), data_bytes));
-        v.fail("role 1").expect("fail");
-        v.remove("role 1").expect("remove");
-        let spare = servers.member(&format!("spare{round}"));
-        let start = Instant::now();
-        v.add(spare).expect("add");
-        assert!(
-            v.wait_idle(Duration::from_secs(3600)),
-            "rebuild did not finish"
-        );
-        rebuild = rebuild.max(data_bytes as f64 / MIB / start.elapsed().as_secs_f64());
-    }
-    assert!(v.array().check().expect("check").is_consistent());
-    v.close().expect("close");
+    common::unthrottle_and_fill(&v, WRITE_BYTES);
+    let (healthy, degraded) =
+        common::best_reads(ROUNDS, &view(&v, None), &view(&v, Some(1)), read_all);
+    // Both closures start servers: one at a time.
+    let servers = std::cell::RefCell::new(servers);
+    let (raw, rebuild) = common::best_rebuilds(
+        &v,
+        ROUNDS,
+        |round, bytes| {
+            let target = servers.borrow_mut().member(&format!("raw{round}"));
+            common::raw_write(target.as_ref(), bytes)
+        },
+        |round| servers.borrow_mut().member(&format!("spare{round}")),
+    );
     println!(
         "| {level} x{count} | {healthy:.1} | {degraded:.1} | {:.0} % | {raw:.1} | {rebuild:.1} | {:.0} % |",
         100.0 * degraded / healthy,

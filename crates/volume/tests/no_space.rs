@@ -9,11 +9,42 @@ use std::io::ErrorKind;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use member::{FaultRule, FaultyMember, Member};
-use volume::{assemble, ArrayHealth, AssembleOptions, MemberState, SpeedLimits};
+use member::{FaultControl, FaultRule, FaultyMember, Member};
+use volume::{assemble, ArrayHealth, AssembleOptions, MemberState, SpeedLimits, Volume};
 
 fn wait_for_it(what: &str, mut cond: impl FnMut() -> bool) {
     assert!(wait_for(60, &mut cond), "timed out waiting for {what}");
+}
+
+/// The array of `paths` assembled over `FaultyMember`s, and their controls.
+fn assemble_faulty(paths: &[std::path::PathBuf]) -> (Volume, Vec<FaultControl>) {
+    let faulty: Vec<FaultyMember> = open_all(paths).into_iter().map(FaultyMember::new).collect();
+    let controls: Vec<_> = faulty.iter().map(|f| f.control()).collect();
+    let members: Vec<Arc<dyn Member>> = faulty.into_iter().map(|f| Arc::new(f) as _).collect();
+    let v = assemble(members, &AssembleOptions::default()).unwrap();
+    (v, controls)
+}
+
+/// Collects the volume's notices (its notice hook) into the list returned.
+fn collect_notices(v: &Volume) -> Arc<Mutex<Vec<String>>> {
+    let notices = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = Arc::clone(&notices);
+    v.set_notice_hook(Box::new(move |line| {
+        sink.lock().unwrap().push(line.to_string())
+    }));
+    notices
+}
+
+/// Writes to the data area of `control`'s member fail with `kind` (out of space); its
+/// superblock and bitmap still take writes.
+fn data_area_full(control: &FaultControl, data_offset: u64, kind: ErrorKind) {
+    control.fail_writes_as(
+        FaultRule::Range {
+            offset: data_offset,
+            len: u64::MAX / 2,
+        },
+        kind,
+    );
 }
 
 #[test]
@@ -22,34 +53,18 @@ fn a_full_filesystem_refuses_writes_and_resyncs_when_space_is_back() {
     let dir = tempfile::tempdir().unwrap();
     let paths = new_array(dir.path(), "ns", "raid5", 4);
     let data_offset = read_sb(&paths[0]).data_offset_bytes;
-    let faulty: Vec<FaultyMember> = open_all(&paths)
-        .into_iter()
-        .map(FaultyMember::new)
-        .collect();
-    let controls: Vec<_> = faulty.iter().map(|f| f.control()).collect();
-    let members: Vec<Arc<dyn Member>> = faulty.into_iter().map(|f| Arc::new(f) as _).collect();
-    let v = assemble(members, &AssembleOptions::default()).unwrap();
+    let (v, controls) = assemble_faulty(&paths);
     v.set_speed_limits(SpeedLimits {
         min_bytes_per_sec: 1 << 30,
         max_bytes_per_sec: 1 << 30,
     });
-    let notices = Arc::new(Mutex::new(Vec::<String>::new()));
-    let sink = Arc::clone(&notices);
-    v.set_notice_hook(Box::new(move |line| {
-        sink.lock().unwrap().push(line.to_string())
-    }));
+    let notices = collect_notices(&v);
     let size = v.size_bytes() as usize;
     let mut model = pattern(size, seed);
     v.write(0, &model).unwrap();
     // The data areas of roles 1 and 3 are out of space (the bitmap bits are already set).
     for role in [1, 3] {
-        controls[role].fail_writes_as(
-            FaultRule::Range {
-                offset: data_offset,
-                len: u64::MAX / 2,
-            },
-            ErrorKind::StorageFull,
-        );
+        data_area_full(&controls[role], data_offset, ErrorKind::StorageFull);
     }
     let mut unknown = vec![false; size];
     let mut refused = 0;
@@ -115,21 +130,9 @@ fn a_close_while_still_full_leaves_the_array_to_resync() {
     let dir = tempfile::tempdir().unwrap();
     let paths = new_array(dir.path(), "nc", "raid5", 3);
     let data_offset = read_sb(&paths[0]).data_offset_bytes;
-    let faulty: Vec<FaultyMember> = open_all(&paths)
-        .into_iter()
-        .map(FaultyMember::new)
-        .collect();
-    let controls: Vec<_> = faulty.iter().map(|f| f.control()).collect();
-    let members: Vec<Arc<dyn Member>> = faulty.into_iter().map(|f| Arc::new(f) as _).collect();
-    let v = assemble(members, &AssembleOptions::default()).unwrap();
+    let (v, controls) = assemble_faulty(&paths);
     v.write(0, &pattern(300_000, 1)).unwrap();
-    controls[0].fail_writes_as(
-        FaultRule::Range {
-            offset: data_offset,
-            len: u64::MAX / 2,
-        },
-        ErrorKind::QuotaExceeded,
-    );
+    data_area_full(&controls[0], data_offset, ErrorKind::QuotaExceeded);
     let e = v.write(0, &pattern(300_000, 2)).unwrap_err();
     assert!(e.is_no_space(), "{e}");
     assert!(v.status().unsynced_bytes > 0);
@@ -149,19 +152,9 @@ fn a_close_while_still_full_leaves_the_array_to_resync() {
 fn a_bitmap_bit_refused_for_lack_of_space_fails_the_write_not_the_member() {
     let dir = tempfile::tempdir().unwrap();
     let paths = new_array(dir.path(), "nb", "raid1", 2);
-    let faulty: Vec<FaultyMember> = open_all(&paths)
-        .into_iter()
-        .map(FaultyMember::new)
-        .collect();
-    let controls: Vec<_> = faulty.iter().map(|f| f.control()).collect();
-    let members: Vec<Arc<dyn Member>> = faulty.into_iter().map(|f| Arc::new(f) as _).collect();
-    let v = assemble(members, &AssembleOptions::default()).unwrap();
+    let (v, controls) = assemble_faulty(&paths);
     v.write(0, &pattern(4096, 1)).unwrap(); // the dirty mark is written
-    let notices = Arc::new(Mutex::new(Vec::<String>::new()));
-    let sink = Arc::clone(&notices);
-    v.set_notice_hook(Box::new(move |line| {
-        sink.lock().unwrap().push(line.to_string())
-    }));
+    let notices = collect_notices(&v);
     // Once the region's bit is clear again, member 1 refuses every write, its bitmap block
     // included: the next write must set the bit first, and that is what fails.
     v.set_bitmap_idle(std::time::Duration::from_millis(100));

@@ -102,6 +102,32 @@ fn slow(path: &Path, delay: Duration, watched: bool, overlap: &Arc<Overlap>) -> 
     })
 }
 
+/// A `level` array of `count` members of `member_bytes` each with one spare (chunk `chunk`),
+/// created in `dir` and assembled over [`Slow`] members: the spare is the watched one and
+/// sleeps `spare_delay` on each write, the others do not sleep. Rebuilds run unthrottled.
+fn slow_array(
+    dir: &Path,
+    level: &str,
+    (count, chunk, member_bytes): (usize, u64, u64),
+    spare_delay: Duration,
+) -> (volume::Volume, Arc<Overlap>) {
+    let paths = sized_files(dir, "m", count, member_bytes);
+    let spare = sized_files(dir, "spare", 1, member_bytes);
+    let mut opts = CreateOptions::new(level.parse().unwrap(), level);
+    opts.chunk_bytes = chunk;
+    opts.spares = open_all(&spare);
+    create(&open_all(&paths), &opts).unwrap();
+    let overlap = Arc::new(Overlap::default());
+    let mut members: Vec<Arc<dyn Member>> = paths
+        .iter()
+        .map(|p| slow(p, Duration::ZERO, false, &overlap))
+        .collect();
+    members.push(slow(&spare[0], spare_delay, true, &overlap));
+    let v = assemble(members, &AssembleOptions::default()).unwrap();
+    v.set_speed_limits(unthrottled());
+    (v, overlap)
+}
+
 /// One writer thread's random writes (and read checks) over its own region; returns its model.
 fn writer(
     v: Arc<volume::Volume>,
@@ -144,20 +170,13 @@ fn rebuild_under_writes(level: &str, count: usize, chunk: u64, member_bytes: u64
     let seed = seed();
     let what = format!("{level} x{count} chunk {chunk}, RAIDKIT_SEED={seed}");
     let dir = tempfile::tempdir().unwrap();
-    let paths = sized_files(dir.path(), "m", count, member_bytes);
-    let spare = sized_files(dir.path(), "spare", 1, member_bytes);
-    let mut opts = CreateOptions::new(level.parse().unwrap(), "pipe");
-    opts.chunk_bytes = chunk;
-    opts.spares = open_all(&spare);
-    create(&open_all(&paths), &opts).unwrap();
-    let overlap = Arc::new(Overlap::default());
-    let mut members: Vec<Arc<dyn Member>> = paths
-        .iter()
-        .map(|p| slow(p, Duration::ZERO, false, &overlap))
-        .collect();
-    members.push(slow(&spare[0], Duration::from_millis(2), true, &overlap));
-    let v = Arc::new(assemble(members, &AssembleOptions::default()).unwrap());
-    v.set_speed_limits(unthrottled());
+    let (v, _) = slow_array(
+        dir.path(),
+        level,
+        (count, chunk, member_bytes),
+        Duration::from_millis(2),
+    );
+    let v = Arc::new(v);
     let first = pattern(v.size_bytes() as usize, seed);
     v.write(0, &first).unwrap();
     let writers = 3u64;
@@ -204,20 +223,12 @@ fn rebuild_under_writes(level: &str, count: usize, chunk: u64, member_bytes: u64
 #[test]
 fn rebuild_overlaps_a_steps_write_with_the_next_steps_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let paths = sized_files(dir.path(), "m", 4, 16 << 20);
-    let spare = sized_files(dir.path(), "spare", 1, 16 << 20);
-    let mut opts = CreateOptions::new("raid5".parse().unwrap(), "overlap");
-    opts.chunk_bytes = 64 * 1024;
-    opts.spares = open_all(&spare);
-    create(&open_all(&paths), &opts).unwrap();
-    let overlap = Arc::new(Overlap::default());
-    let mut members: Vec<Arc<dyn Member>> = paths
-        .iter()
-        .map(|p| slow(p, Duration::ZERO, false, &overlap))
-        .collect();
-    members.push(slow(&spare[0], Duration::from_millis(30), true, &overlap));
-    let v = assemble(members, &AssembleOptions::default()).unwrap();
-    v.set_speed_limits(unthrottled());
+    let (v, overlap) = slow_array(
+        dir.path(),
+        "raid5",
+        (4, 64 * 1024, 16 << 20),
+        Duration::from_millis(30),
+    );
     let data = pattern(v.size_bytes() as usize, 7);
     v.write(0, &data).unwrap();
     v.fail("role 2").unwrap();

@@ -111,6 +111,16 @@ pub fn check_range(name: &str, op: &str, offset: u64, len: u64, size: u64) -> io
     }
 }
 
+/// [`check_range`] of `op` on `member`, by its own name and length.
+pub(crate) fn check_member_range<M: crate::Member + ?Sized>(
+    member: &M,
+    op: &str,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    check_range(member.name(), op, offset, len, member.len())
+}
+
 /// Wraps an OS error so its message names the member and the operation.
 pub(crate) fn annotate(name: &str, op: &str, offset: u64, len: u64, e: io::Error) -> io::Error {
     io::Error::new(

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::error::{check_range, MemberError};
+use crate::error::{check_member_range, MemberError};
 use crate::Member;
 
 /// Allocation unit of a RAM member.
@@ -110,13 +110,7 @@ impl Member for MemMember {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(
-            &self.name,
-            "read",
-            offset,
-            buf.len() as u64,
-            self.size_bytes,
-        )?;
+        check_member_range(self, "read", offset, buf.len() as u64)?;
         Self::for_each_piece(offset, buf.len() as u64, |page_index, in_page, range| {
             let shard = self.shard(page_index);
             let out = &mut buf[range];
@@ -129,13 +123,7 @@ impl Member for MemMember {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        check_range(
-            &self.name,
-            "write",
-            offset,
-            buf.len() as u64,
-            self.size_bytes,
-        )?;
+        check_member_range(self, "write", offset, buf.len() as u64)?;
         Self::for_each_piece(offset, buf.len() as u64, |page_index, in_page, range| {
             let mut shard = self.shard(page_index);
             let page = shard
@@ -152,13 +140,13 @@ impl Member for MemMember {
     }
 
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(&self.name, "trim", offset, len, self.size_bytes)?;
+        check_member_range(self, "trim", offset, len)?;
         self.zero_range(offset, len);
         Ok(())
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(&self.name, "write-zeroes", offset, len, self.size_bytes)?;
+        check_member_range(self, "write-zeroes", offset, len)?;
         self.zero_range(offset, len);
         Ok(())
     }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::error::check_range;
+use crate::error::check_member_range;
 use crate::rng::SimRng;
 use crate::Member;
 
@@ -172,13 +172,7 @@ impl SimMember {
 
     /// Reads the durable image (what survives any crash), for test assertions.
     pub fn read_durable(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(
-            &self.name,
-            "read durable",
-            offset,
-            buf.len() as u64,
-            self.size_bytes,
-        )?;
+        check_member_range(self, "read durable", offset, buf.len() as u64)?;
         self.lock().durable.read(buf, offset);
         Ok(())
     }
@@ -262,25 +256,13 @@ impl Member for SimMember {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(
-            &self.name,
-            "read",
-            offset,
-            buf.len() as u64,
-            self.size_bytes,
-        )?;
+        check_member_range(self, "read", offset, buf.len() as u64)?;
         self.lock().current.read(buf, offset);
         Ok(())
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        check_range(
-            &self.name,
-            "write",
-            offset,
-            buf.len() as u64,
-            self.size_bytes,
-        )?;
+        check_member_range(self, "write", offset, buf.len() as u64)?;
         self.record(offset, Written::Bytes(buf.to_vec()), false);
         Ok(())
     }
@@ -297,25 +279,19 @@ impl Member for SimMember {
     }
 
     fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        check_range(
-            &self.name,
-            "write",
-            offset,
-            buf.len() as u64,
-            self.size_bytes,
-        )?;
+        check_member_range(self, "write", offset, buf.len() as u64)?;
         self.record(offset, Written::Bytes(buf.to_vec()), true);
         Ok(())
     }
 
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(&self.name, "trim", offset, len, self.size_bytes)?;
+        check_member_range(self, "trim", offset, len)?;
         self.record(offset, Written::Zeroes(len), false);
         Ok(())
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(&self.name, "write-zeroes", offset, len, self.size_bytes)?;
+        check_member_range(self, "write-zeroes", offset, len)?;
         self.record(offset, Written::Zeroes(len), false);
         Ok(())
     }

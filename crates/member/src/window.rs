@@ -3,7 +3,7 @@
 use std::io;
 use std::sync::Arc;
 
-use crate::error::check_range;
+use crate::error::check_member_range;
 use crate::Member;
 
 /// A member exposing bytes `[offset, offset + len)` of another member at offsets `[0, len)`.
@@ -63,31 +63,25 @@ impl Member for Window {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(&self.name, "read", offset, buf.len() as u64, self.len_bytes)?;
+        check_member_range(self, "read", offset, buf.len() as u64)?;
         self.inner.read_at(buf, self.offset_bytes + offset)
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        check_range(
-            &self.name,
-            "write",
-            offset,
-            buf.len() as u64,
-            self.len_bytes,
-        )?;
+        check_member_range(self, "write", offset, buf.len() as u64)?;
         self.inner.write_at(buf, self.offset_bytes + offset)
     }
 
     fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
         let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
-        check_range(&self.name, "read", offset, len, self.len_bytes)?;
+        check_member_range(self, "read", offset, len)?;
         self.inner
             .read_vectored_at(bufs, self.offset_bytes + offset)
     }
 
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
         let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
-        check_range(&self.name, "write", offset, len, self.len_bytes)?;
+        check_member_range(self, "write", offset, len)?;
         self.inner
             .write_vectored_at(bufs, self.offset_bytes + offset)
     }
@@ -97,23 +91,17 @@ impl Member for Window {
     }
 
     fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        check_range(
-            &self.name,
-            "write",
-            offset,
-            buf.len() as u64,
-            self.len_bytes,
-        )?;
+        check_member_range(self, "write", offset, buf.len() as u64)?;
         self.inner.write_durable_at(buf, self.offset_bytes + offset)
     }
 
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(&self.name, "trim", offset, len, self.len_bytes)?;
+        check_member_range(self, "trim", offset, len)?;
         self.inner.trim(self.offset_bytes + offset, len)
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(&self.name, "write-zeroes", offset, len, self.len_bytes)?;
+        check_member_range(self, "write-zeroes", offset, len)?;
         self.inner.write_zeroes(self.offset_bytes + offset, len)
     }
 

@@ -113,6 +113,26 @@ impl CacheConfig {
         }
     }
 
+    /// The cache an operator asks for with a size, a read-ahead mode and, optionally, a
+    /// read-ahead window (default: the default window, or half a smaller cache), checked.
+    pub fn sized(
+        size_bytes: u64,
+        read_ahead: ReadAhead,
+        window_bytes: Option<u64>,
+    ) -> Result<Self, ConfigError> {
+        let defaults = CacheConfig::default();
+        let block = defaults.block_bytes;
+        let half_cache = size_bytes / block / 2 * block;
+        let config = CacheConfig {
+            size_bytes,
+            read_ahead,
+            window_bytes: window_bytes.unwrap_or_else(|| defaults.window_bytes.min(half_cache)),
+            ..defaults
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
     /// True when the cache holds memory (`size_bytes > 0`).
     pub fn enabled(&self) -> bool {
         self.size_bytes > 0

@@ -206,3 +206,77 @@ fn help_texts() {
     assert!(stdout(&raidkit(&["examine", "--help"])).contains("--json"));
     assert!(!raidkit(&[]).status.success(), "no subcommand is an error");
 }
+
+/// `examine --scan` over a glob finds two arrays, their spare and one's journal, and writes
+/// entries the daemon's configuration parser reads back to the same devices in role order.
+#[test]
+fn examine_scan_writes_config_entries_for_the_arrays_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = paths(dir.path(), "home", 3);
+    let spare = dir.path().join("home-spare");
+    let journal = dir.path().join("home-journal");
+    let mut args = vec!["create", "--level", "5", "--name", "home", "--size", "8M"];
+    args.extend(["--spare", spare.to_str().unwrap()]);
+    args.extend([
+        "--journal",
+        journal.to_str().unwrap(),
+        "--journal-size",
+        "2M",
+    ]);
+    args.extend(strs(&home));
+    let out = raidkit(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let backup = paths(dir.path(), "backup", 2);
+    let mut args = vec!["create", "--level", "1", "--name", "backup", "--size", "8M"];
+    args.extend(strs(&backup));
+    let out = raidkit(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(dir.path().join("not-raid"), vec![7u8; 1 << 20]).unwrap();
+
+    let glob = format!("{}/*", dir.path().display());
+    let out = raidkit(&["examine", "--scan", &glob]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let config =
+        config::Config::parse(&text, Path::new("scan")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let names: Vec<&str> = config
+        .arrays
+        .iter()
+        .map(|a| a.name.get_ref().as_str())
+        .collect();
+    assert_eq!(names, ["backup", "home"], "{text}");
+    let listed = |a: &config::ArrayConfig| -> Vec<String> {
+        a.members.iter().map(|m| m.get_ref().clone()).collect()
+    };
+    let as_strings =
+        |p: &[PathBuf]| -> Vec<String> { p.iter().map(|p| p.display().to_string()).collect() };
+    assert_eq!(listed(&config.arrays[0]), as_strings(&backup), "{text}");
+    assert_eq!(listed(&config.arrays[1]), as_strings(&home), "{text}");
+    let home_entry = &config.arrays[1];
+    assert_eq!(home_entry.spares[0].get_ref(), &spare.display().to_string());
+    assert_eq!(
+        home_entry.journal.as_ref().unwrap().get_ref(),
+        &journal.display().to_string()
+    );
+    assert!(config.arrays[0].journal.is_none() && config.arrays[0].spares.is_empty());
+
+    // A role not found is said in a comment; nothing found at all is an error.
+    let some = [home[0].to_str().unwrap(), home[2].to_str().unwrap()];
+    let out = raidkit(&["examine", "--scan", some[0], some[1]]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("# role 1 (member "),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stdout(&out).contains("journal (uuid "), "{}", stdout(&out));
+    let none = dir.path().join("not-raid");
+    assert_fails(
+        &["examine", "--scan", none.to_str().unwrap()],
+        &["no raidkit array superblock on any of the 1 devices scanned"],
+    );
+    assert_fails(
+        &["examine", "--scan", "/nonexistent/disk"],
+        &["/nonexistent/disk: cannot open it to scan"],
+    );
+}

@@ -11,11 +11,18 @@ use crate::units::human_bytes;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Print JSON (an array with one object per member; field names are stable).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "scan")]
     json: bool,
 
+    /// Print a configuration entry (`[[array]]` table, as the daemon's config file takes it)
+    /// for each array found on the given files, block devices, NBD URIs or globs (quote
+    /// globs: "/dev/sd*"); with none, every block device in /proc/partitions (as `mdadm
+    /// --examine --scan`).
+    #[arg(long)]
+    scan: bool,
+
     /// Member files or block devices.
-    #[arg(value_name = "MEMBER", required = true)]
+    #[arg(value_name = "MEMBER", required_unless_present = "scan")]
     members: Vec<String>,
 }
 
@@ -224,6 +231,9 @@ fn render_text(j: &SuperblockJson) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.scan {
+        return scan(&args.members);
+    }
     let opts = OpenOptions {
         create_size: None,
         read_only: true,
@@ -244,6 +254,89 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--scan`: every array superblock and journal found on `specs`, written as config entries.
+fn scan(specs: &[String]) -> anyhow::Result<()> {
+    let devices = scan_targets(specs)?;
+    let opts = OpenOptions {
+        create_size: None,
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    let (mut members, mut journals) = (Vec::new(), Vec::new());
+    for (path, named) in &devices {
+        let device = match member::open(path, &opts) {
+            Ok(device) => device,
+            Err(e) if *named => anyhow::bail!("{path}: cannot open it to scan: {e}"),
+            Err(_) => continue, // a partition that went away, a drive without media
+        };
+        match ondisk::read_superblock(device.as_ref()) {
+            Ok(superblock) => members.push(config::ScannedMember {
+                path: path.clone(),
+                superblock,
+            }),
+            Err(ondisk::ReadSuperblockError::Io(e)) if *named => {
+                anyhow::bail!("{path}: cannot read it to scan: {e}")
+            }
+            Err(_) => {
+                if let Ok(sb) = journal::read_superblock(device.as_ref()) {
+                    journals.push(config::ScannedJournal {
+                        path: path.clone(),
+                        array_uuid: sb.array_uuid,
+                        journal_uuid: sb.journal_uuid,
+                    });
+                }
+            }
+        }
+    }
+    if members.is_empty() {
+        anyhow::bail!(
+            "no raidkit array superblock on any of the {} devices scanned",
+            devices.len()
+        );
+    }
+    print!(
+        "{}",
+        config::render_scan(&config::group(&members, &journals))
+    );
+    Ok(())
+}
+
+/// The devices `--scan` reads, each with whether the user named it (an error opening it is
+/// then reported, not skipped): the specs with globs expanded, or every block device of
+/// /proc/partitions.
+fn scan_targets(specs: &[String]) -> anyhow::Result<Vec<(String, bool)>> {
+    let mut targets = Vec::new();
+    if specs.is_empty() {
+        let table = std::fs::read_to_string("/proc/partitions")
+            .context("cannot list block devices (/proc/partitions); name the devices to scan")?;
+        for name in table
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split_whitespace().nth(3))
+        {
+            let path = format!("/dev/{name}");
+            if std::path::Path::new(&path).exists() {
+                targets.push((path, false));
+            }
+        }
+    }
+    for spec in specs {
+        if !spec.contains(['*', '?', '[']) || spec.contains("://") {
+            targets.push((spec.clone(), true));
+            continue;
+        }
+        let paths = glob::glob(spec).with_context(|| format!("{spec:?} is not a valid glob"))?;
+        for path in paths {
+            let path = path.with_context(|| format!("cannot expand {spec:?}"))?;
+            targets.push((path.display().to_string(), false));
+        }
+    }
+    // One entry per path; a path both named and matched by a glob counts as named.
+    targets.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    targets.dedup_by(|later, first| later.0 == first.0);
+    Ok(targets)
 }
 
 #[cfg(test)]

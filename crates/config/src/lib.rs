@@ -1,0 +1,39 @@
+//! The service's configuration file: what it may say, how it is checked, and how `raidkit
+//! examine --scan` writes the entries it finds on disks.
+//!
+//! The file is TOML (default `/etc/raidkit/raidkit.toml`):
+//!
+//! ```toml
+//! [daemon]
+//! listen = ["127.0.0.1:10809"]
+//! admin = "/run/raidkit/admin.sock"
+//!
+//! [alerts]
+//! program = "/usr/local/sbin/raid-alert"
+//!
+//! [[array]]
+//! name = "home"
+//! members = ["/dev/sdb", "/dev/sdc", "/dev/sdd", "nbd://backup-host/home"]
+//! spares = ["/dev/sde"]
+//! journal = "/dev/nvme0n1p3"
+//! scrub_schedule = "monthly"
+//! ```
+//!
+//! [`Config::parse`] checks everything that can be checked without opening a device: every key
+//! is known and of the right type, values are in range, and no member, spare, journal, array
+//! name or export name is used twice. Each problem names the file, the line and the key; all
+//! problems are reported at once, and a file with any problem yields no `Config`, so nothing is
+//! started or changed on a half-understood file.
+//!
+//! Arrays are not created from the file (`raidkit create` does that); the file names the
+//! members of arrays that exist, and the superblocks on them say the rest.
+
+mod check;
+mod model;
+mod scan;
+mod values;
+
+pub use check::{Problem, Problems};
+pub use model::{Alerts, ArrayConfig, Config, Daemon, LogFormat, DEFAULT_LISTEN, DEFAULT_PATH};
+pub use scan::{group, render_scan, ScannedArray, ScannedJournal, ScannedMember};
+pub use values::{Rate, Schedule, Size, TimeWindow};

@@ -1,0 +1,155 @@
+//! What the file may say. Unknown keys are refused (`deny_unknown_fields`): a misspelt key
+//! silently ignored is how a spare or a journal goes missing. Tunables left out are `None` and
+//! take `raidkit serve`'s default for the same option (named in each field's comment), so the
+//! two front ends cannot drift apart.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::values::{Rate, Schedule, Size, TimeWindow};
+
+/// Where the daemon reads its configuration unless told otherwise.
+pub const DEFAULT_PATH: &str = "/etc/raidkit/raidkit.toml";
+
+/// The daemon's NBD listener when `[daemon]` names none (as `raidkit serve`'s).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub daemon: Daemon,
+    #[serde(default)]
+    pub alerts: Alerts,
+    /// `[[array]]` tables, in file order.
+    #[serde(default, rename = "array")]
+    pub arrays: Vec<ArrayConfig>,
+}
+
+/// `[daemon]`: the service as a whole.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Daemon {
+    /// TCP listeners (`HOST:PORT`) every array without its own listener is served on, each
+    /// under its export name. Default: [`DEFAULT_LISTEN`] unless `unix` is given.
+    #[serde(default)]
+    pub listen: Vec<Spanned<String>>,
+    /// A Unix socket listener (the path must not exist).
+    pub unix: Option<Spanned<PathBuf>>,
+    /// The admin API's Unix socket (`raidkit status --admin`, `fail`, `add`, ...).
+    pub admin: Option<Spanned<PathBuf>>,
+    /// The metrics and dashboard listener (`HOST:PORT`).
+    pub metrics: Option<Spanned<String>>,
+    /// How log lines are written: `text` (default) or `json`.
+    #[serde(default)]
+    pub log_format: LogFormat,
+}
+
+/// One log line per event: for people (`text`) or for machines (`json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// `[alerts]`: where events (Fail, DegradedArray, RebuildFinished, ...) are sent. Each is
+/// optional and several may be given; events are logged whatever is configured.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Alerts {
+    /// Run as `program EVENT ARRAY [MEMBER]`, details in environment variables (mdadm's
+    /// PROGRAM convention).
+    pub program: Option<Spanned<PathBuf>>,
+    /// Mail each event to this address through `mail_command`.
+    pub mail_to: Option<Spanned<String>>,
+    /// A sendmail-compatible command reading the message on stdin (default
+    /// `/usr/sbin/sendmail -t`).
+    pub mail_command: Option<Spanned<String>>,
+    /// POST each event as JSON to this `http://` URL.
+    pub webhook: Option<Spanned<String>>,
+    /// Also send each event to syslog (journald).
+    #[serde(default)]
+    pub syslog: bool,
+}
+
+/// `[[array]]`: one array the daemon assembles from its members and serves.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArrayConfig {
+    /// The array's name in status, alerts and the admin API; also its export name unless
+    /// `export` says otherwise. Letters, digits, `.`, `_` and `-`.
+    pub name: Spanned<String>,
+    /// The array's UUID (as `raidkit examine` prints it): when given, a member whose
+    /// superblock names another array is refused.
+    pub uuid: Option<Spanned<String>>,
+    /// The export name clients ask for (default: `name`).
+    pub export: Option<Spanned<String>>,
+    /// Member files, block devices or NBD URIs, in any order (roles come from superblocks).
+    pub members: Vec<Spanned<String>>,
+    /// Hot spares of this array.
+    #[serde(default)]
+    pub spares: Vec<Spanned<String>>,
+    /// Arrays sharing a spare group lend each other their spares (mdadm's `spare-group`).
+    pub spare_group: Option<Spanned<String>>,
+    /// The array's journal device (serve's `--journal`).
+    pub journal: Option<Spanned<String>>,
+    /// Accept a write-back journal on RAM (serve's `--allow-volatile-journal`; default false).
+    #[serde(default)]
+    pub allow_volatile_journal: bool,
+    /// Serve read-only (serve's `--read-only`; default false).
+    #[serde(default)]
+    pub read_only: bool,
+    /// This array's own TCP listeners instead of the daemon's.
+    pub listen: Option<Vec<Spanned<String>>>,
+    /// This array's own Unix socket listener instead of the daemon's.
+    pub unix: Option<Spanned<PathBuf>>,
+    /// Read cache size (serve's `--cache-size`, default 64M; 0 = none).
+    pub cache_size: Option<Spanned<Size>>,
+    /// `off`, `on` or `adaptive` (serve's `--read-ahead`, default adaptive).
+    pub read_ahead: Option<Spanned<String>>,
+    /// Bytes read ahead of a sequential client (serve's `--read-ahead-window`).
+    pub read_ahead_window: Option<Spanned<Size>>,
+    /// Memory for request data in flight (serve's `--buffer-memory`, default 256M, ≥ 64M).
+    pub buffer_memory: Option<Spanned<Size>>,
+    /// Background work's minimum rate per member (serve's `--speed-min`, default 1M).
+    pub speed_min: Option<Spanned<Rate>>,
+    /// Background work's maximum rate per member (serve's `--speed-max`, default 200M).
+    pub speed_max: Option<Spanned<Rate>>,
+    /// RAID 5/6 partial-stripe wait (serve's `--stripe-wait-ms`, default 2, at most 1000).
+    pub stripe_wait_ms: Option<Spanned<u64>>,
+    /// Read errors before a member is failed (serve's `--read-errors-max`, default 20).
+    pub read_errors_max: Option<Spanned<u32>>,
+    /// Window of `read_errors_max`, seconds (serve's `--read-error-window`, default 60).
+    pub read_error_window_secs: Option<Spanned<u64>>,
+    /// Member request deadline, seconds (serve's `--io-timeout`, default 30).
+    pub io_timeout_secs: Option<Spanned<u64>>,
+    /// Give local members the deadline too (serve's `--local-io-deadline`; default false).
+    #[serde(default)]
+    pub local_io_deadline: bool,
+    /// Reconnect remote members in the background (default true; serve's `--no-reconnect`).
+    pub reconnect: Option<bool>,
+    /// Longest wait between reconnect attempts, seconds (serve's `--reconnect-max-wait`,
+    /// default 30).
+    pub reconnect_max_wait_secs: Option<Spanned<u64>>,
+    /// When a scrub starts by itself (default off).
+    pub scrub_schedule: Option<Spanned<Schedule>>,
+    /// Daily local-time window for scrubs and resyncs, `"HH:MM-HH:MM"` (default: any time).
+    pub background_window: Option<Spanned<TimeWindow>>,
+}
+
+impl ArrayConfig {
+    /// The export name clients ask for.
+    pub fn export_name(&self) -> &str {
+        self.export.as_ref().unwrap_or(&self.name).get_ref()
+    }
+
+    /// True when the array has a listener of its own.
+    pub fn has_own_listener(&self) -> bool {
+        self.listen.is_some() || self.unix.is_some()
+    }
+}

@@ -234,21 +234,8 @@ fn parse_read_ahead(text: &str) -> Result<ReadAhead, String> {
 
 /// The read cache the flags ask for, checked before anything is opened.
 fn cache_config(args: &Args) -> anyhow::Result<CacheConfig> {
-    let defaults = CacheConfig::default();
-    let block = defaults.block_bytes;
-    let half_cache = args.cache_size / block / 2 * block;
-    let config = CacheConfig {
-        size_bytes: args.cache_size,
-        read_ahead: args.read_ahead,
-        window_bytes: args
-            .read_ahead_window
-            .unwrap_or_else(|| defaults.window_bytes.min(half_cache)),
-        ..defaults
-    };
-    config
-        .validate()
-        .context("--cache-size, --read-ahead, --read-ahead-window")?;
-    Ok(config)
+    CacheConfig::sized(args.cache_size, args.read_ahead, args.read_ahead_window)
+        .context("--cache-size, --read-ahead, --read-ahead-window")
 }
 
 /// The NBD server's identity and limits.

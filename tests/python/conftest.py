@@ -290,6 +290,22 @@ def member_bytes_default():
     return (256 if SOAK else 64) * 1024 * 1024
 
 
+def tracking(make, finish):
+    """The body of a factory fixture (``yield from tracking(...)``): yields a factory that makes
+    a thing with ``make(*args, **kw)`` and remembers it; at teardown ``finish(thing)`` runs on
+    each thing made, in order."""
+    made = []
+
+    def factory(*args, **kw):
+        thing = make(*args, **kw)
+        made.append(thing)
+        return thing
+
+    yield factory
+    for thing in made:
+        finish(thing)
+
+
 @pytest.fixture
 def make_server(tmp_path):
     """Factory: make_server(level, transport, member_bytes=..., read_only=False) -> started Server.

@@ -241,6 +241,17 @@ def scrub_clean(server, context):
     assert report["mismatches"] == 0, f"{context}: scrub found mismatches: {report}"
 
 
+def start_check_stop(server, context, model=None, window_offset=None):
+    """Starts the server and waits for its background work; checks the window at
+    ``window_offset`` against ``model`` (when given); scrubs clean; stops the server."""
+    server.start()
+    server.wait_idle()
+    if model is not None:
+        model.check(read_window(server.uri, window_offset), context)
+    scrub_clean(server, context)
+    server.stop()
+
+
 def one_round(server, model, rng, window_offset, ack_is_durable=False):
     h = nbd.NBD()
     h.connect_uri(server.uri)
@@ -276,12 +287,8 @@ def kill9_rounds(level, tmp_path, journal_mode=None):
             model = Model(image)
             stats = one_round(server, model, rng, window_offset, ack_is_durable)
             print(f"{context}: {stats}")
-        server.start()
-        server.wait_idle()
-        context = f"{name} after the last kill (RAIDKIT_SEED={SEED})"
-        model.check(read_window(server.uri, window_offset), context)
-        scrub_clean(server, context)
-        server.stop()
+        start_check_stop(server, f"{name} after the last kill (RAIDKIT_SEED={SEED})", model,
+                         window_offset)
         print(f"{name}: {rounds} kill -9 rounds in {time.monotonic() - started:.1f} s")
     finally:
         server.cleanup()

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import SEED
 from test_crash import BLOCK, WINDOW_BLOCKS, AdminServer, Model, one_round, read_window, \
-    scrub_clean
+    scrub_clean, start_check_stop
 
 ROUNDS = 8
 BITMAP_REGION = 1 << 20
@@ -99,12 +99,8 @@ def journal_rounds(level, tmp_path, journal_mode, missing_count):
             print(f"{context}: {stats}, restarted without roles {server.left_out}")
             server.stop()
         server.left_out = []
-        server.start()
-        server.wait_idle()
-        context = f"{name}, after the last round (RAIDKIT_SEED={SEED})"
-        model.check(read_window(server.uri, window_offset), context)
-        scrub_clean(server, context)
-        server.stop()
+        start_check_stop(server, f"{name}, after the last round (RAIDKIT_SEED={SEED})", model,
+                         window_offset)
     finally:
         server.cleanup()
 

@@ -64,7 +64,7 @@ import pytest
 import skips
 
 from conftest import (RAIDKIT_BIN, SEED, SERVER_KIND, START_TIMEOUT_S, STOP_TIMEOUT_S,
-                      require_tools, run)
+                      require_tools, run, tracking)
 
 # Fault handling and the admin API are raidkit's own: nothing to compare a reference server on.
 pytestmark = pytest.mark.skipif(SERVER_KIND != "raidkit",
@@ -276,30 +276,12 @@ def scrub_clean(array):
 
 @pytest.fixture
 def members(tmp_path):
-    started = []
-
-    def factory(name):
-        m = Nbdkit(tmp_path, name)
-        started.append(m)
-        return m
-
-    yield factory
-    for m in started:
-        m.kill()
+    yield from tracking(lambda name: Nbdkit(tmp_path, name), Nbdkit.kill)
 
 
 @pytest.fixture
 def arrays():
-    made = []
-
-    def factory(*args, **kw):
-        a = Array(*args, **kw)
-        made.append(a)
-        return a
-
-    yield factory
-    for a in made:
-        a.cleanup()
+    yield from tracking(Array, Array.cleanup)
 
 
 def create(level, nbdkits, name):
@@ -805,16 +787,7 @@ class FuseMember:
 
 @pytest.fixture
 def fuse_members(tmp_path):
-    made = []
-
-    def factory(name):
-        m = FuseMember(tmp_path, name)
-        made.append(m)
-        return m
-
-    yield factory
-    for m in made:
-        m.cleanup()
+    yield from tracking(lambda name: FuseMember(tmp_path, name), FuseMember.cleanup)
 
 
 @pytest.mark.parametrize("level", ["1", "5", "6"])

@@ -47,12 +47,18 @@ def region_bytes(export_bytes):
     return min(cap, half)
 
 
+def serve_written(make_server, level, transport, cwd):
+    """A server whose first region fio has written and verified: (server, region bytes)."""
+    srv = make_server(level, transport)
+    size = region_bytes(srv.size())
+    fio(srv.uri, "w", 0, size, SEED, "--do_verify=1", cwd=cwd)
+    return srv, size
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("level,transport", SUBSET, ids=IDS)
 def test_fio_verify_after_sigterm(make_server, tmp_path, level, transport):
-    srv = make_server(level, transport)
-    size = region_bytes(srv.size())
-    fio(srv.uri, "w", 0, size, SEED, "--do_verify=1", cwd=tmp_path)
+    srv, size = serve_written(make_server, level, transport, tmp_path)
     srv.restart()
     fio(srv.uri, "w", 0, size, SEED, "--verify_only", cwd=tmp_path)
 
@@ -60,9 +66,7 @@ def test_fio_verify_after_sigterm(make_server, tmp_path, level, transport):
 @pytest.mark.slow
 @pytest.mark.parametrize("level,transport", SUBSET, ids=IDS)
 def test_fio_verify_after_kill9(make_server, tmp_path, level, transport):
-    srv = make_server(level, transport)
-    size = region_bytes(srv.size())
-    fio(srv.uri, "w", 0, size, SEED, "--do_verify=1", cwd=tmp_path)
+    srv, size = serve_written(make_server, level, transport, tmp_path)
 
     # Unflushed writes to the other half, interrupted by SIGKILL of the server.
     busy = subprocess.Popen(

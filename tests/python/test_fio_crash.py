@@ -37,7 +37,7 @@ import time
 import pytest
 
 from conftest import SEED, SOAK, require_tools, run
-from test_crash import AdminServer, scrub_clean
+from test_crash import AdminServer, start_check_stop
 
 MIB = 1024 * 1024
 REGION_BYTES_MAX = 24 * MIB
@@ -109,10 +109,7 @@ def fio_kill9_rounds(level, tmp_path, journal_mode=None):
                     f"{context}: the verify pass did not notice zeroed data")
             server.wait_idle()
             server.stop()
-        server.start()
-        server.wait_idle()
-        scrub_clean(server, f"{name} after {rounds} kill -9 rounds (RAIDKIT_SEED={SEED})")
-        server.stop()
+        start_check_stop(server, f"{name} after {rounds} kill -9 rounds (RAIDKIT_SEED={SEED})")
         print(f"{name}: {rounds} fio kill -9 rounds in {time.monotonic() - started:.1f} s")
     finally:
         server.cleanup()

@@ -148,20 +148,7 @@ def test_full_filesystem_is_not_a_dead_disk(tmp_path, tmpfs, kind):
         h = nbd.NBD()
         h.connect_uri(srv.uri)
         size = h.get_size()
-        acked = {}  # offset -> sha256 of what was acknowledged there
-        refused_at = None
-        offset = 0
-        while offset + BLOCK <= size:
-            data = rng.randbytes(BLOCK)
-            try:
-                h.pwrite(data, offset)
-            except nbd.Error as err:
-                assert no_space(err), f"write at {offset}: {err} (errno {err.errno})"
-                refused_at = offset
-                break
-            acked[offset] = hashlib.sha256(data).digest()
-            offset += BLOCK
-        assert refused_at is not None, "the filesystem never filled up"
+        acked, refused_at = fill_until_refused(h, rng, size)
         # Further writes into holes are refused the same way, never with EIO.
         for _ in range(3):
             with pytest.raises(nbd.Error) as err:

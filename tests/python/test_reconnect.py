@@ -91,13 +91,20 @@ def check_data(array):
     assert array.role_states() == ["active"] * len(array.members), array.status()
 
 
-def test_member_comes_back_by_itself(tmp_path, members, arrays):
+def serve(tmp_path, members, arrays, level, count, name, started=None, extra=EXTRA):
+    """A level ``level`` array ``name`` created over ``count`` nbdkit members, the first
+    ``started`` of them (default: all) started, served with ``extra``: (nbdkits, array)."""
     require_tools("nbdkit", "qemu-io")
-    nbdkits = [members(f"m{i}") for i in range(2)]
-    create("1", nbdkits, "back")
-    for m in nbdkits:
+    nbdkits = [members(f"m{i}") for i in range(count)]
+    create(level, nbdkits, name)
+    for m in nbdkits[:started]:
         m.start()
-    array = arrays(tmp_path, "back", [m.uri for m in nbdkits], extra=EXTRA).start()
+    array = arrays(tmp_path, name, [m.uri for m in nbdkits], extra=extra).start()
+    return nbdkits, array
+
+
+def test_member_comes_back_by_itself(tmp_path, members, arrays):
+    nbdkits, array = serve(tmp_path, members, arrays, "1", 2, "back")
     qemu_io(array, f"write -P 0x11 0 {4 * MIB}", "flush")
     victim = nbdkits[1]
     victim.kill()
@@ -125,12 +132,7 @@ def test_member_comes_back_by_itself(tmp_path, members, arrays):
 
 
 def test_member_missing_at_start_comes_back(tmp_path, members, arrays):
-    require_tools("nbdkit", "qemu-io")
-    nbdkits = [members(f"m{i}") for i in range(3)]
-    create("5", nbdkits, "late")
-    for m in nbdkits[:2]:
-        m.start()
-    array = arrays(tmp_path, "late", [m.uri for m in nbdkits], extra=EXTRA).start()
+    nbdkits, array = serve(tmp_path, members, arrays, "5", 3, "late", started=2)
     assert role_state(array, 2) == "missing", array.status()
     qemu_io(array, f"write -P 0x11 0 {4 * MIB}", f"write -P 0x22 {4 * MIB} {4 * MIB}",
             "flush")
@@ -142,13 +144,8 @@ def test_member_missing_at_start_comes_back(tmp_path, members, arrays):
 
 
 def test_no_reconnect_leaves_member_faulty(tmp_path, members, arrays):
-    require_tools("nbdkit", "qemu-io")
-    nbdkits = [members(f"m{i}") for i in range(2)]
-    create("1", nbdkits, "stay")
-    for m in nbdkits:
-        m.start()
-    array = arrays(tmp_path, "stay", [m.uri for m in nbdkits],
-                   extra=[*EXTRA, "--no-reconnect"]).start()
+    nbdkits, array = serve(tmp_path, members, arrays, "1", 2, "stay",
+                           extra=[*EXTRA, "--no-reconnect"])
     victim = nbdkits[1]
     victim.kill()
     qemu_io(array, f"write -P 0x22 0 {MIB}", "flush")

@@ -1,17 +1,24 @@
-//! `Array`: construction, member presence, and dispatch of each request to its level's data
-//! path (`levels`).
+//! `Array`: construction, member presence, dispatch of each request to its level's data path
+//! (`levels`), and the tuning knobs and hooks of its parts. The other operations are in
+//! files that use `Array` and that this one does not use: `health` (members), `recover`
+//! (rebuild, replace), `rebuild_pipeline`, `scrub` (check, sync units) and `write_log` (the
+//! journal).
 
 use crate::error::{EngineError, IoError};
 use crate::gather::Gather;
-use crate::io::MemOp;
+use crate::io::{FanOut, MemOp};
+use crate::levels::{for_level, repair, LevelIo};
 use crate::locks::StripeLocks;
 use crate::members::Members;
+use crate::parts::{missing_roles, Parts};
 use crate::scratch::{ScratchPool, SCRATCH_IDLE_MAX_BYTES_DEFAULT};
 use crate::state::MemberHealth;
+use crate::trust::{ParityTrust, TrustSlot};
 use layout::{Geometry, Level};
 use member::Member;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 /// Default per-member share of one batch (bytes) from which member I/O runs on parallel
 /// threads; measured in docs/PERFORMANCE.md ("engine").
@@ -29,33 +36,19 @@ pub struct ArrayConfig {
 /// A RAID array over data-area members. All methods take `&self` and are safe to call from
 /// many threads at once.
 pub struct Array {
-    pub(crate) geometry: Geometry,
+    /// What the level's data path works with: geometry, members, runner, locks, ...
+    pub(crate) parts: Parts,
     /// The level's data path (`levels`), chosen once from the geometry's level.
-    pub(crate) level_io: &'static dyn crate::levels::LevelIo,
-    /// Per role: the members, their health, fault counters and requests in flight.
-    pub(crate) members: Members,
+    pub(crate) level_io: &'static dyn LevelIo,
     /// Client requests started (reads, writes, trims, flushes): background work backs off
     /// while this moves.
     client_requests: AtomicU64,
-    pub(crate) locks: StripeLocks,
-    /// Per-member share of a batch from which member I/O fans out to threads.
-    pub(crate) fanout: crate::io::FanOut,
-    /// The journal RAID 5/6 member writes are logged to first (see `write_log`).
-    pub(crate) journal: RwLock<Option<Arc<journal::Journal>>>,
-    /// Chunk-sized buffers for RAID 5/6 parity and stripe reads, reused across requests.
-    pub(crate) scratch: ScratchPool,
-    /// RAID 5/6: adjacent concurrent writes that share a stripe write it whole, once.
-    pub(crate) gather: Gather,
-    /// Sync units a write refused for lack of space may have left inconsistent (`unsynced`).
-    pub(crate) unsynced: crate::unsynced::Unsynced,
-    /// RAID 5/6: which stripes' parity may disagree with their data (during a sync).
-    pub(crate) trust: crate::trust::TrustSlot,
 }
 
 impl std::fmt::Debug for Array {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Array")
-            .field("geometry", &self.geometry)
+            .field("geometry", &self.parts.geometry)
             .field("health", &self.health_snapshot())
             .finish()
     }
@@ -97,60 +90,56 @@ impl Array {
             });
         }
         Ok(Array {
-            level_io: crate::levels::for_level(geometry.level()),
-            geometry,
-            members: Members::new(members),
+            level_io: for_level(geometry.level()),
+            parts: Parts {
+                geometry,
+                members: Members::new(members),
+                locks: StripeLocks::new(),
+                fanout: FanOut::new(FANOUT_MIN_BYTES_DEFAULT),
+                journal: RwLock::new(None),
+                scratch: ScratchPool::new(config.chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
+                gather: Gather::new(),
+                unsynced: Default::default(),
+                trust: TrustSlot::new(),
+            },
             client_requests: AtomicU64::new(0),
-            locks: StripeLocks::new(),
-            fanout: crate::io::FanOut::new(FANOUT_MIN_BYTES_DEFAULT),
-            journal: RwLock::new(None),
-            scratch: ScratchPool::new(config.chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
-            gather: Gather::new(),
-            unsynced: Default::default(),
-            trust: crate::trust::TrustSlot::new(),
         })
     }
 
     /// Logical size in bytes.
     pub fn size_bytes(&self) -> u64 {
-        self.geometry.size_bytes()
+        self.parts.geometry.size_bytes()
     }
 
     /// The array's geometry.
     pub fn geometry(&self) -> &Geometry {
-        &self.geometry
+        &self.parts.geometry
     }
 
     /// Which roles may be read (in sync: not missing, failed or being rebuilt).
     pub fn present_snapshot(&self) -> Vec<bool> {
-        self.health_snapshot()
-            .iter()
-            .map(|h| h.readable())
-            .collect()
+        self.parts.present_snapshot()
     }
 
     /// Which roles every write must reach (in sync or being rebuilt).
     pub fn writable_snapshot(&self) -> Vec<bool> {
-        self.health_snapshot()
-            .iter()
-            .map(|h| h.writable())
-            .collect()
+        self.parts.writable_snapshot()
     }
 
     /// The health of every role.
     pub fn health_snapshot(&self) -> Vec<MemberHealth> {
-        self.members.health_snapshot()
+        self.parts.members.health_snapshot()
     }
 
     /// Number of members (roles).
     pub fn member_count(&self) -> usize {
-        self.members.count()
+        self.parts.members.count()
     }
 
     /// Counter bumped on every member state change: compare two readings to learn whether
     /// anything changed in between.
     pub fn state_epoch(&self) -> u64 {
-        self.members.epoch()
+        self.parts.members.epoch()
     }
 
     /// Client requests started so far (for background throttling).
@@ -158,17 +147,13 @@ impl Array {
         self.client_requests.load(Ordering::Relaxed)
     }
 
-    /// Readable members, or `ArrayFailed` when they no longer hold all the data.
-    pub(crate) fn usable(&self) -> Result<Vec<bool>, IoError> {
-        let present = self.present_snapshot();
-        if self.geometry.survives(&present) {
-            Ok(present)
-        } else {
-            Err(IoError::ArrayFailed {
-                level: self.geometry.level(),
-                missing: missing_roles(&present),
-            })
-        }
+    /// Runs `attempt`, repairing member read errors from the level's redundancy and retrying
+    /// (see `levels::repair`).
+    pub(crate) fn recovering<T>(
+        &self,
+        attempt: impl FnMut() -> Result<T, IoError>,
+    ) -> Result<T, IoError> {
+        repair::recovering(self.level_io, &self.parts, attempt)
     }
 
     fn assert_range(&self, offset: u64, len: u64) {
@@ -190,7 +175,7 @@ impl Array {
             return Ok(());
         }
         self.resync_unsynced_before_read(offset, buf.len() as u64);
-        self.recovering(|| self.level_io.read(self, offset, &mut *buf))
+        self.recovering(|| self.level_io.read(&self.parts, offset, &mut *buf))
     }
 
     /// Writes `buf` at `offset`, keeping every copy and parity block consistent. A member that
@@ -202,7 +187,7 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
-        let result = self.level_io.write(self, offset, buf);
+        let result = self.level_io.write(&self.parts, offset, buf);
         self.note_failed_write(&result, offset, buf.len() as u64);
         result
     }
@@ -218,13 +203,13 @@ impl Array {
     /// Makes every earlier completed write durable on every writable member (in parallel).
     pub fn flush(&self) -> Result<(), IoError> {
         self.client_requests.fetch_add(1, Ordering::Relaxed);
-        self.usable()?;
+        self.parts.usable()?;
         let writable = self.writable_snapshot();
         let ops = (0..writable.len())
             .filter(|&role| writable[role])
             .map(|role| MemOp::Flush { role })
             .collect();
-        self.run(ops)
+        self.parts.run(ops)
     }
 
     /// Discards `[offset, offset+len)`; it reads back as zeroes afterwards.
@@ -243,12 +228,38 @@ impl Array {
         if len == 0 {
             return Ok(());
         }
-        let result = self.recovering(|| self.level_io.discard(self, offset, len, how));
+        let result = self.recovering(|| self.level_io.discard(&self.parts, offset, len, how));
         self.note_failed_write(&result, offset, len);
         result
     }
-}
 
-pub(crate) fn missing_roles(present: &[bool]) -> Vec<usize> {
-    (0..present.len()).filter(|&r| !present[r]).collect()
+    /// Sets the per-member share (bytes) from which a batch fans out to parallel threads.
+    /// 0 makes every multi-member batch parallel; `u64::MAX` runs everything inline except
+    /// flushes.
+    pub fn set_fanout_min_bytes(&self, bytes: u64) {
+        self.parts.fanout.set(bytes);
+    }
+
+    /// How long a RAID 5/6 write's tail waits for the next write of a sequential stream to
+    /// complete its stripe (`Duration::ZERO`: never; default [`crate::GATHER_WAIT_DEFAULT`]).
+    pub fn set_gather_wait(&self, wait: Duration) {
+        self.parts.gather.set_wait(wait);
+    }
+
+    /// Stripes written whole because two adjacent writes were gathered.
+    pub fn gathered_stripes(&self) -> u64 {
+        self.parts.gather.gathered()
+    }
+
+    /// Sets (or, with `None`, removes) what tells RAID 5/6 writes which stripes' parity is
+    /// untrusted (see `trust`). Remove it only once every stripe it called untrusted has been
+    /// synced.
+    pub fn set_parity_trust(&self, hook: Option<Arc<dyn ParityTrust>>) {
+        self.parts.trust.set(hook);
+    }
+
+    /// True while a [`ParityTrust`] is set.
+    pub fn has_parity_trust(&self) -> bool {
+        self.parts.trust.get().is_some()
+    }
 }

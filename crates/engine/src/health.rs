@@ -2,9 +2,9 @@
 //! their health and counters. The table itself and its one transition function are in
 //! `members`; the allowed moves are listed in `state`.
 
-use crate::array::missing_roles;
 use crate::error::EngineError;
 use crate::members::Move;
+use crate::parts::missing_roles;
 use crate::state::{FaultPolicy, FaultReason, FaultStats, MemberHealth};
 use crate::Array;
 use member::Member;
@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 impl Array {
     fn transition(&self, role: usize, mv: Move) -> Option<MemberHealth> {
-        self.members.transition(role, mv, &self.geometry)
+        self.parts
+            .members
+            .transition(role, mv, &self.parts.geometry)
     }
 
     /// Stops using member `role` even if data is lost; the array then behaves as if it were
@@ -26,17 +28,19 @@ impl Array {
     /// Declares member `role` faulty unless the array would lose data without it. True when
     /// the member is (now or already) not in use.
     pub fn try_fail_member(&self, role: usize, reason: FaultReason) -> bool {
-        self.members.try_fail(role, reason, &self.geometry)
+        self.parts
+            .members
+            .try_fail(role, reason, &self.parts.geometry)
     }
 
     fn record_fault(&self, role: usize, reason: FaultReason) {
-        self.members.record_fault(role, reason);
+        self.parts.members.record_fault(role, reason);
     }
 
     /// Puts `member` (a data-area view) into the missing or faulty role `role`; from now on
     /// every write reaches it, and it is read once [`Array::finish_rebuild`] is called.
     pub fn attach_member(&self, role: usize, member: Arc<dyn Member>) -> Result<(), EngineError> {
-        let needed_bytes = self.geometry.member_data_bytes(role);
+        let needed_bytes = self.parts.geometry.member_data_bytes(role);
         if member.len() < needed_bytes {
             return Err(EngineError::MemberTooSmall {
                 role,
@@ -45,23 +49,23 @@ impl Array {
                 needed_bytes,
             });
         }
-        if !self.geometry.has_redundancy() {
+        if !self.parts.geometry.has_redundancy() {
             return Err(EngineError::NoRedundancy {
-                level: self.geometry.level(),
+                level: self.parts.geometry.level(),
             });
         }
         // Install the member before the state says writable, under all stripe locks so no
         // write is between planning and issuing.
-        let _all = self.locks.lock_all();
-        let previous = self.members.set_member(role, Some(member));
+        let _all = self.parts.locks.lock_all();
+        let previous = self.parts.members.set_member(role, Some(member));
         if self.transition(role, Move::Attach).is_none() {
-            self.members.set_member(role, previous);
+            self.parts.members.set_member(role, previous);
             return Err(EngineError::RoleBusy {
                 role,
                 state: self.health_of(role),
             });
         }
-        self.members.faults(role).reset();
+        self.parts.members.faults(role).reset();
         Ok(())
     }
 
@@ -72,40 +76,40 @@ impl Array {
 
     /// Removes the faulty member of `role` (it becomes missing); returns it.
     pub fn detach_member(&self, role: usize) -> Option<Arc<dyn Member>> {
-        let _all = self.locks.lock_all();
+        let _all = self.parts.locks.lock_all();
         self.transition(role, Move::Detach)?;
-        self.members.set_member(role, None)
+        self.parts.members.set_member(role, None)
     }
 
     /// The member (data area) serving `role`, if any.
     pub fn member(&self, role: usize) -> Option<Arc<dyn Member>> {
-        self.members.slot(role).0
+        self.parts.members.slot(role).0
     }
 
     /// The health of `role`.
     pub fn health_of(&self, role: usize) -> MemberHealth {
-        self.members.health_of(role)
+        self.parts.members.health_of(role)
     }
 
     /// Counts a write to `role`'s member refused for lack of space outside the data path (its
     /// bitmap or superblock area), so `fault_stats` shows it with the data-path ones.
     pub fn count_no_space(&self, role: usize) {
-        self.members.faults(role).note_no_space();
+        self.parts.members.faults(role).note_no_space();
     }
 
     /// Error counters of `role`.
     pub fn fault_stats(&self, role: usize) -> FaultStats {
-        self.members.fault_stats(role)
+        self.parts.members.fault_stats(role)
     }
 
     /// The fault policy in force.
     pub fn fault_policy(&self) -> FaultPolicy {
-        self.members.policy()
+        self.parts.members.policy()
     }
 
     /// Changes the fault policy (takes effect for the next member request).
     pub fn set_fault_policy(&self, policy: FaultPolicy) {
-        self.members.set_policy(policy);
+        self.parts.members.set_policy(policy);
     }
 
     /// Roles that are not readable.

@@ -1,21 +1,20 @@
 //! Member I/O: every byte the engine moves to or from a member goes through
-//! [`Array::member_io`], the one place where member errors surface (issue 4's fault handling —
+//! [`Runner::member_io`], the one place where member errors surface (issue 4's fault handling —
 //! reconstruct and rewrite on a read error, mark faulty on a write error — plugs in there).
-//! `Array::run` executes a batch of operations, fanning out to one scoped thread per member
+//! [`Runner::run`] executes a batch of operations, fanning out to one scoped thread per member
 //! with a large share (at most `member_count` threads), so a large request keeps all its
-//! members busy at once. Both are a [`Runner`]'s, which sees only the geometry, the member
-//! table and the fan-out threshold.
+//! members busy at once. A [`Runner`] sees only the geometry, the member table and the fan-out
+//! threshold (`Parts::run` and `Parts::member_io` build one per call).
 
 use crate::error::{IoError, Op};
 use crate::members::Members;
 use crate::state::{is_no_space, FaultReason};
-use crate::Array;
 use layout::Geometry;
 use member::Member;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The per-member share of a batch (bytes) from which [`Array::run`] fans member I/O out to
+/// The per-member share of a batch (bytes) from which [`Runner::run`] fans member I/O out to
 /// parallel threads.
 pub(crate) struct FanOut(AtomicU64);
 
@@ -28,7 +27,7 @@ impl FanOut {
         self.0.load(Ordering::Relaxed)
     }
 
-    fn set(&self, min_bytes: u64) {
+    pub(crate) fn set(&self, min_bytes: u64) {
         self.0.store(min_bytes, Ordering::Relaxed);
     }
 }
@@ -124,48 +123,28 @@ impl MemOp<'_> {
     }
 }
 
-impl Array {
-    /// The member-I/O runner over this array's members.
-    fn io(&self) -> Runner<'_> {
-        Runner {
-            geometry: &self.geometry,
-            members: &self.members,
-            fanout: &self.fanout,
-        }
-    }
-
-    /// One member operation (see [`Runner::member_io`]).
-    pub(crate) fn member_io(&self, op: MemOp<'_>) -> Result<(), IoError> {
-        self.io().member_io(op)
-    }
-
-    /// A batch of member operations (see [`Runner::run`]).
-    pub(crate) fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
-        self.io().run(ops)
-    }
-
-    /// Sets the per-member share (bytes) from which a batch fans out to parallel threads.
-    /// 0 makes every multi-member batch parallel; `u64::MAX` runs everything inline except
-    /// flushes.
-    pub fn set_fanout_min_bytes(&self, bytes: u64) {
-        self.fanout.set(bytes);
-    }
-}
-
 /// Member I/O over an array's parts: the geometry (bounds), the member table (who serves a
 /// role, health, counters, fault policy) and the fan-out threshold. It needs nothing else of
 /// the array.
-struct Runner<'a> {
+pub(crate) struct Runner<'a> {
     geometry: &'a Geometry,
     members: &'a Members,
     fanout: &'a FanOut,
 }
 
-impl Runner<'_> {
+impl<'a> Runner<'a> {
+    pub(crate) fn new(geometry: &'a Geometry, members: &'a Members, fanout: &'a FanOut) -> Self {
+        Runner {
+            geometry,
+            members,
+            fanout,
+        }
+    }
+
     /// Performs one member operation: the single point where member I/O happens, where every
     /// request is timed, and where faults are judged (see [`Runner::judge`]). During a replace,
     /// every write-type operation on the role is repeated on the replacement.
-    fn member_io(&self, mut op: MemOp<'_>) -> Result<(), IoError> {
+    pub(crate) fn member_io(&self, mut op: MemOp<'_>) -> Result<(), IoError> {
         let role = op.role();
         let (kind, offset, len) = op.describe();
         if kind != Op::Flush {
@@ -272,7 +251,7 @@ impl Runner<'_> {
     }
 
     /// Runs a batch: operations on the same member in order. Members whose share is large
-    /// (at least the fan-out threshold, see [`Array::set_fanout_min_bytes`]) run in parallel on
+    /// (at least the fan-out threshold, see [`crate::Array::set_fanout_min_bytes`]) run in parallel on
     /// scoped threads, the rest on the calling thread: for page-cache-speed members a thread
     /// costs more than the copy it would overlap, while flushes and large transfers gain.
     /// The batch has one deadline (`member::with_deadline`) that NBD requests and detached
@@ -280,7 +259,7 @@ impl Runner<'_> {
     /// (each one after the first adds at most its quarter-timeout grace).
     /// Every group runs even after a failure (a write batch must reach every member it can);
     /// returns the first error.
-    fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
+    pub(crate) fn run(&self, ops: Vec<MemOp<'_>>) -> Result<(), IoError> {
         // The request's deadline when it is earlier (a retry after a timeout). The scoped
         // threads of large shares carry it along (`member::carry_deadline`).
         let batch = Instant::now() + self.members.policy().io_timeout;

@@ -22,10 +22,11 @@
 //! Inside: each level's data path is a `LevelIo` (`levels`), chosen once from the level:
 //! `levels::single_copy` (linear, RAID 0) and `levels::mirror` (RAID 1, 10) over `plain`,
 //! the pieces path; `levels::raid56` (RAID 5, 6: stripe plans choosing read-modify-write or
-//! reconstruct-write, stripe check and reconstruction). `members` is the member table (members,
-//! health and its one transition function, fault counters, the state epoch), `locks` the
-//! bounded stripe-lock table, `io` the one place member I/O happens (fanned out over members
-//! in parallel), `recover` read-error repair, rebuild and replace, `scrub` the per-unit
+//! reconstruct-write, stripe check and reconstruction); `levels::repair` read-error repair. A
+//! level works on the array's `parts` (never the `Array`): `members` is the member table
+//! (members, health and its one transition function, fault counters, the state epoch), `locks`
+//! the bounded stripe-lock table, `io` the one place member I/O happens (fanned out over
+//! members in parallel). `recover` holds rebuild and replace, `scrub` the per-unit
 //! check/repair/resync.
 //!
 //! ```
@@ -50,7 +51,6 @@
 //! ```
 
 mod array;
-mod check;
 mod error;
 mod gather;
 mod health;
@@ -58,9 +58,11 @@ mod io;
 mod levels;
 mod locks;
 mod members;
+mod parts;
 mod plain;
 mod rebuild_pipeline;
 mod recover;
+mod report;
 mod scratch;
 mod scrub;
 mod state;
@@ -69,14 +71,15 @@ mod unsynced;
 mod write_log;
 
 pub use array::{Array, ArrayConfig, FANOUT_MIN_BYTES_DEFAULT};
-pub use check::{CheckReport, Mismatch, MismatchKind, MISMATCHES_REPORTED_MAX};
 pub use error::{EngineError, IoError, Op};
 pub use gather::GATHER_WAIT_DEFAULT;
 pub use layout::{Geometry, Level};
 pub use locks::STRIPE_LOCKS_COUNT;
 pub use rebuild_pipeline::RebuildPipeline;
+pub use report::{
+    CheckReport, Mismatch, MismatchKind, SyncMode, UnitReport, MISMATCHES_REPORTED_MAX,
+};
 pub use scratch::SCRATCH_IDLE_MAX_BYTES_DEFAULT;
-pub use scrub::{SyncMode, UnitReport};
 pub use state::{is_no_space, FaultPolicy, FaultReason, FaultStats, MemberHealth};
 pub use trust::ParityTrust;
 pub use unsynced::UNSYNCED_RANGES_MAX;

@@ -5,106 +5,105 @@
 
 use crate::error::IoError;
 use crate::io::MemOp;
-use crate::{Array, Discard};
+use crate::parts::Parts;
+use crate::Discard;
 use layout::{MemberAddress, Piece};
 
-impl Array {
-    pub(crate) fn plain_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        let present = self.usable()?;
-        let pieces = self.geometry.pieces(offset, buf.len() as u64);
-        let mut ops = Vec::with_capacity(pieces.len());
-        let mut rest: &mut [u8] = buf;
-        for piece in &pieces {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece.len as usize);
-            rest = tail;
-            let copy = self.pick_copy(piece, &present);
-            ops.push(MemOp::Read {
+pub(crate) fn read(io: &Parts, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+    let present = io.usable()?;
+    let pieces = io.geometry.pieces(offset, buf.len() as u64);
+    let mut ops = Vec::with_capacity(pieces.len());
+    let mut rest: &mut [u8] = buf;
+    for piece in &pieces {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece.len as usize);
+        rest = tail;
+        let copy = pick_copy(io, piece, &present);
+        ops.push(MemOp::Read {
+            role: copy.role,
+            offset: copy.member_offset,
+            buf: head,
+        });
+    }
+    assert!(rest.is_empty());
+    io.run(ops)
+}
+
+/// The copy of `piece` to read: a present one with the fewest requests in flight; ties
+/// rotate by chunk number so one large read spreads over all mirrors.
+fn pick_copy(io: &Parts, piece: &Piece, present: &[bool]) -> MemberAddress {
+    let live: Vec<MemberAddress> = piece
+        .copies
+        .iter()
+        .copied()
+        .filter(|c| present[c.role])
+        .collect();
+    assert!(
+        !live.is_empty(),
+        "survives() promised a copy of chunk {}",
+        piece.chunk
+    );
+    // Rotate by chunk, shifted every `member_count` chunks: with near-2 RAID 10 on an
+    // even member count, plain `chunk mod copies` would always pick the same member of
+    // each pair.
+    let n = io.members.count() as u64;
+    let start = ((piece.chunk + piece.chunk / n) % live.len() as u64) as usize;
+    (0..live.len())
+        .map(|i| live[(start + i) % live.len()])
+        .min_by_key(|c| io.members.in_flight(c.role))
+        .expect("live is not empty")
+}
+
+/// Lock keys for mirrored levels (none for linear / RAID 0, which have one copy).
+fn mirror_keys(io: &Parts, pieces: &[Piece]) -> Vec<u64> {
+    match io.geometry.is_mirrored() {
+        true => pieces.iter().map(|p| p.chunk).collect(),
+        false => Vec::new(),
+    }
+}
+
+pub(crate) fn write(io: &Parts, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+    let pieces = io.geometry.pieces(offset, buf.len() as u64);
+    let _held = io.locks.lock(mirror_keys(io, &pieces).into_iter());
+    io.usable()?;
+    let present = io.writable_snapshot();
+    let mut ops = Vec::with_capacity(pieces.len() * 2);
+    for piece in &pieces {
+        let data = &buf[piece.buf_offset as usize..(piece.buf_offset + piece.len) as usize];
+        for copy in piece.copies.iter().filter(|c| present[c.role]) {
+            ops.push(MemOp::Write {
                 role: copy.role,
                 offset: copy.member_offset,
-                buf: head,
+                buf: data,
             });
         }
-        assert!(rest.is_empty());
-        self.run(ops)
     }
+    io.run(ops)
+}
 
-    /// The copy of `piece` to read: a present one with the fewest requests in flight; ties
-    /// rotate by chunk number so one large read spreads over all mirrors.
-    fn pick_copy(&self, piece: &Piece, present: &[bool]) -> MemberAddress {
-        let live: Vec<MemberAddress> = piece
-            .copies
-            .iter()
-            .copied()
-            .filter(|c| present[c.role])
-            .collect();
-        assert!(
-            !live.is_empty(),
-            "survives() promised a copy of chunk {}",
-            piece.chunk
-        );
-        // Rotate by chunk, shifted every `member_count` chunks: with near-2 RAID 10 on an
-        // even member count, plain `chunk mod copies` would always pick the same member of
-        // each pair.
-        let n = self.member_count() as u64;
-        let start = ((piece.chunk + piece.chunk / n) % live.len() as u64) as usize;
-        (0..live.len())
-            .map(|i| live[(start + i) % live.len()])
-            .min_by_key(|c| self.members.in_flight(c.role))
-            .expect("live is not empty")
+/// Discards in windows of at most `STRIPE_LOCKS_COUNT` chunks, so a huge trim needs
+/// bounded memory for its pieces and lock keys.
+pub(crate) fn discard(io: &Parts, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
+    let window = io.geometry.chunk_bytes() * crate::STRIPE_LOCKS_COUNT as u64;
+    let end = offset + len;
+    let mut at = offset;
+    while at < end {
+        let n = window.min(end - at);
+        discard_window(io, at, n, how)?;
+        at += n;
     }
+    Ok(())
+}
 
-    /// Lock keys for mirrored levels (none for linear / RAID 0, which have one copy).
-    fn mirror_keys(&self, pieces: &[Piece]) -> Vec<u64> {
-        match self.geometry.is_mirrored() {
-            true => pieces.iter().map(|p| p.chunk).collect(),
-            false => Vec::new(),
+fn discard_window(io: &Parts, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
+    let pieces = io.geometry.pieces(offset, len);
+    let _held = io.locks.lock(mirror_keys(io, &pieces).into_iter());
+    io.usable()?;
+    let present = io.writable_snapshot();
+    let mut ops = Vec::with_capacity(pieces.len() * 2);
+    for piece in &pieces {
+        for copy in piece.copies.iter().filter(|c| present[c.role]) {
+            ops.push(how.op(copy.role, copy.member_offset, piece.len));
         }
     }
-
-    pub(crate) fn plain_write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
-        let pieces = self.geometry.pieces(offset, buf.len() as u64);
-        let _held = self.locks.lock(self.mirror_keys(&pieces).into_iter());
-        self.usable()?;
-        let present = self.writable_snapshot();
-        let mut ops = Vec::with_capacity(pieces.len() * 2);
-        for piece in &pieces {
-            let data = &buf[piece.buf_offset as usize..(piece.buf_offset + piece.len) as usize];
-            for copy in piece.copies.iter().filter(|c| present[c.role]) {
-                ops.push(MemOp::Write {
-                    role: copy.role,
-                    offset: copy.member_offset,
-                    buf: data,
-                });
-            }
-        }
-        self.run(ops)
-    }
-
-    /// Discards in windows of at most `STRIPE_LOCKS_COUNT` chunks, so a huge trim needs
-    /// bounded memory for its pieces and lock keys.
-    pub(crate) fn plain_discard(&self, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
-        let window = self.geometry.chunk_bytes() * crate::STRIPE_LOCKS_COUNT as u64;
-        let end = offset + len;
-        let mut at = offset;
-        while at < end {
-            let n = window.min(end - at);
-            self.plain_discard_window(at, n, how)?;
-            at += n;
-        }
-        Ok(())
-    }
-
-    fn plain_discard_window(&self, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
-        let pieces = self.geometry.pieces(offset, len);
-        let _held = self.locks.lock(self.mirror_keys(&pieces).into_iter());
-        self.usable()?;
-        let present = self.writable_snapshot();
-        let mut ops = Vec::with_capacity(pieces.len() * 2);
-        for piece in &pieces {
-            for copy in piece.copies.iter().filter(|c| present[c.role]) {
-                ops.push(how.op(copy.role, copy.member_offset, piece.len));
-            }
-        }
-        self.run(ops)
-    }
+    io.run(ops)
 }

@@ -28,6 +28,7 @@ use std::thread::Scope;
 
 use crate::error::IoError;
 use crate::io::MemOp;
+use crate::levels::repair;
 use crate::locks::{Held, StripeLocks};
 use crate::state::{FaultReason, MemberHealth};
 use crate::Array;
@@ -83,7 +84,7 @@ impl Array {
             .name(format!("raidkit-rebuild-write-{role}"))
             .spawn_scoped(scope, move || {
                 while let Ok(job) = job_rx.recv() {
-                    let result = self.member_io(MemOp::Write {
+                    let result = self.parts.member_io(MemOp::Write {
                         role,
                         offset: job.offset,
                         buf: &job.buf,
@@ -119,8 +120,9 @@ impl<'s> RebuildPipeline<'s> {
     /// recovering (check [`Array::health_of`]).
     pub fn step(&mut self, offset: u64, len: u64) -> Result<(), IoError> {
         let (array, role) = (self.array, self.role);
-        assert!(len > 0 && offset + len <= array.geometry.member_data_bytes(role));
-        let indexes = StripeLocks::indexes(array.member_range_keys(role, offset, len).into_iter());
+        assert!(len > 0 && offset + len <= array.parts.geometry.member_data_bytes(role));
+        let indexes =
+            StripeLocks::indexes(array.parts.member_range_keys(role, offset, len).into_iter());
         let held = self.lock_next(&indexes);
         if array.health_of(role) != MemberHealth::Recovering {
             drop(held);
@@ -131,10 +133,8 @@ impl<'s> RebuildPipeline<'s> {
         assert!(!readable[role], "a recovering member is never read");
         let mut buf = self.free.pop().unwrap_or_default();
         buf.resize(len as usize, 0);
-        if array
-            .reconstruct(role, offset, &mut buf, &readable, true)
-            .is_err()
-        {
+        let (level, parts) = (array.level_io, &array.parts);
+        if repair::reconstruct(level, parts, role, offset, &mut buf, &readable, true).is_err() {
             // Repair needs the rows' locks of the failing member: release ours first.
             drop(held);
             self.keep(buf);
@@ -194,7 +194,7 @@ impl<'s> RebuildPipeline<'s> {
 
     /// Takes the locks of the next step's rows (see the module docs on deadlock freedom).
     fn lock_next(&mut self, indexes: &[usize]) -> Held<'s> {
-        let locks = &self.array.locks;
+        let locks = &self.array.parts.locks;
         let keys = || indexes.iter().map(|&i| i as u64);
         if let Some(pending) = &self.pending {
             let above = match (indexes.first(), pending.indexes.last()) {

@@ -17,8 +17,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::Array;
-
 /// Answers, for a RAID 5/6 stripe, whether its parity is not known to match its data.
 pub trait ParityTrust: Send + Sync {
     /// True when stripe `stripe`'s parity (P, and Q for RAID 6) may disagree with its data.
@@ -43,38 +41,19 @@ impl TrustSlot {
         }
     }
 
+    /// Sets (or, with `None`, removes) the hook.
+    pub(crate) fn set(&self, hook: Option<Arc<dyn ParityTrust>>) {
+        let mut slot = self.hook.write().unwrap_or_else(|p| p.into_inner());
+        let set = hook.is_some();
+        *slot = hook;
+        self.set.store(set, Ordering::Release);
+    }
+
     /// The hook in force, if any (`None` without taking a lock when none is set).
     pub(crate) fn get(&self) -> Option<Arc<dyn ParityTrust>> {
         if !self.set.load(Ordering::Acquire) {
             return None;
         }
         self.hook.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-impl Array {
-    /// Sets (or, with `None`, removes) what tells RAID 5/6 writes which stripes' parity is
-    /// untrusted. Remove it only once every stripe it called untrusted has been synced.
-    pub fn set_parity_trust(&self, hook: Option<Arc<dyn ParityTrust>>) {
-        let mut slot = self.trust.hook.write().unwrap_or_else(|p| p.into_inner());
-        let set = hook.is_some();
-        *slot = hook;
-        self.trust.set.store(set, Ordering::Release);
-    }
-
-    /// True while a [`ParityTrust`] is set.
-    pub fn has_parity_trust(&self) -> bool {
-        self.trust.get().is_some()
-    }
-
-    /// Whether `stripe`'s parity is untrusted: `hook` (from [`TrustSlot::get`], taken once
-    /// per request) says a sync has not reached it, or a write refused for lack of space left
-    /// it unsynced (`unsynced`). Called under the stripe's lock.
-    pub(crate) fn parity_untrusted(
-        &self,
-        hook: Option<&Arc<dyn ParityTrust>>,
-        stripe: u64,
-    ) -> bool {
-        self.unsynced.contains(stripe) || hook.is_some_and(|h| h.parity_untrusted(stripe))
     }
 }

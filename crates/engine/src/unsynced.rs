@@ -3,18 +3,16 @@
 //! A write that some members took and others refused for lack of space (ENOSPC, EDQUOT: see
 //! [`crate::is_no_space`]) fails without failing a member, so the array keeps every member —
 //! but the units it touched may now hold parity or mirror copies that disagree with their data.
-//! [`Array::write`], `trim` and `write_zeroes` record such a request's units here; they are
-//! made consistent again by [`Array::resync_next_unsynced`] (the volume's background worker
-//! calls it once there is space; a resync recomputes parity from the data, or copies the first
-//! mirror over the others, as after a crash). A mirrored read of such a unit resyncs it first,
-//! so two reads never return different copies.
+//! [`crate::Array::write`], `trim` and `write_zeroes` record such a request's units here; they
+//! are made consistent again by [`crate::Array::resync_next_unsynced`] (the volume's background
+//! worker calls it once there is space; a resync recomputes parity from the data, or copies the
+//! first mirror over the others, as after a crash). A mirrored read of such a unit resyncs it
+//! first, so two reads never return different copies. Those operations are in `scrub`; this
+//! module is the record.
 //!
 //! Bounded: at most [`UNSYNCED_RANGES_MAX`] ranges of units; past that the two closest ranges
 //! are merged (more units are resynced than needed, none is forgotten).
 
-use crate::error::IoError;
-use crate::scrub::{SyncMode, UnitReport};
-use crate::Array;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -119,62 +117,6 @@ fn merge_closest(ranges: &mut BTreeMap<u64, u64>) {
     };
     ranges.remove(&b);
     ranges.insert(a, b_end);
-}
-
-impl Array {
-    /// Records that a failed write to `[offset, offset+len)` may have left its units'
-    /// redundancy inconsistent (levels without redundancy have nothing to record).
-    pub(crate) fn mark_unsynced(&self, offset: u64, len: u64) {
-        if len == 0 || self.sync_unit_count() == 0 {
-            return;
-        }
-        let (lo, hi) = self.sync_units_of(offset, len);
-        self.unsynced.add(lo, hi);
-    }
-
-    /// Sync units a write refused for lack of space may have left inconsistent (see the
-    /// module docs); 0 when every unit's redundancy is as trusted as the rest of the array.
-    pub fn unsynced_units(&self) -> u64 {
-        self.unsynced.count()
-    }
-
-    /// True when sync unit `unit` awaits such a resync: its parity (or mirror copies) may
-    /// not match its data.
-    pub fn is_unsynced(&self, unit: u64) -> bool {
-        self.unsynced.contains(unit)
-    }
-
-    /// Resyncs the lowest unsynced unit; `None` when there is none. On an error (still no
-    /// space, a member lost) the unit stays recorded. A unit that could not be compared
-    /// (members missing) stays recorded too: its redundancy is still unknown.
-    pub fn resync_next_unsynced(&self) -> Option<Result<UnitReport, IoError>> {
-        // Taken out before the sync: a write that fails meanwhile records it again after
-        // its member requests finished, so no mark is lost.
-        let unit = self.unsynced.pop_first()?;
-        let result = self.sync_unit(unit, SyncMode::Resync);
-        if !result.as_ref().is_ok_and(|r| r.checked) {
-            self.unsynced.add(unit, unit + 1);
-        }
-        Some(result)
-    }
-
-    /// Mirrored levels: resyncs the unsynced units `[offset, offset+len)` touches before they
-    /// are read, so every read returns the copy the resync keeps. Errors leave them recorded
-    /// (the read then returns whichever copy it picks).
-    pub(crate) fn resync_unsynced_before_read(&self, offset: u64, len: u64) {
-        if self.unsynced.count() == 0 || !self.geometry.is_mirrored() || len == 0 {
-            return;
-        }
-        let (lo, hi) = self.sync_units_of(offset, len);
-        for unit in lo..hi {
-            if self.unsynced.remove(unit) {
-                let result = self.sync_unit(unit, SyncMode::Resync);
-                if !result.is_ok_and(|r| r.checked) {
-                    self.unsynced.add(unit, unit + 1);
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,9 +5,11 @@
 //! appended to it, one `MemberOps` record per stripe, and made durable there *before* any of
 //! it is written in place; the records are marked complete once the in-place writes have
 //! returned, and a checkpoint (driven by the layer above, which flushes the volume first)
-//! releases them. Replay ([`Array::apply_logged`]) writes the logged operations again, which
+//! releases them. Replay (`Parts::apply_logged`) writes the logged operations again, which
 //! leaves every logged stripe consistent. The engine calls down into the journal (the
-//! `journal` crate: format and ring writer); the journal knows nothing of arrays.
+//! `journal` crate: format and ring writer); the journal knows nothing of arrays. The logging
+//! and its bound are the array's [`Parts`]' (the RAID 5/6 data path logs through them); the
+//! array's public operations call them.
 
 use std::sync::Arc;
 
@@ -16,14 +18,49 @@ use member::Member;
 
 use crate::error::IoError;
 use crate::io::MemOp;
+use crate::parts::Parts;
 use crate::Array;
 
 impl Array {
     /// Sets (or, with `None`, removes) the journal RAID 5/6 writes are logged to.
     pub fn set_journal(&self, journal: Option<Arc<Journal>>) {
-        *self.journal.write().unwrap_or_else(|p| p.into_inner()) = journal;
+        *self
+            .parts
+            .journal
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = journal;
     }
 
+    /// The ring bytes the records logged by writing `len` bytes at `offset` can take at most;
+    /// 0 unless this array logs its writes (RAID 5/6 with a journal set).
+    pub fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
+        self.parts.logged_bytes_bound(offset, len)
+    }
+
+    /// Replays the stripes logged to the journal on `member` (superblock `sb`, checked to be
+    /// this array's): every `MemberOps` record after the tail, in sequence
+    /// (`Parts::apply_logged`), then flushes. Afterwards every stripe being written at the
+    /// crash is consistent on the present members. Write-back records are left to the layer
+    /// above (`export::replay_array_writes`); nothing is written to the journal.
+    pub fn replay_journal(
+        &self,
+        member: &dyn Member,
+        sb: &Superblock,
+    ) -> Result<ScanSummary, JournalError> {
+        let summary = scan(member, sb, |_, record| match record {
+            Record::MemberOps(ops) => self.parts.apply_logged(ops).map_err(std::io::Error::from),
+            _ => Ok(()),
+        })?;
+        self.flush().map_err(|e| JournalError::Apply {
+            name: member.name().to_string(),
+            seq: summary.next_seq,
+            source: e.into(),
+        })?;
+        Ok(summary)
+    }
+}
+
+impl Parts {
     /// The journal RAID 5/6 writes are logged to, if one is set.
     fn journal(&self) -> Option<Arc<Journal>> {
         self.journal
@@ -38,7 +75,7 @@ impl Array {
     /// into wider parity updates, and cut a stripe's data into more pieces), one record per
     /// stripe with its headers and alignment, and the waste of one wrap (at most one stripe's
     /// record, which did not fit at the ring's end).
-    pub fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
+    pub(crate) fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
         let geometry = &self.geometry;
         let parity = geometry.parity_count() as u64;
         if len == 0 || parity == 0 || self.journal().is_none() {
@@ -52,33 +89,11 @@ impl Array {
         len + stripes * per_stripe + wrap
     }
 
-    /// Replays the stripes logged to the journal on `member` (superblock `sb`, checked to be
-    /// this array's): every `MemberOps` record after the tail, in sequence
-    /// (`Array::apply_logged`), then flushes. Afterwards every stripe being written at the
-    /// crash is consistent on the present members. Write-back records are left to the layer
-    /// above (`export::replay_array_writes`); nothing is written to the journal.
-    pub fn replay_journal(
-        &self,
-        member: &dyn Member,
-        sb: &Superblock,
-    ) -> Result<ScanSummary, JournalError> {
-        let summary = scan(member, sb, |_, record| match record {
-            Record::MemberOps(ops) => self.apply_logged(ops).map_err(std::io::Error::from),
-            _ => Ok(()),
-        })?;
-        self.flush().map_err(|e| JournalError::Apply {
-            name: member.name().to_string(),
-            seq: summary.next_seq,
-            source: e.into(),
-        })?;
-        Ok(summary)
-    }
-
     /// Re-applies one replayed `MemberOps` record, skipping roles that are missing or failed
     /// (the present members then hold consistent stripes). Holds the stripe locks of the
     /// rows touched, so background work (a resync rewriting parity) cannot interleave with a
     /// replayed stripe. Writes are in place only; the caller flushes.
-    fn apply_logged(&self, ops: &[MemberOp<'_>]) -> Result<(), IoError> {
+    pub(crate) fn apply_logged(&self, ops: &[MemberOp<'_>]) -> Result<(), IoError> {
         let Some((first, end)) = self.logged_rows(ops) else {
             return Ok(());
         };

@@ -5,11 +5,10 @@
 //! level's module in `layout`.
 
 use super::{LevelIo, Lost};
-use crate::check::{first_difference, CheckReport, Mismatch, MismatchKind};
 use crate::error::IoError;
 use crate::io::MemOp;
-use crate::scrub::{SyncMode, UnitReport};
-use crate::Array;
+use crate::parts::Parts;
+use crate::report::{first_difference, CheckReport, Mismatch, MismatchKind, SyncMode, UnitReport};
 use layout::MemberAddress;
 
 /// The data path of the mirrored levels.
@@ -17,8 +16,8 @@ pub(crate) struct Mirror;
 
 impl LevelIo for Mirror {
     /// A check is a sync that writes nothing; a unit with fewer than two copies is skipped.
-    fn check_unit(&self, array: &Array, unit: u64, out: &mut CheckReport) -> Result<(), IoError> {
-        let found = self.sync_unit(array, unit, SyncMode::Check)?;
+    fn check_unit(&self, io: &Parts, unit: u64, out: &mut CheckReport) -> Result<(), IoError> {
+        let found = self.sync_unit(io, unit, SyncMode::Check)?;
         if !found.checked {
             out.units_skipped += 1;
             return Ok(());
@@ -32,10 +31,10 @@ impl LevelIo for Mirror {
 
     /// Every copy compared with the first present one; `Repair` and `Resync` copy the first
     /// over the others (md's choice: with two copies there is no majority).
-    fn sync_unit(&self, array: &Array, unit: u64, mode: SyncMode) -> Result<UnitReport, IoError> {
-        let _held = array.locks.lock(std::iter::once(unit));
+    fn sync_unit(&self, io: &Parts, unit: u64, mode: SyncMode) -> Result<UnitReport, IoError> {
+        let _held = io.locks.lock(std::iter::once(unit));
         let mut report = UnitReport::default();
-        let Some((copies, bufs)) = read_present_copies(array, unit)? else {
+        let Some((copies, bufs)) = read_present_copies(io, unit)? else {
             return Ok(report);
         };
         report.checked = true;
@@ -49,7 +48,7 @@ impl LevelIo for Mirror {
                 kind: MismatchKind::Mirror,
                 role: copy.role,
                 member_offset: copy.member_offset + at as u64,
-                array_offset: unit * array.geometry.chunk_bytes() + at as u64,
+                array_offset: unit * io.geometry.chunk_bytes() + at as u64,
             });
             if mode != SyncMode::Check {
                 writes.push(MemOp::Write {
@@ -60,14 +59,14 @@ impl LevelIo for Mirror {
             }
         }
         report.repaired += writes.len() as u64;
-        array.run(writes)?;
+        io.run(writes)?;
         Ok(report)
     }
 
     /// Each row piece from a readable copy of the same logical chunk.
-    fn reconstruct(&self, array: &Array, lost: &Lost<'_>, buf: &mut [u8]) -> Result<(), IoError> {
+    fn reconstruct(&self, io: &Parts, lost: &Lost<'_>, buf: &mut [u8]) -> Result<(), IoError> {
         let (role, offset, readable) = (lost.role, lost.offset, lost.readable);
-        let g = &array.geometry;
+        let g = &io.geometry;
         let chunk = g.chunk_bytes();
         let mut ops = Vec::new();
         let mut rest: &mut [u8] = buf;
@@ -96,7 +95,7 @@ impl LevelIo for Mirror {
                 buf: head,
             });
         }
-        array.run(ops)
+        io.run(ops)
     }
 }
 
@@ -105,9 +104,9 @@ type MirrorCopies = (Vec<MemberAddress>, Vec<Vec<u8>>);
 
 /// Reads every present copy of mirror chunk `unit` (caller holds its stripe lock); `None`
 /// when fewer than two copies are present (nothing to compare).
-fn read_present_copies(array: &Array, unit: u64) -> Result<Option<MirrorCopies>, IoError> {
-    let present = array.usable()?;
-    let copies: Vec<MemberAddress> = array
+fn read_present_copies(io: &Parts, unit: u64) -> Result<Option<MirrorCopies>, IoError> {
+    let present = io.usable()?;
+    let copies: Vec<MemberAddress> = io
         .geometry
         .chunk_copies(unit)
         .into_iter()
@@ -116,7 +115,7 @@ fn read_present_copies(array: &Array, unit: u64) -> Result<Option<MirrorCopies>,
     if copies.len() < 2 {
         return Ok(None);
     }
-    let chunk = array.geometry.chunk_bytes() as usize;
+    let chunk = io.geometry.chunk_bytes() as usize;
     let mut bufs = vec![vec![0u8; chunk]; copies.len()];
     let ops = copies
         .iter()
@@ -127,6 +126,6 @@ fn read_present_copies(array: &Array, unit: u64) -> Result<Option<MirrorCopies>,
             buf,
         })
         .collect();
-    array.run(ops)?;
+    io.run(ops)?;
     Ok(Some((copies, bufs)))
 }

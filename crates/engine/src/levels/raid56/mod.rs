@@ -9,11 +9,11 @@ mod write;
 pub(crate) use columns::{block_count, block_role, gen_parity, Columns};
 
 use super::{LevelIo, Lost};
-use crate::check::CheckReport;
 use crate::error::IoError;
 use crate::io::MemOp;
-use crate::scrub::{SyncMode, UnitReport};
-use crate::{Array, Discard};
+use crate::parts::Parts;
+use crate::report::{CheckReport, SyncMode, UnitReport};
+use crate::Discard;
 
 use layout::StripeSpan;
 
@@ -25,156 +25,149 @@ const ZERO_BUF_BYTES: usize = 1 << 20;
 pub(crate) struct Parity;
 
 impl LevelIo for Parity {
-    fn read(&self, array: &Array, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        array.raid56_read(offset, buf)
+    fn read(&self, io: &Parts, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        raid56_read(io, offset, buf)
     }
 
-    fn write(&self, array: &Array, offset: u64, buf: &[u8]) -> Result<(), IoError> {
-        array.gathered_write(offset, buf)
+    fn write(&self, io: &Parts, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        write::gathered_write(io, offset, buf)
     }
 
-    fn discard(&self, array: &Array, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
-        array.raid56_discard(offset, len, how)
+    fn discard(&self, io: &Parts, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
+        raid56_discard(io, offset, len, how)
     }
 
-    fn check_unit(&self, array: &Array, unit: u64, out: &mut CheckReport) -> Result<(), IoError> {
-        array.check_stripe(unit, out)
+    fn check_unit(&self, io: &Parts, unit: u64, out: &mut CheckReport) -> Result<(), IoError> {
+        scrub::check_stripe(io, unit, out)
     }
 
-    fn sync_unit(&self, array: &Array, unit: u64, mode: SyncMode) -> Result<UnitReport, IoError> {
-        array.sync_stripe(unit, mode)
+    fn sync_unit(&self, io: &Parts, unit: u64, mode: SyncMode) -> Result<UnitReport, IoError> {
+        scrub::sync_stripe(io, unit, mode)
     }
 
-    fn reconstruct(&self, array: &Array, lost: &Lost<'_>, buf: &mut [u8]) -> Result<(), IoError> {
-        array.reconstruct_parity(lost, buf)
+    fn reconstruct(&self, io: &Parts, lost: &Lost<'_>, buf: &mut [u8]) -> Result<(), IoError> {
+        reconstruct::reconstruct_parity(io, lost, buf)
     }
 
-    fn rows_untrusted(&self, array: &Array, offset: u64, len: u64) -> bool {
-        array.parity_untrusted_rows(offset, len)
+    fn rows_untrusted(&self, io: &Parts, offset: u64, len: u64) -> bool {
+        reconstruct::parity_untrusted_rows(io, offset, len)
     }
 }
 
-impl Array {
-    pub(crate) fn raid56_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        let spans = self.geometry.stripes(offset, buf.len() as u64);
-        let all_present = |p: &[bool]| p.iter().all(|x| *x);
-        let epoch = self.state_epoch();
-        let snapshot = self.present_snapshot();
-        if all_present(&snapshot) {
-            self.degraded_read(&spans, buf, &snapshot)?;
-            // No member changed state before the read finished, so no write skipped one we
-            // read.
-            if self.state_epoch() == epoch {
-                return Ok(());
-            }
+fn raid56_read(io: &Parts, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+    let spans = io.geometry.stripes(offset, buf.len() as u64);
+    let all_present = |p: &[bool]| p.iter().all(|x| *x);
+    let epoch = io.members.epoch();
+    let snapshot = io.present_snapshot();
+    if all_present(&snapshot) {
+        degraded_read(io, &spans, buf, &snapshot)?;
+        // No member changed state before the read finished, so no write skipped one we
+        // read.
+        if io.members.epoch() == epoch {
+            return Ok(());
         }
-        let _held = self.locks.lock(spans.iter().map(|s| s.stripe));
-        let present = self.usable()?;
-        self.degraded_read(&spans, buf, &present)
     }
+    let _held = io.locks.lock(spans.iter().map(|s| s.stripe));
+    let present = io.usable()?;
+    degraded_read(io, &spans, buf, &present)
+}
 
-    /// Reads present chunks straight into `buf` and rebuilds the missing ones from the rest
-    /// of their stripe. With every member present this is a plain parallel read.
-    fn degraded_read(
-        &self,
-        spans: &[StripeSpan],
-        buf: &mut [u8],
-        present: &[bool],
-    ) -> Result<(), IoError> {
-        let g = &self.geometry;
-        let mut rebuilds: Vec<(Columns, &StripeSpan)> = Vec::new();
-        for span in spans {
-            let missing = span.chunks.iter().filter(|c| !present[c.role]);
-            let lo = missing.clone().map(|c| c.start).min();
-            let hi = missing.map(|c| c.start + c.len).max();
-            if let (Some(lo), Some(hi)) = (lo, hi) {
-                let columns = Columns::new(g, &self.scratch, span.stripe, (lo, hi), present);
-                rebuilds.push((columns, span));
+/// Reads present chunks straight into `buf` and rebuilds the missing ones from the rest
+/// of their stripe. With every member present this is a plain parallel read.
+fn degraded_read(
+    io: &Parts,
+    spans: &[StripeSpan],
+    buf: &mut [u8],
+    present: &[bool],
+) -> Result<(), IoError> {
+    let g = &io.geometry;
+    let mut rebuilds: Vec<(Columns, &StripeSpan)> = Vec::new();
+    for span in spans {
+        let missing = span.chunks.iter().filter(|c| !present[c.role]);
+        let lo = missing.clone().map(|c| c.start).min();
+        let hi = missing.map(|c| c.start + c.len).max();
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            let columns = Columns::new(g, &io.scratch, span.stripe, (lo, hi), present);
+            rebuilds.push((columns, span));
+        }
+    }
+    // Present chunks inside a rebuilt range are copied from the columns, not read twice.
+    let from_columns = |span: &StripeSpan, c: &layout::ChunkSpan| {
+        rebuilds.iter().any(|(col, s)| {
+            s.stripe == span.stripe && col.lo <= c.start && c.start + c.len <= col.hi()
+        })
+    };
+    let mut ops = Vec::new();
+    let mut rest: &mut [u8] = buf;
+    for span in spans {
+        for c in &span.chunks {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(c.len as usize);
+            rest = tail;
+            if present[c.role] && !from_columns(span, c) {
+                let offset = span.member_offset + c.start;
+                ops.push(MemOp::Read {
+                    role: c.role,
+                    offset,
+                    buf: head,
+                });
             }
         }
-        // Present chunks inside a rebuilt range are copied from the columns, not read twice.
-        let from_columns = |span: &StripeSpan, c: &layout::ChunkSpan| {
-            rebuilds.iter().any(|(col, s)| {
-                s.stripe == span.stripe && col.lo <= c.start && c.start + c.len <= col.hi()
-            })
+    }
+    for (columns, _) in rebuilds.iter_mut() {
+        columns.rebuild_read_ops(g, &mut ops);
+    }
+    io.run(ops)?;
+    for (columns, span) in rebuilds.iter_mut() {
+        columns.rebuild(g);
+        let hi = columns.hi();
+        let copied = |c: &&layout::ChunkSpan| {
+            !present[c.role] || (columns.lo <= c.start && c.start + c.len <= hi)
         };
-        let mut ops = Vec::new();
-        let mut rest: &mut [u8] = buf;
-        for span in spans {
-            for c in &span.chunks {
-                let (head, tail) = std::mem::take(&mut rest).split_at_mut(c.len as usize);
-                rest = tail;
-                if present[c.role] && !from_columns(span, c) {
-                    let offset = span.member_offset + c.start;
-                    ops.push(MemOp::Read {
-                        role: c.role,
-                        offset,
-                        buf: head,
-                    });
-                }
-            }
+        for c in span.chunks.iter().filter(copied) {
+            let from = (c.start - columns.lo) as usize;
+            let block = &columns.blocks[c.data_index][from..from + c.len as usize];
+            let at = c.buf_offset as usize;
+            buf[at..at + c.len as usize].copy_from_slice(block);
         }
-        for (columns, _) in rebuilds.iter_mut() {
-            columns.rebuild_read_ops(g, &mut ops);
-        }
-        self.run(ops)?;
-        for (columns, span) in rebuilds.iter_mut() {
-            columns.rebuild(g);
-            let hi = columns.hi();
-            let copied = |c: &&layout::ChunkSpan| {
-                !present[c.role] || (columns.lo <= c.start && c.start + c.len <= hi)
-            };
-            for c in span.chunks.iter().filter(copied) {
-                let from = (c.start - columns.lo) as usize;
-                let block = &columns.blocks[c.data_index][from..from + c.len as usize];
-                let at = c.buf_offset as usize;
-                buf[at..at + c.len as usize].copy_from_slice(block);
-            }
-        }
-        Ok(())
     }
+    Ok(())
+}
 
-    pub(crate) fn raid56_discard(
-        &self,
-        offset: u64,
-        len: u64,
-        how: Discard,
-    ) -> Result<(), IoError> {
-        let stripe_bytes = self.geometry.stripe_data_bytes();
-        let end = offset + len;
-        let first_full = offset.div_ceil(stripe_bytes);
-        let end_full = end / stripe_bytes;
-        if first_full >= end_full {
-            return self.write_zero_range(offset, end);
-        }
-        self.write_zero_range(offset, first_full * stripe_bytes)?;
-        self.discard_stripes(first_full, end_full, how)?;
-        self.write_zero_range(end_full * stripe_bytes, end)
+fn raid56_discard(io: &Parts, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
+    let stripe_bytes = io.geometry.stripe_data_bytes();
+    let end = offset + len;
+    let first_full = offset.div_ceil(stripe_bytes);
+    let end_full = end / stripe_bytes;
+    if first_full >= end_full {
+        return write_zero_range(io, offset, end);
     }
+    write_zero_range(io, offset, first_full * stripe_bytes)?;
+    discard_stripes(io, first_full, end_full, how)?;
+    write_zero_range(io, end_full * stripe_bytes, end)
+}
 
-    /// Whole stripes: zero data has zero P and Q, so every member's rows are discarded.
-    fn discard_stripes(&self, first: u64, end: u64, how: Discard) -> Result<(), IoError> {
-        let _held = self.locks.lock_range(first, end);
-        self.usable()?;
-        let writable = self.writable_snapshot();
-        let chunk = self.geometry.chunk_bytes();
-        let ops = (0..writable.len())
-            .filter(|&role| writable[role])
-            .map(|role| how.op(role, first * chunk, (end - first) * chunk))
-            .collect::<Vec<_>>();
-        let group_end = [ops.len()];
-        self.run_logged(ops, &group_end)
-    }
+/// Whole stripes: zero data has zero P and Q, so every member's rows are discarded.
+fn discard_stripes(io: &Parts, first: u64, end: u64, how: Discard) -> Result<(), IoError> {
+    let _held = io.locks.lock_range(first, end);
+    io.usable()?;
+    let writable = io.writable_snapshot();
+    let chunk = io.geometry.chunk_bytes();
+    let ops = (0..writable.len())
+        .filter(|&role| writable[role])
+        .map(|role| how.op(role, first * chunk, (end - first) * chunk))
+        .collect::<Vec<_>>();
+    let group_end = [ops.len()];
+    io.run_logged(ops, &group_end)
+}
 
-    /// Partial stripes: zeroes through the write path, so parity follows.
-    fn write_zero_range(&self, start: u64, end: u64) -> Result<(), IoError> {
-        let zeroes = vec![0u8; ((end - start) as usize).min(ZERO_BUF_BYTES)];
-        let mut at = start;
-        while at < end {
-            let n = (end - at).min(zeroes.len() as u64);
-            self.raid56_write(at, &zeroes[..n as usize])?;
-            at += n;
-        }
-        Ok(())
+/// Partial stripes: zeroes through the write path, so parity follows.
+fn write_zero_range(io: &Parts, start: u64, end: u64) -> Result<(), IoError> {
+    let zeroes = vec![0u8; ((end - start) as usize).min(ZERO_BUF_BYTES)];
+    let mut at = start;
+    while at < end {
+        let n = (end - at).min(zeroes.len() as u64);
+        write::raid56_write(io, at, &zeroes[..n as usize])?;
+        at += n;
     }
+    Ok(())
 }

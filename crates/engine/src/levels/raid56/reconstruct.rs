@@ -5,7 +5,7 @@ use super::block_role;
 use crate::error::IoError;
 use crate::io::MemOp;
 use crate::levels::Lost;
-use crate::Array;
+use crate::parts::Parts;
 
 /// Largest per-member buffer kept for reuse: a background step (4 MiB). A thread keeps at most
 /// one set (members × this).
@@ -16,72 +16,70 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-impl Array {
-    /// True when a stripe holding a member's `[offset, offset+len)` has untrusted parity (see
-    /// [`crate::ParityTrust`]): nothing of it can be reconstructed correctly yet. (A member's
-    /// row r belongs to stripe r on every role.)
-    pub(crate) fn parity_untrusted_rows(&self, offset: u64, len: u64) -> bool {
-        if len == 0 {
-            return false;
-        }
-        let hook = self.trust.get();
-        let chunk = self.geometry.chunk_bytes();
-        (offset / chunk..(offset + len).div_ceil(chunk))
-            .any(|stripe| self.parity_untrusted(hook.as_ref(), stripe))
+/// True when a stripe holding a member's `[offset, offset+len)` has untrusted parity (see
+/// [`crate::ParityTrust`]): nothing of it can be reconstructed correctly yet. (A member's
+/// row r belongs to stripe r on every role.)
+pub(super) fn parity_untrusted_rows(io: &Parts, offset: u64, len: u64) -> bool {
+    if len == 0 {
+        return false;
     }
+    let hook = io.trust.get();
+    let chunk = io.geometry.chunk_bytes();
+    (offset / chunk..(offset + len).div_ceil(chunk))
+        .any(|stripe| io.parity_untrusted(hook.as_ref(), stripe))
+}
 
-    /// RAID 5/6: one contiguous read per readable member, then each stripe's lost blocks.
-    pub(crate) fn reconstruct_parity(
-        &self,
-        lost: &Lost<'_>,
-        buf: &mut [u8],
-    ) -> Result<(), IoError> {
-        let (role, offset, readable) = (lost.role, lost.offset, lost.readable);
-        let g = &self.geometry;
-        let n = self.member_count();
-        let len = buf.len();
-        // Buffers are reused between calls on the same thread (a rebuild runs step after step
-        // on one worker): every byte is overwritten by the reads or the reconstruction.
-        let mut others = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        others.resize_with(n, Vec::new);
-        for (r, b) in others.iter_mut().enumerate() {
-            b.resize(if r == role { 0 } else { len }, 0);
-        }
-        let ops = others
-            .iter_mut()
-            .enumerate()
-            .filter(|(r, _)| readable[*r])
-            .map(|(r, b)| MemOp::Read {
-                role: r,
-                offset,
-                buf: b.as_mut_slice(),
-            })
-            .collect();
-        self.run(ops)?;
-        // The role's own block is rebuilt straight into `buf`.
-        let mut views: Vec<&mut [u8]> = Vec::with_capacity(n);
-        let mut out = Some(buf);
-        for (r, b) in others.iter_mut().enumerate() {
-            views.push(match r == role {
-                true => out.take().expect("one output"),
-                false => b.as_mut_slice(),
-            });
-        }
-        let chunk = g.chunk_bytes();
-        let mut at = offset;
-        while at < offset + len as u64 {
-            let stripe = at / chunk;
-            let end = ((stripe + 1) * chunk).min(offset + len as u64);
-            let range = (at - offset) as usize..(end - offset) as usize;
-            rebuild_stripe(g, stripe, &mut views, range, readable);
-            at = end;
-        }
-        drop(views);
-        if lost.reuse && len as u64 <= SCRATCH_KEEP_BYTES_MAX {
-            SCRATCH.with(|s| *s.borrow_mut() = others);
-        }
-        Ok(())
+/// RAID 5/6: one contiguous read per readable member, then each stripe's lost blocks.
+pub(super) fn reconstruct_parity(
+    io: &Parts,
+    lost: &Lost<'_>,
+    buf: &mut [u8],
+) -> Result<(), IoError> {
+    let (role, offset, readable) = (lost.role, lost.offset, lost.readable);
+    let g = &io.geometry;
+    let n = io.members.count();
+    let len = buf.len();
+    // Buffers are reused between calls on the same thread (a rebuild runs step after step
+    // on one worker): every byte is overwritten by the reads or the reconstruction.
+    let mut others = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    others.resize_with(n, Vec::new);
+    for (r, b) in others.iter_mut().enumerate() {
+        b.resize(if r == role { 0 } else { len }, 0);
     }
+    let ops = others
+        .iter_mut()
+        .enumerate()
+        .filter(|(r, _)| readable[*r])
+        .map(|(r, b)| MemOp::Read {
+            role: r,
+            offset,
+            buf: b.as_mut_slice(),
+        })
+        .collect();
+    io.run(ops)?;
+    // The role's own block is rebuilt straight into `buf`.
+    let mut views: Vec<&mut [u8]> = Vec::with_capacity(n);
+    let mut out = Some(buf);
+    for (r, b) in others.iter_mut().enumerate() {
+        views.push(match r == role {
+            true => out.take().expect("one output"),
+            false => b.as_mut_slice(),
+        });
+    }
+    let chunk = g.chunk_bytes();
+    let mut at = offset;
+    while at < offset + len as u64 {
+        let stripe = at / chunk;
+        let end = ((stripe + 1) * chunk).min(offset + len as u64);
+        let range = (at - offset) as usize..(end - offset) as usize;
+        rebuild_stripe(g, stripe, &mut views, range, readable);
+        at = end;
+    }
+    drop(views);
+    if lost.reuse && len as u64 <= SCRATCH_KEEP_BYTES_MAX {
+        SCRATCH.with(|s| *s.borrow_mut() = others);
+    }
+    Ok(())
 }
 
 /// Rebuilds the lost blocks of `stripe` over `range` of the per-role buffers.

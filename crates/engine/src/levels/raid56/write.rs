@@ -15,12 +15,14 @@
 //! parallel batch, all under the request's stripe locks.
 
 use super::columns::{block_role, Columns};
-use super::gen_parity;
+use super::{gen_parity, Parity};
 use crate::error::IoError;
+use crate::gather::Gather;
 use crate::gather::Outcome;
 use crate::io::MemOp;
+use crate::levels::repair::recovering;
+use crate::parts::Parts;
 use crate::scratch::{Scratch, ScratchPool};
-use crate::Array;
 use layout::{Geometry, StripeSpan};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,96 +287,83 @@ impl<'p> StripeWrite<'p> {
     }
 }
 
-impl Array {
-    pub(crate) fn raid56_write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
-        let g = &self.geometry;
-        let spans = g.stripes(offset, buf.len() as u64);
-        let _held = self.locks.lock(spans.iter().map(|s| s.stripe));
-        let present = self.usable()?;
-        let writable = self.writable_snapshot();
-        // Asked under the stripe locks: a sync step rewrites a stripe under its lock too.
-        let trust = self.trust.get();
-        let mut plans: Vec<StripeWrite> = spans
-            .into_iter()
-            .map(|span| {
-                let untrusted = self.parity_untrusted(trust.as_ref(), span.stripe);
-                StripeWrite::plan(g, &self.scratch, span, &present, &writable, untrusted)
-            })
-            .collect();
-        let mut reads = Vec::new();
-        for plan in plans.iter_mut() {
-            plan.read_ops(g, &present, &mut reads);
-        }
-        self.run(reads)?;
-        for plan in plans.iter_mut() {
-            plan.compute(g, buf);
-        }
-        let mut writes = Vec::new();
-        let mut group_ends = Vec::with_capacity(plans.len());
-        for plan in &plans {
-            plan.write_ops(g, &writable, buf, &mut writes);
-            group_ends.push(writes.len());
-        }
-        self.run_logged(writes, &group_ends)
+pub(super) fn raid56_write(io: &Parts, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+    let g = &io.geometry;
+    let spans = g.stripes(offset, buf.len() as u64);
+    let _held = io.locks.lock(spans.iter().map(|s| s.stripe));
+    let present = io.usable()?;
+    let writable = io.writable_snapshot();
+    // Asked under the stripe locks: a sync step rewrites a stripe under its lock too.
+    let trust = io.trust.get();
+    let mut plans: Vec<StripeWrite> = spans
+        .into_iter()
+        .map(|span| {
+            let untrusted = io.parity_untrusted(trust.as_ref(), span.stripe);
+            StripeWrite::plan(g, &io.scratch, span, &present, &writable, untrusted)
+        })
+        .collect();
+    let mut reads = Vec::new();
+    for plan in plans.iter_mut() {
+        plan.read_ops(g, &present, &mut reads);
     }
+    io.run(reads)?;
+    for plan in plans.iter_mut() {
+        plan.compute(g, buf);
+    }
+    let mut writes = Vec::new();
+    let mut group_ends = Vec::with_capacity(plans.len());
+    for plan in &plans {
+        plan.write_ops(g, &writable, buf, &mut writes);
+        group_ends.push(writes.len());
+    }
+    io.run_logged(writes, &group_ends)
 }
 
 /// Puts a taken tail back if its taker unwinds before reporting (see `gather`).
 struct TakenGuard<'a> {
-    array: &'a Array,
+    gather: &'a Gather,
     stripe: Option<u64>,
 }
 
 impl Drop for TakenGuard<'_> {
     fn drop(&mut self) {
         if let Some(stripe) = self.stripe {
-            self.array.gather.untake(stripe);
+            self.gather.untake(stripe);
         }
     }
 }
 
-impl Array {
-    /// A RAID 5/6 write through stripe gathering (`gather`): a head that completes a pending
-    /// tail writes the whole stripe for both; a tail that may be completed soon waits for the
-    /// next write of its stream. Each write below retries read errors (`recovering`).
-    pub(crate) fn gathered_write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
-        let stripe_bytes = self.geometry.stripe_data_bytes();
-        let plan = self.gather.enter(offset, buf, stripe_bytes);
-        let mut result = Ok(());
-        if let Some(taken) = &plan.take {
-            let mut guard = TakenGuard {
-                array: self,
-                stripe: Some(taken.stripe),
-            };
-            let written = self.recovering(|| self.raid56_write(taken.lo, &taken.union));
-            guard.stripe = None;
-            self.gather.finish_taken(taken, &written);
-            result = written;
-        }
-        let (lo, hi) = plan.body;
-        if lo < hi {
-            let body = &buf[(lo - offset) as usize..(hi - offset) as usize];
-            result = result.and(self.recovering(|| self.raid56_write(lo, body)));
-        }
-        if let Some(stripe) = plan.tail_stripe {
-            let tail = match self.gather.wait_for_tail(stripe) {
-                Outcome::Written(written) => written,
-                Outcome::Untaken { lo, data } => self.recovering(|| self.raid56_write(lo, &data)),
-            };
-            result = result.and(tail);
-        }
-        self.gather.leave(&plan);
-        result
+/// A RAID 5/6 write through stripe gathering (`gather`): a head that completes a pending
+/// tail writes the whole stripe for both; a tail that may be completed soon waits for the
+/// next write of its stream. Each write below retries read errors (`recovering`).
+pub(super) fn gathered_write(io: &Parts, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+    let stripe_bytes = io.geometry.stripe_data_bytes();
+    let plan = io.gather.enter(offset, buf, stripe_bytes);
+    let mut result = Ok(());
+    if let Some(taken) = &plan.take {
+        let mut guard = TakenGuard {
+            gather: &io.gather,
+            stripe: Some(taken.stripe),
+        };
+        let written = recovering(&Parity, io, || raid56_write(io, taken.lo, &taken.union));
+        guard.stripe = None;
+        io.gather.finish_taken(taken, &written);
+        result = written;
     }
-
-    /// How long a RAID 5/6 write's tail waits for the next write of a sequential stream to
-    /// complete its stripe (`Duration::ZERO`: never; default [`crate::GATHER_WAIT_DEFAULT`]).
-    pub fn set_gather_wait(&self, wait: std::time::Duration) {
-        self.gather.set_wait(wait);
+    let (lo, hi) = plan.body;
+    if lo < hi {
+        let body = &buf[(lo - offset) as usize..(hi - offset) as usize];
+        result = result.and(recovering(&Parity, io, || raid56_write(io, lo, body)));
     }
-
-    /// Stripes written whole because two adjacent writes were gathered.
-    pub fn gathered_stripes(&self) -> u64 {
-        self.gather.gathered()
+    if let Some(stripe) = plan.tail_stripe {
+        let tail = match io.gather.wait_for_tail(stripe) {
+            Outcome::Written(written) => written,
+            Outcome::Untaken { lo, data } => {
+                recovering(&Parity, io, || raid56_write(io, lo, &data))
+            }
+        };
+        result = result.and(tail);
     }
+    io.gather.leave(&plan);
+    result
 }

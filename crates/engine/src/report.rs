@@ -1,9 +1,7 @@
-//! Consistency check: every stripe's P (and Q) against its data, every mirror copy against the
-//! others. Each unit is checked under its lock, so concurrent writes cannot cause false alarms;
-//! the comparison is the level's (`LevelIo::check_unit`: `levels::mirror`, `levels::raid56::scrub`).
-
-use crate::error::IoError;
-use crate::Array;
+//! What a check or a sync of units finds: [`CheckReport`] for a whole-array check,
+//! [`UnitReport`] for one unit's pass in a [`SyncMode`]. The passes are the level's
+//! (`LevelIo::check_unit` and `sync_unit`: `levels::mirror`, `levels::raid56::scrub`); the
+//! array's operations that run them are in `scrub`.
 
 /// At most this many mismatches are listed in a report (all are counted).
 pub const MISMATCHES_REPORTED_MAX: usize = 64;
@@ -36,7 +34,7 @@ pub struct Mismatch {
     pub array_offset: u64,
 }
 
-/// Outcome of [`Array::check`].
+/// Outcome of [`crate::Array::check`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CheckReport {
     /// Units (stripes, rows or chunks) fully compared.
@@ -63,19 +61,25 @@ impl CheckReport {
     }
 }
 
+/// What a pass over a unit does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    Check,
+    Repair,
+    Resync,
+}
+
+/// The outcome for one unit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnitReport {
+    /// False when members were missing and the unit could not be compared.
+    pub checked: bool,
+    pub mismatches: Vec<Mismatch>,
+    /// Blocks rewritten.
+    pub repaired: u64,
+}
+
 pub(crate) fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).position(|(x, y)| x != y)
-}
-
-impl Array {
-    /// Checks parity (RAID 5/6) or mirrors (RAID 1/10) of the whole array. Linear and RAID 0
-    /// have nothing to compare and report zero units.
-    pub fn check(&self) -> Result<CheckReport, IoError> {
-        let mut report = CheckReport::default();
-        for unit in 0..self.geometry.sync_unit_count() {
-            self.level_io.check_unit(self, unit, &mut report)?;
-        }
-        Ok(report)
-    }
 }

@@ -1,0 +1,128 @@
+//! Read-error repair ([`recovering`]): every client request and background step runs inside
+//! it; a member read error is repaired by rewriting that member range from the level's
+//! redundancy (`LevelIo::reconstruct`: from a copy in `mirror`, from parity in
+//! `raid56::reconstruct`), as md does, and the request is retried; the caller sees an error
+//! only when the data cannot be served.
+
+use super::{LevelIo, Lost};
+use crate::error::{IoError, Op};
+use crate::io::MemOp;
+use crate::parts::{missing_roles, Parts};
+use crate::state::FaultReason;
+
+/// Retries beyond the read-error limit and two per member before a request gives up.
+const RETRIES_EXTRA: usize = 4;
+
+/// Runs `attempt`, repairing member read errors from `level`'s redundancy and retrying, a
+/// bounded number of times.
+pub(crate) fn recovering<L: LevelIo + ?Sized, T>(
+    level: &L,
+    io: &Parts,
+    mut attempt: impl FnMut() -> Result<T, IoError>,
+) -> Result<T, IoError> {
+    let limit =
+        io.members.policy().read_errors_max as usize + 2 * io.members.count() + RETRIES_EXTRA;
+    let mut tries = 0;
+    loop {
+        let error = match attempt() {
+            Err(error) => error,
+            done => return done,
+        };
+        let IoError::Member {
+            role,
+            op: Op::Read,
+            offset,
+            len,
+            ..
+        } = error
+        else {
+            return Err(error);
+        };
+        tries += 1;
+        if tries > limit || !recover_read_error(level, io, role, offset, len) {
+            return Err(error);
+        }
+    }
+}
+
+/// After a read error on `role` at `[offset, offset+len)`: rewrite the range from
+/// redundancy. True when retrying the request may succeed.
+fn recover_read_error<L: LevelIo + ?Sized>(
+    level: &L,
+    io: &Parts,
+    role: usize,
+    offset: u64,
+    len: u64,
+) -> bool {
+    if !io.health_of(role).readable() {
+        return true;
+    }
+    if level.rows_untrusted(io, offset, len) {
+        // Reconstructing from parity that may not match its data would return (and write
+        // back over the member) bytes that were never there: the read fails instead, as
+        // an I/O error the client sees, and the member keeps what it holds. Its read error
+        // was counted like any other.
+        return false;
+    }
+    match rewrite_range(level, io, role, offset, len) {
+        Ok(()) => true,
+        // Another member failed while reconstructing: its error was counted; retry.
+        Err(IoError::Member { role: other, .. }) if other != role => true,
+        // No space to write the repaired range back: not the member's fault; the read
+        // fails (it was not served from redundancy either).
+        Err(e) if e.is_no_space() => false,
+        Err(e) => {
+            let reason = FaultReason::Unrepairable(e.to_string());
+            io.members.try_fail(role, reason, &io.geometry)
+        }
+    }
+}
+
+/// Reconstructs `role`'s `[offset, offset+len)` from the other members and writes it back.
+fn rewrite_range<L: LevelIo + ?Sized>(
+    level: &L,
+    io: &Parts,
+    role: usize,
+    offset: u64,
+    len: u64,
+) -> Result<(), IoError> {
+    let _held = io.lock_member_range(role, offset, len);
+    let mut readable = io.present_snapshot();
+    readable[role] = false;
+    let mut buf = vec![0u8; len as usize];
+    reconstruct(level, io, role, offset, &mut buf, &readable, false)?;
+    io.member_io(MemOp::Write {
+        role,
+        offset,
+        buf: &buf,
+    })
+}
+
+/// What `role` should hold at `[offset, offset + buf.len())`, from the `readable` members
+/// (`readable[role]` must be false). The caller holds the rows' locks. `reuse`: keep the
+/// read buffers for this thread's next call (background rebuild steps only, so the memory
+/// held stays bounded by one worker's step).
+pub(crate) fn reconstruct<L: LevelIo + ?Sized>(
+    level: &L,
+    io: &Parts,
+    role: usize,
+    offset: u64,
+    buf: &mut [u8],
+    readable: &[bool],
+    reuse: bool,
+) -> Result<(), IoError> {
+    assert!(!readable[role]);
+    if !io.geometry.survives(readable) {
+        return Err(IoError::ArrayFailed {
+            level: io.geometry.level(),
+            missing: missing_roles(readable),
+        });
+    }
+    let lost = Lost {
+        role,
+        offset,
+        readable,
+        reuse,
+    };
+    level.reconstruct(io, &lost, buf)
+}

@@ -55,14 +55,13 @@ def edges(src):
     for m, f in mods.items():
         text = code(f)
         here = m.split("::") if m else []
-        parent = here if f.name in ("mod.rs", "lib.rs") else here[:-1]
         # A path followed by `::{…}` names a module: keep the `::` so it is resolved as one.
         paths = [m.group(1) + ("::" if text.startswith("::", m.end()) else "")
                  for m in re.finditer(r"crate::" + PATH, text)]
         for group in re.findall(r"crate::\{([^}]*)\}", text):
             paths += [p for p in re.split(r"[,\s]+", group) if p]
         for rest in re.findall(r"(?<![\w:])super::" + PATH, text):
-            paths.append("::".join(parent[:-1] + [rest]))
+            paths.append("::".join(here[:-1] + [rest]))  # `super` of a::b (a/b.rs, a/b/mod.rs) is a
         for path in paths:
             parts = [p for p in path.split("::") if p]
             module_path = path.endswith("::")
@@ -125,6 +124,11 @@ def main():
             print(f"{crate.name}: {a} <-> {b}")
         for component in found:
             print(f"{crate.name}: cycle: {' '.join(component)}")
+    if loops:
+        print(f"import loops: {loops} found (listed above): each file of a loop names another "
+              "(`crate::x`, `super::x`) that names it back, directly or through the others; "
+              "move the code so one of them no longer does (docs/DESIGN.md, \"Layers and crates\")",
+              file=sys.stderr)
     sys.exit(1 if loops else 0)
 
 

@@ -2,9 +2,10 @@
 # The whole test suite (the README's test command; .ci/run calls exactly this).
 #
 #   1. install what is missing (Debian 12, as root): scripts/install-deps.sh
-#   2. cargo build --release
-#   3. cargo test --workspace --release --no-fail-fast (every crate runs, failures are all listed)
-#   4. end-to-end tests: /usr/bin/python3 -m pytest tests/python against target/release/raidkit
+#   2. no import loops between the files of a crate: scripts/import-loops.py (pure Python, ~1 s)
+#   3. cargo build --release
+#   4. cargo test --workspace --release --no-fail-fast (every crate runs, failures are all listed)
+#   5. end-to-end tests: /usr/bin/python3 -m pytest tests/python against target/release/raidkit
 #
 # Environment:
 #   RAIDKIT_SEED=N       replay the random choices of a failed run (printed by pytest)
@@ -112,6 +113,8 @@ fi
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET_DIR == /* ]] || TARGET_DIR=$ROOT/$TARGET_DIR
 RAIDKIT_BIN=$TARGET_DIR/release/raidkit
+
+step "no import loops" /usr/bin/python3 scripts/import-loops.py
 
 if step "cargo build --release" cargo build --release --workspace; then
   step "cargo test --release" cargo test --workspace --release --no-fail-fast

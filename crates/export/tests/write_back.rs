@@ -7,7 +7,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{assert_reads_back, pattern, random_write, rounds, seed, Rng, SimMember, World};
+use common::{
+    assert_reads_back, each_round, names, pattern, random_write, seed, Rng, SimMember, World,
+};
 use export::{checkpoint, replay_array_writes, Checkpointer, WriteBack};
 use journal::{format, read_superblock, Journal, Mode};
 use layout::Level;
@@ -20,14 +22,6 @@ const CHUNK: u64 = 16 << 10;
 const DATA_OFFSET: u64 = 64 << 10;
 const MEMBER_BYTES: usize = (1 << 20) + DATA_OFFSET as usize;
 const JOURNAL_BYTES: usize = (4 << 20) + 8192;
-
-fn names(level: Level) -> Vec<String> {
-    let n = if level == Level::Raid6 { 5 } else { 4 };
-    (0..n)
-        .map(|i| format!("m{i}"))
-        .chain(["journal".to_string()])
-        .collect()
-}
 
 /// The simulated members of `names` in `world` (the journal bigger, `journal_bytes`).
 fn members(world: &Arc<World>, names: &[String], journal_bytes: usize) -> Vec<Arc<SimMember>> {
@@ -146,12 +140,12 @@ fn write_back_round(level: Level, seed: u64) {
 
 #[test]
 fn write_back_keeps_every_acknowledged_write() {
-    let base = seed("write_back_keeps_every_acknowledged_write");
-    for round in 0..rounds() {
-        // RAID 1 logs no member operations: replay's range rewrites make mirrors agree.
-        let level = [Level::Raid5, Level::Raid6, Level::Raid1][round as usize % 3];
-        write_back_round(level, base.wrapping_add(round));
-    }
+    // RAID 1 logs no member operations: replay's range rewrites make mirrors agree.
+    each_round(
+        "write_back_keeps_every_acknowledged_write",
+        &[Level::Raid5, Level::Raid6, Level::Raid1],
+        write_back_round,
+    );
 }
 
 /// Write-back from several threads (disjoint regions) with write-zeroes mixed in and a buffer

@@ -10,7 +10,8 @@ use std::io;
 use std::sync::{Arc, Weak};
 
 use common::{
-    assert_reads_back, pattern, random_write, rounds, seed, Checkpoints, Rng, SimMember, World,
+    assert_reads_back, each_round, names, pattern, random_write, seed, Checkpoints, Rng, SimMember,
+    World,
 };
 use engine::{Array, ArrayConfig, Level};
 use journal::{format, read_superblock, Journal, Mode};
@@ -19,14 +20,6 @@ use member::Member;
 const CHUNK: u64 = 16 << 10;
 const MEMBER_BYTES: usize = 1 << 20;
 const JOURNAL_BYTES: usize = (4 << 20) + 8192;
-
-fn names(level: Level) -> Vec<String> {
-    let n = if level == Level::Raid6 { 5 } else { 4 };
-    (0..n)
-        .map(|i| format!("m{i}"))
-        .chain(["journal".to_string()])
-        .collect()
-}
 
 fn array(level: Level, members: Vec<Option<Arc<dyn Member>>>) -> Arc<Array> {
     let n = members.len();
@@ -118,15 +111,11 @@ fn write_through_round(level: Level, seed: u64) {
 
 #[test]
 fn write_through_closes_the_write_hole() {
-    let base = seed("write_through_closes_the_write_hole");
-    for round in 0..rounds() {
-        let level = if round % 2 == 0 {
-            Level::Raid5
-        } else {
-            Level::Raid6
-        };
-        write_through_round(level, base.wrapping_add(round));
-    }
+    each_round(
+        "write_through_closes_the_write_hole",
+        &[Level::Raid5, Level::Raid6],
+        write_through_round,
+    );
 }
 
 /// Without the journal the same crash does lose data (the test above has teeth).

@@ -261,6 +261,28 @@ pub fn rounds() -> u64 {
         .unwrap_or(40)
 }
 
+/// The members of a test array of `level` (RAID 6: five, else four: `m0`, `m1`, …) and
+/// `journal`, last.
+pub fn names(level: engine::Level) -> Vec<String> {
+    let n = if level == engine::Level::Raid6 { 5 } else { 4 };
+    (0..n)
+        .map(|i| format!("m{i}"))
+        .chain(["journal".to_string()])
+        .collect()
+}
+
+/// Runs `round(level, seed)` [`rounds`] times: the levels taken from `levels` in turn, the
+/// seeds counting up from the test's [`seed`].
+pub fn each_round<L: Copy>(test: &str, levels: &[L], mut round: impl FnMut(L, u64)) {
+    let base = seed(test);
+    for index in 0..rounds() {
+        round(
+            levels[index as usize % levels.len()],
+            base.wrapping_add(index),
+        );
+    }
+}
+
 /// A random small write of at most `max_len` bytes: (offset, data) inside `size`.
 pub fn random_write(rng: &mut Rng, size: u64, max_len: u64) -> (u64, Vec<u8>) {
     let len = 1 + rng.below(max_len);

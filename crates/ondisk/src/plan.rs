@@ -679,12 +679,28 @@ mod tests {
         }
     }
 
+    /// [`raid5`] at `base` after [`bump`].
+    fn bumped(
+        base: u64,
+        fresh: &[usize],
+        state: ArrayState,
+        old_state: ArrayState,
+        faulty: &[usize],
+    ) -> Vec<(String, Superblock)> {
+        let mut found = raid5(base);
+        bump(&mut found, fresh, state, old_state, faulty);
+        found
+    }
+
+    fn plan_by_default(found: &[(String, Superblock)]) -> Result<AssemblyPlan, AssembleError> {
+        plan(found, &AssemblyPlanOptions::default())
+    }
+
     #[test]
     fn one_event_behind_and_recorded_active_is_used_and_dirty() {
         // The clean mark reached member 0 only: 0 says clean at 8, 1 and 2 say dirty at 7.
-        let mut found = raid5(7);
-        bump(&mut found, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
-        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles");
+        let found = bumped(7, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
+        let plan = plan_by_default(&found).expect("assembles");
         assert_eq!(plan.roles, vec![Some(0), Some(1), Some(2)]);
         assert!(plan.stale.is_empty(), "{:?}", plan.stale);
         assert!(!plan.degraded);
@@ -702,15 +718,8 @@ mod tests {
     #[test]
     fn dirty_mark_cut_short_keeps_the_freshest_dirty_state() {
         // The dirty mark reached members 0 and 2: they say dirty at 4, member 1 clean at 3.
-        let mut found = raid5(3);
-        bump(
-            &mut found,
-            &[0, 2],
-            ArrayState::Dirty,
-            ArrayState::Clean,
-            &[],
-        );
-        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles");
+        let found = bumped(3, &[0, 2], ArrayState::Dirty, ArrayState::Clean, &[]);
+        let plan = plan_by_default(&found).expect("assembles");
         assert_eq!(plan.roles, vec![Some(0), Some(1), Some(2)]);
         assert!(plan.stale.is_empty());
         assert_eq!(plan.superblock.state, ArrayState::Dirty);
@@ -718,9 +727,8 @@ mod tests {
 
     #[test]
     fn all_clean_one_event_behind_stays_clean() {
-        let mut found = raid5(3);
-        bump(&mut found, &[1], ArrayState::Clean, ArrayState::Clean, &[]);
-        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles");
+        let found = bumped(3, &[1], ArrayState::Clean, ArrayState::Clean, &[]);
+        let plan = plan_by_default(&found).expect("assembles");
         assert!(plan.stale.is_empty());
         assert_eq!(plan.superblock.state, ArrayState::Clean);
     }
@@ -728,15 +736,8 @@ mod tests {
     #[test]
     fn one_event_behind_but_recorded_faulty_is_stale() {
         // Member 2 failed: the others recorded it faulty in the bump it missed.
-        let mut found = raid5(5);
-        bump(
-            &mut found,
-            &[0, 1],
-            ArrayState::Dirty,
-            ArrayState::Dirty,
-            &[2],
-        );
-        let err = plan(&found, &AssemblyPlanOptions::default()).expect_err("dirty and degraded");
+        let found = bumped(5, &[0, 1], ArrayState::Dirty, ArrayState::Dirty, &[2]);
+        let err = plan_by_default(&found).expect_err("dirty and degraded");
         assert!(err.to_string().contains("write hole"), "{err}");
         let force = AssemblyPlanOptions {
             start_dirty_degraded: true,
@@ -756,14 +757,7 @@ mod tests {
     /// A RAID 5 of 3 that crashed (dirty) and lost member 2, whose superblocks reference
     /// `journal` (write-back).
     fn dirty_degraded(journal: Option<Uuid>) -> Vec<(String, Superblock)> {
-        let mut found = raid5(5);
-        bump(
-            &mut found,
-            &[0, 1, 2],
-            ArrayState::Dirty,
-            ArrayState::Dirty,
-            &[],
-        );
+        let mut found = bumped(5, &[0, 1, 2], ArrayState::Dirty, ArrayState::Dirty, &[]);
         for (_, sb) in &mut found {
             sb.journal = journal.map(|uuid| crate::JournalRef { uuid, kind: 2 });
         }
@@ -787,7 +781,7 @@ mod tests {
         let err = super::plan(&found, &replay(Uuid::new_v4())).expect_err("foreign journal");
         assert!(err.to_string().contains("write hole"), "{err}");
         // Without it, the refusal names the journal and the flag.
-        let err = super::plan(&found, &AssemblyPlanOptions::default()).expect_err("no journal");
+        let err = plan_by_default(&found).expect_err("no journal");
         let msg = err.to_string();
         for needle in [
             format!("Give its journal {journal} (--journal PATH)"),
@@ -822,32 +816,18 @@ mod tests {
         let plan = plan(&found, &forced).expect("forced");
         assert_eq!(plan.dirty_degraded, Some(DirtyDegradedStart::Forced));
         // Clean or healthy arrays need no decision.
-        let mut healthy = raid5(5);
-        bump(
-            &mut healthy,
-            &[0, 1, 2],
-            ArrayState::Dirty,
-            ArrayState::Dirty,
-            &[],
-        );
+        let healthy = bumped(5, &[0, 1, 2], ArrayState::Dirty, ArrayState::Dirty, &[]);
         let plan = super::plan(&healthy, &AssemblyPlanOptions::default()).expect("healthy");
         assert_eq!(plan.dirty_degraded, None);
     }
 
     #[test]
     fn one_event_behind_but_recorded_missing_is_stale() {
-        let mut found = raid5(5);
-        bump(
-            &mut found,
-            &[0, 1],
-            ArrayState::Clean,
-            ArrayState::Clean,
-            &[],
-        );
+        let mut found = bumped(5, &[0, 1], ArrayState::Clean, ArrayState::Clean, &[]);
         for (_, sb) in &mut found[..2] {
             sb.roles[2].state = RoleState::Missing;
         }
-        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles degraded");
+        let plan = plan_by_default(&found).expect("assembles degraded");
         assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
         assert_eq!(plan.stale.len(), 1);
         assert_eq!(plan.stale[0].name, "m2");
@@ -855,14 +835,7 @@ mod tests {
 
     #[test]
     fn two_events_behind_is_stale() {
-        let mut found = raid5(5);
-        bump(
-            &mut found,
-            &[0, 1],
-            ArrayState::Clean,
-            ArrayState::Clean,
-            &[],
-        );
+        let mut found = bumped(5, &[0, 1], ArrayState::Clean, ArrayState::Clean, &[]);
         bump(
             &mut found,
             &[0, 1],
@@ -872,7 +845,7 @@ mod tests {
         );
         found[0].1.state = ArrayState::Clean;
         found[1].1.state = ArrayState::Clean;
-        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles degraded");
+        let plan = plan_by_default(&found).expect("assembles degraded");
         assert_eq!(plan.roles, vec![Some(0), Some(1), None]);
         assert_eq!(plan.stale.len(), 1);
         assert_eq!(
@@ -885,9 +858,8 @@ mod tests {
     #[test]
     fn one_event_behind_on_two_of_three_raid5_members_still_assembles() {
         // Only member 0 got the clean mark: both others lag by one and are used.
-        let mut found = raid5(9);
-        bump(&mut found, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
-        let plan = plan(&found, &AssemblyPlanOptions::default()).expect("assembles");
+        let found = bumped(9, &[0], ArrayState::Clean, ArrayState::Dirty, &[]);
+        let plan = plan_by_default(&found).expect("assembles");
         assert!(!plan.degraded && plan.stale.is_empty());
     }
 

@@ -7,6 +7,7 @@
 //! - [`serve`]: a tokio server on a [`Listener`] (TCP or Unix socket) with a
 //!   [`ServerConfig`]; it returns after its shutdown future completes and requests in flight
 //!   have been answered, so the caller can then flush and mark the array clean.
+//!   [`serve_exports`] serves a set of [`Exports`] that grows and shrinks while it serves.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -30,4 +31,7 @@ mod server;
 
 pub use errno::nbd_errno;
 pub use export::{Export, StatusExtent};
-pub use server::{serve, ConfigError, Listener, ServerConfig, Stream};
+pub use server::{
+    serve, serve_exports, AddError, ConfigError, Exports, Listener, Removed, ServerConfig, Stream,
+    MAX_EXPORTS,
+};

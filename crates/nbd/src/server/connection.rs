@@ -11,15 +11,14 @@ use tokio::sync::watch;
 use super::conn_error::ConnError;
 use super::handshake::{self, Outcome};
 use super::listener::Stream;
-use super::request::Session;
-use super::shared::Shared;
 use super::transmission::{self, Socket};
+use super::Listening;
 
 /// Large enough for any option; bytes read past the handshake are handed to transmission.
 const HANDSHAKE_BUFFER_BYTES: usize = 64 << 10;
 
 /// Serves one accepted connection to the end; errors are logged here.
-pub(crate) async fn run(stream: Stream, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
+pub(crate) async fn run(stream: Stream, listening: Arc<Listening>, stop: watch::Receiver<bool>) {
     let result = match stream {
         Stream::Tcp(s) => {
             let (r, w) = s.into_split();
@@ -28,7 +27,7 @@ pub(crate) async fn run(stream: Stream, shared: Arc<Shared>, stop: watch::Receiv
                 s.set_nonblocking(false)?;
                 Ok(Socket::Tcp(s))
             };
-            serve_halves(r, w, into_socket, shared, stop).await
+            serve_halves(r, w, into_socket, listening, stop).await
         }
         Stream::Unix(s) => {
             let (r, w) = s.into_split();
@@ -37,7 +36,7 @@ pub(crate) async fn run(stream: Stream, shared: Arc<Shared>, stop: watch::Receiv
                 s.set_nonblocking(false)?;
                 Ok(Socket::Unix(s))
             };
-            serve_halves(r, w, into_socket, shared, stop).await
+            serve_halves(r, w, into_socket, listening, stop).await
         }
     };
     match result {
@@ -55,7 +54,7 @@ async fn serve_halves<R, W>(
     r: R,
     mut w: W,
     into_socket: impl FnOnce(R, W) -> io::Result<Socket>,
-    shared: Arc<Shared>,
+    listening: Arc<Listening>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ConnError>
 where
@@ -63,20 +62,20 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let mut r = BufReader::with_capacity(HANDSHAKE_BUFFER_BYTES, r);
-    let timeout = shared.config.handshake_timeout;
+    let timeout = listening.config.handshake_timeout;
     let handshake_stop = stop.clone();
-    let negotiation = handshake::run(&mut r, &mut w, &shared, &handshake_stop);
+    let negotiation = handshake::run(&mut r, &mut w, &listening, &handshake_stop);
     let outcome = tokio::select! {
         outcome = tokio::time::timeout(timeout, negotiation) => {
             outcome.map_err(|_| ConnError::HandshakeTimeout)??
         }
         _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
     };
-    let session: Session = match outcome {
+    let (selected, session) = match outcome {
         Outcome::Closed => return Ok(()),
-        Outcome::Transmission(session) => session,
+        Outcome::Transmission(selected, session) => (selected, session),
     };
     let leftover = r.buffer().to_vec();
     let socket = into_socket(r.into_inner(), w)?;
-    transmission::serve(socket, leftover, shared, session, stop).await
+    transmission::serve(socket, leftover, selected, session).await
 }

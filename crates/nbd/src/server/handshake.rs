@@ -5,8 +5,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::conn_error::ConnError;
+use super::exports::Selected;
 use super::request::{Session, BASE_ALLOCATION_ID};
 use super::shared::Shared;
+use super::Listening;
 use crate::codec::consts::*;
 use crate::codec::{
     ClientFlags, ClientOption, ExportNameReply, Greeting, Info, InfoRequest, MetaContextRequest,
@@ -15,7 +17,8 @@ use crate::codec::{
 
 /// How option haggling ended.
 pub(crate) enum Outcome {
-    Transmission(Session),
+    /// The export chosen (held until the connection ends) and what was negotiated.
+    Transmission(Selected, Session),
     /// The client aborted (or vanished) cleanly.
     Closed,
 }
@@ -31,7 +34,7 @@ struct Haggle {
 pub(crate) async fn run<R, W>(
     r: &mut R,
     w: &mut W,
-    shared: &Shared,
+    listening: &Listening,
     stop: &watch::Receiver<bool>,
 ) -> Result<Outcome, ConnError>
 where
@@ -55,13 +58,13 @@ where
         no_zeroes: client & FLAG_C_NO_ZEROES != 0,
         ..Haggle::default()
     };
-    for _ in 0..shared.config.max_options_per_conn {
-        let (code, data) = read_option(r, shared).await?;
+    for _ in 0..listening.config.max_options_per_conn {
+        let (code, data) = read_option(r, listening).await?;
         if *stop.borrow() && code != OPT_ABORT {
             send(w, code, &err(REP_ERR_SHUTDOWN, "server is shutting down")).await?;
             continue;
         }
-        if let Some(outcome) = handle_option(w, shared, &mut state, code, &data).await? {
+        if let Some(outcome) = handle_option(w, listening, &mut state, code, &data).await? {
             return Ok(outcome);
         }
     }
@@ -70,15 +73,15 @@ where
 
 async fn read_option<R: AsyncRead + Unpin>(
     r: &mut R,
-    shared: &Shared,
+    listening: &Listening,
 ) -> Result<(u32, Vec<u8>), ConnError> {
     let mut header = [0u8; OptionHeader::SIZE];
     r.read_exact(&mut header).await?;
     let header = OptionHeader::decode(&header)?;
-    if header.length > shared.config.max_option_bytes {
+    if header.length > listening.config.max_option_bytes {
         return Err(ConnError::Protocol(format!(
             "option {} with {} bytes of data (maximum {})",
-            header.option, header.length, shared.config.max_option_bytes
+            header.option, header.length, listening.config.max_option_bytes
         )));
     }
     let mut data = vec![0u8; header.length as usize];
@@ -88,7 +91,7 @@ async fn read_option<R: AsyncRead + Unpin>(
 
 async fn handle_option<W: AsyncWrite + Unpin>(
     w: &mut W,
-    shared: &Shared,
+    listening: &Listening,
     state: &mut Haggle,
     code: u32,
     data: &[u8],
@@ -102,23 +105,33 @@ async fn handle_option<W: AsyncWrite + Unpin>(
         }
     };
     let replies = match option {
-        ClientOption::ExportName(name) => return export_name(w, shared, state, &name).await,
+        ClientOption::ExportName(name) => return export_name(w, listening, state, &name).await,
         ClientOption::Abort => {
             // The client may already have closed: a failed reply is not an error.
             let _ = send(w, code, &[OptionReply::Ack]).await;
             return Ok(Some(Outcome::Closed));
         }
         ClientOption::Go(request) => {
-            let replies = info_replies(shared, state, &request);
+            let Some(selected) = listening.exports.select(&request.name) else {
+                send(w, code, &unknown_export(&request.name)).await?;
+                return Ok(None);
+            };
+            let replies = info_replies(&selected.shared, state, &request);
             send(w, code, &replies).await?;
-            return Ok(matches!(replies.last(), Some(OptionReply::Ack))
-                .then(|| Outcome::Transmission(session(shared, state))));
+            let acked = matches!(replies.last(), Some(OptionReply::Ack));
+            return Ok(acked.then(|| {
+                let session = session(&selected.shared, state);
+                Outcome::Transmission(selected, session)
+            }));
         }
-        ClientOption::Info(request) => info_replies(shared, state, &request),
-        ClientOption::List { has_data } => list_replies(shared, has_data),
+        ClientOption::Info(request) => match listening.exports.find(&request.name) {
+            Some(shared) => info_replies(&shared, state, &request),
+            None => unknown_export(&request.name),
+        },
+        ClientOption::List { has_data } => list_replies(listening, has_data),
         ClientOption::StructuredReply { has_data } => structured(state, has_data),
-        ClientOption::ListMetaContext(request) => list_meta(shared, state, &request),
-        ClientOption::SetMetaContext(request) => set_meta(shared, state, &request),
+        ClientOption::ListMetaContext(request) => list_meta(listening, state, &request),
+        ClientOption::SetMetaContext(request) => set_meta(listening, state, &request),
         ClientOption::StartTls { .. } => err(REP_ERR_UNSUP, "TLS is not supported"),
         ClientOption::ExtendedHeaders | ClientOption::Unknown(_) => {
             err(REP_ERR_UNSUP, "option not supported")
@@ -130,15 +143,15 @@ async fn handle_option<W: AsyncWrite + Unpin>(
 
 async fn export_name<W: AsyncWrite + Unpin>(
     w: &mut W,
-    shared: &Shared,
+    listening: &Listening,
     state: &Haggle,
     name: &str,
 ) -> Result<Option<Outcome>, ConnError> {
-    if !shared.is_our_export(name) {
+    let Some(selected) = listening.exports.select(name) else {
         // EXPORT_NAME cannot return an error: the spec says to close.
         return Err(ConnError::Protocol(format!("unknown export {name:?}")));
-    }
-    let session = session(shared, state);
+    };
+    let session = session(&selected.shared, state);
     let reply = ExportNameReply {
         size: session.size,
         transmission_flags: session.transmission_flags,
@@ -146,7 +159,7 @@ async fn export_name<W: AsyncWrite + Unpin>(
     };
     w.write_all(&reply.encode()).await?;
     w.flush().await?;
-    Ok(Some(Outcome::Transmission(session)))
+    Ok(Some(Outcome::Transmission(selected, session)))
 }
 
 fn session(shared: &Shared, state: &Haggle) -> Session {
@@ -171,10 +184,8 @@ fn unknown_export(name: &str) -> Vec<OptionReply> {
     err(REP_ERR_UNKNOWN, &format!("no export named {name:?}"))
 }
 
+/// The replies describing `shared`, the export `request` named.
 fn info_replies(shared: &Shared, state: &Haggle, request: &InfoRequest) -> Vec<OptionReply> {
-    if !shared.is_our_export(&request.name) {
-        return unknown_export(&request.name);
-    }
     let (minimum, preferred, maximum) = shared.block_sizes();
     let transmission_flags = shared.transmission_flags(state.structured);
     let mut replies = vec![
@@ -202,13 +213,15 @@ fn info_replies(shared: &Shared, state: &Haggle, request: &InfoRequest) -> Vec<O
     replies
 }
 
-fn list_replies(shared: &Shared, has_data: bool) -> Vec<OptionReply> {
+fn list_replies(listening: &Listening, has_data: bool) -> Vec<OptionReply> {
     if has_data {
         return err(REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
     }
-    let name = shared.config.export_name.clone();
-    let details = shared.config.description.clone();
-    vec![OptionReply::Server { name, details }, OptionReply::Ack]
+    let mut replies: Vec<OptionReply> = (listening.exports.list().into_iter())
+        .map(|(name, details)| OptionReply::Server { name, details })
+        .collect();
+    replies.push(OptionReply::Ack);
+    replies
 }
 
 fn structured(state: &mut Haggle, has_data: bool) -> Vec<OptionReply> {
@@ -227,11 +240,15 @@ fn selects_base_allocation(query: &str, wildcard: bool) -> bool {
     query == META_BASE_ALLOCATION || (wildcard && query == "base:")
 }
 
-fn list_meta(shared: &Shared, state: &Haggle, request: &MetaContextRequest) -> Vec<OptionReply> {
+fn list_meta(
+    listening: &Listening,
+    state: &Haggle,
+    request: &MetaContextRequest,
+) -> Vec<OptionReply> {
     if !state.structured {
         return err(REP_ERR_INVALID, "negotiate structured replies first");
     }
-    if !shared.is_our_export(&request.name) {
+    if listening.exports.find(&request.name).is_none() {
         return unknown_export(&request.name);
     }
     let listed = request.queries.is_empty()
@@ -250,13 +267,17 @@ fn list_meta(shared: &Shared, state: &Haggle, request: &MetaContextRequest) -> V
     replies
 }
 
-fn set_meta(shared: &Shared, state: &mut Haggle, request: &MetaContextRequest) -> Vec<OptionReply> {
+fn set_meta(
+    listening: &Listening,
+    state: &mut Haggle,
+    request: &MetaContextRequest,
+) -> Vec<OptionReply> {
     // Replaces the previous selection, even when it fails.
     state.base_allocation = false;
     if !state.structured {
         return err(REP_ERR_INVALID, "negotiate structured replies first");
     }
-    if !shared.is_our_export(&request.name) {
+    if listening.exports.find(&request.name).is_none() {
         return unknown_export(&request.name);
     }
     let mut replies = Vec::new();

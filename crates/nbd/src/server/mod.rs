@@ -1,13 +1,15 @@
 //! The NBD server: accept loop, per-connection handshake and transmission.
 //!
-//! [`serve`] runs until its `shutdown` future completes; then it stops accepting, every
-//! connection stops reading new requests, requests in flight finish and their replies are
-//! sent, and `serve` returns (after at most [`ServerConfig::shutdown_grace`]).
+//! [`serve`] serves one export; [`serve_exports`] the [`Exports`] of a listener, which may be
+//! added and removed while it serves. Each runs until its `shutdown` future completes; then it
+//! stops accepting, every connection stops reading new requests, requests in flight finish and
+//! their replies are sent, and it returns (after at most [`ServerConfig::shutdown_grace`]).
 
 mod buffers;
 mod config;
 mod conn_error;
 mod connection;
+mod exports;
 mod gate;
 mod handshake;
 mod listener;
@@ -22,10 +24,17 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 pub use config::{ConfigError, ServerConfig};
+pub use exports::{AddError, Exports, Removed, MAX_EXPORTS};
 pub use listener::{Listener, Stream};
 
 use crate::export::Export;
-use shared::Shared;
+
+/// What every connection of one listener shares: the listener's limits (connections,
+/// handshake) and its exports.
+pub(crate) struct Listening {
+    pub config: ServerConfig,
+    pub exports: Arc<Exports>,
+}
 
 /// Serves `export` on `listener` until `shutdown` completes, then drains (see module doc).
 /// Fails only on an invalid configuration; per-connection errors are logged and end that
@@ -36,10 +45,28 @@ pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ConfigError> {
+    let exports = Exports::new();
+    exports.add(export, config.clone()).map_err(|e| match e {
+        AddError::Config(e) => e,
+        AddError::Duplicate(_) | AddError::Full => unreachable!("the first export of a new set"),
+    })?;
+    serve_exports(listener, exports, config, shutdown).await
+}
+
+/// Serves every export of `exports` on `listener` until `shutdown` completes, then drains
+/// (see module doc). `config` gives the listener's limits — `max_connections`,
+/// `max_option_bytes`, `max_options_per_conn`, `handshake_timeout`, `shutdown_grace` —; each
+/// export has its own for the rest ([`Exports::add`]).
+pub async fn serve_exports(
+    listener: Listener,
+    exports: Arc<Exports>,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ConfigError> {
     config.validate()?;
     let grace = config.shutdown_grace;
     let connection_slots = Arc::new(Semaphore::new(config.max_connections));
-    let shared = Arc::new(Shared::new(export, config));
+    let shared = Arc::new(Listening { config, exports });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -70,6 +97,7 @@ pub async fn serve(
     drop(listener);
     // Receivers may all be gone already; that is fine.
     let _ = stop_tx.send(true);
+    shared.exports.stop_all();
     drain(&mut connections, grace).await;
     Ok(())
 }

@@ -1,6 +1,8 @@
-//! State shared by every connection of one server.
+//! State shared by every connection of one export.
 
 use std::sync::Arc;
+
+use tokio::sync::watch;
 
 use super::buffers::BufferPool;
 use super::config::{ServerConfig, BUFFER_UNIT_BYTES};
@@ -19,6 +21,11 @@ pub(crate) struct Shared {
     pub buffers: Gate,
     /// Idle request/reply buffers kept for reuse.
     pub pool: BufferPool,
+    /// Set when the export is removed or the listener shuts down: its connections stop
+    /// taking requests.
+    pub stop: watch::Sender<bool>,
+    /// Connections that selected this export and have not closed (`exports::Selected`).
+    pub live: watch::Sender<usize>,
 }
 
 impl Shared {
@@ -29,14 +36,11 @@ impl Shared {
             blocking: Gate::new(config.max_blocking_calls as u64),
             buffers: Gate::new(units),
             pool: BufferPool::new(config.max_request_bytes, config.max_idle_buffer_bytes),
+            stop: watch::channel(false).0,
+            live: watch::channel(0).0,
             export,
             config,
         }
-    }
-
-    /// True if `name` selects our export (its name, or the default empty name).
-    pub fn is_our_export(&self, name: &str) -> bool {
-        name.is_empty() || name == self.config.export_name
     }
 
     /// Transmission flags: exactly the features that work on this export.

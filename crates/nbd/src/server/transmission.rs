@@ -23,10 +23,11 @@ use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use super::buffers::Buffer;
 use super::conn_error::ConnError;
+use super::exports::Selected;
 use super::gate::Permit;
 use super::request::{self, Command, Session};
 use super::shared::Shared;
@@ -124,16 +125,18 @@ enum Next<'a> {
     End,
 }
 
-/// Serves requests on `socket` until the client disconnects, a client error, or `stop`; then
-/// answers the requests already read and returns.
+/// Serves requests on `socket` until the client disconnects, a client error, or the export's
+/// stop (removed, or the listener shutting down); then answers the requests already read and
+/// returns. `selected` holds the export for as long as the connection lives.
 pub(crate) async fn serve(
     socket: Socket,
     leftover: Vec<u8>,
-    shared: Arc<Shared>,
+    selected: Selected,
     session: Session,
-    mut stop: watch::Receiver<bool>,
 ) -> Result<(), ConnError> {
+    let mut stop = selected.shared.stop.subscribe();
     let (done_tx, mut done_rx) = oneshot::channel();
+    let shared = Arc::clone(&selected.shared);
     let conn = Arc::new(Conn::new(socket, leftover, shared, session, done_tx)?);
     let _cut = CutOnDrop(Arc::clone(&conn));
     if let Err(e) = Conn::start_thread(&conn) {

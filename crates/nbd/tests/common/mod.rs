@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use nbd::codec::consts::*;
 use nbd::codec::*;
-use nbd::{Export, Listener, ServerConfig, StatusExtent};
+use std::future::Future;
+
+use nbd::{Export, Exports, Listener, ServerConfig, StatusExtent};
 
 /// A RAM export that counts flushes and can delay chosen requests.
 pub struct MemExport {
@@ -138,9 +140,36 @@ static SOCKET_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl TestServer {
     pub fn start(export: Arc<dyn Export>, config: ServerConfig, transport: Transport) -> Self {
+        let name = config.export_name.clone();
+        Self::start_with(transport, &name, move |listener, stop| async move {
+            nbd::serve(listener, export, config, stop).await.unwrap();
+        })
+    }
+
+    /// A server of several exports (`uri` names the first one, or "" if there is none).
+    pub fn start_exports(
+        exports: Arc<Exports>,
+        config: ServerConfig,
+        transport: Transport,
+    ) -> Self {
+        let name = exports.names().first().cloned().unwrap_or_default();
+        Self::start_with(transport, &name, move |listener, stop| async move {
+            nbd::serve_exports(listener, exports, config, stop)
+                .await
+                .unwrap();
+        })
+    }
+
+    fn start_with<F, Fut>(transport: Transport, name: &str, serve: F) -> Self
+    where
+        F: FnOnce(Listener, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut
+            + Send
+            + 'static,
+        Fut: Future<Output = ()>,
+    {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let name = config.export_name.clone();
+        let name = name.to_string();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -160,10 +189,10 @@ impl TestServer {
                     listener.tcp_addr(),
                 );
                 ready_tx.send(facts).unwrap();
-                let stop = async {
+                let stop = Box::pin(async {
                     let _ = stop_rx.await;
-                };
-                nbd::serve(listener, export, config, stop).await.unwrap();
+                });
+                serve(listener, stop).await;
             });
         });
         let (uri, unix_path, tcp_addr) = ready_rx.recv().unwrap();
@@ -469,6 +498,7 @@ pub fn seed() -> u64 {
     testsupport::seed("nbd")
 }
 
+#[allow(unused_imports)] // not every test file draws random numbers
 pub use testsupport::Rng;
 
 pub fn config(name: &str) -> ServerConfig {

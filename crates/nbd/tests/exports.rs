@@ -1,0 +1,223 @@
+//! Several exports on one listener (the daemon's arrays): each selected by its name with its
+//! own size and flags, listed by NBD_OPT_LIST, added and removed while the listener serves,
+//! a removed one's connections answered before they close.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use nbd::codec::consts::*;
+use nbd::codec::*;
+use nbd::{AddError, Exports, ServerConfig};
+
+fn export_config(name: &str, read_only: bool) -> ServerConfig {
+    ServerConfig {
+        description: format!("array {name}"),
+        read_only,
+        ..config(name)
+    }
+}
+
+/// GO to `name`; the export's (size, transmission flags), or the option's error reply type.
+fn go_to(client: &mut RawClient, name: &str) -> Result<(u64, u16), u32> {
+    client.start();
+    let replies = client.option_replies(&ClientOption::Go(InfoRequest {
+        name: name.into(),
+        requests: vec![],
+    }));
+    if let [OptionReply::Error { reply_type, .. }] = replies.as_slice() {
+        return Err(*reply_type);
+    }
+    assert_eq!(replies.last(), Some(&OptionReply::Ack), "{replies:?}");
+    Ok(replies
+        .iter()
+        .find_map(|r| match r {
+            OptionReply::Info(Info::Export {
+                size,
+                transmission_flags,
+            }) => Some((*size, *transmission_flags)),
+            _ => None,
+        })
+        .expect("INFO_EXPORT"))
+}
+
+fn listed(server: &TestServer) -> Vec<(String, String)> {
+    let mut client = server.connect();
+    client.start();
+    client
+        .option_replies(&ClientOption::List { has_data: false })
+        .into_iter()
+        .filter_map(|r| match r {
+            OptionReply::Server { name, details } => Some((name, details)),
+            OptionReply::Ack => None,
+            other => panic!("unexpected reply {other:?}"),
+        })
+        .collect()
+}
+
+fn read(client: &mut RawClient, cookie: u64, offset: u64, len: u32) -> Reply {
+    client.request(CMD_READ, 0, cookie, offset, len);
+    client.reply(len as usize).unwrap()
+}
+
+#[test]
+fn each_export_is_selected_by_name_with_its_own_size_and_flags() {
+    let exports = Exports::new();
+    let (home, media) = (
+        Arc::new(MemExport::new(1 << 20)),
+        Arc::new(MemExport::new(3 << 20)),
+    );
+    exports
+        .add(home.clone(), export_config("home", false))
+        .unwrap();
+    exports
+        .add(media.clone(), export_config("media", true))
+        .unwrap();
+    let server = TestServer::start_exports(exports.clone(), config(""), Transport::Unix);
+
+    assert_eq!(
+        listed(&server),
+        [
+            ("home".to_string(), "array home".to_string()),
+            ("media".to_string(), "array media".to_string())
+        ]
+    );
+    let mut a = server.connect();
+    let (size, flags) = go_to(&mut a, "home").unwrap();
+    assert_eq!((size, flags & FLAG_READ_ONLY), (1 << 20, 0));
+    let mut b = server.connect();
+    let (size, flags) = go_to(&mut b, "media").unwrap();
+    assert_eq!((size, flags & FLAG_READ_ONLY), (3 << 20, FLAG_READ_ONLY));
+
+    // A write reaches the export it was sent to, and only that one.
+    a.write(1, 4096, &[0xAB; 512], 0);
+    assert_eq!(a.reply(0).unwrap().error, 0);
+    assert_eq!(home.bytes.lock().unwrap()[4096..4608], [0xAB; 512]);
+    assert!(media.bytes.lock().unwrap().iter().all(|&b| b == 0));
+    b.write(2, 0, &[1; 512], 0);
+    assert_eq!(b.reply(0).unwrap().error, EPERM, "media is read-only");
+
+    // With two exports the default name selects neither; an unknown name is refused.
+    assert_eq!(go_to(&mut server.connect(), ""), Err(REP_ERR_UNKNOWN));
+    assert_eq!(go_to(&mut server.connect(), "backup"), Err(REP_ERR_UNKNOWN));
+    let mut c = server.connect();
+    c.start();
+    c.send_option(&ClientOption::ExportName("backup".into()));
+    assert!(c.is_closed(), "EXPORT_NAME of an unknown export closes");
+}
+
+#[test]
+fn exports_are_added_while_serving_and_names_are_unique() {
+    let exports = Exports::new();
+    exports
+        .add(
+            Arc::new(MemExport::new(1 << 20)),
+            export_config("home", false),
+        )
+        .unwrap();
+    let server = TestServer::start_exports(exports.clone(), config(""), Transport::Tcp);
+    // One export: the default name selects it, as with `serve`.
+    assert_eq!(go_to(&mut server.connect(), "").unwrap().0, 1 << 20);
+
+    exports
+        .add(
+            Arc::new(MemExport::new(2 << 20)),
+            export_config("new", false),
+        )
+        .unwrap();
+    assert_eq!(go_to(&mut server.connect(), "new").unwrap().0, 2 << 20);
+    assert_eq!(listed(&server).len(), 2);
+
+    let again = exports.add(
+        Arc::new(MemExport::new(1 << 20)),
+        export_config("home", false),
+    );
+    assert_eq!(again, Err(AddError::Duplicate("home".into())));
+    let bad = ServerConfig {
+        max_request_bytes: 1,
+        ..export_config("bad", false)
+    };
+    assert!(matches!(
+        exports.add(Arc::new(MemExport::new(1 << 20)), bad),
+        Err(AddError::Config(_))
+    ));
+    assert_eq!(exports.names(), ["home", "new"]);
+}
+
+#[test]
+fn a_removed_export_answers_what_it_read_then_closes_and_others_keep_serving() {
+    let exports = Exports::new();
+    let slow = Arc::new(MemExport {
+        slow_offset: Some(8192),
+        slow_for: Duration::from_millis(500),
+        ..MemExport::new(1 << 20)
+    });
+    slow.bytes.lock().unwrap()[8192..8192 + 512].fill(0x5A);
+    exports.add(slow, export_config("old", false)).unwrap();
+    exports
+        .add(
+            Arc::new(MemExport::new(1 << 20)),
+            export_config("stays", false),
+        )
+        .unwrap();
+    let server = TestServer::start_exports(exports.clone(), config(""), Transport::Unix);
+    let mut old = server.connect();
+    go_to(&mut old, "old").unwrap();
+    let mut stays = server.connect();
+    go_to(&mut stays, "stays").unwrap();
+
+    // A read in flight (the export takes 0.5 s), then the export is removed.
+    old.request(CMD_READ, 0, 7, 8192, 512);
+    std::thread::sleep(Duration::from_millis(100));
+    let removed = exports.remove("old").expect("old is served");
+    assert!(exports.remove("old").is_none());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let started = Instant::now();
+    let drain = runtime.spawn(removed.drained());
+
+    let reply = old.reply(512).unwrap();
+    assert_eq!(
+        (reply.cookie, reply.error),
+        (7, 0),
+        "the request read before is answered"
+    );
+    assert_eq!(reply.data, [0x5A; 512]);
+    assert!(old.is_closed(), "then the connection closes");
+    runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), drain).await })
+        .expect("drained once its connection closed")
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "not before the reply"
+    );
+
+    assert_eq!(go_to(&mut server.connect(), "old"), Err(REP_ERR_UNKNOWN));
+    assert_eq!(
+        listed(&server),
+        [("stays".to_string(), "array stays".to_string())]
+    );
+    // The other export's connection never noticed.
+    assert_eq!(read(&mut stays, 9, 0, 4096).error, 0);
+    // With one export left, the default name selects it.
+    assert!(go_to(&mut server.connect(), "").is_ok());
+}
+
+#[test]
+fn removing_an_export_nobody_uses_drains_at_once() {
+    let exports = Exports::new();
+    exports
+        .add(
+            Arc::new(MemExport::new(1 << 20)),
+            export_config("idle", false),
+        )
+        .unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let removed = exports.remove("idle").unwrap();
+    runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(5), removed.drained()).await })
+        .expect("nothing to wait for");
+    assert!(exports.names().is_empty());
+}

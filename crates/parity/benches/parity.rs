@@ -45,19 +45,8 @@ impl Imp {
 
 /// n data blocks, then P, then Q, filled with a fixed pseudo-random pattern.
 fn stripe(n: usize, chunk: usize) -> Vec<Vec<u8>> {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut blocks: Vec<Vec<u8>> = (0..n + 2)
-        .map(|_| {
-            (0..chunk)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                })
-                .collect()
-        })
-        .collect();
+    let mut rng = testsupport::Rng::new(0x2545_f491_4f6c_dd1d);
+    let mut blocks: Vec<Vec<u8>> = (0..n + 2).map(|_| rng.bytes(chunk)).collect();
     let (data, parity) = blocks.split_at_mut(n);
     let data: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
     let (p, q) = parity.split_at_mut(1);

@@ -171,7 +171,6 @@ impl JournalLayer {
         // Replay: the stripes logged write-through first (afterwards every stripe being
         // written at the crash is consistent), then the write-back records, through the volume.
         let summary = volume
-            .array()
             .replay_journal(jm.as_ref(), &jsb)
             .map_err(AttachError::Replay)?;
         replay_array_writes(jm.as_ref(), &jsb, &summary, volume).map_err(AttachError::Replay)?;
@@ -188,7 +187,7 @@ impl JournalLayer {
             })
         })?;
         if volume.level().has_parity() {
-            volume.array().set_journal(Some(Arc::clone(&j)));
+            volume.set_journal(Some(Arc::clone(&j)));
         }
         if (mode == Mode::WriteBack || summary.records > 0) && !opts.read_only {
             // Acknowledged writes may sit in the journal from now on: the superblocks must
@@ -254,7 +253,7 @@ impl JournalLayer {
         let released = checkpoint::checkpoint(j, &self.volume);
         let live = self.checkpointer.as_ref().map_or(0, Checkpointer::stop);
         released?;
-        self.volume.array().set_journal(None);
+        self.volume.set_journal(None);
         Ok(Some((j.name().to_string(), live)))
     }
 }

@@ -432,7 +432,7 @@ impl Shared {
     /// (see [`journal::Journal::reserve_apply`]) it is instead the oldest buffered extent alone, once
     /// no other applier is writing it or applying an oldest extent.
     fn take_batch(&self, b: &mut Buffer) -> Option<Batch> {
-        let stripe = self.volume.array().geometry().unit_bytes().max(1);
+        let stripe = self.volume.geometry().unit_bytes().max(1);
         let limit = (APPLY_BYTES_MAX / stripe).max(1) * stripe;
         // Appliers work on different stripes: same-stripe writes would only queue on the
         // engine's stripe lock (and the same bytes must never be written by two at once).
@@ -476,7 +476,7 @@ impl Shared {
             reserved: 0,
             forced: false,
         };
-        let needed = self.volume.array().logged_bytes_bound(start, len);
+        let needed = self.volume.logged_bytes_bound(start, len);
         if needed == 0 || self.journal.reserve_apply(needed) {
             batch.reserved = needed;
             batch.data.reserve_exact(len as usize);
@@ -496,7 +496,7 @@ impl Shared {
                 offset: s,
                 data: e.data.clone(),
                 parts: vec![(s, e.id)],
-                reserved: (self.volume.array()).logged_bytes_bound(s, e.data.len() as u64),
+                reserved: self.volume.logged_bytes_bound(s, e.data.len() as u64),
                 forced: true,
             };
             self.journal.force_reserve_apply(batch.reserved);
@@ -563,7 +563,7 @@ pub fn replay_array_writes(
 /// afresh (a torn stripe from the crash is made consistent; replaying twice gives the same
 /// result).
 pub fn replay_array_write(volume: &Volume, offset: u64, data: &[u8]) -> io::Result<()> {
-    let stripe = volume.array().geometry().unit_bytes().max(1);
+    let stripe = volume.geometry().unit_bytes().max(1);
     let size = volume.size_bytes();
     let end = offset + data.len() as u64;
     assert!(end <= size, "replayed record past the array end");

@@ -7,13 +7,12 @@ use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::MemberHealth;
 use export::{replay_array_writes, WriteBack};
 use journal::{format, read_superblock, Journal, Mode};
 use layout::Level;
 use member::{FaultControl, FaultRule, FaultyMember, MemMember, Member};
 use ondisk::{create, CreateOptions};
-use volume::{assemble, AssembleOptions, Volume};
+use volume::{assemble, AssembleOptions, MemberState, Volume};
 
 const CHUNK: u64 = 16 << 10;
 /// Where the array's data starts on each member (after its superblock area).
@@ -64,7 +63,7 @@ impl Rig {
             true => format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap(),
             false => read_superblock(jm.as_ref()).unwrap(),
         };
-        let summary = v.array().replay_journal(jm.as_ref(), &sb).unwrap();
+        let summary = v.replay_journal(jm.as_ref(), &sb).unwrap();
         replay_array_writes(jm.as_ref(), &sb, &summary, v).unwrap();
         v.mark_dirty().unwrap();
         // The buffer stays far below the ring: no background checkpoints needed (the
@@ -119,7 +118,8 @@ fn write_back_keeps_records_while_the_array_is_out_of_space() {
     let mut got = vec![0u8; model.len()];
     wb.read(0, &mut got).unwrap();
     assert!(got == model, "acknowledged writes read back while waiting");
-    assert_eq!(a.array().health_snapshot(), vec![MemberHealth::InSync; 4]);
+    let states: Vec<MemberState> = a.member_status().iter().map(|m| m.state).collect();
+    assert_eq!(states, vec![MemberState::Active; 4]);
     rig.heal();
     let deadline = Instant::now() + Duration::from_secs(30);
     while wb.buffered_bytes() > 0 {
@@ -132,12 +132,12 @@ fn write_back_keeps_records_while_the_array_is_out_of_space() {
     wb.write(0, &data(200, 4096)).unwrap();
     model[..4096].copy_from_slice(&data(200, 4096));
     wb.close().unwrap();
-    while let Some(r) = a.array().resync_next_unsynced() {
-        r.unwrap();
-    }
+    // Close resyncs the units left half-written, now that there is space.
+    a.close().unwrap();
+    assert_eq!(a.status().unsynced_bytes, 0);
     a.read(0, &mut got).unwrap();
     assert!(got == model, "the array holds every acknowledged write");
-    assert!(a.array().check().unwrap().is_consistent());
+    assert!(a.check().unwrap().is_consistent());
 }
 
 #[test]

@@ -70,10 +70,10 @@ fn start(
         true => format(jm.as_ref(), uuid::Uuid::new_v4(), Mode::WriteBack).unwrap(),
         false => read_superblock(jm.as_ref()).unwrap(),
     };
-    let summary = v.array().replay_journal(jm.as_ref(), &sb).unwrap();
+    let summary = v.replay_journal(jm.as_ref(), &sb).unwrap();
     replay_array_writes(jm.as_ref(), &sb, &summary, v).unwrap();
     let j = Journal::start(Arc::clone(jm), sb, &summary).unwrap();
-    v.array().set_journal(Some(Arc::clone(&j)));
+    v.set_journal(Some(Arc::clone(&j)));
     v.mark_dirty().unwrap();
     let checkpointer = Checkpointer::start(&j, v).unwrap();
     let wb = WriteBack::start(Arc::clone(&j), Arc::clone(v), buffer_bytes).unwrap();
@@ -117,20 +117,20 @@ fn write_back_round(level: Level, seed: u64) {
     let a = reassemble(&crashed);
     let jm: Arc<dyn Member> = Arc::clone(crashed.last().unwrap()) as Arc<dyn Member>;
     let sb = read_superblock(jm.as_ref()).unwrap();
-    let summary = a.array().replay_journal(jm.as_ref(), &sb).unwrap();
+    let summary = a.replay_journal(jm.as_ref(), &sb).unwrap();
     replay_array_writes(jm.as_ref(), &sb, &summary, &a).unwrap();
     assert_reads_back(
         &model,
         &format!("seed {seed}, {level}, after replay"),
         |got| a.read(0, got).unwrap(),
     );
-    let report = a.array().check().unwrap();
+    let report = a.check().unwrap();
     assert_eq!(
         report.mismatch_count, 0,
         "seed {seed}: parity mismatches after replay"
     );
     let failed = rng.below(crashed.len() as u64 - 1) as usize;
-    a.array().fail_member(failed);
+    a.fail_member(failed);
     assert_reads_back(
         &model,
         &format!("seed {seed}, {level}, member {failed} failed"),
@@ -202,7 +202,7 @@ fn write_back_concurrent_writers_zeroes_and_drain() {
         a.read(t as u64 * region, &mut got).unwrap();
         assert!(&got == model, "seed {base}: region {t} differs after drain");
     }
-    assert_eq!(a.array().check().unwrap().mismatch_count, 0);
+    assert_eq!(a.check().unwrap().mismatch_count, 0);
 }
 
 /// A write-back journal whose ring is small against the write traffic must never wedge:

@@ -49,7 +49,7 @@ impl ArrayStack {
         opts: &StackOptions,
     ) -> anyhow::Result<(ArrayStack, Option<Replayed>)> {
         let volume = Arc::new(volume);
-        volume.array().set_gather_wait(opts.gather_wait);
+        volume.set_gather_wait(opts.gather_wait);
         let (journal, replayed) = array_journal::attach(journal, &volume, opts.read_only)?;
         let journal = Arc::new(journal);
         let export = ReadCache::new(journal.export(), opts.cache.clone())

@@ -137,7 +137,6 @@ pub fn wait_recovered(volume: &Volume, context: &str) {
 /// Parity and mirrors agree everywhere (a clean array must be consistent without a resync).
 fn check_consistent(volume: &Volume, context: &str, state: ArrayState) {
     let report = volume
-        .array()
         .check()
         .unwrap_or_else(|e| panic!("{context}: check: {e}"));
     assert_eq!(report.units_skipped, 0, "{context}: check skipped units");

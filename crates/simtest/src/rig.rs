@@ -159,22 +159,22 @@ pub trait Target: Sync {
 
 impl Target for Volume {
     fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        Ok((**self).write(offset, data)?)
+        Ok(Volume::write(self, offset, data)?)
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        Ok((**self).read(offset, buf)?)
+        Ok(Volume::read(self, offset, buf)?)
     }
     fn flush(&self) -> std::io::Result<()> {
-        Ok((**self).flush()?)
+        Ok(Volume::flush(self)?)
     }
     fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        Ok((**self).trim(offset, len)?)
+        Ok(Volume::trim(self, offset, len)?)
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        Ok((**self).write_zeroes(offset, len)?)
+        Ok(Volume::write_zeroes(self, offset, len)?)
     }
     fn close(&self) -> Option<std::io::Result<()>> {
-        Some((**self).close().map_err(Into::into))
+        Some(Volume::close(self).map_err(Into::into))
     }
     fn ack_is_durable(&self) -> bool {
         false

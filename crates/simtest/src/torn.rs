@@ -122,14 +122,14 @@ fn verify(
         .collect();
     let owned: Vec<Arc<dyn Member>> = readable.into_iter().cloned().collect();
     let state = freshest_state(&owned);
-    let degraded = !volume.array().missing_roles().is_empty();
+    let degraded = !volume.missing_roles().is_empty();
     crate::recover::wait_recovered(volume, context);
     let image = read_all(volume);
     if let Err(e) = model.check_after_crash(&image) {
         panic!("{context}: assembled, but the data is wrong: {e}");
     }
     if shape.redundant() && !degraded {
-        let report = volume.array().check().expect("check");
+        let report = volume.check().expect("check");
         assert_eq!(report.mismatch_count, 0, "{context}: mismatches {report:?}");
     }
     TornOutcome::Assembled { state, degraded }

@@ -77,7 +77,7 @@ pub fn close(volume: &Volume, attached: &export::JournalLayer, context: &str) {
     attached
         .drain()
         .unwrap_or_else(|e| panic!("{context}: draining the journal: {e}"));
-    (**volume)
+    volume
         .close()
         .unwrap_or_else(|e| panic!("{context}: close after recovery: {e}"));
     attached

@@ -79,9 +79,14 @@ fn run(dir: &std::path::Path, level: &str, count: usize, member_bytes: u64) {
         .collect();
     let opts = CreateOptions::new(level.parse().expect("level"), "bench");
     create(&members, &opts).expect("create");
-    let v = assemble(members, &AssembleOptions::default()).expect("assemble");
+    let v = assemble(members.clone(), &AssembleOptions::default()).expect("assemble");
     unthrottle_and_fill(&v, READ_BYTES);
-    let (healthy, degraded) = best_reads(ROUNDS, &view(&v, None), &view(&v, Some(1)), read_all);
+    let (healthy, degraded) = best_reads(
+        ROUNDS,
+        &view(&v, &members, None),
+        &view(&v, &members, Some(1)),
+        read_all,
+    );
     let (raw, rebuild) = best_rebuilds(
         &v,
         ROUNDS,

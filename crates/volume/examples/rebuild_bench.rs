@@ -142,8 +142,8 @@ fn read_all(array: &engine::Array) -> f64 {
 
 /// [`common::view`] with every member share on its own thread (members are slow devices,
 /// not page-cache copies).
-fn view(v: &volume::Volume, missing: Option<usize>) -> engine::Array {
-    let array = common::view(v, missing);
+fn view(v: &volume::Volume, members: &[Arc<dyn Member>], missing: Option<usize>) -> engine::Array {
+    let array = common::view(v, members, missing);
     array.set_fanout_min_bytes(0);
     array
 }
@@ -156,10 +156,14 @@ fn run(servers: &mut Servers, level: &str, count: usize) {
     opts.chunk_bytes = 128 * 1024;
     opts.assume_clean = true; // nbdkit memory members start zeroed: consistent
     create(&members, &opts).expect("create");
-    let v = assemble(members, &AssembleOptions::default()).expect("assemble");
+    let v = assemble(members.clone(), &AssembleOptions::default()).expect("assemble");
     common::unthrottle_and_fill(&v, WRITE_BYTES);
-    let (healthy, degraded) =
-        common::best_reads(ROUNDS, &view(&v, None), &view(&v, Some(1)), read_all);
+    let (healthy, degraded) = common::best_reads(
+        ROUNDS,
+        &view(&v, &members, None),
+        &view(&v, &members, Some(1)),
+        read_all,
+    );
     // Both closures start servers: one at a time.
     let servers = std::cell::RefCell::new(servers);
     let (raw, rebuild) = common::best_rebuilds(

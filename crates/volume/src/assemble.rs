@@ -52,10 +52,13 @@ pub fn assemble(
     let own: Vec<_> = found.into_iter().map(|(_, sb)| sb).collect();
     let volume = start(decided, members, own, opts)?;
     if let Some(me) = &opts.owner {
-        volume.claim_owner(me.owner_record(now_secs(), LEASE_SECS));
+        volume
+            .core()
+            .claim_owner(me.owner_record(now_secs(), LEASE_SECS));
     }
     for member in stale {
         volume
+            .core()
             .re_add_stale(&member)
             .map_err(|e| AssembleError::Engine(format!("re-adding {}: {e}", member.name())))?;
     }

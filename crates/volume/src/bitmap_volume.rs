@@ -85,6 +85,8 @@ pub(crate) fn ranges_bytes(ranges: Option<&[(u64, u64)]>, start: u64, total: u64
     bytes
 }
 
+// The `pub(crate)` methods here that `Volume` offers are documented where it lists them
+// (`forward_to_core!` in volume.rs).
 impl VolumeCore {
     /// The first unit from `unit` the running resync has to do (`units` when none).
     pub(crate) fn next_resync_unit(&self, unit: u64, units: u64, full_from: Option<u64>) -> u64 {
@@ -203,16 +205,14 @@ impl VolumeCore {
         Ok(())
     }
 
-    /// How long a region must see no write before its bit is cleared (default 5 s).
-    pub fn set_bitmap_idle(&self, idle: Duration) {
+    pub(crate) fn set_bitmap_idle(&self, idle: Duration) {
         if let Some(b) = &self.bitmap {
             b.set_idle(idle);
         }
         self.work.notify();
     }
 
-    /// The bitmap's state, if the array has one.
-    pub fn bitmap_status(&self) -> Option<BitmapStatus> {
+    pub(crate) fn bitmap_status(&self) -> Option<BitmapStatus> {
         let b = self.bitmap.as_ref()?;
         Some(BitmapStatus {
             region_bytes: b.region_bytes(),

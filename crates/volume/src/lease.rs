@@ -1,6 +1,6 @@
 //! The owner record on a running volume (see [`crate::owner`] for what it is and how a second
-//! assembly judges it): [`VolumeCore::claim_owner`] at assembly, [`VolumeCore::renew_owner`]
-//! every [`ondisk::owner::LEASE_RENEW_INTERVAL`] while serving, [`VolumeCore::release_owner`]
+//! assembly judges it): [`VolumeCore::claim_owner`] at assembly, [`crate::Volume::renew_owner`]
+//! every [`ondisk::owner::LEASE_RENEW_INTERVAL`] while serving, [`crate::Volume::release_owner`]
 //! at a clean stop.
 //!
 //! Every superblock write carries the owner (`MetaState::owner`). A claim, renewal or release
@@ -44,6 +44,8 @@ fn same_owner(a: &Owner, b: &Owner) -> bool {
         == (b.host_id, b.boot_id, b.pid_namespace, b.pid, b.start_ticks)
 }
 
+// The `pub(crate)` methods here that `Volume` offers are documented where it lists them
+// (`forward_to_core!` in volume.rs).
 impl VolumeCore {
     /// Records `owner` on every member (whatever record was there: assembly judged it gone).
     pub fn claim_owner(&self, owner: Owner) {
@@ -52,9 +54,7 @@ impl VolumeCore {
         self.rewrite_owner(&mut meta, |_| true);
     }
 
-    /// Renews the lease on every member. Refuses, writing nothing, when a member's record
-    /// names another process: it took the array over.
-    pub fn renew_owner(&self) -> Result<(), TakenOver> {
+    pub(crate) fn renew_owner(&self) -> Result<(), TakenOver> {
         let (mine, wholes) = {
             let mut meta = self.lock_meta();
             let Some(mine) = meta.owner.clone() else {
@@ -81,9 +81,7 @@ impl VolumeCore {
         Ok(())
     }
 
-    /// Clears the owner record (a clean stop), except on members another process has since
-    /// recorded itself on.
-    pub fn release_owner(&self) {
+    pub(crate) fn release_owner(&self) {
         let mut meta = self.lock_meta();
         let Some(mine) = meta.owner.take() else {
             return;
@@ -95,8 +93,7 @@ impl VolumeCore {
         });
     }
 
-    /// The owner this volume records, if any.
-    pub fn owner(&self) -> Option<Owner> {
+    pub(crate) fn owner(&self) -> Option<Owner> {
         self.lock_meta().owner.clone()
     }
 

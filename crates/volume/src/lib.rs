@@ -1,4 +1,6 @@
-//! A running raidkit array: [`Volume`] (dereferencing to [`VolumeCore`]) is an `engine::Array`
+//! A running raidkit array: [`Volume`] (a handle to its core, which the background worker
+//! shares; its methods are the whole public interface, the engine array stays inside) is an
+//! `engine::Array`
 //! over the members' data areas plus the superblock state it keeps on disk (the format is the
 //! `ondisk` crate's): it marks the array dirty before the first write and clean on `close`,
 //! records member faults before the request that met them completes, and runs background work
@@ -32,4 +34,4 @@ pub use status::{
     MismatchLocation, ScrubReport, SpeedLimits, TaskKind, TaskStatus, VolumeStatus,
     SCRUB_MISMATCHES_LISTED_MAX,
 };
-pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeCore, VolumeError};
+pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeError};

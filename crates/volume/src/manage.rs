@@ -24,6 +24,8 @@ enum Target {
     Replacement(usize),
 }
 
+// The `pub(crate)` methods here that `Volume` offers are documented where it lists them
+// (`forward_to_core!` in volume.rs).
 impl VolumeCore {
     fn resolve(&self, meta: &MetaState, name: &str) -> Result<Target, VolumeError> {
         let count = meta.roles.len();
@@ -54,8 +56,7 @@ impl VolumeCore {
         }
     }
 
-    /// Marks a member faulty (by name or "role N"). Refused when the array would lose data.
-    pub fn fail(&self, member: &str) -> Result<(), VolumeError> {
+    pub(crate) fn fail(&self, member: &str) -> Result<(), VolumeError> {
         let target = self.resolve(&self.lock_meta(), member)?;
         let refuse = |reason: String| VolumeError::Refused {
             what: format!("fail {member}"),
@@ -87,9 +88,7 @@ impl VolumeCore {
         Ok(())
     }
 
-    /// Takes a faulty member, a spare or a replacement target out of the array. An active
-    /// member is refused: fail it first.
-    pub fn remove(&self, member: &str) -> Result<(), VolumeError> {
+    pub(crate) fn remove(&self, member: &str) -> Result<(), VolumeError> {
         let mut meta = self.lock_meta();
         match self.resolve(&meta, member)? {
             Target::Spare(i) => {
@@ -123,10 +122,7 @@ impl VolumeCore {
         self.write_superblocks(&mut meta)
     }
 
-    /// The member this volume holds (in a role, faulty or not, as a spare or as a replacement)
-    /// that is the storage `identity` names: a member given back to `add` after `fail` is
-    /// the one the array still holds, and cannot be opened a second time while held.
-    pub fn held_member(&self, identity: &member::Identity) -> Option<Arc<dyn Member>> {
+    pub(crate) fn held_member(&self, identity: &member::Identity) -> Option<Arc<dyn Member>> {
         let meta = self.lock_meta();
         let found = meta
             .roles
@@ -139,12 +135,7 @@ impl VolumeCore {
         found
     }
 
-    /// Adds a member: it receives a spare superblock of this array and becomes a spare, or
-    /// the target of a rebuild when a role is missing or faulty (the worker starts it).
-    /// A member coming back to the role it held (faulty or missing) is re-added with a rebuild
-    /// of only the bitmap's dirty regions when the bitmap bounds what it missed; otherwise a
-    /// faulty holder is taken out of its role first and rebuilt in full as a spare.
-    pub fn add(&self, member: Arc<dyn Member>) -> Result<(), VolumeError> {
+    pub(crate) fn add(&self, member: Arc<dyn Member>) -> Result<(), VolumeError> {
         let mut meta = self.lock_meta();
         if self.try_re_add(&mut meta, &member)? {
             drop(meta);
@@ -233,9 +224,7 @@ impl VolumeCore {
         Ok(Held { whole: member, sb })
     }
 
-    /// Starts copying `member`'s role onto `with` while `member` keeps serving; the worker
-    /// then gives `with` the role. Redundancy never drops.
-    pub fn replace(&self, member: &str, with: Arc<dyn Member>) -> Result<(), VolumeError> {
+    pub(crate) fn replace(&self, member: &str, with: Arc<dyn Member>) -> Result<(), VolumeError> {
         let mut meta = self.lock_meta();
         let refuse = |reason: String| VolumeError::Refused {
             what: format!("replace {member}"),
@@ -393,9 +382,7 @@ impl VolumeCore {
         }
     }
 
-    /// Starts a scrub (check, or with `repair` make consistent) in the background; the report
-    /// is in `status().last_scrub`.
-    pub fn scrub(&self, repair: bool) -> Result<(), VolumeError> {
+    pub(crate) fn scrub(&self, repair: bool) -> Result<(), VolumeError> {
         if !self.level().has_redundancy() {
             return Err(VolumeError::Refused {
                 what: "scrub".into(),
@@ -411,9 +398,7 @@ impl VolumeCore {
         Ok(())
     }
 
-    /// Changes the background rate limits (takes effect at the next step). Zero counts as 1
-    /// byte/s and a minimum above the maximum as the maximum, so the maximum always holds.
-    pub fn set_speed_limits(&self, limits: SpeedLimits) {
+    pub(crate) fn set_speed_limits(&self, limits: SpeedLimits) {
         let max = limits.max_bytes_per_sec.max(1);
         let limits = SpeedLimits {
             min_bytes_per_sec: limits.min_bytes_per_sec.clamp(1, max),
@@ -423,17 +408,15 @@ impl VolumeCore {
         self.work.notify();
     }
 
-    pub fn speed_limits(&self) -> SpeedLimits {
+    pub(crate) fn speed_limits(&self) -> SpeedLimits {
         self.work.limits()
     }
 
-    /// Changes when members are declared faulty.
-    pub fn set_fault_policy(&self, policy: engine::FaultPolicy) {
+    pub(crate) fn set_fault_policy(&self, policy: engine::FaultPolicy) {
         self.array.set_fault_policy(policy);
     }
 
-    /// Waits until no background work runs or is due; false on timeout.
-    pub fn wait_idle(&self, timeout: Duration) -> bool {
+    pub(crate) fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             if !self.work.is_busy() && self.next_task().is_none() {
@@ -448,15 +431,13 @@ impl VolumeCore {
         }
     }
 
-    /// The state of every role, in order (spares and replacement targets are in `status`).
-    pub fn member_status(&self) -> Vec<MemberStatus> {
+    pub(crate) fn member_status(&self) -> Vec<MemberStatus> {
         let mut members = self.status().members;
         members.retain(|m| m.role.is_some() && m.state != MemberState::ReplacementTarget);
         members
     }
 
-    /// Everything about the array, for display.
-    pub fn status(&self) -> VolumeStatus {
+    pub(crate) fn status(&self) -> VolumeStatus {
         let meta = self.lock_meta();
         let work = self.work.lock();
         let health = self.array.health_snapshot();

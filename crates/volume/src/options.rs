@@ -11,7 +11,7 @@ pub struct AssembleOptions {
     /// the volume then reports the array ranges at risk ([`crate::AtRisk`]).
     pub start_dirty_degraded: bool,
     /// The journal the caller replays into the volume before anything else reads or writes it
-    /// (`export::JournalLayer::attach`, which calls [`crate::VolumeCore::journal_replayed`]).
+    /// (`export::JournalLayer::attach`, which calls [`crate::Volume::journal_replayed`]).
     /// When it is the array's own journal (same UUID as the superblocks' reference), a dirty
     /// and degraded RAID 5/6 array starts without `start_dirty_degraded`: the replay makes
     /// every stripe that was being written consistent (docs/DESIGN.md, durability contract).

@@ -4,7 +4,7 @@
 //! limited by the bitmap, below the full-resync offset only in a pending region).
 //!
 //! Set when a sync becomes pending (assembly of a dirty array or one with an initial sync to
-//! do, [`VolumeCore::resync`]) and removed by the worker once the sync has passed every
+//! do, [`crate::Volume::resync`]) and removed by the worker once the sync has passed every
 //! stripe. Why it is safe against the sync moving concurrently: the sync rewrites a stripe's
 //! parity under that stripe's lock, and publishes its progress (`resync_progress`) only after
 //! the whole step returned; a write asks under its stripes' locks. So a stripe reported

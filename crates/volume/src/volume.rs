@@ -21,6 +21,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use engine::{Array, IoError, MemberHealth};
 use layout::Level;
@@ -32,6 +33,8 @@ use ondisk::StaleMember;
 
 use crate::at_risk::AtRisk;
 use crate::work::{Resync, Work};
+use crate::{BitmapStatus, MemberStatus, SpeedLimits, TakenOver, VolumeStatus};
+use ondisk::Owner;
 use ondisk::{ArrayState, RoleEntry, RoleState, Superblock, UNUSED_ROLE};
 use ondisk::{MAX_MEMBERS, SUPERBLOCK_OFFSET};
 
@@ -159,20 +162,15 @@ pub(crate) struct MetaState {
     pub owner: Option<ondisk::Owner>,
 }
 
-/// An assembled array. Thread-safe: every method takes `&self`. Dereferences to
-/// [`VolumeCore`], which holds the operations; dropping the volume stops its background
-/// worker (progress is kept in the superblocks).
+/// An assembled array. Thread-safe: every method takes `&self`. A handle to its
+/// [`VolumeCore`], which runs the operations and which the background worker shares; its
+/// methods (its `impl Volume` block and `forward_to_core!`) are the whole interface, the
+/// engine array stays inside. Dropping the volume stops its background worker (progress is
+/// kept in the superblocks).
 pub struct Volume {
     core: Arc<VolumeCore>,
     worker: Option<JoinHandle<()>>,
     clearer: Option<JoinHandle<()>>,
-}
-
-impl std::ops::Deref for Volume {
-    type Target = VolumeCore;
-    fn deref(&self) -> &VolumeCore {
-        &self.core
-    }
 }
 
 impl Drop for Volume {
@@ -190,15 +188,15 @@ impl Drop for Volume {
 impl fmt::Debug for Volume {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Volume")
-            .field("name", &self.name)
-            .field("uuid", &self.uuid)
-            .field("array", &self.array)
+            .field("name", &self.core.name)
+            .field("uuid", &self.core.uuid)
+            .field("array", &self.core.array)
             .finish()
     }
 }
 
 /// The shared part of a [`Volume`] (its worker thread holds it too).
-pub struct VolumeCore {
+pub(crate) struct VolumeCore {
     pub(crate) array: Array,
     level: Level,
     chunk_bytes: u64,
@@ -221,7 +219,7 @@ pub struct VolumeCore {
     pub(crate) read_fixup: AtomicBool,
     /// Array bytes below which the running resync has passed.
     pub(crate) resync_progress: AtomicU64,
-    /// Where notices for the operator go (see [`VolumeCore::set_notice_hook`]).
+    /// Where notices for the operator go (see [`Volume::set_notice_hook`]).
     notice: RwLock<Option<NoticeHook>>,
     /// When the last "out of space" notice was given, and writes refused since.
     no_space_noted: Mutex<(Option<std::time::Instant>, u64)>,
@@ -236,10 +234,10 @@ pub struct VolumeCore {
 /// `status`).
 pub(crate) const AT_RISK_LISTED_IN_WARNING: usize = 16;
 
-/// See [`VolumeCore::set_data_changed_hook`].
+/// See [`Volume::set_data_changed_hook`].
 pub type DataChangedHook = Box<dyn Fn(u64, u64) + Send + Sync>;
 
-/// See [`VolumeCore::set_notice_hook`].
+/// See [`Volume::set_notice_hook`].
 pub type NoticeHook = Box<dyn Fn(&str) + Send + Sync>;
 
 /// At most one "out of space" notice per this interval (each says how many writes were refused).
@@ -259,6 +257,174 @@ impl Volume {
             clearer,
         }
     }
+
+    /// The shared part, for the crate's own steps (assembly).
+    pub(crate) fn core(&self) -> &VolumeCore {
+        &self.core
+    }
+
+    /// Checks parity (RAID 5/6) or mirrors (RAID 1/10) of the whole array, in the foreground
+    /// (a scrub's check without its pacing; linear and RAID 0 report zero units).
+    pub fn check(&self) -> Result<engine::CheckReport, IoError> {
+        self.core.array.check()
+    }
+
+    /// Roles whose member is not readable (missing, faulty, or being rebuilt).
+    pub fn missing_roles(&self) -> Vec<usize> {
+        self.core.array.missing_roles()
+    }
+
+    /// Stops using role `role`'s member at once, as a member fault would: unlike [`Volume::fail`],
+    /// nothing is refused (data may be lost) and no superblock is written. For tests.
+    pub fn fail_member(&self, role: usize) {
+        self.core.array.fail_member(role)
+    }
+
+    /// True while a RAID 5/6 sync has stripes left whose parity is not trusted yet (writes
+    /// there regenerate their stripe's parity).
+    pub fn parity_sync_pending(&self) -> bool {
+        self.core.array.has_parity_trust()
+    }
+
+    /// RAID 5/6: how long the partial last stripe of a sequential write may wait for the write
+    /// that completes it (zero: never).
+    pub fn set_gather_wait(&self, wait: Duration) {
+        self.core.array.set_gather_wait(wait)
+    }
+
+    /// Replays the stripes logged to the journal on `member` (its superblock `sb`, checked to be
+    /// this array's) onto the members; see `engine::Array::replay_journal`.
+    pub fn replay_journal(
+        &self,
+        member: &dyn Member,
+        sb: &journal::Superblock,
+    ) -> Result<journal::ScanSummary, journal::JournalError> {
+        self.core.array.replay_journal(member, sb)
+    }
+
+    /// Sets (or, with `None`, removes) the journal RAID 5/6 stripe writes are logged to
+    /// before they are written in place.
+    pub fn set_journal(&self, journal: Option<Arc<journal::Journal>>) {
+        self.core.array.set_journal(journal)
+    }
+
+    /// The journal ring bytes writing `len` bytes at `offset` can log at most (0 unless RAID
+    /// 5/6 with a journal set); see `engine::Array::logged_bytes_bound`.
+    pub fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
+        self.core.array.logged_bytes_bound(offset, len)
+    }
+}
+
+/// `Volume`'s operations that its core runs (the core is shared with the background worker,
+/// so the volume is a handle to it): each listed method is `Volume`'s, calling the core's.
+macro_rules! forward_to_core {
+    ($($(#[$attr:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {
+        impl Volume {
+            $(
+                $(#[$attr])*
+                pub fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+                    self.core.$name($($arg),*)
+                }
+            )*
+        }
+    };
+}
+
+forward_to_core! {
+    fn size_bytes(&self) -> u64;
+    fn name(&self) -> &str;
+    fn uuid(&self) -> Uuid;
+    fn level(&self) -> Level;
+    fn chunk_bytes(&self) -> u64;
+    /// Members left out at assembly because their events counter was behind.
+    fn stale(&self) -> &[StaleMember];
+    /// Notes from assembly (members left out, risks taken).
+    fn warnings(&self) -> &[String];
+    /// The array's shape: level, chunk, members, and what depends on the level.
+    fn geometry(&self) -> &layout::Geometry;
+    /// The events counter last written to the superblocks.
+    fn events(&self) -> u64;
+    /// True while the on-disk state says dirty because of writes since the last `close`.
+    fn is_dirty(&self) -> bool;
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VolumeError>;
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError>;
+    fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError>;
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError>;
+    /// Marks the array dirty (superblocks Dirty, events + 1, flushed on every in-use member)
+    /// if it is not already, as the first write after assembly or `close` would, without
+    /// writing any data. A write-back journal calls this before it acknowledges anything, so
+    /// that a clean superblock state always means "the journal is drained"; after a replay
+    /// (written below the volume) it also lets `close` mark the array clean.
+    fn mark_dirty(&self) -> Result<(), VolumeError>;
+    fn flush(&self) -> Result<(), VolumeError>;
+    /// Clean shutdown: pauses background work, flushes the array and marks it clean
+    /// (dirty if units a lack of space left half-written cannot be resynced yet, while the
+    /// resync after a crash has not finished, or while ranges are at risk after a forced
+    /// dirty and degraded start; events + 1) with the
+    /// progress of unfinished resyncs and rebuilds, so the next assembly
+    /// resumes them. The volume stays usable; a later write marks it dirty again and resumes
+    /// background work.
+    fn close(&self) -> Result<(), VolumeError>;
+    /// Makes redundancy consistent (as after an unclean shutdown): asks the background worker
+    /// for a resync if none is pending and waits for it to finish.
+    fn resync(&self) -> Result<(), VolumeError>;
+    /// Registers `hook`, called with `(array offset, len)` whenever a scrub repair or a resync
+    /// changes what the volume reads in that range: a RAID 6 data block fixed from the
+    /// syndrome, or a mirror copy overwritten by the first copy. (Rebuilds, parity repairs and
+    /// read-error rewrites never change what is read.) For a read cache above the volume.
+    fn set_data_changed_hook(&self, hook: DataChangedHook);
+    /// The journal given as `AssembleOptions::journal_replay` has been replayed: background
+    /// work (rebuild, resync), held until now, may start.
+    fn journal_replayed(&self);
+    /// Registers `hook`, called with one line for the operator when something needs their
+    /// attention that is not an error of a request: a member's filesystem is full (at most
+    /// one line every 10 s, naming the member, the filesystem and the writes refused).
+    fn set_notice_hook(&self, hook: NoticeHook);
+    /// How long a region must see no write before its bit is cleared (default 5 s).
+    fn set_bitmap_idle(&self, idle: Duration);
+    /// The bitmap's state, if the array has one.
+    fn bitmap_status(&self) -> Option<BitmapStatus>;
+    /// Renews the lease on every member. Refuses, writing nothing, when a member's record
+    /// names another process: it took the array over.
+    fn renew_owner(&self) -> Result<(), TakenOver>;
+    /// Clears the owner record (a clean stop), except on members another process has since
+    /// recorded itself on.
+    fn release_owner(&self);
+    /// The owner this volume records, if any.
+    fn owner(&self) -> Option<Owner>;
+    /// Marks a member faulty (by name or "role N"). Refused when the array would lose data.
+    fn fail(&self, member: &str) -> Result<(), VolumeError>;
+    /// Takes a faulty member, a spare or a replacement target out of the array. An active
+    /// member is refused: fail it first.
+    fn remove(&self, member: &str) -> Result<(), VolumeError>;
+    /// The member this volume holds (in a role, faulty or not, as a spare or as a replacement)
+    /// that is the storage `identity` names: a member given back to `add` after `fail` is
+    /// the one the array still holds, and cannot be opened a second time while held.
+    fn held_member(&self, identity: &member::Identity) -> Option<Arc<dyn Member>>;
+    /// Adds a member: it receives a spare superblock of this array and becomes a spare, or
+    /// the target of a rebuild when a role is missing or faulty (the worker starts it).
+    /// A member coming back to the role it held (faulty or missing) is re-added with a rebuild
+    /// of only the bitmap's dirty regions when the bitmap bounds what it missed; otherwise a
+    /// faulty holder is taken out of its role first and rebuilt in full as a spare.
+    fn add(&self, member: Arc<dyn Member>) -> Result<(), VolumeError>;
+    /// Starts copying `member`'s role onto `with` while `member` keeps serving; the worker
+    /// then gives `with` the role. Redundancy never drops.
+    fn replace(&self, member: &str, with: Arc<dyn Member>) -> Result<(), VolumeError>;
+    /// Starts a scrub (check, or with `repair` make consistent) in the background; the report
+    /// is in `status().last_scrub`.
+    fn scrub(&self, repair: bool) -> Result<(), VolumeError>;
+    /// Changes the background rate limits (takes effect at the next step). Zero counts as 1
+    /// byte/s and a minimum above the maximum as the maximum, so the maximum always holds.
+    fn set_speed_limits(&self, limits: SpeedLimits);
+    fn speed_limits(&self) -> SpeedLimits;
+    /// Changes when members are declared faulty.
+    fn set_fault_policy(&self, policy: engine::FaultPolicy);
+    /// Waits until no background work runs or is due; false on timeout.
+    fn wait_idle(&self, timeout: Duration) -> bool;
+    /// The state of every role, in order (spares and replacement targets are in `status`).
+    fn member_status(&self) -> Vec<MemberStatus>;
+    /// Everything about the array, for display.
+    fn status(&self) -> VolumeStatus;
 }
 
 impl VolumeCore {
@@ -299,44 +465,37 @@ impl VolumeCore {
     }
 }
 
+// The `pub(crate)` methods here that `Volume` offers are documented where it lists them
+// (`forward_to_core!` in volume.rs).
 impl VolumeCore {
-    pub fn size_bytes(&self) -> u64 {
+    pub(crate) fn size_bytes(&self) -> u64 {
         self.array.size_bytes()
     }
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
-    pub fn uuid(&self) -> Uuid {
+    pub(crate) fn uuid(&self) -> Uuid {
         self.uuid
     }
-    pub fn level(&self) -> Level {
+    pub(crate) fn level(&self) -> Level {
         self.level
     }
-    pub fn chunk_bytes(&self) -> u64 {
+    pub(crate) fn chunk_bytes(&self) -> u64 {
         self.chunk_bytes
     }
-    /// Members left out at assembly because their events counter was behind.
-    pub fn stale(&self) -> &[StaleMember] {
+    pub(crate) fn stale(&self) -> &[StaleMember] {
         &self.stale
     }
-    /// Notes from assembly (members left out, risks taken).
-    pub fn warnings(&self) -> &[String] {
+    pub(crate) fn warnings(&self) -> &[String] {
         &self.warnings
     }
-    /// The array's shape: level, chunk, members, and what depends on the level.
-    pub fn geometry(&self) -> &layout::Geometry {
+    pub(crate) fn geometry(&self) -> &layout::Geometry {
         self.array.geometry()
     }
-    /// The engine array (for checks and fault injection in tests).
-    pub fn array(&self) -> &Array {
-        &self.array
-    }
-    /// The events counter last written to the superblocks.
-    pub fn events(&self) -> u64 {
+    pub(crate) fn events(&self) -> u64 {
         self.lock_meta().events
     }
-    /// True while the on-disk state says dirty because of writes since the last `close`.
-    pub fn is_dirty(&self) -> bool {
+    pub(crate) fn is_dirty(&self) -> bool {
         self.dirty.load(Ordering::Acquire)
     }
 
@@ -350,7 +509,7 @@ impl VolumeCore {
         member::with_deadline(deadline, f)
     }
 
-    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
+    pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
         self.within_deadline(|| {
             if self.read_fixup.load(Ordering::Acquire) && !buf.is_empty() {
                 self.resync_before_read(offset, buf.len() as u64)?;
@@ -361,15 +520,15 @@ impl VolumeCore {
         })
     }
 
-    pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError> {
+    pub(crate) fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError> {
         self.changing(offset, buf.len() as u64, || self.array.write(offset, buf))
     }
 
-    pub fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
+    pub(crate) fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         self.changing(offset, len, || self.array.trim(offset, len))
     }
 
-    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
+    pub(crate) fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
         self.changing(offset, len, || self.array.write_zeroes(offset, len))
     }
 
@@ -399,19 +558,14 @@ impl VolumeCore {
         })
     }
 
-    /// Marks the array dirty (superblocks Dirty, events + 1, flushed on every in-use member)
-    /// if it is not already, as the first write after assembly or `close` would, without
-    /// writing any data. A write-back journal calls this before it acknowledges anything, so
-    /// that a clean superblock state always means "the journal is drained"; after a replay
-    /// (written below the volume) it also lets `close` mark the array clean.
-    pub fn mark_dirty(&self) -> Result<(), VolumeError> {
+    pub(crate) fn mark_dirty(&self) -> Result<(), VolumeError> {
         self.within_deadline(|| {
             let _gate = self.begin_write()?;
             self.settle()
         })
     }
 
-    pub fn flush(&self) -> Result<(), VolumeError> {
+    pub(crate) fn flush(&self) -> Result<(), VolumeError> {
         self.within_deadline(|| {
             let result = self.array.flush();
             self.settle()?;
@@ -419,14 +573,7 @@ impl VolumeCore {
         })
     }
 
-    /// Clean shutdown: pauses background work, flushes the array and marks it clean
-    /// (dirty if units a lack of space left half-written cannot be resynced yet, while the
-    /// resync after a crash has not finished, or while ranges are at risk after a forced
-    /// dirty and degraded start; events + 1) with the
-    /// progress of unfinished resyncs and rebuilds, so the next assembly
-    /// resumes them. The volume stays usable; a later write marks it dirty again and resumes
-    /// background work.
-    pub fn close(&self) -> Result<(), VolumeError> {
+    pub(crate) fn close(&self) -> Result<(), VolumeError> {
         self.work.pause();
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         self.array.flush()?;
@@ -471,9 +618,7 @@ impl VolumeCore {
         Ok(())
     }
 
-    /// Makes redundancy consistent (as after an unclean shutdown): asks the background worker
-    /// for a resync if none is pending and waits for it to finish.
-    pub fn resync(&self) -> Result<(), VolumeError> {
+    pub(crate) fn resync(&self) -> Result<(), VolumeError> {
         {
             let mut meta = self.lock_meta();
             if meta.resync.is_none() && self.level.has_redundancy() {
@@ -508,17 +653,11 @@ impl VolumeCore {
         Ok(())
     }
 
-    /// Registers `hook`, called with `(array offset, len)` whenever a scrub repair or a resync
-    /// changes what the volume reads in that range: a RAID 6 data block fixed from the
-    /// syndrome, or a mirror copy overwritten by the first copy. (Rebuilds, parity repairs and
-    /// read-error rewrites never change what is read.) For a read cache above the volume.
-    pub fn set_data_changed_hook(&self, hook: DataChangedHook) {
+    pub(crate) fn set_data_changed_hook(&self, hook: DataChangedHook) {
         *self.data_changed.write().unwrap_or_else(|p| p.into_inner()) = Some(hook);
     }
 
-    /// The journal given as `AssembleOptions::journal_replay` has been replayed: background
-    /// work (rebuild, resync), held until now, may start.
-    pub fn journal_replayed(&self) {
+    pub(crate) fn journal_replayed(&self) {
         self.work.release_replay_hold();
     }
 
@@ -558,10 +697,7 @@ impl VolumeCore {
         }
     }
 
-    /// Registers `hook`, called with one line for the operator when something needs their
-    /// attention that is not an error of a request: a member's filesystem is full (at most
-    /// one line every 10 s, naming the member, the filesystem and the writes refused).
-    pub fn set_notice_hook(&self, hook: NoticeHook) {
+    pub(crate) fn set_notice_hook(&self, hook: NoticeHook) {
         *self.notice.write().unwrap_or_else(|p| p.into_inner()) = Some(hook);
     }
 

@@ -337,7 +337,7 @@ fn dirty_healthy_raid5_starts_with_a_warning_and_resyncs_in_the_background() {
         .any(|w| w.contains("not shut down cleanly")));
     assert!(v.wait_idle(std::time::Duration::from_secs(20)));
     assert!(
-        v.array().check().unwrap().is_consistent(),
+        v.check().unwrap().is_consistent(),
         "the background resync recomputed parity"
     );
     v.write(0, b"x").unwrap();
@@ -348,7 +348,7 @@ fn dirty_healthy_raid5_starts_with_a_warning_and_resyncs_in_the_background() {
     // An explicit resync also works (and waits).
     m.write_at(&[0xEE; 512], (1 << 20) + 8192).unwrap();
     v.resync().unwrap();
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
 }
 
 #[test]

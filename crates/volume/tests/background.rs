@@ -112,7 +112,7 @@ fn spare_takes_over_and_rebuild_completes_consistent() {
         assert_eq!(status.health, ArrayHealth::Active, "{level}: {status:?}");
         assert_eq!(status.members[1].name, name(&spares[0]), "{level}");
         assert_eq!(status.members[1].state, MemberState::Active, "{level}");
-        assert!(v.array().check().unwrap().is_consistent(), "{level}");
+        assert!(v.check().unwrap().is_consistent(), "{level}");
         v.scrub(false).unwrap();
         assert!(v.wait_idle(WAIT));
         let scrub = v.status().last_scrub.unwrap();
@@ -175,7 +175,7 @@ fn rebuild_resumes_after_restart_at_the_saved_offset() {
         "{task:?} restarted below {before}"
     );
     assert!(v.wait_idle(WAIT));
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
     v.fail("role 1").unwrap();
     assert_data(&v, &model, "rebuilt member serves its share");
 }
@@ -211,7 +211,7 @@ fn clean_close_mid_rebuild_saves_the_offset_reached() {
     assert!(v.status().members[0].rebuild_offset_bytes.unwrap() >= shown);
     v.set_speed_limits(fast());
     assert!(v.wait_idle(WAIT));
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
     v.fail("role 1").unwrap();
     assert_data(&v, &model, "rebuilt member serves its share");
 }
@@ -244,7 +244,7 @@ fn raising_the_speed_limit_applies_to_a_throttled_rebuild_at_once() {
         "the raised limit did not apply: {:?}",
         v.status().task
     );
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
     v.fail("role 1").unwrap();
     assert_data(&v, &model, "rebuilt member serves everything");
 }
@@ -301,7 +301,7 @@ fn replace_under_writes_never_degrades() {
         writer.join().unwrap();
         let status = v.status();
         assert_eq!(status.members[1].name, name(&new[0]), "{level}");
-        assert!(v.array().check().unwrap().is_consistent(), "{level}");
+        assert!(v.check().unwrap().is_consistent(), "{level}");
         assert_data(&v, &model.lock().unwrap(), level);
         v.close().unwrap();
         let model = model.lock().unwrap().clone();
@@ -460,7 +460,7 @@ fn an_interrupted_replace_resumes_as_a_replace() {
                 matches!(status.health, ArrayHealth::Clean | ArrayHealth::Active),
                 "{what}: {status:?}"
             );
-            assert!(v.array().check().unwrap().is_consistent(), "{what}");
+            assert!(v.check().unwrap().is_consistent(), "{what}");
             assert_data(&v, &model, &what);
             v.close().unwrap();
             drop(v);
@@ -591,12 +591,12 @@ fn initial_sync_on_members_not_cheap_to_zero_and_assume_clean() {
         let v = assemble(remote.clone(), &AssembleOptions::default()).unwrap();
         if assume_clean {
             assert_eq!(v.status().health, ArrayHealth::Clean);
-            assert!(!v.array().check().unwrap().is_consistent());
+            assert!(!v.check().unwrap().is_consistent());
             continue;
         }
         v.write(0, b"usable during the sync").unwrap();
         assert!(v.wait_idle(WAIT));
-        assert!(v.array().check().unwrap().is_consistent());
+        assert!(v.check().unwrap().is_consistent());
         let mut got = [0u8; 22];
         v.read(0, &mut got).unwrap();
         assert_eq!(&got, b"usable during the sync");
@@ -715,10 +715,7 @@ fn writers_survive_fault_rebuild_scrub_and_replace_together() {
         );
         assert_eq!(status.members[0].name, name(&spares[0]));
         assert_eq!(status.members[2].name, name(&new[0]));
-        assert!(
-            v.array().check().unwrap().is_consistent(),
-            "{level} seed {seed}"
-        );
+        assert!(v.check().unwrap().is_consistent(), "{level} seed {seed}");
         for (w, model) in models.iter().enumerate() {
             let mut got = vec![0u8; region as usize];
             v.read(w as u64 * region, &mut got).unwrap();

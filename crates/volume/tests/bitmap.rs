@@ -307,7 +307,7 @@ fn bits_durable_before_data(level: Level, count: usize) {
     let status = v.bitmap_status().unwrap();
     assert!(status.dirty_regions >= 1, "{level}: {status:?}");
     assert!(v.wait_idle(WAIT));
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
 }
 
 #[test]
@@ -375,7 +375,7 @@ fn crash_resyncs_dirty_regions(level: Level, count: usize) {
     );
     assert_eq!(v.status().health, ArrayHealth::Active);
     assert_eq!(v.bitmap_status().unwrap().resync_pending_regions, 0);
-    let check = v.array().check().unwrap();
+    let check = v.check().unwrap();
     assert!(
         check.mismatch_count >= 1,
         "{what}: the clean region was not resynced"
@@ -389,7 +389,7 @@ fn crash_resyncs_dirty_regions(level: Level, count: usize) {
     }
     v.scrub(true).unwrap();
     assert!(v.wait_idle(WAIT));
-    assert!(v.array().check().unwrap().is_consistent(), "{what}");
+    assert!(v.check().unwrap().is_consistent(), "{what}");
     // Bytes outside the damaged regions read as written (inside, a "torn" data block is
     // one of the versions a crash may leave: parity follows the data).
     let got = read_all(&v);
@@ -433,10 +433,7 @@ fn without_a_bitmap_the_whole_array_is_resynced() {
         read >= full,
         "the full resync reads everything: {read} < {full}"
     );
-    assert!(
-        v.array().check().unwrap().is_consistent(),
-        "RAIDKIT_SEED={seed}"
-    );
+    assert!(v.check().unwrap().is_consistent(), "RAIDKIT_SEED={seed}");
 }
 
 #[test]
@@ -474,7 +471,7 @@ fn mirror_reads_during_the_resync_return_one_copy() {
     v.set_speed_limits(fast());
     assert!(v.wait_idle(WAIT));
     assert!(read_all(&v) == model);
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
 }
 
 #[test]
@@ -528,7 +525,7 @@ fn lazy_clear_after_idle_and_not_while_a_write_is_in_flight() {
     writer.join().unwrap();
     assert!(seen_set);
     controls.iter().for_each(|c| c.set_delay(Duration::ZERO));
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
 }
 
 #[test]
@@ -565,7 +562,7 @@ fn degraded_keeps_bits_and_a_returning_member_rebuilds_only_dirty_regions() {
     let status = v.status();
     assert_eq!(status.members[2].state, MemberState::Active, "{what}");
     assert!(read_all(&v) == model, "{what}");
-    assert!(v.array().check().unwrap().is_consistent(), "{what}");
+    assert!(v.check().unwrap().is_consistent(), "{what}");
     // The data on the returned member is right: read without another member.
     v.fail(&path_name(&paths[0])).unwrap();
     assert!(
@@ -642,5 +639,5 @@ fn a_damaged_bitmap_block_counts_as_all_dirty() {
     let status = v.bitmap_status().unwrap();
     assert_eq!(status.dirty_regions, status.regions, "{status:?}");
     assert!(v.wait_idle(WAIT));
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
 }

@@ -117,7 +117,7 @@ fn a_full_filesystem_refuses_writes_and_resyncs_when_space_is_back() {
         model[offset..offset + 100_000].copy_from_slice(&data);
         unknown[offset..offset + 100_000].fill(false);
     }
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
     v.fail(&paths[2].display().to_string()).unwrap();
     let mut got = vec![0u8; size];
     v.read(0, &mut got).unwrap();
@@ -145,7 +145,7 @@ fn a_close_while_still_full_leaves_the_array_to_resync() {
     );
     let v = assemble_paths(&paths);
     v.resync().unwrap();
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
 }
 
 #[test]

@@ -196,7 +196,7 @@ fn rebuild_under_writes(level: &str, count: usize, chunk: u64, member_bytes: u64
     let models: Vec<Vec<u8>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let status = v.status();
     assert_eq!(status.health, ArrayHealth::Active, "{what}: {status:?}");
-    assert!(v.array().check().unwrap().is_consistent(), "{what}");
+    assert!(v.check().unwrap().is_consistent(), "{what}");
     v.scrub(false).unwrap();
     assert!(v.wait_idle(WAIT), "{what}: scrub did not finish");
     let scrub = v.status().last_scrub.unwrap();
@@ -234,7 +234,7 @@ fn rebuild_overlaps_a_steps_write_with_the_next_steps_reads() {
     v.fail("role 2").unwrap();
     assert!(v.wait_idle(WAIT), "rebuild did not finish");
     assert_eq!(v.status().health, ArrayHealth::Active);
-    assert!(v.array().check().unwrap().is_consistent());
+    assert!(v.check().unwrap().is_consistent());
     let overlapped = overlap.reads_during_write.load(Ordering::SeqCst);
     assert!(
         overlapped >= 2,

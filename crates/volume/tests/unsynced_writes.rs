@@ -145,7 +145,7 @@ fn client_ops(v: &Volume, model: &mut [u8], written: &mut [bool], rng: &mut Rng,
     let start = Instant::now();
     for i in 0..OPS {
         if fail_live && i == OPS / 2 {
-            v.array().fail_member(0);
+            v.fail_member(0);
         }
         let len = (1 + rng.below(128)) * 512;
         let offset = rng.below((size - len) / 512 + 1) * 512;
@@ -253,7 +253,7 @@ fn run(level: Level, count: usize, unsynced: Unsynced, fail_live: bool) {
         "the sync finished before the writes did (RAIDKIT_SEED={seed})"
     );
     assert!(
-        v.array().has_parity_trust(),
+        v.parity_sync_pending(),
         "the sync is over (RAIDKIT_SEED={seed})"
     );
     drop(v); // the server stops mid-sync; the members keep what was written

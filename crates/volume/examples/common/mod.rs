@@ -1,10 +1,18 @@
 //! What the volume benchmarks share.
 
-/// A second engine array over `v`'s data areas, with `missing` left out: the benchmarks
-/// time degraded reads and rebuild steps on it without touching the volume's own state.
-pub fn view(v: &volume::Volume, missing: Option<usize>) -> engine::Array {
-    let a = v.array();
-    let g = a.geometry();
+use std::sync::Arc;
+
+use member::{Member, Window};
+
+/// A second engine array over the data areas of `v`'s `members` (in role order), with
+/// `missing` left out: the benchmarks time degraded reads and rebuild steps on it without
+/// touching the volume's own state.
+pub fn view(
+    v: &volume::Volume,
+    members: &[Arc<dyn Member>],
+    missing: Option<usize>,
+) -> engine::Array {
+    let g = v.geometry();
     let config = engine::ArrayConfig {
         level: g.level(),
         chunk_bytes: g.chunk_bytes(),
@@ -13,8 +21,13 @@ pub fn view(v: &volume::Volume, missing: Option<usize>) -> engine::Array {
             .map(|r| g.member_data_bytes(r))
             .collect(),
     };
+    let data_area = |r: usize| -> Arc<dyn Member> {
+        let m = Arc::clone(&members[r]);
+        let sb = ondisk::read_superblock(m.as_ref()).expect("superblock");
+        Arc::new(Window::new(m, sb.data_offset_bytes, g.member_data_bytes(r)))
+    };
     let members = (0..g.member_count())
-        .map(|r| (Some(r) != missing).then(|| a.member(r).expect("member")))
+        .map(|r| (Some(r) != missing).then(|| data_area(r)))
         .collect();
     engine::Array::new(config, members).expect("array view")
 }
@@ -78,7 +91,7 @@ pub fn best_rebuilds(
         );
         rebuild_best = rebuild_best.max(data_bytes as f64 / MIB / start.elapsed().as_secs_f64());
     }
-    assert!(v.array().check().expect("check").is_consistent());
+    assert!(v.check().expect("check").is_consistent());
     v.close().expect("close");
     (raw_best, rebuild_best)
 }

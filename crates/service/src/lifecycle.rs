@@ -1,5 +1,5 @@
 //! Around serving an assembled array: [`start_resync`] of an array found dirty,
-//! [`LeaseRenewal`] of its owner record while it serves, and [`close`] in the order that keeps
+//! [`LeaseRenewal`] of its owner record while it serves, and `close` in the order that keeps
 //! acknowledged writes (drain the write-back journal, close the volume, checkpoint the
 //! journal, release the owner record).
 
@@ -65,7 +65,8 @@ impl Drop for LeaseRenewal {
     }
 }
 
-/// What [`close`] did, step by step; the first error is the one to report.
+/// What `close` (run by [`crate::stack::ArrayStack::close`]) did, step by step; the first
+/// error is the one to report.
 pub struct Closed {
     /// The write-back journal applied every buffered write.
     pub drained: anyhow::Result<()>,

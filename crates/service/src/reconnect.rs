@@ -8,7 +8,7 @@
 //! answered on two probes at least [`CONFIRM`] apart: a member failed by the operator, or by
 //! read/write errors or stalls of a server that kept answering, is left to the operator, and
 //! so is a member the operator removed. Each member has its own capped exponential backoff.
-//! Outcomes are reported once per change, as [`Event`]s to the front end's sink ([`Tracked`]
+//! Outcomes are reported once per change, as [`Event`]s to the front end's sink (`Tracked`
 //! is the per-member state machine).
 
 use std::collections::BTreeMap;

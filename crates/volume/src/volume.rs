@@ -163,7 +163,7 @@ pub(crate) struct MetaState {
 }
 
 /// An assembled array. Thread-safe: every method takes `&self`. A handle to its
-/// [`VolumeCore`], which runs the operations and which the background worker shares; its
+/// `VolumeCore`, which runs the operations and which the background worker shares; its
 /// methods (its `impl Volume` block and `forward_to_core!`) are the whole interface, the
 /// engine array stays inside. Dropping the volume stops its background worker (progress is
 /// kept in the superblocks).

@@ -216,3 +216,39 @@ fn buffer_memory_below_two_maximum_requests_is_refused() {
     );
     assert!(!member.exists(), "nothing is created on a refused flag");
 }
+
+/// A failure after the array was assembled (here: the admin socket cannot be made) still
+/// leaves every member clean and unowned, so the next start needs no resync and no
+/// --take-over.
+#[test]
+fn a_serve_that_fails_to_start_leaves_the_array_clean_and_unowned() {
+    let dir = tempfile::tempdir().unwrap();
+    let members: Vec<String> = (0..3)
+        .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+        .collect();
+    let mut create = vec!["create", "--level", "5", "--size", "8M"];
+    create.extend(members.iter().map(String::as_str));
+    assert_success(&raidkit().args(&create).output().unwrap());
+    let socket = dir.path().join("no-such-dir").join("admin.sock");
+    let socket = socket.to_str().unwrap();
+    let mut serve = vec![
+        "serve",
+        "--unix",
+        "/nonexistent-dir/nbd.sock",
+        "--admin",
+        socket,
+    ];
+    serve.extend(members.iter().map(String::as_str));
+    let (ok, text) = common::run_raidkit(&serve);
+    assert!(!ok, "{text}");
+    assert!(text.contains("cannot create the admin socket"), "{text}");
+    let mut examine = vec!["examine", "--json"];
+    examine.extend(members.iter().map(String::as_str));
+    let out = raidkit().args(&examine).output().unwrap();
+    assert_success(&out);
+    let superblocks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for sb in superblocks.as_array().unwrap() {
+        assert_eq!(sb["state"], "clean", "{sb}");
+        assert!(sb["owner"].is_null(), "{sb}");
+    }
+}

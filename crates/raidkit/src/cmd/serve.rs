@@ -288,6 +288,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         gather_wait: Duration::from_millis(args.gather_wait),
         cache: cache_config(&args)?,
     };
+    // What can fail without the array is made first: once it is assembled (owned, maybe
+    // dirty), every way out goes through `stack.close()`.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let log: admin::Log = Arc::new(|line| eprintln!("raidkit: {line}"));
+    let admin = match &args.admin {
+        Some(path) => Some(
+            AdminSocket::bind(path, &log)
+                .with_context(|| format!("cannot create the admin socket {}", path.display()))?,
+        ),
+        None => None,
+    };
     let (volume, needs_resync, journal_at_start, left_out) = open_volume(&args)?;
     // The journal is replayed before anything else writes (resync included).
     let (stack, replayed) = ArrayStack::build(volume, journal_at_start, &stack_options)?;
@@ -309,18 +323,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .export
         .clone()
         .unwrap_or_else(|| volume.name().to_string());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let log: admin::Log = Arc::new(|line| eprintln!("raidkit: {line}"));
-    let admin = match &args.admin {
-        Some(path) => Some(
-            AdminSocket::bind(path, &log)
-                .with_context(|| format!("cannot create the admin socket {}", path.display()))?,
-        ),
-        None => None,
-    };
     let arrays = || -> Arc<Arrays> {
         let control = stack.control(open_options(&args), remote_options(&args), Arc::clone(&log));
         let arrays = Arc::new(Arrays::default());

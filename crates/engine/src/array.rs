@@ -5,24 +5,16 @@
 //! journal).
 
 use crate::error::{EngineError, IoError};
-use crate::gather::Gather;
-use crate::io::{FanOut, MemOp};
+use crate::io::MemOp;
 use crate::levels::{for_level, repair, LevelIo};
-use crate::locks::StripeLocks;
-use crate::members::Members;
 use crate::parts::{missing_roles, Parts};
-use crate::scratch::{ScratchPool, SCRATCH_IDLE_MAX_BYTES_DEFAULT};
 use crate::state::MemberHealth;
-use crate::trust::{ParityTrust, TrustSlot};
+use crate::trust::ParityTrust;
 use layout::{Geometry, Level};
 use member::Member;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// Default per-member share of one batch (bytes) from which member I/O runs on parallel
-/// threads; measured in docs/PERFORMANCE.md ("engine").
-pub const FANOUT_MIN_BYTES_DEFAULT: u64 = 1 << 20;
 
 /// What an array is made of; `member_data_bytes[role]` is the size of that member's data area.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,17 +83,7 @@ impl Array {
         }
         Ok(Array {
             level_io: for_level(geometry.level()),
-            parts: Parts {
-                geometry,
-                members: Members::new(members),
-                locks: StripeLocks::new(),
-                fanout: FanOut::new(FANOUT_MIN_BYTES_DEFAULT),
-                journal: RwLock::new(None),
-                scratch: ScratchPool::new(config.chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
-                gather: Gather::new(),
-                unsynced: Default::default(),
-                trust: TrustSlot::new(),
-            },
+            parts: Parts::new(geometry, members),
             client_requests: AtomicU64::new(0),
         })
     }

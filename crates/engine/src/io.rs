@@ -14,6 +14,10 @@ use member::Member;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// Default per-member share of one batch (bytes) from which member I/O runs on parallel
+/// threads; measured in docs/PERFORMANCE.md ("engine").
+pub const FANOUT_MIN_BYTES_DEFAULT: u64 = 1 << 20;
+
 /// The per-member share of a batch (bytes) from which [`Runner::run`] fans member I/O out to
 /// parallel threads.
 pub(crate) struct FanOut(AtomicU64);

@@ -70,9 +70,10 @@ mod trust;
 mod unsynced;
 mod write_log;
 
-pub use array::{Array, ArrayConfig, FANOUT_MIN_BYTES_DEFAULT};
+pub use array::{Array, ArrayConfig};
 pub use error::{EngineError, IoError, Op};
 pub use gather::GATHER_WAIT_DEFAULT;
+pub use io::FANOUT_MIN_BYTES_DEFAULT;
 pub use layout::{Geometry, Level};
 pub use locks::STRIPE_LOCKS_COUNT;
 pub use rebuild_pipeline::RebuildPipeline;

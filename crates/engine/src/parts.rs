@@ -6,14 +6,15 @@
 
 use crate::error::IoError;
 use crate::gather::Gather;
-use crate::io::{FanOut, MemOp, Runner};
+use crate::io::{FanOut, MemOp, Runner, FANOUT_MIN_BYTES_DEFAULT};
 use crate::locks::{Held, StripeLocks};
 use crate::members::Members;
-use crate::scratch::ScratchPool;
+use crate::scratch::{ScratchPool, SCRATCH_IDLE_MAX_BYTES_DEFAULT};
 use crate::state::MemberHealth;
 use crate::trust::{ParityTrust, TrustSlot};
 use crate::unsynced::Unsynced;
 use layout::Geometry;
+use member::Member;
 use std::sync::{Arc, RwLock};
 
 /// An array's parts, each a type whose fields are private to its module.
@@ -37,6 +38,23 @@ pub(crate) struct Parts {
 }
 
 impl Parts {
+    /// The parts of an array of `geometry` over `members` (`None`: missing), with the default
+    /// tuning and no journal, parity-trust hook or unsynced unit.
+    pub(crate) fn new(geometry: Geometry, members: Vec<Option<Arc<dyn Member>>>) -> Parts {
+        let chunk_bytes = geometry.chunk_bytes();
+        Parts {
+            geometry,
+            members: Members::new(members),
+            locks: StripeLocks::new(),
+            fanout: FanOut::new(FANOUT_MIN_BYTES_DEFAULT),
+            journal: RwLock::new(None),
+            scratch: ScratchPool::new(chunk_bytes, SCRATCH_IDLE_MAX_BYTES_DEFAULT),
+            gather: Gather::new(),
+            unsynced: Default::default(),
+            trust: TrustSlot::new(),
+        }
+    }
+
     /// Readable members, or `ArrayFailed` when they no longer hold all the data.
     pub(crate) fn usable(&self) -> Result<Vec<bool>, IoError> {
         let present = self.present_snapshot();

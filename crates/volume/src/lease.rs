@@ -11,32 +11,11 @@
 //! left alone. These writes are not flushed: a renewal only has to be visible to other readers,
 //! and one lost to a crash leaves an older lease, which only looks more expired.
 
-use std::fmt;
 use std::sync::Arc;
 
 use crate::volume::{Held, MetaState, VolumeCore};
+use crate::TakenOver;
 use ondisk::{Owner, SUPERBLOCK_OFFSET};
-
-/// Another process took the array over (a member's owner record names it, not this process):
-/// this one must stop writing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TakenOver {
-    pub member: String,
-    pub owner: Owner,
-}
-
-impl fmt::Display for TakenOver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "member {}: the array was taken over by raidkit pid {} on host {} (started with \
-             --force-owner, or after this process's lease ran out)",
-            self.member, self.owner.pid, self.owner.host_name
-        )
-    }
-}
-
-impl std::error::Error for TakenOver {}
 
 /// The same process: host, boot, namespace, pid and start time (not the lease times).
 fn same_owner(a: &Owner, b: &Owner) -> bool {

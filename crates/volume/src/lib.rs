@@ -27,11 +27,10 @@ mod work;
 
 pub use assemble::assemble;
 pub use at_risk::{ArrayRange, AtRisk, AT_RISK_RANGES_LISTED_MAX};
-pub use lease::TakenOver;
 pub use options::AssembleOptions;
 pub use status::{
     ArrayHealth, BitmapStatus, FaultPolicy, FilesystemStatus, MemberState, MemberStatus,
-    MismatchLocation, ScrubReport, SpeedLimits, TaskKind, TaskStatus, VolumeStatus,
+    MismatchLocation, ScrubReport, SpeedLimits, TakenOver, TaskKind, TaskStatus, VolumeStatus,
     SCRUB_MISMATCHES_LISTED_MAX,
 };
 pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeError};

@@ -1,5 +1,6 @@
 //! What `Volume::status` reports: plain data with stable snake_case field names (serde), for
-//! the admin endpoint and the CLI, which encode and decode these same types (no copy to drift).
+//! the admin endpoint and the CLI, which encode and decode these same types (no copy to drift);
+//! and [`TakenOver`], what a lease renewal reports when another process owns the array.
 
 use layout::Level;
 use serde::{Deserialize, Serialize};
@@ -225,6 +226,27 @@ pub struct VolumeStatus {
     /// ranges whose data may be wrong, until every member is in sync again.
     pub at_risk: Option<AtRisk>,
 }
+
+/// Another process took the array over (a member's owner record names it, not this process):
+/// this one must stop writing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TakenOver {
+    pub member: String,
+    pub owner: ondisk::Owner,
+}
+
+impl std::fmt::Display for TakenOver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "member {}: the array was taken over by raidkit pid {} on host {} (started with \
+             --force-owner, or after this process's lease ran out)",
+            self.member, self.owner.pid, self.owner.host_name
+        )
+    }
+}
+
+impl std::error::Error for TakenOver {}
 
 pub(crate) fn level_name(level: Level) -> String {
     level.to_string()

@@ -453,11 +453,15 @@ fn mirror_reads_during_the_resync_return_one_copy() {
     };
     // The second copy of region 2 differs (a write that reached only member 0).
     corrupt(&paths[1], 2 * REGION, 64 * KIB as usize);
-    let v = assemble(open_all(&paths), &AssembleOptions::default()).unwrap();
-    v.set_speed_limits(SpeedLimits {
-        min_bytes_per_sec: 1,
-        max_bytes_per_sec: 1,
-    });
+    // Crawling from the start: limits set after assembly could come after the resync ended.
+    let crawl = AssembleOptions {
+        speed_limits: SpeedLimits {
+            min_bytes_per_sec: 1,
+            max_bytes_per_sec: 1,
+        },
+        ..AssembleOptions::default()
+    };
+    let v = assemble(open_all(&paths), &crawl).unwrap();
     assert_eq!(v.status().health, ArrayHealth::Resyncing);
     let want = &model[2 * REGION as usize..][..64 * KIB as usize];
     for i in 0..20 {

@@ -164,12 +164,38 @@ impl Array {
     /// refuses for lack of space fails the write (`IoError::is_no_space`) without being failed;
     /// the units written are then resynced later (see [`Array::unsynced_units`]).
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        self.write_by(offset, buf, || {
+            self.level_io.write(&self.parts, offset, buf)
+        })
+    }
+
+    /// A write-back apply: [`Array::write`] of bytes the journal's `ArrayWrite` records hold
+    /// already (`sources`, sorted by offset, covering `[offset, offset + buf.len())`), so a
+    /// RAID 5/6 stripe's record logs its parity and only refers to its data
+    /// (`journal::Record::StripeApply`).
+    pub fn write_applied(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        sources: &[journal::DataSource],
+    ) -> Result<(), IoError> {
+        self.write_by(offset, buf, || {
+            (self.level_io).write_applied(&self.parts, offset, buf, sources)
+        })
+    }
+
+    fn write_by(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        write: impl FnOnce() -> Result<(), IoError>,
+    ) -> Result<(), IoError> {
         self.assert_range(offset, buf.len() as u64);
         self.client_requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
             return Ok(());
         }
-        let result = self.level_io.write(&self.parts, offset, buf);
+        let result = write();
         self.note_failed_write(&result, offset, buf.len() as u64);
         result
     }

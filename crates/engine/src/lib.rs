@@ -74,6 +74,7 @@ pub use array::{Array, ArrayConfig};
 pub use error::{EngineError, IoError, Op};
 pub use gather::GATHER_WAIT_DEFAULT;
 pub use io::FANOUT_MIN_BYTES_DEFAULT;
+pub use journal::DataSource;
 pub use layout::{Geometry, Level};
 pub use locks::STRIPE_LOCKS_COUNT;
 pub use rebuild_pipeline::RebuildPipeline;

@@ -2,18 +2,25 @@
 //!
 //! When a journal is set ([`Array::set_journal`]), every RAID 5/6 batch of member writes (data
 //! and parity of each stripe, and the member trims/zeroes of whole-stripe discards) is
-//! appended to it, one `MemberOps` record per stripe, and made durable there *before* any of
-//! it is written in place; the records are marked complete once the in-place writes have
+//! appended to it, one record per stripe, and made durable there *before* any of it is
+//! written in place: a `MemberOps` record with every byte, or, for a write-back apply
+//! ([`Array::write_applied`]), a `StripeApply` record with the parity bytes and references to
+//! the client's `ArrayWrite` records that hold the data already (logged once, as md's
+//! raid5-cache does). The records are marked complete once the in-place writes have
 //! returned, and a checkpoint (driven by the layer above, which flushes the volume first)
 //! releases them. Replay (`Parts::apply_logged`) writes the logged operations again, which
 //! leaves every logged stripe consistent. The engine calls down into the journal (the
-//! `journal` crate: format and ring writer); the journal knows nothing of arrays. The logging
+//! `journal` crate: format, ring writer, resolving references at replay); the journal knows
+//! nothing of arrays. The logging
 //! and its bound are the array's [`Parts`]' (the RAID 5/6 data path logs through them); the
 //! array's public operations call them.
 
 use std::sync::Arc;
 
-use journal::{scan, Journal, JournalError, MemberOp, Record, ScanSummary, Superblock};
+use journal::{
+    push_data_op, replay, DataSource, Journal, JournalError, MemberOp, Record, ScanSummary,
+    Superblock, APPLY_ENTRY_BYTES,
+};
 use member::Member;
 
 use crate::error::IoError;
@@ -31,15 +38,16 @@ impl Array {
             .unwrap_or_else(|p| p.into_inner()) = journal;
     }
 
-    /// The ring bytes the records logged by writing `len` bytes at `offset` can take at most;
-    /// 0 unless this array logs its writes (RAID 5/6 with a journal set).
-    pub fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
-        self.parts.logged_bytes_bound(offset, len)
+    /// The ring bytes the records logged by a write-back apply of `len` bytes at `offset` from
+    /// `sources` sources ([`Array::write_applied`]) can take at most; 0 unless this array logs
+    /// its writes (RAID 5/6 with a journal set).
+    pub fn logged_bytes_bound(&self, offset: u64, len: u64, sources: usize) -> u64 {
+        self.parts.logged_bytes_bound(offset, len, sources)
     }
 
     /// Replays the stripes logged to the journal on `member` (superblock `sb`, checked to be
-    /// this array's): every `MemberOps` record after the tail, in sequence
-    /// (`Parts::apply_logged`), then flushes. Afterwards every stripe being written at the
+    /// this array's): every `MemberOps` and `StripeApply` record after the tail, in sequence,
+    /// references resolved by `journal::replay` (`Parts::apply_logged`), then flushes. Afterwards every stripe being written at the
     /// crash is consistent on the present members. Write-back records are left to the layer
     /// above (`export::replay_array_writes`); nothing is written to the journal.
     pub fn replay_journal(
@@ -47,9 +55,8 @@ impl Array {
         member: &dyn Member,
         sb: &Superblock,
     ) -> Result<ScanSummary, JournalError> {
-        let summary = scan(member, sb, |_, record| match record {
-            Record::MemberOps(ops) => self.parts.apply_logged(ops).map_err(std::io::Error::from),
-            _ => Ok(()),
+        let summary = replay(member, sb, |_, ops| {
+            self.parts.apply_logged(ops).map_err(std::io::Error::from)
         })?;
         self.flush().map_err(|e| JournalError::Apply {
             name: member.name().to_string(),
@@ -69,13 +76,16 @@ impl Parts {
             .clone()
     }
 
-    /// The ring bytes the records logged by writing `len` bytes at `offset` can take at most;
-    /// 0 unless this array logs its writes (RAID 5/6 with a journal set). That is the data,
-    /// every parity chunk of every stripe touched (gathering may merge the write with others
-    /// into wider parity updates, and cut a stripe's data into more pieces), one record per
-    /// stripe with its headers and alignment, and the waste of one wrap (at most one stripe's
-    /// record, which did not fit at the ring's end).
-    pub(crate) fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
+    /// The ring bytes the records logged by a write-back apply of `len` bytes at `offset` from
+    /// `sources` sources can take at most; 0 unless this array logs its writes. Per stripe
+    /// touched, one record: its header, every parity chunk (a stripe's parity range may be
+    /// wider than the write), and an entry per operation (data and parity of every member,
+    /// twice: a stripe's data may be cut into more pieces); plus one entry per source (each
+    /// source boundary cuts one data operation in two, and a data operation carries its bytes
+    /// only when that is smaller than its references), and the waste of one wrap (at most one
+    /// such record, which did not fit at the ring's end). The data itself is in the client's
+    /// records, not here.
+    pub(crate) fn logged_bytes_bound(&self, offset: u64, len: u64, sources: usize) -> u64 {
         let geometry = &self.geometry;
         let parity = geometry.parity_count() as u64;
         if len == 0 || parity == 0 || self.journal().is_none() {
@@ -85,8 +95,9 @@ impl Parts {
         let stripes = (offset + len - 1) / stripe - offset / stripe + 1;
         let ops = 2 * (stripe / chunk + parity);
         let per_stripe = Record::member_ops_ring_bytes_max(ops, parity * chunk);
-        let wrap = len.min(stripe) + per_stripe;
-        len + stripes * per_stripe + wrap
+        let references = sources as u64 * APPLY_ENTRY_BYTES as u64;
+        let wrap = per_stripe + references;
+        stripes * per_stripe + references + wrap
     }
 
     /// Re-applies one replayed `MemberOps` record, skipping roles that are missing or failed
@@ -112,6 +123,7 @@ impl Parts {
                     offset,
                     len,
                 },
+                MemberOp::FromRecord { .. } => panic!("replay resolves references"),
             })
             .filter(|op| {
                 let role = op.role();
@@ -126,10 +138,7 @@ impl Parts {
     /// one chunk of one stripe); `None` for no ops.
     fn logged_rows(&self, ops: &[MemberOp<'_>]) -> Option<(u64, u64)> {
         let chunk = self.geometry.chunk_bytes();
-        let spans = ops.iter().map(|op| match *op {
-            MemberOp::Write { offset, data, .. } => (offset, data.len() as u64),
-            MemberOp::Zero { offset, len, .. } => (offset, len),
-        });
+        let spans = ops.iter().map(MemberOp::span);
         let first = spans.clone().map(|(offset, _)| offset / chunk).min()?;
         let end = spans
             .map(|(offset, len)| (offset + len.max(1) - 1) / chunk + 1)
@@ -143,16 +152,18 @@ impl Parts {
 
     /// Runs a batch of member writes, logging it first when a journal is set. `group_ends`
     /// are the indexes in `ops` where each stripe's group ends: each group is one record,
-    /// which replay applies whole or not at all.
+    /// which replay applies whole or not at all. `applied`: the batch is a write-back apply's,
+    /// whose data the journal holds already.
     pub(crate) fn run_logged(
         &self,
         ops: Vec<MemOp<'_>>,
         group_ends: &[usize],
+        applied: Option<Applied<'_>>,
     ) -> Result<(), IoError> {
         let Some(journal) = self.journal() else {
             return self.run(ops);
         };
-        let records = logged_records(&ops, group_ends);
+        let records = logged_records(&ops, group_ends, applied.as_ref());
         if records.is_empty() {
             return self.run(ops);
         }
@@ -166,25 +177,48 @@ impl Parts {
     }
 }
 
-/// One `MemberOps` record per non-empty group of `ops`.
-fn logged_records<'b>(ops: &'b [MemOp<'_>], group_ends: &[usize]) -> Vec<Record<'b>> {
+/// A write-back apply's batch of member writes ([`Array::write_applied`]).
+pub(crate) struct Applied<'a> {
+    /// The array offset of the buffer the data writes come from.
+    pub(crate) offset: u64,
+    /// Per operation of the batch: the offset in that buffer of the data it writes; `None`
+    /// for parity.
+    pub(crate) from_buf: &'a [Option<u64>],
+    /// The `ArrayWrite` records holding the buffer's bytes.
+    pub(crate) sources: &'a [DataSource],
+}
+
+/// One record per non-empty group of `ops`: `MemberOps`, or `StripeApply` for an apply.
+fn logged_records<'b>(
+    ops: &'b [MemOp<'_>],
+    group_ends: &[usize],
+    applied: Option<&Applied<'_>>,
+) -> Vec<Record<'b>> {
     assert_eq!(group_ends.last().copied().unwrap_or(0), ops.len());
+    if let Some(applied) = applied {
+        assert_eq!(applied.from_buf.len(), ops.len());
+    }
     let role = |r: usize| u32::try_from(r).expect("role fits u32");
     let mut records = Vec::with_capacity(group_ends.len());
     let mut start = 0;
     for &end in group_ends {
         assert!(start <= end);
-        let group: Vec<MemberOp<'b>> = ops[start..end]
-            .iter()
-            .map(|op| match op {
+        let mut group: Vec<MemberOp<'b>> = Vec::with_capacity(end - start);
+        for (i, op) in ops.iter().enumerate().take(end).skip(start) {
+            match op {
                 MemOp::Write {
                     role: r,
                     offset,
                     buf,
-                } => MemberOp::Write {
-                    role: role(*r),
-                    offset: *offset,
-                    data: buf,
+                } => match applied.and_then(|a| Some((a, a.from_buf[i]?))) {
+                    Some((a, at)) => {
+                        push_data_op(&mut group, role(*r), *offset, a.offset + at, buf, a.sources)
+                    }
+                    None => group.push(MemberOp::Write {
+                        role: role(*r),
+                        offset: *offset,
+                        data: buf,
+                    }),
                 },
                 MemOp::Trim {
                     role: r,
@@ -195,16 +229,19 @@ fn logged_records<'b>(ops: &'b [MemOp<'_>], group_ends: &[usize]) -> Vec<Record<
                     role: r,
                     offset,
                     len,
-                } => MemberOp::Zero {
+                } => group.push(MemberOp::Zero {
                     role: role(*r),
                     offset: *offset,
                     len: *len,
-                },
+                }),
                 _ => panic!("only writes, trims and zeroes are logged"),
-            })
-            .collect();
+            }
+        }
         if !group.is_empty() {
-            records.push(Record::MemberOps(group));
+            records.push(match applied {
+                Some(_) => Record::StripeApply(group),
+                None => Record::MemberOps(group),
+            });
         }
         start = end;
     }

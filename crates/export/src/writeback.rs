@@ -3,17 +3,19 @@
 //! A write is logged as `ArrayWrite` records, kept in a bounded in-memory buffer of
 //! non-overlapping extents, and acknowledged once the records are durable. Reads overlay the
 //! buffer on the volume. [`APPLIERS`] applier threads write buffered extents to the volume
-//! (`Volume::write`, whose RAID 5/6 stripe writes the engine logs to the same journal),
+//! (`Volume::write_applied`, whose RAID 5/6 stripes the engine logs to the same journal as
+//! `StripeApply` records: parity, and references to the records the bytes came from),
 //! merging contiguous ones (up to [`APPLY_BYTES_MAX`], cut at stripe boundaries) so small
 //! sequential writes become full-stripe writes, and mark their records complete; the journal
 //! then checkpoints. A record is complete once every byte of it is on the array or superseded
-//! by a newer record.
+//! by a newer record, and no apply that copied bytes of it is still running (a `StripeApply`
+//! record may refer to it until then: replay needs it in the ring).
 //!
 //! Appliers work in parallel on disjoint stripes: an extent in a stripe another applier is
 //! writing is left until that write is done, so an older version of some bytes can never land
 //! on the array after a newer one (the newer extent replaced it in the buffer while the older
 //! one was being written; it is applied after). Each apply reserves ring space for its
-//! write-through records first ([`journal::Journal::reserve_apply`]); when none is left, one applier
+//! stripe records first ([`journal::Journal::reserve_apply`]); when none is left, one applier
 //! at a time applies the oldest record, which lets the journal checkpoint (docs/DESIGN.md,
 //! "Bounds and no deadlock").
 //!
@@ -33,7 +35,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use journal::{scan, Journal, JournalError, Record, ScanSummary, Superblock};
+use journal::{scan, DataSource, Journal, JournalError, Record, ScanSummary, Superblock};
 use member::Member;
 use volume::Volume;
 
@@ -59,7 +61,8 @@ struct BufferedRange {
 struct Buffer {
     extents: BTreeMap<u64, BufferedRange>,
     bytes: u64,
-    /// Per record: extents still holding its data.
+    /// Per record: extents still holding its data, and applies in flight writing a copy of
+    /// some (a record is complete only once no apply refers to it: see [`Batch::sources`]).
     refs: HashMap<u64, u32>,
     next_id: u64,
     cursor: u64,
@@ -393,7 +396,7 @@ impl Shared {
             };
             let result = self
                 .volume
-                .write(batch.offset, &batch.data)
+                .write_applied(batch.offset, &batch.data, &batch.sources)
                 .map_err(io::Error::from);
             if batch.reserved > 0 {
                 self.journal.release_apply(batch.reserved);
@@ -408,6 +411,9 @@ impl Shared {
             b.in_flight.swap_remove(at);
             if batch.forced {
                 b.forced = false;
+            }
+            for source in &batch.sources {
+                self.release(&mut b, source.seq);
             }
             match result {
                 Ok(()) => {
@@ -428,7 +434,7 @@ impl Shared {
     /// when this applier must wait for another to finish.
     ///
     /// Normally a contiguous run of extents no other applier is writing, from the cursor on,
-    /// cut at a stripe boundary. When the ring has no room for its write-through records
+    /// cut at a stripe boundary. When the ring has no room for its stripe records
     /// (see [`journal::Journal::reserve_apply`]) it is instead the oldest buffered extent alone, once
     /// no other applier is writing it or applying an oldest extent.
     fn take_batch(&self, b: &mut Buffer) -> Option<Batch> {
@@ -472,15 +478,16 @@ impl Shared {
         let mut batch = Batch {
             offset: start,
             data: Vec::new(),
-            parts,
+            parts: Vec::new(),
+            sources: Vec::new(),
             reserved: 0,
             forced: false,
         };
-        let needed = self.volume.logged_bytes_bound(start, len);
+        let needed = self.volume.logged_bytes_bound(start, len, parts.len());
         if needed == 0 || self.journal.reserve_apply(needed) {
             batch.reserved = needed;
             batch.data.reserve_exact(len as usize);
-            for &(s, _) in &batch.parts {
+            for &(s, _) in &parts {
                 batch.data.extend_from_slice(&b.extents[&s].data);
             }
         } else {
@@ -492,15 +499,29 @@ impl Shared {
             if busy(b, s, e) {
                 return None;
             }
+            parts = vec![(s, e.id)];
             batch = Batch {
                 offset: s,
                 data: e.data.clone(),
-                parts: vec![(s, e.id)],
-                reserved: self.volume.logged_bytes_bound(s, e.data.len() as u64),
+                parts: Vec::new(),
+                sources: Vec::new(),
+                reserved: self.volume.logged_bytes_bound(s, e.data.len() as u64, 1),
                 forced: true,
             };
             self.journal.force_reserve_apply(batch.reserved);
             b.forced = true;
+        }
+        for &(s, _) in &parts {
+            let e = &b.extents[&s];
+            batch.sources.push(DataSource {
+                offset: s,
+                len: e.data.len() as u64,
+                seq: e.seq,
+            });
+        }
+        batch.parts = parts;
+        for source in &batch.sources {
+            *b.refs.get_mut(&source.seq).expect("a buffered record") += 1;
         }
         let end = batch.offset + batch.data.len() as u64;
         assert!(end > batch.offset, "a batch holds at least one extent");
@@ -526,8 +547,14 @@ impl Shared {
 struct Batch {
     offset: u64,
     data: Vec<u8>,
+    /// The extents copied: start and id.
     parts: Vec<(u64, u64)>,
-    /// Ring bytes reserved for the apply's write-through records.
+    /// Where `data`'s bytes come from, extent by extent: the journal logs the apply's data by
+    /// reference to them. Each holds a reference on its record until the apply returned, so
+    /// the record stays incomplete (and in the ring) while an apply that copied it may still
+    /// log a record referring to it, even if a newer write superseded the extent meanwhile.
+    sources: Vec<DataSource>,
+    /// Ring bytes reserved for the apply's stripe records.
     reserved: u64,
     /// The oldest record's apply under ring pressure.
     forced: bool,

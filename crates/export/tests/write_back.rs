@@ -273,3 +273,136 @@ fn write_back_with_a_small_ring_never_wedges() {
         }
     }
 }
+
+/// A journal of format version 1, written byte by byte as docs/FORMAT.md described it before
+/// `StripeApply` records (version 2) existed: the superblock and records an older raidkit
+/// left behind at a crash.
+mod version_1 {
+    fn put(b: &mut Vec<u8>, bytes: &[u8]) {
+        b.extend_from_slice(bytes);
+    }
+
+    /// Superblock copy (generation 1, so written at member byte 4096).
+    pub fn superblock(ring_bytes: u64, nonce: u64) -> Vec<u8> {
+        let mut b = Vec::new();
+        put(&mut b, b"RAIDKJNL");
+        put(&mut b, &1u32.to_le_bytes()); // version
+        put(&mut b, &2u32.to_le_bytes()); // write-back
+        put(&mut b, uuid::Uuid::new_v4().as_bytes());
+        put(&mut b, uuid::Uuid::new_v4().as_bytes());
+        for field in [8192, ring_bytes, 1, 0, 1, nonce] {
+            // ring offset, ring bytes, generation, tail offset, tail seq, nonce
+            put(&mut b, &u64::to_le_bytes(field));
+        }
+        b.resize(4092, 0);
+        let crc = crc32c::crc32c(&b);
+        put(&mut b, &crc.to_le_bytes());
+        b
+    }
+
+    /// One record, padded to 512 bytes: kind 1 `MemberOps`, 2 `ArrayWrite`.
+    pub fn record(kind: u16, seq: u64, nonce: u64, payload: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        put(&mut b, b"RKJR");
+        put(&mut b, &kind.to_le_bytes());
+        put(&mut b, &[0, 0]);
+        put(&mut b, &seq.to_le_bytes());
+        put(&mut b, &nonce.to_le_bytes());
+        put(&mut b, &(payload.len() as u32).to_le_bytes());
+        b.resize(60, 0);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&b), payload);
+        put(&mut b, &crc.to_le_bytes());
+        put(&mut b, payload);
+        b.resize(b.len().div_ceil(512) * 512, 0);
+        b
+    }
+
+    /// `MemberOps` payload of member writes `(role, offset, data)`.
+    pub fn member_ops(writes: &[(u32, u64, Vec<u8>)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        put(&mut b, &(writes.len() as u32).to_le_bytes());
+        put(&mut b, &[0; 4]);
+        for (role, offset, data) in writes {
+            put(&mut b, &role.to_le_bytes());
+            put(&mut b, &1u32.to_le_bytes());
+            put(&mut b, &offset.to_le_bytes());
+            put(&mut b, &(data.len() as u64).to_le_bytes());
+        }
+        for (_, _, data) in writes {
+            put(&mut b, data);
+        }
+        b
+    }
+
+    /// `ArrayWrite` payload.
+    pub fn array_write(offset: u64, data: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        put(&mut b, &offset.to_le_bytes());
+        put(&mut b, &(data.len() as u64).to_le_bytes());
+        put(&mut b, data);
+        b
+    }
+}
+
+/// A version 1 journal left by a crash (a stripe's `MemberOps` and client `ArrayWrite`
+/// records, written by an encoder of the old format) replays: every byte reads back; the new
+/// session rewrites the superblock as version 2.
+#[test]
+fn a_version_1_journal_replays_and_is_rewritten_as_version_2() {
+    let mut rng = Rng::new(seed(
+        "a_version_1_journal_replays_and_is_rewritten_as_version_2",
+    ));
+    let names = names(Level::Raid5);
+    let world = World::new();
+    let sims = members(&world, &names, JOURNAL_BYTES);
+    let v = new_volume(Level::Raid5, &sims);
+    let size = v.size_bytes();
+    let mut model = vec![0u8; size as usize];
+    let g = v.geometry().clone();
+    // Stripe 0 written whole (data and P) by a write-through-style record.
+    let data_chunks = g.member_count() as u64 - 1;
+    let mut writes = Vec::new();
+    let mut p = vec![0u8; CHUNK as usize];
+    for i in 0..data_chunks {
+        let chunk = pattern(rng.next_u64(), CHUNK as usize);
+        let at = g.locate(i * CHUNK)[0];
+        assert_eq!(at.member_offset, 0);
+        p.iter_mut().zip(&chunk).for_each(|(p, d)| *p ^= d);
+        model[(i * CHUNK) as usize..((i + 1) * CHUNK) as usize].copy_from_slice(&chunk);
+        writes.push((at.role as u32, 0, chunk));
+    }
+    let p_role = (0..g.member_count())
+        .find(|&r| writes.iter().all(|w| w.0 != r as u32))
+        .unwrap();
+    writes.push((p_role as u32, 0, p));
+    let nonce = rng.next_u64();
+    let jm = sims.last().unwrap();
+    let ring_bytes = (JOURNAL_BYTES as u64 - 8192) / 4096 * 4096;
+    jm.write_at(&version_1::superblock(ring_bytes, nonce), 4096)
+        .unwrap();
+    let mut ring = version_1::record(1, 1, nonce, &version_1::member_ops(&writes));
+    for seq in 2..30 {
+        let (offset, data) = random_write(&mut rng, size, 3 * CHUNK);
+        let payload = version_1::array_write(offset, &data);
+        ring.extend(version_1::record(2, seq, nonce, &payload));
+        model[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+    }
+    jm.write_at(&ring, 8192).unwrap();
+    drop(v);
+    let v = reassemble(&sims);
+    let jm: Arc<dyn Member> = Arc::clone(jm) as Arc<dyn Member>;
+    let (j, checkpointer, wb) = start(&v, &jm, false, 1 << 20);
+    assert_reads_back(&model, "version 1 journal replayed", |got| {
+        wb.read(0, got).unwrap()
+    });
+    let sb = read_superblock(jm.as_ref()).unwrap();
+    let mut version = [0u8; 4];
+    jm.read_at(&mut version, sb.copy_offset() + 8).unwrap();
+    assert_eq!(
+        u32::from_le_bytes(version),
+        2,
+        "the new session writes version 2"
+    );
+    wb.close().unwrap();
+    assert_eq!(stop(&j, &v, checkpointer), 0);
+}

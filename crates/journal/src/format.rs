@@ -17,10 +17,16 @@ pub const RING_BYTES_MIN: u64 = 1 << 20;
 pub const SB_MAGIC: [u8; 8] = *b"RAIDKJNL";
 /// Record magic (`RKJR` read as little-endian bytes).
 pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"RKJR");
-/// Journal format version.
-pub const JOURNAL_VERSION: u32 = 1;
+/// Journal format version written: 2 adds `StripeApply` records. Version 1 journals (kinds 1–3
+/// only) are read and replayed; a session started on one rewrites its superblock as version 2.
+pub const JOURNAL_VERSION: u32 = 2;
+/// Oldest journal format version read.
+pub const JOURNAL_VERSION_MIN: u32 = 1;
 /// Bytes of one member-operation entry in a `MemberOps` payload.
 pub const OP_ENTRY_BYTES: usize = 24;
+/// Bytes of one member-operation entry in a `StripeApply` payload (a `MemberOps` entry, then
+/// the source record's `seq` and the array offset of the bytes it holds).
+pub const APPLY_ENTRY_BYTES: usize = 40;
 
 /// How the journal protects the array; the same code is stored in the array superblocks'
 /// `journal_kind`.
@@ -163,7 +169,7 @@ impl Superblock {
             return Err("checksum mismatch".into());
         }
         let version = get_u32(b, OFF_VERSION);
-        if version != JOURNAL_VERSION {
+        if !(JOURNAL_VERSION_MIN..=JOURNAL_VERSION).contains(&version) {
             return Err(format!("journal format version {version} is not supported"));
         }
         let mode = Mode::from_code(get_u32(b, OFF_MODE))
@@ -197,7 +203,7 @@ impl Superblock {
     }
 }
 
-/// One member operation of a write-through record.
+/// One member operation of a `MemberOps` or `StripeApply` record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemberOp<'a> {
     /// Write `data` at `offset` of role `role`'s data area.
@@ -208,6 +214,83 @@ pub enum MemberOp<'a> {
     },
     /// Make `[offset, offset + len)` of role `role`'s data area read as zeroes.
     Zero { role: u32, offset: u64, len: u64 },
+    /// Write at `offset` of role `role`'s data area the `len` bytes that the `ArrayWrite`
+    /// record `seq` holds for array bytes `[array_offset, array_offset + len)` (only in
+    /// `StripeApply` records: data logged once, by the client's record).
+    FromRecord {
+        role: u32,
+        offset: u64,
+        len: u64,
+        seq: u64,
+        array_offset: u64,
+    },
+}
+
+impl MemberOp<'_> {
+    /// The role's data-area range the operation changes: `(offset, len)`.
+    pub fn span(&self) -> (u64, u64) {
+        match *self {
+            MemberOp::Write { offset, data, .. } => (offset, data.len() as u64),
+            MemberOp::Zero { offset, len, .. } | MemberOp::FromRecord { offset, len, .. } => {
+                (offset, len)
+            }
+        }
+    }
+
+    /// Bytes of the operation the record itself carries.
+    fn carried_bytes(&self) -> usize {
+        match self {
+            MemberOp::Write { data, .. } => data.len(),
+            MemberOp::Zero { .. } | MemberOp::FromRecord { .. } => 0,
+        }
+    }
+}
+
+/// Where bytes a write-back apply writes come from: array bytes `[offset, offset + len)` are
+/// the ones the `ArrayWrite` record `seq` holds for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSource {
+    pub offset: u64,
+    pub len: u64,
+    pub seq: u64,
+}
+
+/// Appends to `ops` the data write of a `StripeApply` record: `data` at `offset` of role
+/// `role`, the array's bytes from `array_offset` on, whose `sources` (sorted by offset, one
+/// after the other) cover them. One [`MemberOp::FromRecord`] per source it crosses, or a
+/// single [`MemberOp::Write`] carrying the bytes when those references would take more room
+/// (many tiny sources), so a `StripeApply` record is never larger than the `MemberOps`
+/// record of the same writes by more than 16 bytes per operation.
+pub fn push_data_op<'a>(
+    ops: &mut Vec<MemberOp<'a>>,
+    role: u32,
+    offset: u64,
+    array_offset: u64,
+    data: &'a [u8],
+    sources: &[DataSource],
+) {
+    let end = array_offset + data.len() as u64;
+    let first = sources.partition_point(|s| s.offset + s.len <= array_offset);
+    let crossed = sources[first..].iter().take_while(|s| s.offset < end);
+    let references = crossed.clone().count();
+    if references * APPLY_ENTRY_BYTES > APPLY_ENTRY_BYTES + data.len() {
+        ops.push(MemberOp::Write { role, offset, data });
+        return;
+    }
+    let mut at = array_offset;
+    for s in crossed {
+        assert!(s.offset <= at, "array byte {at} has no source");
+        let to = end.min(s.offset + s.len);
+        ops.push(MemberOp::FromRecord {
+            role,
+            offset: offset + (at - array_offset),
+            len: to - at,
+            seq: s.seq,
+            array_offset: at,
+        });
+        at = to;
+    }
+    assert_eq!(at, end, "array bytes {at}..{end} have no source");
 }
 
 /// A record's body.
@@ -219,28 +302,30 @@ pub enum Record<'a> {
     ArrayWrite { offset: u64, data: &'a [u8] },
     /// The ring continues at its start.
     Wrap,
+    /// Write-back apply: one stripe's member writes, parity with its bytes
+    /// ([`MemberOp::Write`]), data by reference to the `ArrayWrite` records holding it
+    /// ([`MemberOp::FromRecord`]; a piece cut into many references may carry its bytes
+    /// instead). Replay ([`crate::replay`]) resolves the references, or skips the record when
+    /// one names a record before the tail (docs/FORMAT.md "Replay").
+    StripeApply(Vec<MemberOp<'a>>),
 }
 
 const KIND_MEMBER_OPS: u16 = 1;
-const KIND_ARRAY_WRITE: u16 = 2;
+pub(crate) const KIND_ARRAY_WRITE: u16 = 2;
 const KIND_WRAP: u16 = 3;
+const KIND_STRIPE_APPLY: u16 = 4;
 const OP_WRITE: u32 = 1;
 const OP_ZERO: u32 = 2;
+const OP_FROM_RECORD: u32 = 3;
 const OFF_HDR_CRC: usize = 60;
 
 impl Record<'_> {
     /// Payload bytes (after the header).
     pub fn payload_bytes(&self) -> u64 {
         match self {
-            Record::MemberOps(ops) => {
-                let data: usize = ops
-                    .iter()
-                    .map(|op| match op {
-                        MemberOp::Write { data, .. } => data.len(),
-                        MemberOp::Zero { .. } => 0,
-                    })
-                    .sum();
-                (8 + ops.len() * OP_ENTRY_BYTES + data) as u64
+            Record::MemberOps(ops) | Record::StripeApply(ops) => {
+                let data: usize = ops.iter().map(MemberOp::carried_bytes).sum();
+                (8 + ops.len() * self.entry_bytes() + data) as u64
             }
             Record::ArrayWrite { data, .. } => 16 + data.len() as u64,
             Record::Wrap => 0,
@@ -252,10 +337,18 @@ impl Record<'_> {
         align_up(HEADER_BYTES as u64 + self.payload_bytes())
     }
 
-    /// An upper bound of [`Record::ring_bytes`] for a `MemberOps` record of at most `ops`
-    /// operations writing at most `data` bytes between them.
+    /// An upper bound of [`Record::ring_bytes`] for a `MemberOps` or `StripeApply` record of
+    /// at most `ops` operations carrying at most `data` bytes between them.
     pub fn member_ops_ring_bytes_max(ops: u64, data: u64) -> u64 {
-        HEADER_BYTES as u64 + 8 + ops * OP_ENTRY_BYTES as u64 + data + RECORD_ALIGN
+        HEADER_BYTES as u64 + 8 + ops * APPLY_ENTRY_BYTES as u64 + data + RECORD_ALIGN
+    }
+
+    /// Bytes of one entry of the record's operation table.
+    fn entry_bytes(&self) -> usize {
+        match self {
+            Record::StripeApply(_) => APPLY_ENTRY_BYTES,
+            _ => OP_ENTRY_BYTES,
+        }
     }
 
     /// True for write-back records (their space is bounded separately).
@@ -268,6 +361,7 @@ impl Record<'_> {
             Record::MemberOps(_) => KIND_MEMBER_OPS,
             Record::ArrayWrite { .. } => KIND_ARRAY_WRITE,
             Record::Wrap => KIND_WRAP,
+            Record::StripeApply(_) => KIND_STRIPE_APPLY,
         }
     }
 
@@ -293,20 +387,37 @@ impl Record<'_> {
 
     fn encode_payload(&self, out: &mut Vec<u8>) {
         match self {
-            Record::MemberOps(ops) => {
+            Record::MemberOps(ops) | Record::StripeApply(ops) => {
+                let apply = matches!(self, Record::StripeApply(_));
                 out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
                 out.extend_from_slice(&[0u8; 4]);
                 for op in ops {
-                    let (role, code, offset, len) = match op {
+                    let (role, code, offset, len, source) = match *op {
                         MemberOp::Write { role, offset, data } => {
-                            (*role, OP_WRITE, *offset, data.len() as u64)
+                            (role, OP_WRITE, offset, data.len() as u64, (0, 0))
                         }
-                        MemberOp::Zero { role, offset, len } => (*role, OP_ZERO, *offset, *len),
+                        MemberOp::Zero { role, offset, len } => {
+                            (role, OP_ZERO, offset, len, (0, 0))
+                        }
+                        MemberOp::FromRecord {
+                            role,
+                            offset,
+                            len,
+                            seq,
+                            array_offset,
+                        } => {
+                            assert!(apply, "only StripeApply records refer to other records");
+                            (role, OP_FROM_RECORD, offset, len, (seq, array_offset))
+                        }
                     };
                     out.extend_from_slice(&role.to_le_bytes());
                     out.extend_from_slice(&code.to_le_bytes());
                     out.extend_from_slice(&offset.to_le_bytes());
                     out.extend_from_slice(&len.to_le_bytes());
+                    if apply {
+                        out.extend_from_slice(&source.0.to_le_bytes());
+                        out.extend_from_slice(&source.1.to_le_bytes());
+                    }
                 }
                 for op in ops {
                     if let MemberOp::Write { data, .. } = op {
@@ -368,7 +479,8 @@ pub fn decode_record(b: &[u8]) -> Option<(Header, Record<'_>)> {
     }
     let payload = &b[HEADER_BYTES..end];
     let record = match h.kind {
-        KIND_MEMBER_OPS => decode_member_ops(payload)?,
+        KIND_MEMBER_OPS => Record::MemberOps(decode_ops(payload, OP_ENTRY_BYTES)?),
+        KIND_STRIPE_APPLY => Record::StripeApply(decode_ops(payload, APPLY_ENTRY_BYTES)?),
         KIND_ARRAY_WRITE => {
             let (head, data) = payload.split_at_checked(16)?;
             (get_u64(head, 8) == data.len() as u64).then_some(())?;
@@ -383,13 +495,15 @@ pub fn decode_record(b: &[u8]) -> Option<(Header, Record<'_>)> {
     Some((h, record))
 }
 
-fn decode_member_ops(payload: &[u8]) -> Option<Record<'_>> {
+/// The operation table and data of a `MemberOps` (`entry_bytes` 24) or `StripeApply` (40)
+/// payload; only the latter may hold `FromRecord` operations.
+fn decode_ops(payload: &[u8], entry_bytes: usize) -> Option<Vec<MemberOp<'_>>> {
     let count = get_u32(payload.get(..8)?, 0) as usize;
-    let table_end = 8usize.checked_add(count.checked_mul(OP_ENTRY_BYTES)?)?;
+    let table_end = 8usize.checked_add(count.checked_mul(entry_bytes)?)?;
     let table = payload.get(8..table_end)?;
     let mut data = &payload[table_end..];
     let mut ops = Vec::with_capacity(count);
-    for entry in table.chunks_exact(OP_ENTRY_BYTES) {
+    for entry in table.chunks_exact(entry_bytes) {
         let (role, code) = (get_u32(entry, 0), get_u32(entry, 4));
         let (offset, len) = (get_u64(entry, 8), get_u64(entry, 16));
         ops.push(match code {
@@ -403,8 +517,15 @@ fn decode_member_ops(payload: &[u8]) -> Option<Record<'_>> {
                 }
             }
             OP_ZERO => MemberOp::Zero { role, offset, len },
+            OP_FROM_RECORD if entry_bytes == APPLY_ENTRY_BYTES => MemberOp::FromRecord {
+                role,
+                offset,
+                len,
+                seq: get_u64(entry, 24),
+                array_offset: get_u64(entry, 32),
+            },
             _ => return None,
         });
     }
-    data.is_empty().then_some(Record::MemberOps(ops))
+    data.is_empty().then_some(ops)
 }

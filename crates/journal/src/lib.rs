@@ -6,11 +6,14 @@
 //! The main types:
 //! - [`Superblock`] (two copies, the newer valid one wins) and [`Record`]s in a ring:
 //!   [`Record::MemberOps`] (write-through: a stripe's member writes, data and parity),
-//!   [`Record::ArrayWrite`] (write-back: data at an array offset), [`Record::Wrap`].
+//!   [`Record::ArrayWrite`] (write-back: data at an array offset), [`Record::StripeApply`]
+//!   (a write-back apply's stripe: parity, and its data by reference to `ArrayWrite`
+//!   records), [`Record::Wrap`].
 //!   Every record carries a consecutive sequence number, the session nonce and a crc32c.
 //! - [`format()`] writes an empty journal; [`read_superblock`] and [`scan`] read one back:
 //!   replay walks from the checkpointed tail and stops at the first torn, damaged or
-//!   out-of-sequence record.
+//!   out-of-sequence record; [`replay()`] passes the member operations of the records to redo
+//!   physically, `StripeApply` references resolved.
 //! - [`Journal`]: appends with group commit (one write and one flush for every record queued
 //!   meanwhile), tracks completion and checkpoints (advance the tail; the array's owner
 //!   flushes the array first: [`Journal::begin_checkpoint`], [`Checkpoint::finish`]).
@@ -42,13 +45,16 @@
 
 mod error;
 mod format;
+mod replay;
 mod scan;
 mod writer;
 
 pub use error::JournalError;
 pub use format::{
-    align_up, decode_record, Header, MemberOp, Mode, Record, Superblock, HEADER_BYTES,
-    JOURNAL_VERSION, RECORD_ALIGN, RING_BYTES_MIN, RING_OFFSET, SUPERBLOCK_BYTES,
+    align_up, decode_record, push_data_op, DataSource, Header, MemberOp, Mode, Record, Superblock,
+    APPLY_ENTRY_BYTES, HEADER_BYTES, JOURNAL_VERSION, JOURNAL_VERSION_MIN, RECORD_ALIGN,
+    RING_BYTES_MIN, RING_OFFSET, SUPERBLOCK_BYTES,
 };
+pub use replay::replay;
 pub use scan::{read_superblock, scan, ScanSummary};
 pub use writer::{format, Checkpoint, Journal, JournalStats, Ticket, CHECKPOINT_INTERVAL};

@@ -82,6 +82,19 @@ pub fn scan(
     sb: &Superblock,
     mut visit: impl FnMut(u64, &Record<'_>) -> std::io::Result<()>,
 ) -> Result<ScanSummary, JournalError> {
+    walk(member, sb, |seq, _, record| match record {
+        Record::Wrap => Ok(()),
+        _ => visit(seq, record),
+    })
+}
+
+/// [`scan`], also passing each record's ring offset, wrap markers included:
+/// `visit(seq, ring_offset, record)`.
+pub(crate) fn walk(
+    member: &dyn Member,
+    sb: &Superblock,
+    mut visit: impl FnMut(u64, u64, &Record<'_>) -> std::io::Result<()>,
+) -> Result<ScanSummary, JournalError> {
     let mut pos = sb.tail_offset;
     let mut s = ScanSummary {
         next_seq: sb.tail_seq,
@@ -119,13 +132,11 @@ pub fn scan(
             s.array_writes += 1;
             s.array_write_bytes += data.len() as u64;
         }
-        if !matches!(record, Record::Wrap) {
-            visit(h.seq, &record).map_err(|source| JournalError::Apply {
-                name: member.name().to_string(),
-                seq: h.seq,
-                source,
-            })?;
-        }
+        visit(h.seq, pos, &record).map_err(|source| JournalError::Apply {
+            name: member.name().to_string(),
+            seq: h.seq,
+            source,
+        })?;
         s.records += 1;
         s.next_seq += 1;
         s.used_bytes += step;

@@ -65,7 +65,7 @@ struct Ring {
     used_bytes: u64,
     /// Ring bytes of write-back records after the tail (bounded by `logical_max`).
     logical_bytes: u64,
-    /// Ring bytes reserved by write-back appliers for the write-through records of the
+    /// Ring bytes reserved by write-back appliers for the stripe records of the
     /// array writes they are making (see [`Journal::reserve_apply`]).
     apply_reserved: u64,
     live: VecDeque<Live>,
@@ -239,12 +239,12 @@ impl Journal {
     }
 
     /// Ring bytes write-back records may hold at once (an eighth of the ring, so the
-    /// write-through records of applying them always find room: see docs/DESIGN.md).
+    /// stripe records of applying them always find room: see docs/DESIGN.md).
     pub fn array_write_bytes_max(&self) -> u64 {
         self.shared.logical_max
     }
 
-    /// Reserves `bytes` of ring for the write-through records of one write-back apply, if
+    /// Reserves `bytes` of ring for the stripe records of one write-back apply, if
     /// that leaves the reserve (a quarter of the ring) free: appliers in parallel can then
     /// never fill the ring between them. `false` means the ring is under pressure: nothing
     /// after the oldest incomplete record can be released by a checkpoint, so the write-back
@@ -545,7 +545,7 @@ impl Shared {
             self.failed(&ring)?;
             let needed = self.bytes_needed(ring.head, records);
             let fits = ring.used_bytes + needed <= self.capacity;
-            // Write-back records also leave the reserve free: the write-through records of
+            // Write-back records also leave the reserve free: the stripe records of
             // applying them need it (see `Journal::reserve_apply`).
             let logical_fits = logical == 0
                 || (ring.logical_bytes + logical <= self.logical_max

@@ -308,10 +308,11 @@ impl Volume {
         self.core.array.set_journal(journal)
     }
 
-    /// The journal ring bytes writing `len` bytes at `offset` can log at most (0 unless RAID
-    /// 5/6 with a journal set); see `engine::Array::logged_bytes_bound`.
-    pub fn logged_bytes_bound(&self, offset: u64, len: u64) -> u64 {
-        self.core.array.logged_bytes_bound(offset, len)
+    /// The journal ring bytes a write-back apply of `len` bytes at `offset` from `sources`
+    /// sources can log at most (0 unless RAID 5/6 with a journal set); see
+    /// `engine::Array::logged_bytes_bound`.
+    pub fn logged_bytes_bound(&self, offset: u64, len: u64, sources: usize) -> u64 {
+        self.core.array.logged_bytes_bound(offset, len, sources)
     }
 }
 
@@ -348,6 +349,14 @@ forward_to_core! {
     fn is_dirty(&self) -> bool;
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VolumeError>;
     fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError>;
+    /// A write-back apply: [`Volume::write`] of bytes the journal's `ArrayWrite` records
+    /// `sources` hold already (see `engine::Array::write_applied`).
+    fn write_applied(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        sources: &[engine::DataSource]
+    ) -> Result<(), VolumeError>;
     fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError>;
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError>;
     /// Marks the array dirty (superblocks Dirty, events + 1, flushed on every in-use member)
@@ -522,6 +531,17 @@ impl VolumeCore {
 
     pub(crate) fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError> {
         self.changing(offset, buf.len() as u64, || self.array.write(offset, buf))
+    }
+
+    pub(crate) fn write_applied(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        sources: &[engine::DataSource],
+    ) -> Result<(), VolumeError> {
+        self.changing(offset, buf.len() as u64, || {
+            self.array.write_applied(offset, buf, sources)
+        })
     }
 
     pub(crate) fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {

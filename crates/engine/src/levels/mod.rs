@@ -23,6 +23,7 @@ use crate::parts::Parts;
 use crate::plain;
 use crate::report::{CheckReport, SyncMode, UnitReport};
 use crate::Discard;
+use journal::DataSource;
 use layout::Level;
 use repair::recovering;
 
@@ -39,6 +40,18 @@ pub(crate) trait LevelIo: Sync {
     /// each part of a gathered write).
     fn write(&self, io: &Parts, offset: u64, buf: &[u8]) -> Result<(), IoError> {
         recovering(self, io, || plain::write(io, offset, buf))
+    }
+
+    /// A write-back apply's write (`Array::write_applied`): as [`LevelIo::write`], except
+    /// that a level logging its writes logs the data by reference to the `sources` holding it.
+    fn write_applied(
+        &self,
+        io: &Parts,
+        offset: u64,
+        buf: &[u8],
+        _sources: &[DataSource],
+    ) -> Result<(), IoError> {
+        self.write(io, offset, buf)
     }
 
     /// Trims or zeroes `[offset, offset+len)` (the caller repairs read errors).

@@ -8,6 +8,7 @@ mod write;
 
 pub(crate) use columns::{block_count, block_role, gen_parity, Columns};
 
+use super::repair::recovering;
 use super::{LevelIo, Lost};
 use crate::error::IoError;
 use crate::io::MemOp;
@@ -15,6 +16,7 @@ use crate::parts::Parts;
 use crate::report::{CheckReport, SyncMode, UnitReport};
 use crate::Discard;
 
+use journal::DataSource;
 use layout::StripeSpan;
 
 /// Largest zero buffer used to turn a partial-stripe trim into writes.
@@ -31,6 +33,20 @@ impl LevelIo for Parity {
 
     fn write(&self, io: &Parts, offset: u64, buf: &[u8]) -> Result<(), IoError> {
         write::gathered_write(io, offset, buf)
+    }
+
+    /// Not gathered: appliers write disjoint stripes, so no other write in flight could
+    /// complete a stripe of this one, and a tail waiting for one would only wait.
+    fn write_applied(
+        &self,
+        io: &Parts,
+        offset: u64,
+        buf: &[u8],
+        sources: &[DataSource],
+    ) -> Result<(), IoError> {
+        recovering(self, io, || {
+            write::raid56_write(io, offset, buf, Some(sources))
+        })
     }
 
     fn discard(&self, io: &Parts, offset: u64, len: u64, how: Discard) -> Result<(), IoError> {
@@ -157,7 +173,7 @@ fn discard_stripes(io: &Parts, first: u64, end: u64, how: Discard) -> Result<(),
         .map(|role| how.op(role, first * chunk, (end - first) * chunk))
         .collect::<Vec<_>>();
     let group_end = [ops.len()];
-    io.run_logged(ops, &group_end)
+    io.run_logged(ops, &group_end, None)
 }
 
 /// Partial stripes: zeroes through the write path, so parity follows.
@@ -166,7 +182,7 @@ fn write_zero_range(io: &Parts, start: u64, end: u64) -> Result<(), IoError> {
     let mut at = start;
     while at < end {
         let n = (end - at).min(zeroes.len() as u64);
-        write::raid56_write(io, at, &zeroes[..n as usize])?;
+        write::raid56_write(io, at, &zeroes[..n as usize], None)?;
         at += n;
     }
     Ok(())

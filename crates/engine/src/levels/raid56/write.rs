@@ -23,6 +23,8 @@ use crate::io::MemOp;
 use crate::levels::repair::recovering;
 use crate::parts::Parts;
 use crate::scratch::{Scratch, ScratchPool};
+use crate::write_log::Applied;
+use journal::DataSource;
 use layout::{Geometry, StripeSpan};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,12 +254,15 @@ impl<'p> StripeWrite<'p> {
         }
     }
 
+    /// Pushes the stripe's member writes to `ops`, and for each the offset in `buf` of the
+    /// data it writes (`None` for parity) to `from_buf`.
     fn write_ops<'s>(
         &'s self,
         g: &Geometry,
         present: &[bool],
         buf: &'s [u8],
         ops: &mut Vec<MemOp<'s>>,
+        from_buf: &mut Vec<Option<u64>>,
     ) {
         let k = g.data_per_stripe();
         let base = self.span.member_offset;
@@ -268,6 +273,7 @@ impl<'p> StripeWrite<'p> {
                 offset: base + c.start,
                 buf: data,
             });
+            from_buf.push(Some(c.buf_offset));
         }
         let blocks = match (&self.columns, self.mode) {
             (_, Mode::DataOnly) => return,
@@ -282,12 +288,20 @@ impl<'p> StripeWrite<'p> {
                     offset: base + self.lo,
                     buf: block,
                 });
+                from_buf.push(None);
             }
         }
     }
 }
 
-pub(super) fn raid56_write(io: &Parts, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+/// Writes `buf` at `offset` under the stripe locks. `sources`: the write is a write-back apply
+/// whose bytes those `ArrayWrite` records hold, so its data is logged by reference.
+pub(super) fn raid56_write(
+    io: &Parts,
+    offset: u64,
+    buf: &[u8],
+    sources: Option<&[DataSource]>,
+) -> Result<(), IoError> {
     let g = &io.geometry;
     let spans = g.stripes(offset, buf.len() as u64);
     let _held = io.locks.lock(spans.iter().map(|s| s.stripe));
@@ -311,12 +325,18 @@ pub(super) fn raid56_write(io: &Parts, offset: u64, buf: &[u8]) -> Result<(), Io
         plan.compute(g, buf);
     }
     let mut writes = Vec::new();
+    let mut from_buf = Vec::new();
     let mut group_ends = Vec::with_capacity(plans.len());
     for plan in &plans {
-        plan.write_ops(g, &writable, buf, &mut writes);
+        plan.write_ops(g, &writable, buf, &mut writes, &mut from_buf);
         group_ends.push(writes.len());
     }
-    io.run_logged(writes, &group_ends)
+    let applied = sources.map(|sources| Applied {
+        offset,
+        from_buf: &from_buf,
+        sources,
+    });
+    io.run_logged(writes, &group_ends, applied)
 }
 
 /// Puts a taken tail back if its taker unwinds before reporting (see `gather`).
@@ -345,7 +365,9 @@ pub(super) fn gathered_write(io: &Parts, offset: u64, buf: &[u8]) -> Result<(), 
             gather: &io.gather,
             stripe: Some(taken.stripe),
         };
-        let written = recovering(&Parity, io, || raid56_write(io, taken.lo, &taken.union));
+        let written = recovering(&Parity, io, || {
+            raid56_write(io, taken.lo, &taken.union, None)
+        });
         guard.stripe = None;
         io.gather.finish_taken(taken, &written);
         result = written;
@@ -353,13 +375,13 @@ pub(super) fn gathered_write(io: &Parts, offset: u64, buf: &[u8]) -> Result<(), 
     let (lo, hi) = plan.body;
     if lo < hi {
         let body = &buf[(lo - offset) as usize..(hi - offset) as usize];
-        result = result.and(recovering(&Parity, io, || raid56_write(io, lo, body)));
+        result = result.and(recovering(&Parity, io, || raid56_write(io, lo, body, None)));
     }
     if let Some(stripe) = plan.tail_stripe {
         let tail = match io.gather.wait_for_tail(stripe) {
             Outcome::Written(written) => written,
             Outcome::Untaken { lo, data } => {
-                recovering(&Parity, io, || raid56_write(io, lo, &data))
+                recovering(&Parity, io, || raid56_write(io, lo, &data, None))
             }
         };
         result = result.and(tail);

@@ -57,26 +57,47 @@ fn assemble(level: Level, sims: &[Arc<SimMember>], missing: &[usize]) -> Arc<Arr
     array(level, members)
 }
 
+/// The simulated array members of `level` and the journal, last.
+fn members(level: Level) -> (Arc<World>, Vec<Arc<SimMember>>) {
+    let world = World::new();
+    let sims = names(level)
+        .iter()
+        .map(|n| {
+            let len = if n == "journal" {
+                JOURNAL_BYTES
+            } else {
+                MEMBER_BYTES
+            };
+            world.member(n, len)
+        })
+        .collect();
+    (world, sims)
+}
+
+/// The crashed array reassembled with one member (RAID 6: two) left out: the roles missing,
+/// the array.
+fn assemble_degraded(
+    level: Level,
+    crashed: &[Arc<SimMember>],
+    rng: &mut Rng,
+) -> (Vec<usize>, Arc<Array>) {
+    let n = crashed.len() as u64 - 1;
+    let first = rng.below(n) as usize;
+    let mut missing = vec![first];
+    if level == Level::Raid6 {
+        missing.push((first + 1 + rng.below(n - 1) as usize) % n as usize);
+    }
+    let a = assemble(level, crashed, &missing);
+    (missing, a)
+}
+
 /// Write, lose power (every member keeps an arbitrary torn subset of its unflushed writes),
 /// reassemble with one member (RAID 6: two) missing, replay: every acknowledged write reads back.
 fn write_through_round(level: Level, seed: u64) {
+    let (world, sims) = members(level);
+    let a = assemble(level, &sims, &[]);
     let names = names(level);
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let world = World::new();
-    let sims: Vec<Arc<SimMember>> = names
-        .iter()
-        .map(|n| {
-            world.member(
-                n,
-                if n == "journal" {
-                    JOURNAL_BYTES
-                } else {
-                    MEMBER_BYTES
-                },
-            )
-        })
-        .collect();
-    let a = assemble(level, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
     let (j, checkpoints) = started(&a, &jm, Mode::WriteThrough);
     let mut rng = Rng::new(seed);
@@ -92,14 +113,7 @@ fn write_through_round(level: Level, seed: u64) {
     }
     let (_w, crashed) = world.crash(rng.next_u64(), &name_refs);
     drop((a, j, checkpoints));
-    // RAID 5 loses one member, RAID 6 two.
-    let n = crashed.len() as u64 - 1;
-    let first = rng.below(n) as usize;
-    let mut missing = vec![first];
-    if level == Level::Raid6 {
-        missing.push((first + 1 + rng.below(n - 1) as usize) % n as usize);
-    }
-    let a = assemble(level, &crashed, &missing);
+    let (missing, a) = assemble_degraded(level, &crashed, &mut rng);
     let jm = crashed.last().unwrap();
     let sb = read_superblock(jm.as_ref()).unwrap();
     a.replay_journal(jm.as_ref(), &sb).unwrap();
@@ -129,23 +143,10 @@ fn random_pieces(rng: &mut Rng, offset: u64, len: u64) -> Vec<(u64, u64)> {
 /// references resolved, then each `ArrayWrite` record as whole-stripe rewrites): every byte
 /// reads back, those written before the journal session too.
 fn write_back_round(level: Level, seed: u64) {
+    let (world, sims) = members(level);
+    let a = assemble(level, &sims, &[]);
     let names = names(level);
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let world = World::new();
-    let sims: Vec<Arc<SimMember>> = names
-        .iter()
-        .map(|n| {
-            world.member(
-                n,
-                if n == "journal" {
-                    JOURNAL_BYTES
-                } else {
-                    MEMBER_BYTES
-                },
-            )
-        })
-        .collect();
-    let a = assemble(level, &sims, &[]);
     let mut rng = Rng::new(seed);
     let size = a.size_bytes();
     let mut model = pattern(rng.next_u64(), size as usize);
@@ -182,13 +183,7 @@ fn write_back_round(level: Level, seed: u64) {
     }
     let (_w, crashed) = world.crash(rng.next_u64(), &name_refs);
     drop((a, j, checkpoints));
-    let n = crashed.len() as u64 - 1;
-    let first = rng.below(n) as usize;
-    let mut missing = vec![first];
-    if level == Level::Raid6 {
-        missing.push((first + 1 + rng.below(n - 1) as usize) % n as usize);
-    }
-    let a = assemble(level, &crashed, &missing);
+    let (missing, a) = assemble_degraded(level, &crashed, &mut rng);
     let jm = crashed.last().unwrap();
     let sb = read_superblock(jm.as_ref()).unwrap();
     a.replay_journal(jm.as_ref(), &sb).unwrap();

@@ -213,15 +213,11 @@ fn write_back_round(level: Level, seed: u64) {
 /// a checkpoint released).
 #[test]
 fn write_back_applies_close_the_write_hole() {
-    let base = seed("write_back_applies_close_the_write_hole");
-    for round in 0..rounds() {
-        let level = if round % 2 == 0 {
-            Level::Raid5
-        } else {
-            Level::Raid6
-        };
-        write_back_round(level, base.wrapping_add(round));
-    }
+    each_round(
+        "write_back_applies_close_the_write_hole",
+        &[Level::Raid5, Level::Raid6],
+        write_back_round,
+    );
 }
 
 #[test]

@@ -16,6 +16,9 @@
 //!   carries the journal and cache sections, and the close.
 //! - [`lifecycle`]: around serving: the background resync of a dirty array, the owner lease
 //!   renewal, and the close in its safe order (through [`stack::ArrayStack::close`]).
+//! - [`running`]: one array from its members to serving and back ([`running::RunningArray`]):
+//!   members opened, the array assembled and its stack built, the resync, reconnect and lease
+//!   around it, the close; what happens is told to the front end as [`running::Happening`]s.
 //! - [`reconnect`]: the remote-member reconnect policy and its thread ([`reconnect::Reconnector`]):
 //!   a remote member whose server disconnected is added back once it answers again with this
 //!   array's superblock.
@@ -27,5 +30,6 @@ pub mod array_journal;
 pub mod lifecycle;
 pub mod members;
 pub mod reconnect;
+pub mod running;
 pub mod stack;
 pub mod start;

@@ -17,12 +17,11 @@ use member::{Member, OpenOptions, RemoteOptions};
 use ondisk::CreateOptions;
 use volume::{AssembleOptions, FaultPolicy, SpeedLimits, Volume};
 
-use service::array_journal::{self, JournalAtStart};
-use service::lifecycle::{self, LeaseRenewal};
-use service::members;
-use service::reconnect::{self, Reconnector};
-use service::stack::{ArrayStack, CachedExport, StackOptions};
-use service::start::{self, StartNotice};
+use service::array_journal;
+use service::reconnect;
+use service::running::{self, ArrayOptions, Happening, RunningArray};
+use service::stack::{CachedExport, StackOptions};
+use service::start::StartNotice;
 
 use crate::journal_args;
 
@@ -289,7 +288,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cache: cache_config(&args)?,
     };
     // What can fail without the array is made first: once it is assembled (owned, maybe
-    // dirty), every way out goes through `stack.close()`.
+    // dirty), every way out goes through `running.close()`.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -302,28 +301,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let (volume, needs_resync, journal_at_start, left_out) = open_volume(&args)?;
-    // The journal is replayed before anything else writes (resync included).
-    let (stack, replayed) = ArrayStack::build(volume, journal_at_start, &stack_options)?;
-    journal_args::report_replayed(replayed);
-    let volume = Arc::clone(stack.volume());
-    if needs_resync {
-        start_resync(&volume);
-    }
-    let reconnector = start_reconnect(&args, &volume, left_out);
-    let name = volume.name().to_string();
-    let lease = LeaseRenewal::start(&volume, move |taken| {
-        eprintln!(
-            "raidkit: error: array \"{name}\": {taken}; stopping now without writing anything \
-             more"
-        );
-        std::process::exit(3);
-    });
+    let running = start_array(&args, stack_options)?;
+    let volume = Arc::clone(running.volume());
     let export_name = args
         .export
         .clone()
         .unwrap_or_else(|| volume.name().to_string());
     let arrays = || -> Arc<Arrays> {
+        let stack = running.stack();
         let control = stack.control(open_options(&args), remote_options(&args), Arc::clone(&log));
         let arrays = Arc::new(Arrays::default());
         assert!(arrays.insert(volume.name(), Arc::new(control)));
@@ -334,20 +319,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|socket| (socket, arrays(), Arc::clone(&log)));
     let served = runtime.block_on(serve(
         &volume,
-        stack.export(),
+        running.stack().export(),
         endpoint,
         server_config(&args, &volume, export_name),
         admin_served,
     ));
     drop(admin);
-    if let Some(reconnector) = reconnector {
-        if reconnector.stop().is_err() {
-            eprintln!("raidkit: warning: the reconnect thread panicked");
-        }
-    }
-    drop(lease);
     // Close even if serving failed: requests already answered must be flushed.
-    let closed = stack.close();
+    let closed = running.close();
     if let Ok(left) = &closed.journal {
         journal_args::report_left(left.clone());
     }
@@ -410,108 +389,82 @@ fn speed_limits(args: &Args) -> anyhow::Result<SpeedLimits> {
     })
 }
 
-/// The background reconnect of remote members (not with --read-only or --no-reconnect, nor
-/// for levels without redundancy, which cannot rebuild a member); its events are logged.
-fn start_reconnect(
-    args: &Args,
-    volume: &Arc<Volume>,
-    left_out: Vec<String>,
-) -> Option<Reconnector> {
-    let redundant = volume.level().has_redundancy();
-    if args.read_only || args.no_reconnect || !redundant {
-        return None;
-    }
-    let config = reconnect::Config {
-        interval_max: Duration::from_secs(args.reconnect_interval_max),
-        open: open_options(args),
-        remote: remote_options(args),
-    };
-    let log = Box::new(|event: reconnect::Event| eprintln!("raidkit: {event}"));
-    match Reconnector::start(Arc::clone(volume), left_out, config, log) {
-        Ok(reconnector) => Some(reconnector),
-        Err(e) => {
-            eprintln!(
-                "raidkit: warning: cannot start the reconnect thread ({e}): remote members \
-                 will not come back by themselves"
-            );
-            None
-        }
-    }
-}
-
-/// Opens the members (all of them with --create), warning of the remote ones left out.
-fn open_members(args: &Args) -> anyhow::Result<members::Opened> {
-    let (opts, remote) = (open_options(args), remote_options(args));
-    let (members, left_out) =
-        members::open_for_assembly(&args.members, &opts, &remote, args.create)?;
-    for left in &left_out {
-        eprintln!("raidkit: warning: {left}");
-    }
-    Ok((members, left_out))
-}
-
-/// The assembled volume, whether it needs a resync (it was found dirty), the journal plan,
-/// and the remote members left out because their server could not be reached.
-type Opening = (Volume, bool, JournalAtStart, Vec<String>);
-
-/// Opens and assembles (or creates) the array.
-fn open_volume(args: &Args) -> anyhow::Result<Opening> {
+/// Opens (with --create: creates), assembles and starts serving the array, printing what
+/// happens to it as it happens.
+fn start_array(args: &Args, stack: StackOptions) -> anyhow::Result<RunningArray> {
     let journal = args.journal.options();
     if args.create {
         journal_args::warn_volatile(array_journal::check_new(&journal)?);
     }
-    let (members, left_out) = open_members(args)?;
-    let left_out: Vec<String> = left_out.into_iter().map(|l| l.spec).collect();
-    let spares = open_members_all(args, &args.spare)?;
-    if args.create {
-        create(args, &members, &spares)?;
+    let opts = ArrayOptions {
+        members: args.members.clone(),
+        spares: args.spare.clone(),
+        journal: journal.clone(),
+        read_only: args.read_only,
+        open: open_options(args),
+        remote: remote_options(args),
+        assemble: AssembleOptions {
+            fault_policy: fault_policy(args),
+            speed_limits: speed_limits(args)?,
+            start_dirty_degraded: args.start_dirty_degraded,
+            // A read-only server writes nothing, so it neither claims the array nor is refused.
+            owner: (!args.read_only).then(ondisk::owner::ThisHost::get),
+            force_owner: args.force_owner,
+            ..AssembleOptions::default()
+        },
+        stack,
+        // Not with --no-reconnect; RunningArray leaves out read-only and non-redundant arrays.
+        reconnect: (!args.no_reconnect).then(|| reconnect::Config {
+            interval_max: Duration::from_secs(args.reconnect_interval_max),
+            open: open_options(args),
+            remote: remote_options(args),
+        }),
+    };
+    let create = |members: &[Arc<dyn Member>], spares: &[Arc<dyn Member>]| {
+        create(args, members, spares)?;
         if let Some(path) = &journal.path {
-            array_journal::add(&members, path, &journal)?;
+            array_journal::add(members, path, &journal)?;
         }
-    }
-    let opts = AssembleOptions {
-        fault_policy: fault_policy(args),
-        speed_limits: speed_limits(args)?,
-        start_dirty_degraded: args.start_dirty_degraded,
-        // A read-only server writes nothing, so it neither claims the array nor is refused.
-        owner: (!args.read_only).then(ondisk::owner::ThisHost::get),
-        force_owner: args.force_owner,
-        ..AssembleOptions::default()
+        Ok(())
     };
-    let notice = |notice: StartNotice| match notice {
-        StartNotice::JournalDropped(dropped) => journal_args::warn_dropped(&dropped),
-        StartNotice::JournalVolatile(volatile) => journal_args::warn_volatile(Some(volatile)),
-    };
-    let (read_only, created) = (args.read_only, args.create);
-    let assembled = start::assemble(members, spares, opts, &journal, read_only, created, &notice)?;
-    let volume = assembled.volume;
-    for warning in volume.warnings() {
-        eprintln!("raidkit: warning: {warning}");
-    }
-    volume.set_notice_hook(Box::new(|line| eprintln!("raidkit: warning: {line}")));
-    Ok((volume, assembled.needs_resync, assembled.journal, left_out))
+    let create: Option<running::Create> = args.create.then_some(&create);
+    RunningArray::start(opts, create, tell())
 }
 
-/// Opens members that must all be there (spares).
-fn open_members_all(args: &Args, specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
-    let (opts, remote) = (open_options(args), remote_options(args));
-    specs
-        .iter()
-        .map(|spec| {
-            member::open_with(spec, &opts, &remote)
-                .with_context(|| format!("cannot open spare {spec}"))
-        })
-        .collect()
-}
-
-/// Resyncs an array found dirty in the background while it is served, saying so.
-fn start_resync(volume: &Arc<Volume>) {
-    let name = volume.name().to_string();
-    eprintln!("raidkit: array \"{name}\" was not shut down cleanly: resyncing in the background");
-    lifecycle::start_resync(volume, move |result| match result {
-        Ok(()) => eprintln!("raidkit: resync of \"{name}\" finished"),
-        Err(e) => eprintln!("raidkit: resync of \"{name}\" failed: {e}"),
-    });
+/// Prints what happens to the array (`RunningArray`'s happenings) as `serve` always has.
+fn tell() -> running::Tell {
+    Arc::new(|happening| match happening {
+        Happening::LeftOut(left) => eprintln!("raidkit: warning: {left}"),
+        Happening::Start(StartNotice::JournalDropped(dropped)) => {
+            journal_args::warn_dropped(&dropped)
+        }
+        Happening::Start(StartNotice::JournalVolatile(volatile)) => {
+            journal_args::warn_volatile(Some(volatile))
+        }
+        Happening::Warning(line) => eprintln!("raidkit: warning: {line}"),
+        Happening::Replayed(replayed) => journal_args::report_replayed(Some(replayed)),
+        Happening::ResyncStarted(name) => eprintln!(
+            "raidkit: array \"{name}\" was not shut down cleanly: resyncing in the background"
+        ),
+        Happening::ResyncFinished(name, Ok(())) => {
+            eprintln!("raidkit: resync of \"{name}\" finished")
+        }
+        Happening::ResyncFinished(name, Err(e)) => {
+            eprintln!("raidkit: resync of \"{name}\" failed: {e}")
+        }
+        Happening::Reconnect(event) => eprintln!("raidkit: {event}"),
+        Happening::ReconnectUnavailable(e) => eprintln!(
+            "raidkit: warning: cannot start the reconnect thread ({e}): remote members will \
+             not come back by themselves"
+        ),
+        Happening::TakenOver(name, taken) => {
+            eprintln!(
+                "raidkit: error: array \"{name}\": {taken}; stopping now without writing \
+                 anything more"
+            );
+            std::process::exit(3);
+        }
+    })
 }
 
 fn create(

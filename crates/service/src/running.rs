@@ -1,0 +1,185 @@
+//! One array from its members to serving and back: everything `raidkit serve` and the daemon
+//! do for an array besides the NBD listener and the admin socket. [`RunningArray::start`]
+//! opens the members (a remote one that cannot be reached is left out), lets the front end
+//! create the array first if it asked to, assembles it with its journal checked, builds what
+//! serves it ([`ArrayStack`]: journal replayed and attached, read cache), then starts the
+//! background work around it — the resync of an array found dirty, the reconnect of remote
+//! members, the owner lease. [`RunningArray::close`] stops them and closes the stack in its
+//! safe order.
+//!
+//! Nothing here prints: what an operator should hear arrives as a [`Happening`] through the
+//! front end's [`Tell`], from this thread or from the background threads.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use member::{Member, OpenOptions};
+use volume::{AssembleOptions, TakenOver, Volume, VolumeError};
+
+use crate::array_journal::{JournalOptions, Replayed};
+use crate::lifecycle::{self, Closed, LeaseRenewal};
+use crate::members::{self, LeftOut};
+use crate::reconnect::{self, Reconnector};
+use crate::stack::{ArrayStack, StackOptions};
+use crate::start::{self, StartNotice};
+
+/// How to run one array.
+pub struct ArrayOptions {
+    pub members: Vec<String>,
+    pub spares: Vec<String>,
+    pub journal: JournalOptions,
+    /// Serve without writing anything (no resync, no reconnect, no owner record).
+    pub read_only: bool,
+    /// How members (and those `add` and `replace` name later) are opened.
+    pub open: OpenOptions,
+    pub remote: member::RemoteOptions,
+    /// Fault policy, background speed limits, owner; its spares and journal replay are
+    /// filled in here.
+    pub assemble: AssembleOptions,
+    pub stack: StackOptions,
+    /// The reconnect of remote members; `None`: off (read-only arrays and levels without
+    /// redundancy never reconnect).
+    pub reconnect: Option<reconnect::Config>,
+}
+
+/// What an operator should hear about one array, as it happens.
+pub enum Happening {
+    /// A remote member could not be reached at start: the array starts without it.
+    LeftOut(LeftOut),
+    /// About the journal at assembly.
+    Start(StartNotice),
+    /// A warning from the volume (at assembly or later: a refused action, a member fault).
+    Warning(String),
+    /// The journal was replayed.
+    Replayed(Replayed),
+    /// The array (named) was not shut down cleanly: it is resynced in the background.
+    ResyncStarted(String),
+    ResyncFinished(String, Result<(), VolumeError>),
+    Reconnect(reconnect::Event),
+    /// The reconnect thread could not start: remote members will not come back by themselves.
+    ReconnectUnavailable(std::io::Error),
+    /// Another process took the array (named) over: the front end must stop writing to it
+    /// at once.
+    TakenOver(String, TakenOver),
+}
+
+/// Where [`Happening`]s go; called from several threads.
+pub type Tell = Arc<dyn Fn(Happening) + Send + Sync>;
+
+/// Creates the array on the opened members and spares before it is assembled.
+pub type Create<'a> = &'a dyn Fn(&[Arc<dyn Member>], &[Arc<dyn Member>]) -> anyhow::Result<()>;
+
+/// An array being served; see the module documentation.
+pub struct RunningArray {
+    stack: ArrayStack,
+    reconnector: Option<Reconnector>,
+    lease: LeaseRenewal,
+    tell: Tell,
+}
+
+impl RunningArray {
+    /// Opens, (creates,) assembles and starts serving the array `opts` describes.
+    pub fn start(
+        opts: ArrayOptions,
+        create: Option<Create>,
+        tell: Tell,
+    ) -> anyhow::Result<RunningArray> {
+        let (members, left_out) =
+            members::open_for_assembly(&opts.members, &opts.open, &opts.remote, create.is_some())?;
+        let left_out: Vec<String> = left_out
+            .into_iter()
+            .map(|left| {
+                let spec = left.spec.clone();
+                tell(Happening::LeftOut(left));
+                spec
+            })
+            .collect();
+        let spares = opts
+            .spares
+            .iter()
+            .map(|spec| {
+                member::open_with(spec, &opts.open, &opts.remote)
+                    .with_context(|| format!("cannot open spare {spec}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if let Some(create) = create {
+            create(&members, &spares)?;
+        }
+        let notice = |notice: StartNotice| tell(Happening::Start(notice));
+        let assembled = start::assemble(
+            members,
+            spares,
+            opts.assemble,
+            &opts.journal,
+            opts.read_only,
+            create.is_some(),
+            &notice,
+        )?;
+        let volume = assembled.volume;
+        for warning in volume.warnings() {
+            tell(Happening::Warning(warning.clone()));
+        }
+        let hook_tell = Arc::clone(&tell);
+        volume.set_notice_hook(Box::new(move |line| {
+            hook_tell(Happening::Warning(line.to_string()))
+        }));
+        // The journal is replayed before anything else writes (resync included).
+        let (stack, replayed) = ArrayStack::build(volume, assembled.journal, &opts.stack)?;
+        if let Some(replayed) = replayed {
+            tell(Happening::Replayed(replayed));
+        }
+        let volume = Arc::clone(stack.volume());
+        let name = volume.name().to_string();
+        if assembled.needs_resync {
+            tell(Happening::ResyncStarted(name.clone()));
+            let (done, name) = (Arc::clone(&tell), name.clone());
+            lifecycle::start_resync(&volume, move |result| {
+                done(Happening::ResyncFinished(name, result))
+            });
+        }
+        let reconnector = match opts.reconnect {
+            Some(config) if !opts.read_only && volume.level().has_redundancy() => {
+                let events = Arc::clone(&tell);
+                let sink = Box::new(move |event| events(Happening::Reconnect(event)));
+                match Reconnector::start(Arc::clone(&volume), left_out, config, sink) {
+                    Ok(reconnector) => Some(reconnector),
+                    Err(e) => {
+                        tell(Happening::ReconnectUnavailable(e));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let taken = Arc::clone(&tell);
+        let lease = LeaseRenewal::start(&volume, move |t| taken(Happening::TakenOver(name, t)));
+        Ok(RunningArray {
+            stack,
+            reconnector,
+            lease,
+            tell,
+        })
+    }
+
+    pub fn stack(&self) -> &ArrayStack {
+        &self.stack
+    }
+
+    pub fn volume(&self) -> &Arc<Volume> {
+        self.stack.volume()
+    }
+
+    /// Stops the reconnect and the lease renewal, then closes the stack (drain, flush, clean
+    /// mark, journal checkpoint, owner released). Every export clone must be dropped first.
+    pub fn close(self) -> Closed {
+        if let Some(reconnector) = self.reconnector {
+            if reconnector.stop().is_err() {
+                (self.tell)(Happening::Warning(
+                    "the reconnect thread panicked".to_string(),
+                ));
+            }
+        }
+        drop(self.lease);
+        self.stack.close()
+    }
+}

@@ -29,6 +29,7 @@
 pub mod array_journal;
 pub mod lifecycle;
 pub mod members;
+pub mod monitor;
 pub mod reconnect;
 pub mod running;
 pub mod stack;

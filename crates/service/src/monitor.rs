@@ -1,0 +1,243 @@
+//! What `mdadm --monitor` does for md: watching each array and raising an alert when
+//! something an operator must know about happens. [`changes`] is the pure part — the events
+//! between two status snapshots of one array —; [`Monitor`] polls every array's status every
+//! [`POLL_INTERVAL`] on a thread of its own and raises what [`changes`] finds.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use alerts::{Alert, Alerter, Event};
+use volume::{ArrayHealth, MemberState, TaskKind, TaskStatus, Volume, VolumeStatus};
+
+/// How often each array's status is read (a status is an in-memory snapshot: cheap).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The alerts an array's status raises when first seen: `DegradedArray` for an array that
+/// starts degraded (the alert mdadm users miss after a reboot).
+pub fn at_start(status: &VolumeStatus) -> Vec<Alert> {
+    let mut alerts = vec![Alert::new(
+        Event::NewArray,
+        &status.name,
+        None,
+        format!(
+            "{} of {} bytes assembled and served",
+            status.level, status.size_bytes
+        ),
+    )];
+    if degraded(status.health) {
+        alerts.push(degraded_alert(status));
+    }
+    alerts
+}
+
+fn degraded(health: ArrayHealth) -> bool {
+    matches!(health, ArrayHealth::Degraded | ArrayHealth::Failed)
+}
+
+fn degraded_alert(status: &VolumeStatus) -> Alert {
+    let missing = status
+        .members
+        .iter()
+        .filter(|m| {
+            m.role.is_some() && matches!(m.state, MemberState::Faulty | MemberState::Missing)
+        })
+        .count();
+    Alert::new(
+        Event::DegradedArray,
+        &status.name,
+        None,
+        format!(
+            "{missing} member(s) faulty or missing; health {:?}",
+            status.health
+        ),
+    )
+    .with("missing_members", missing)
+}
+
+/// Percent of a rebuild or replace done.
+fn percent(task: &TaskStatus) -> u8 {
+    (task.done_bytes.saturating_mul(100) / task.total_bytes.max(1)).min(100) as u8
+}
+
+fn rebuilding(task: &Option<TaskStatus>) -> Option<&TaskStatus> {
+    task.as_ref()
+        .filter(|t| matches!(t.kind, TaskKind::Rebuild | TaskKind::Replace))
+}
+
+/// The events between two snapshots of one array, in the order an operator reads them.
+pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
+    let name = &now.name;
+    let mut alerts = Vec::new();
+    let was: HashMap<&str, MemberState> = before
+        .members
+        .iter()
+        .map(|m| (m.name.as_str(), m.state))
+        .collect();
+    for m in now.members.iter().filter(|m| !m.name.is_empty()) {
+        let earlier = was.get(m.name.as_str()).copied();
+        let member = Some(m.name.as_str());
+        match (earlier, m.state) {
+            (
+                Some(MemberState::Rebuilding | MemberState::ReplacementTarget),
+                MemberState::Faulty,
+            ) => alerts.push(Alert::new(
+                Event::FailSpare,
+                name,
+                member,
+                "failed while being rebuilt onto",
+            )),
+            (Some(e), MemberState::Faulty) if e != MemberState::Faulty => alerts.push(
+                Alert::new(Event::Fail, name, member, "marked faulty")
+                    .with("read_errors", m.read_errors)
+                    .with("write_errors", m.write_errors)
+                    .with("timeouts", m.timeouts),
+            ),
+            (
+                Some(MemberState::Rebuilding | MemberState::ReplacementTarget),
+                MemberState::Active,
+            ) => alerts.push(Alert::new(
+                Event::SpareActive,
+                name,
+                member,
+                "rebuilt: now an active member",
+            )),
+            _ => {}
+        }
+        if m.timeouts > 0 {
+            let before_timeouts = before
+                .members
+                .iter()
+                .find(|b| b.name == m.name)
+                .map_or(0, |b| b.timeouts);
+            if m.timeouts > before_timeouts {
+                alerts.push(
+                    Alert::new(
+                        Event::MemberTimeout,
+                        name,
+                        member,
+                        "a request ran past its deadline",
+                    )
+                    .with("timeouts", m.timeouts),
+                );
+            }
+        }
+    }
+    match (rebuilding(&before.task), rebuilding(&now.task)) {
+        (None, Some(task)) => alerts.push(
+            Alert::new(
+                Event::RebuildStarted,
+                name,
+                None,
+                format!("{:?} started", task.kind),
+            )
+            .with("total_bytes", task.total_bytes),
+        ),
+        (Some(old), Some(task)) => {
+            if let Some(event) = Event::rebuild_progress(percent(old), percent(task)) {
+                alerts.push(Alert::new(
+                    event,
+                    name,
+                    None,
+                    format!("{}% rebuilt", percent(task)),
+                ))
+            }
+        }
+        (Some(_), None) => alerts.push(Alert::new(Event::RebuildFinished, name, None, "finished")),
+        (None, None) => {}
+    }
+    if degraded(now.health) && !degraded(before.health) {
+        alerts.push(degraded_alert(now));
+    }
+    let mismatches = |s: &VolumeStatus| {
+        s.last_scrub
+            .as_ref()
+            .filter(|r| r.finished)
+            .map(|r| r.mismatches)
+    };
+    if let Some(found) = mismatches(now).filter(|&n| n > 0) {
+        if before.last_scrub != now.last_scrub {
+            alerts.push(
+                Alert::new(
+                    Event::MismatchesFound,
+                    name,
+                    None,
+                    format!("a scrub found {found} mismatches"),
+                )
+                .with("mismatches", found),
+            );
+        }
+    }
+    alerts
+}
+
+/// The monitoring thread of one process's arrays.
+pub struct Monitor {
+    watched: Arc<Mutex<Vec<Watched>>>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Watched {
+    volume: Arc<Volume>,
+    last: VolumeStatus,
+}
+
+impl Monitor {
+    pub fn start(alerter: Arc<Alerter>) -> Monitor {
+        let watched: Arc<Mutex<Vec<Watched>>> = Arc::default();
+        let (stop, stopped) = mpsc::channel::<()>();
+        let polled = Arc::clone(&watched);
+        let thread = std::thread::Builder::new()
+            .name("monitor".into())
+            .spawn(move || loop {
+                match stopped.recv_timeout(POLL_INTERVAL) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                }
+                let mut watched = polled.lock().unwrap_or_else(|p| p.into_inner());
+                for w in watched.iter_mut() {
+                    let now = w.volume.status();
+                    for alert in changes(&w.last, &now) {
+                        alerter.raise(alert);
+                    }
+                    w.last = now;
+                }
+            })
+            .expect("spawning the monitor thread");
+        Monitor {
+            watched,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Watches `volume` from now on; what [`at_start`] finds is returned to be raised.
+    pub fn watch(&self, volume: &Arc<Volume>) -> Vec<Alert> {
+        let last = volume.status();
+        let alerts = at_start(&last);
+        let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        watched.push(Watched {
+            volume: Arc::clone(volume),
+            last,
+        });
+        alerts
+    }
+
+    /// Stops watching the array named `name` (it is being closed).
+    pub fn forget(&self, name: &str) {
+        let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        watched.retain(|w| w.last.name != name);
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -80,7 +80,7 @@ impl Arrays {
             (Some(_), Some(_)) => {
                 let names: Vec<&str> = by_name.keys().map(String::as_str).collect();
                 Err(ApiError::bad_request(format!(
-                    "{} arrays are served here ({}): name one, as in {}NAME/status",
+                    "{} arrays are served here ({}): name one (raidkit --array NAME; {}NAME/status)",
                     names.len(),
                     names.join(", "),
                     api::ARRAY_PATH_PREFIX

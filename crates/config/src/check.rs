@@ -54,7 +54,7 @@ impl std::error::Error for Problems {}
 /// Smallest request memory: room for two of the largest (32 MiB) NBD requests.
 const BUFFER_MEMORY_MIN: u64 = 64 << 20;
 /// Longest partial-stripe wait.
-const STRIPE_WAIT_MS_MAX: u64 = 1000;
+const GATHER_WAIT_MS_MAX: u64 = 1000;
 /// Longest array name (it appears in URLs, alerts and metric labels).
 const NAME_BYTES_MAX: usize = 64;
 
@@ -274,20 +274,23 @@ impl Checker<'_> {
             }
         }
         if let Some(ms) = a
-            .stripe_wait_ms
+            .gather_wait_ms
             .as_ref()
-            .filter(|ms| *ms.get_ref() > STRIPE_WAIT_MS_MAX)
+            .filter(|ms| *ms.get_ref() > GATHER_WAIT_MS_MAX)
         {
             self.at(
                 ms.span(),
-                "stripe_wait_ms",
-                format!("is above {STRIPE_WAIT_MS_MAX}"),
+                "gather_wait_ms",
+                format!("is above {GATHER_WAIT_MS_MAX}"),
             );
         }
         for (value, key) in [
             (&a.read_error_window_secs, "read_error_window_secs"),
             (&a.io_timeout_secs, "io_timeout_secs"),
-            (&a.reconnect_max_wait_secs, "reconnect_max_wait_secs"),
+            (
+                &a.reconnect_interval_max_secs,
+                "reconnect_interval_max_secs",
+            ),
         ] {
             if let Some(v) = value.as_ref().filter(|v| *v.get_ref() == 0) {
                 self.at(v.span(), key, "must be at least 1 second".to_string());

@@ -36,4 +36,5 @@ mod values;
 pub use check::{Problem, Problems};
 pub use model::{Alerts, ArrayConfig, Config, Daemon, LogFormat, DEFAULT_LISTEN, DEFAULT_PATH};
 pub use scan::{group, render_scan, ScannedArray, ScannedJournal, ScannedMember};
+pub use toml::Spanned;
 pub use values::{Rate, Schedule, Size, TimeWindow};

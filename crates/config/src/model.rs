@@ -120,8 +120,8 @@ pub struct ArrayConfig {
     pub speed_min: Option<Spanned<Rate>>,
     /// Background work's maximum rate per member (serve's `--speed-max`, default 200M).
     pub speed_max: Option<Spanned<Rate>>,
-    /// RAID 5/6 partial-stripe wait (serve's `--stripe-wait-ms`, default 2, at most 1000).
-    pub stripe_wait_ms: Option<Spanned<u64>>,
+    /// RAID 5/6 partial-stripe wait (serve's `--gather-wait`, default 2, at most 1000).
+    pub gather_wait_ms: Option<Spanned<u64>>,
     /// Read errors before a member is failed (serve's `--read-errors-max`, default 20).
     pub read_errors_max: Option<Spanned<u32>>,
     /// Window of `read_errors_max`, seconds (serve's `--read-error-window`, default 60).
@@ -133,9 +133,9 @@ pub struct ArrayConfig {
     pub local_io_deadline: bool,
     /// Reconnect remote members in the background (default true; serve's `--no-reconnect`).
     pub reconnect: Option<bool>,
-    /// Longest wait between reconnect attempts, seconds (serve's `--reconnect-max-wait`,
+    /// Longest wait between reconnect attempts, seconds (serve's `--reconnect-interval-max`,
     /// default 30).
-    pub reconnect_max_wait_secs: Option<Spanned<u64>>,
+    pub reconnect_interval_max_secs: Option<Spanned<u64>>,
     /// When a scrub starts by itself (default off).
     pub scrub_schedule: Option<Spanned<Schedule>>,
     /// Daily local-time window for scrubs and resyncs, `"HH:MM-HH:MM"` (default: any time).

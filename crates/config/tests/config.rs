@@ -85,7 +85,7 @@ read_ahead_window = 1048576
 buffer_memory = "1G"
 speed_min = "5M/s"
 speed_max = "100M"
-stripe_wait_ms = 0
+gather_wait_ms = 0
 io_timeout_secs = 10
 reconnect = false
 background_window = "19:00-05:00"
@@ -246,7 +246,7 @@ fn values_out_of_range_are_refused() {
     let array = "[[array]]\nname = \"a\"\nmembers = [\"x\"]\n";
     for (line, key, needle) in [
         ("buffer_memory = \"1M\"", "buffer_memory", "below 64M"),
-        ("stripe_wait_ms = 5000", "stripe_wait_ms", "above 1000"),
+        ("gather_wait_ms = 5000", "gather_wait_ms", "above 1000"),
         (
             "io_timeout_secs = 0",
             "io_timeout_secs",

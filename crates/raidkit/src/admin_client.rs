@@ -21,17 +21,20 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 #[derive(Debug)]
 pub struct Client {
     socket: PathBuf,
+    /// The array a daemon serving several is asked about (`/v1/arrays/NAME/...`).
+    array: Option<String>,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Client {
-    pub fn new(socket: &Path) -> anyhow::Result<Client> {
+    pub fn new(socket: &Path, array: Option<&str>) -> anyhow::Result<Client> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("starting the async runtime")?;
         Ok(Client {
             socket: socket.to_path_buf(),
+            array: array.map(str::to_string),
             runtime,
         })
     }
@@ -53,6 +56,14 @@ impl Client {
     /// Sends one request; a non-2xx reply becomes an error carrying the server's message.
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
         let body = body.map(Value::to_string).unwrap_or_default();
+        let named;
+        let path = match (&self.array, path.strip_prefix("/v1/")) {
+            (Some(array), Some(endpoint)) => {
+                named = format!("{}{array}/{endpoint}", admin::api::ARRAY_PATH_PREFIX);
+                named.as_str()
+            }
+            _ => path,
+        };
         let fut = send(&self.socket, method, path, body);
         let (status, bytes) = self
             .runtime

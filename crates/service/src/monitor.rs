@@ -95,15 +95,6 @@ pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
                     .with("write_errors", m.write_errors)
                     .with("timeouts", m.timeouts),
             ),
-            (
-                Some(MemberState::Rebuilding | MemberState::ReplacementTarget),
-                MemberState::Active,
-            ) => alerts.push(Alert::new(
-                Event::SpareActive,
-                name,
-                member,
-                "rebuilt: now an active member",
-            )),
             _ => {}
         }
         if m.timeouts > 0 {
@@ -125,28 +116,49 @@ pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
             }
         }
     }
-    match (rebuilding(&before.task), rebuilding(&now.task)) {
-        (None, Some(task)) => alerts.push(
-            Alert::new(
-                Event::RebuildStarted,
+    // Roles whose member became active: a spare rebuilt onto the role (or a member re-added).
+    let active_again: Vec<&str> = now
+        .members
+        .iter()
+        .filter(|m| m.role.is_some() && m.state == MemberState::Active)
+        .filter(|m| {
+            before
+                .members
+                .iter()
+                .find(|b| b.role == m.role)
+                .is_some_and(|b| b.state != MemberState::Active || b.name != m.name)
+        })
+        .map(|m| m.name.as_str())
+        .collect();
+    let (was, is) = (rebuilding(&before.task), rebuilding(&now.task));
+    if was.is_none() && (is.is_some() || !active_again.is_empty()) {
+        // A small rebuild can start and finish between two looks: it is said all the same.
+        let total = is.map_or(0, |t| t.total_bytes);
+        alerts.push(
+            Alert::new(Event::RebuildStarted, name, None, "rebuild started")
+                .with("total_bytes", total),
+        );
+    }
+    if let (Some(old), Some(task)) = (was, is) {
+        if let Some(event) = Event::rebuild_progress(percent(old), percent(task)) {
+            alerts.push(Alert::new(
+                event,
                 name,
                 None,
-                format!("{:?} started", task.kind),
-            )
-            .with("total_bytes", task.total_bytes),
-        ),
-        (Some(old), Some(task)) => {
-            if let Some(event) = Event::rebuild_progress(percent(old), percent(task)) {
-                alerts.push(Alert::new(
-                    event,
-                    name,
-                    None,
-                    format!("{}% rebuilt", percent(task)),
-                ))
-            }
+                format!("{}% rebuilt", percent(task)),
+            ))
         }
-        (Some(_), None) => alerts.push(Alert::new(Event::RebuildFinished, name, None, "finished")),
-        (None, None) => {}
+    }
+    for member in &active_again {
+        alerts.push(Alert::new(
+            Event::SpareActive,
+            name,
+            Some(member),
+            "rebuilt: now an active member",
+        ));
+    }
+    if is.is_none() && (was.is_some() || !active_again.is_empty()) {
+        alerts.push(Alert::new(Event::RebuildFinished, name, None, "finished"));
     }
     if degraded(now.health) && !degraded(before.health) {
         alerts.push(degraded_alert(now));

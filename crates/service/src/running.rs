@@ -25,6 +25,9 @@ use crate::start::{self, StartNotice};
 
 /// How to run one array.
 pub struct ArrayOptions {
+    /// The array the members must belong to (the configuration's `uuid`): a member whose
+    /// superblock names another array is refused before anything is written.
+    pub uuid: Option<ondisk::Uuid>,
     pub members: Vec<String>,
     pub spares: Vec<String>,
     pub journal: JournalOptions,
@@ -102,6 +105,20 @@ impl RunningArray {
                     .with_context(|| format!("cannot open spare {spec}"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        if let Some(uuid) = opts.uuid {
+            for m in members.iter().chain(&spares) {
+                if let Ok(sb) = ondisk::read_superblock(m.as_ref()) {
+                    anyhow::ensure!(
+                        sb.array_uuid == uuid,
+                        "{} belongs to array {:?} ({}), not to {uuid}: check the device names \
+                         (they can change between boots; /dev/disk/by-id names do not)",
+                        m.name(),
+                        sb.name,
+                        sb.array_uuid
+                    );
+                }
+            }
+        }
         if let Some(create) = create {
             create(&members, &spares)?;
         }

@@ -140,3 +140,24 @@ fn an_array_that_starts_degraded_says_so_and_timeouts_and_mismatches_are_raised(
         "the same report is raised once"
     );
 }
+
+#[test]
+fn a_rebuild_that_starts_and_ends_between_two_looks_is_still_said() {
+    let clean = status();
+    let mut failed = clean.clone();
+    failed.members[1].state = MemberState::Faulty;
+    failed.health = ArrayHealth::Degraded;
+    let mut rebuilt = failed.clone();
+    let spare = rebuilt.members.remove(4);
+    rebuilt.members[1].name = spare.name.clone();
+    rebuilt.members[1].state = MemberState::Active;
+    rebuilt.health = ArrayHealth::Active;
+    assert_eq!(
+        events(&failed, &rebuilt),
+        [
+            (Event::RebuildStarted, None),
+            (Event::SpareActive, Some(spare.name)),
+            (Event::RebuildFinished, None)
+        ]
+    );
+}

@@ -12,14 +12,18 @@ use crate::units::human_bytes;
 /// The admin socket argument every command shares.
 #[derive(Debug, clap::Args)]
 pub struct Admin {
-    /// The admin socket of the server (`raidkit serve --admin PATH`).
+    /// The admin socket of the server (`raidkit serve --admin PATH`, or the daemon's).
     #[arg(long, value_name = "PATH")]
-    admin: PathBuf,
+    pub admin: PathBuf,
+
+    /// The array, when the server (a `raidkit daemon`) serves several.
+    #[arg(long, value_name = "NAME")]
+    pub array: Option<String>,
 }
 
 impl Admin {
-    fn client(&self) -> anyhow::Result<Client> {
-        Client::new(&self.admin)
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Client::new(&self.admin, self.array.as_deref())
     }
 }
 

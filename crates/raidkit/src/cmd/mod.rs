@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod create;
+pub mod daemon;
 pub mod examine;
 pub mod journal;
 pub mod manage;

@@ -26,7 +26,20 @@ use service::start::StartNotice;
 use crate::journal_args;
 
 /// NBD's registered port.
-const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
+
+/// `serve`'s defaults, which the daemon's configuration file takes for a key left out.
+pub(crate) mod defaults {
+    pub const READ_ERRORS_MAX: u32 = 20;
+    pub const READ_ERROR_WINDOW_SECS: u64 = 60;
+    pub const IO_TIMEOUT_SECS: u64 = 30;
+    pub const SPEED_MIN: &str = "1M";
+    pub const SPEED_MAX: &str = "200M";
+    pub const GATHER_WAIT_MS: u64 = 2;
+    pub const BUFFER_MEMORY: &str = "256M";
+    pub const CACHE_SIZE: &str = "64M";
+    pub const RECONNECT_INTERVAL_MAX_SECS: u64 = 30;
+}
 
 /// Serve an array over NBD (Network Block Device) until SIGINT or SIGTERM.
 ///
@@ -125,18 +138,18 @@ pub struct Args {
     admin: Option<PathBuf>,
 
     /// A member with more read errors than this within --read-error-window is marked faulty.
-    #[arg(long, value_name = "N", default_value_t = 20)]
+    #[arg(long, value_name = "N", default_value_t = defaults::READ_ERRORS_MAX)]
     read_errors_max: u32,
 
     /// The window over which read errors are counted, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", default_value_t = defaults::READ_ERROR_WINDOW_SECS, value_parser = clap::value_parser!(u64).range(1..))]
     read_error_window: u64,
 
     /// A member request slower than this (seconds) marks the member faulty. Remote members
     /// also use it as their connect and request deadline, so no client waits on them longer
     /// (members stalled in the same request time out together); file and block-device
     /// members only with --local-io-deadline.
-    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", default_value_t = defaults::IO_TIMEOUT_SECS, value_parser = clap::value_parser!(u64).range(1..))]
     io_timeout: u64,
 
     /// Give file and block-device members --io-timeout as a deadline too: their I/O runs on
@@ -150,29 +163,29 @@ pub struct Args {
 
     /// Background work (rebuild, resync, scrub) keeps at least this rate per member, even
     /// under client load (bytes per second, K/M/G suffixes).
-    #[arg(long, value_name = "SIZE/s", default_value = "1M", value_parser = super::manage::rate_arg)]
+    #[arg(long, value_name = "SIZE/s", default_value = defaults::SPEED_MIN, value_parser = super::manage::rate_arg)]
     speed_min: u64,
 
     /// Background work never exceeds this rate per member (bytes per second, K/M/G suffixes).
-    #[arg(long, value_name = "SIZE/s", default_value = "200M", value_parser = super::manage::rate_arg)]
+    #[arg(long, value_name = "SIZE/s", default_value = defaults::SPEED_MAX, value_parser = super::manage::rate_arg)]
     speed_max: u64,
 
     /// RAID 5/6: how long the partial last stripe of a sequential write may wait for the next
     /// write to complete it, so that the stripe is written once, whole, without reading the
     /// rest of it first (milliseconds; 0 = never wait). It only waits while other writes are
     /// in flight.
-    #[arg(long, value_name = "MS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    #[arg(long, value_name = "MS", default_value_t = defaults::GATHER_WAIT_MS, value_parser = clap::value_parser!(u64).range(0..=1000))]
     gather_wait: u64,
 
     /// Memory for request and reply data held at once, over all clients: a request that
     /// would go beyond it waits until others finish. A quarter of it (at most 64M) stays
     /// allocated between requests for reuse. At least 64M (two maximum requests).
-    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = buffer_memory_arg)]
+    #[arg(long, value_name = "SIZE", default_value = defaults::BUFFER_MEMORY, value_parser = buffer_memory_arg)]
     buffer_memory: u64,
 
     /// Read cache in memory, shared by all clients and kept coherent with their writes
     /// (0 = no cache).
-    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = super::size_arg)]
+    #[arg(long, value_name = "SIZE", default_value = defaults::CACHE_SIZE, value_parser = super::size_arg)]
     cache_size: u64,
 
     /// Read-ahead: off, on (after every read) or adaptive (once a client reads sequentially,
@@ -202,7 +215,7 @@ pub struct Args {
     force_owner: bool,
 
     /// Longest wait between two reconnect attempts of one member (the wait doubles from 1 s).
-    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", default_value_t = defaults::RECONNECT_INTERVAL_MAX_SECS, value_parser = clap::value_parser!(u64).range(1..))]
     reconnect_interval_max: u64,
 
     /// Member files, block devices or (with --create) RAM (mem:SIZE); role order for --create.
@@ -215,7 +228,7 @@ fn parse_level(text: &str) -> Result<Level, String> {
 }
 
 /// Largest NBD request raidkit serves (the NBD maximum block size it advertises).
-const MAX_REQUEST_BYTES: u64 = 32 << 20;
+pub(crate) const MAX_REQUEST_BYTES: u64 = 32 << 20;
 
 fn buffer_memory_arg(text: &str) -> Result<u64, String> {
     let bytes = super::size_arg(text)?;
@@ -237,15 +250,20 @@ fn cache_config(args: &Args) -> anyhow::Result<CacheConfig> {
         .context("--cache-size, --read-ahead, --read-ahead-window")
 }
 
-/// The NBD server's identity and limits.
-fn server_config(args: &Args, volume: &Volume, export_name: String) -> nbd::ServerConfig {
+/// The NBD server's identity and limits for one array's export.
+pub(crate) fn server_config(
+    export_name: String,
+    volume: &Volume,
+    read_only: bool,
+    buffer_memory: u64,
+) -> nbd::ServerConfig {
     nbd::ServerConfig {
         export_name,
         description: describe(volume),
-        read_only: args.read_only,
+        read_only,
         max_request_bytes: MAX_REQUEST_BYTES as u32,
-        max_buffer_bytes: args.buffer_memory,
-        max_idle_buffer_bytes: (args.buffer_memory / 4).min(64 << 20),
+        max_buffer_bytes: buffer_memory,
+        max_idle_buffer_bytes: (buffer_memory / 4).min(64 << 20),
         ..nbd::ServerConfig::default()
     }
 }
@@ -265,7 +283,7 @@ const MMAP_THRESHOLD_BYTES: i32 = 1 << 20;
 /// 80 MiB of configured limits and a 122 MiB peak of live heap reached 600 MiB resident. With
 /// the threshold fixed, its peak is 116-128 MiB. Hot buffers do not pay for it: request
 /// buffers and RAID 5/6 scratch are pooled (docs/DESIGN.md "Memory bounds").
-fn fix_mmap_threshold() {
+pub(crate) fn fix_mmap_threshold() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters; it is called before the server
     // starts any thread, and a failure (0) leaves the defaults.
@@ -321,7 +339,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &volume,
         running.stack().export(),
         endpoint,
-        server_config(&args, &volume, export_name),
+        server_config(export_name, &volume, args.read_only, args.buffer_memory),
         admin_served,
     ));
     drop(admin);
@@ -397,6 +415,7 @@ fn start_array(args: &Args, stack: StackOptions) -> anyhow::Result<RunningArray>
         journal_args::warn_volatile(array_journal::check_new(&journal)?);
     }
     let opts = ArrayOptions {
+        uuid: None,
         members: args.members.clone(),
         spares: args.spare.clone(),
         journal: journal.clone(),
@@ -551,11 +570,13 @@ async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
 }
 
 /// SIGINT and SIGTERM, registered up front (from then on they no longer kill the process).
-struct ShutdownSignals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+pub(crate) struct ShutdownSignals(
+    Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+);
 
 impl ShutdownSignals {
     /// Must run inside the runtime.
-    fn register() -> ShutdownSignals {
+    pub(crate) fn register() -> ShutdownSignals {
         use tokio::signal::unix::{signal, SignalKind};
         match (
             signal(SignalKind::interrupt()),
@@ -570,7 +591,7 @@ impl ShutdownSignals {
     }
 
     /// Completes on the first SIGINT or SIGTERM.
-    async fn recv(self) {
+    pub(crate) async fn recv(self) {
         let Some((mut int, mut term)) = self.0 else {
             return std::future::pending().await;
         };
@@ -583,7 +604,7 @@ impl ShutdownSignals {
 }
 
 /// "raid5, 4 members, 3.0 GiB"
-fn describe(volume: &Volume) -> String {
+pub(crate) fn describe(volume: &Volume) -> String {
     let members = volume.member_status().len();
     let plural = if members == 1 { "" } else { "s" };
     format!(

@@ -1,7 +1,5 @@
 //! `raidkit status`: the array as the server sees it, via the admin socket.
 
-use std::path::PathBuf;
-
 use cache::CacheStats;
 use volume::{AtRisk, MemberState, MemberStatus, ScrubReport};
 
@@ -21,9 +19,8 @@ use admin::status::{wire_name, JournalSection, Status};
 /// pressure), the read cache (memory held, hit rate) and the last scrub's result.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The admin socket of the server (`raidkit serve --admin PATH`).
-    #[arg(long, value_name = "PATH")]
-    admin: PathBuf,
+    #[command(flatten)]
+    admin: super::manage::Admin,
 
     /// Print the server's JSON status unchanged (field names are stable).
     #[arg(long, conflicts_with = "watch")]
@@ -39,7 +36,7 @@ pub struct Args {
 const AT_RISK_LISTED: usize = 16;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let client = Client::new(&args.admin)?;
+    let client = args.admin.client()?;
     if args.json {
         let value = client.get("/v1/status")?;
         println!("{}", serde_json::to_string_pretty(&value)?);

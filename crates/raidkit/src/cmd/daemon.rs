@@ -1,0 +1,461 @@
+//! `raidkit daemon`: every array of a configuration file served by one process, with alerts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use admin::server::{AdminSocket, Arrays};
+use alerts::{Alert, Alerter, Event, Targets};
+use anyhow::{anyhow, bail, Context};
+use cache::{CacheConfig, ReadAhead};
+use config::{ArrayConfig, Config};
+use member::{OpenOptions, RemoteOptions};
+use service::array_journal::JournalOptions;
+use service::monitor::Monitor;
+use service::reconnect;
+use service::running::{self, ArrayOptions, Happening, RunningArray};
+use service::stack::StackOptions;
+use service::start::StartNotice;
+use volume::{AssembleOptions, FaultPolicy, SpeedLimits};
+
+use super::manage::rate_arg;
+use super::serve::{self, defaults};
+
+/// The admin socket when the configuration names none.
+const ADMIN_DEFAULT: &str = "/run/raidkit/admin.sock";
+/// Time queued alerts get to go out at shutdown.
+const ALERT_GRACE: Duration = Duration::from_secs(5);
+
+/// Serve every array a configuration file names, until SIGINT or SIGTERM.
+///
+/// Each [[array]] is assembled from its members' superblocks and served under its export name
+/// on the daemon's listeners (or its own), as `raidkit serve` would serve it; an array that
+/// cannot start is reported and the others are served. The admin socket serves them all
+/// (`raidkit status --admin PATH --array NAME`). Every event (a member failing, an array
+/// degraded, a rebuild's progress) is logged and sent to the [alerts] targets. With
+/// --check-config the file is only checked: every problem is printed with its line and key,
+/// and nothing is opened.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The configuration file (TOML; `raidkit examine --scan` prints entries for it).
+    #[arg(long, value_name = "PATH", default_value = config::DEFAULT_PATH)]
+    config: PathBuf,
+
+    /// Check the configuration and exit: 0 when it has no problem.
+    #[arg(long)]
+    check_config: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let config = Config::load(&args.config).map_err(|problems| {
+        let count = problems.list.len();
+        anyhow!("{problems}\n{count} problem(s) in the configuration: nothing was started")
+    })?;
+    if args.check_config {
+        println!(
+            "{}: {} array(s), no problem found",
+            args.config.display(),
+            config.arrays.len()
+        );
+        return Ok(());
+    }
+    if config.arrays.is_empty() {
+        bail!(
+            "{} names no [[array]]: nothing to serve (`raidkit examine --scan` prints entries \
+             for the arrays on your disks)",
+            args.config.display()
+        );
+    }
+    serve::fix_mmap_threshold();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let log: admin::Log = Arc::new(|line| eprintln!("raidkit: {line}"));
+    let admin_path = config
+        .daemon
+        .admin
+        .as_ref()
+        .map_or_else(|| PathBuf::from(ADMIN_DEFAULT), |p| p.get_ref().clone());
+    let admin = bind_admin(&admin_path, &log)?;
+    let alerter = Arc::new(Alerter::start(&targets(&config), Arc::clone(&log)));
+    let monitor = Monitor::start(Arc::clone(&alerter));
+    let listeners = runtime.block_on(Listeners::bind(&config))?;
+
+    let arrays = Arc::new(Arrays::default());
+    let mut running = Vec::new();
+    for a in &config.arrays {
+        let name = a.name.get_ref().clone();
+        match start_array(a, &alerter) {
+            Ok(array) => {
+                let volume = Arc::clone(array.volume());
+                let export = a.export_name().to_string();
+                let server =
+                    serve::server_config(export.clone(), &volume, a.read_only, buffer_memory(a));
+                listeners
+                    .exports_of(a)
+                    .add(array.stack().export(), server)
+                    .with_context(|| format!("array {name:?}: serving export {export:?}"))?;
+                let control =
+                    array
+                        .stack()
+                        .control(open_options(a), remote_options(a), Arc::clone(&log));
+                arrays.insert(&name, Arc::new(control));
+                for alert in monitor.watch(&volume) {
+                    alerter.raise(alert);
+                }
+                println!(
+                    "raidkit: serving \"{export}\" ({}) at {}",
+                    serve::describe(&volume),
+                    listeners.uri_of(a, &export)
+                );
+                running.push((name, array));
+            }
+            Err(e) => eprintln!("raidkit: error: array {name:?} not started: {e:#}"),
+        }
+    }
+    if running.is_empty() {
+        drop(monitor);
+        if let Ok(alerter) = Arc::try_unwrap(alerter) {
+            alerter.shutdown(ALERT_GRACE);
+        }
+        bail!("no array of {} could be started", args.config.display());
+    }
+    eprintln!("raidkit: admin API on {}", admin_path.display());
+    use std::io::Write;
+    std::io::stdout().flush().context("writing to stdout")?;
+
+    let served = runtime.block_on(listeners.serve(&admin, arrays, Arc::clone(&log)));
+    drop(admin);
+    let mut failed = served.err();
+    for (name, array) in running {
+        monitor.forget(&name);
+        let closed = array.close();
+        let result = closed
+            .drained
+            .and(closed.volume)
+            .and(closed.journal.map(|_| ()));
+        match result {
+            Ok(()) => eprintln!("raidkit: array \"{name}\" closed cleanly"),
+            Err(e) => {
+                eprintln!("raidkit: error: array \"{name}\" did not close cleanly: {e:#}");
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    drop(monitor);
+    if let Ok(alerter) = Arc::try_unwrap(alerter) {
+        alerter.shutdown(ALERT_GRACE);
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn bind_admin(path: &Path, log: &admin::Log) -> anyhow::Result<AdminSocket> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create {} for the admin socket", dir.display()))?;
+    }
+    AdminSocket::bind(path, log)
+        .with_context(|| format!("cannot create the admin socket {}", path.display()))
+}
+
+/// The [alerts] table as the alerter takes it.
+fn targets(config: &Config) -> Targets {
+    let alerts = &config.alerts;
+    let defaults = Targets::default();
+    Targets {
+        program: alerts.program.as_ref().map(|p| p.get_ref().clone()),
+        mail_to: alerts.mail_to.as_ref().map(|m| m.get_ref().clone()),
+        mail_command: alerts
+            .mail_command
+            .as_ref()
+            .map_or(defaults.mail_command.clone(), |c| c.get_ref().clone()),
+        webhook: alerts.webhook.as_ref().map(|w| w.get_ref().clone()),
+        syslog: alerts.syslog,
+        ..defaults
+    }
+}
+
+/// Starts one array, its happenings logged under its name and the takeover alerted.
+fn start_array(a: &ArrayConfig, alerter: &Arc<Alerter>) -> anyhow::Result<RunningArray> {
+    let opts = array_options(a)?;
+    RunningArray::start(opts, None, tell(a.name.get_ref(), alerter))
+}
+
+fn tell(array: &str, alerter: &Arc<Alerter>) -> running::Tell {
+    let array = array.to_string();
+    let alerter = Arc::clone(alerter);
+    Arc::new(move |happening| {
+        let line = match happening {
+            Happening::LeftOut(left) => format!("warning: {left}"),
+            Happening::Start(StartNotice::JournalDropped(dropped)) => format!("warning: {dropped}"),
+            Happening::Start(StartNotice::JournalVolatile(volatile)) => {
+                alerter.raise(Alert::new(
+                    Event::VolatileJournal,
+                    &array,
+                    None,
+                    volatile.to_string(),
+                ));
+                return;
+            }
+            Happening::Warning(line) => format!("warning: {line}"),
+            Happening::Replayed(replayed) => replayed.to_string(),
+            Happening::ResyncStarted(_) => {
+                "was not shut down cleanly: resyncing in the background".to_string()
+            }
+            Happening::ResyncFinished(_, Ok(())) => "resync finished".to_string(),
+            Happening::ResyncFinished(_, Err(e)) => format!("resync failed: {e}"),
+            Happening::Reconnect(event) => event.to_string(),
+            Happening::ReconnectUnavailable(e) => format!(
+                "warning: cannot start the reconnect thread ({e}): remote members will not come \
+                 back by themselves"
+            ),
+            Happening::TakenOver(_, taken) => {
+                // Two writers would corrupt the array: stop at once, writing nothing more.
+                // (The other arrays are left dirty and resynced at the next start.)
+                eprintln!(
+                    "raidkit: error: array \"{array}\": {taken}; stopping the daemon now \
+                     without writing anything more"
+                );
+                std::process::exit(3);
+            }
+        };
+        eprintln!("raidkit: array \"{array}\": {line}");
+    })
+}
+
+fn open_options(a: &ArrayConfig) -> OpenOptions {
+    OpenOptions {
+        create_size: None,
+        read_only: a.read_only,
+        ..OpenOptions::default()
+    }
+}
+
+fn remote_options(a: &ArrayConfig) -> RemoteOptions {
+    RemoteOptions {
+        io_timeout: Duration::from_secs(io_timeout_secs(a)),
+        local_deadline: a.local_io_deadline,
+        ..RemoteOptions::default()
+    }
+}
+
+fn io_timeout_secs(a: &ArrayConfig) -> u64 {
+    a.io_timeout_secs
+        .as_ref()
+        .map_or(defaults::IO_TIMEOUT_SECS, |v| *v.get_ref())
+}
+
+fn buffer_memory(a: &ArrayConfig) -> u64 {
+    a.buffer_memory.as_ref().map_or_else(
+        || member::parse_size(defaults::BUFFER_MEMORY).expect("the default parses"),
+        |v| v.get_ref().0,
+    )
+}
+
+/// What `raidkit serve` would run with the same options (the file's checks already passed).
+fn array_options(a: &ArrayConfig) -> anyhow::Result<ArrayOptions> {
+    let rate = |value: &Option<config::Spanned<config::Rate>>, default: &str| {
+        value.as_ref().map_or_else(
+            || rate_arg(default).expect("the default parses"),
+            |v| v.get_ref().0,
+        )
+    };
+    let read_ahead: ReadAhead = match &a.read_ahead {
+        Some(text) => text.get_ref().parse()?,
+        None => ReadAhead::default(),
+    };
+    let cache_size = a.cache_size.as_ref().map_or_else(
+        || member::parse_size(defaults::CACHE_SIZE).expect("the default parses"),
+        |v| v.get_ref().0,
+    );
+    let window = a.read_ahead_window.as_ref().map(|w| w.get_ref().0);
+    let cache = CacheConfig::sized(cache_size, read_ahead, window)?;
+    let secs = |value: &Option<config::Spanned<u64>>, default: u64| {
+        Duration::from_secs(value.as_ref().map_or(default, |v| *v.get_ref()))
+    };
+    Ok(ArrayOptions {
+        uuid: match &a.uuid {
+            Some(uuid) => Some(uuid.get_ref().parse()?),
+            None => None,
+        },
+        members: a.members.iter().map(|m| m.get_ref().clone()).collect(),
+        spares: a.spares.iter().map(|m| m.get_ref().clone()).collect(),
+        journal: JournalOptions {
+            path: a.journal.as_ref().map(|j| j.get_ref().clone()),
+            allow_volatile: a.allow_volatile_journal,
+            ..JournalOptions::default()
+        },
+        read_only: a.read_only,
+        open: open_options(a),
+        remote: remote_options(a),
+        assemble: AssembleOptions {
+            fault_policy: FaultPolicy {
+                read_errors_max: a
+                    .read_errors_max
+                    .as_ref()
+                    .map_or(defaults::READ_ERRORS_MAX, |v| *v.get_ref()),
+                read_error_window: secs(
+                    &a.read_error_window_secs,
+                    defaults::READ_ERROR_WINDOW_SECS,
+                ),
+                io_timeout: Duration::from_secs(io_timeout_secs(a)),
+            },
+            speed_limits: SpeedLimits {
+                min_bytes_per_sec: rate(&a.speed_min, defaults::SPEED_MIN),
+                max_bytes_per_sec: rate(&a.speed_max, defaults::SPEED_MAX),
+            },
+            owner: (!a.read_only).then(ondisk::owner::ThisHost::get),
+            ..AssembleOptions::default()
+        },
+        stack: StackOptions {
+            read_only: a.read_only,
+            gather_wait: Duration::from_millis(
+                a.gather_wait_ms
+                    .as_ref()
+                    .map_or(defaults::GATHER_WAIT_MS, |v| *v.get_ref()),
+            ),
+            cache,
+        },
+        reconnect: a.reconnect.unwrap_or(true).then(|| reconnect::Config {
+            interval_max: secs(
+                &a.reconnect_interval_max_secs,
+                defaults::RECONNECT_INTERVAL_MAX_SECS,
+            ),
+            open: open_options(a),
+            remote: remote_options(a),
+        }),
+    })
+}
+
+/// The daemon's listeners with their export sets: the shared ones (every array without a
+/// listener of its own) and each array's own.
+struct Listeners {
+    shared: Arc<nbd::Exports>,
+    /// (listener, the array's name when it is that array's own).
+    bound: Vec<(nbd::Listener, Option<String>, Arc<nbd::Exports>)>,
+}
+
+impl Listeners {
+    async fn bind(config: &Config) -> anyhow::Result<Listeners> {
+        let shared = nbd::Exports::new();
+        let mut bound = Vec::new();
+        let daemon = &config.daemon;
+        let mut tcp: Vec<String> = daemon.listen.iter().map(|l| l.get_ref().clone()).collect();
+        if tcp.is_empty() && daemon.unix.is_none() {
+            tcp.push(serve::DEFAULT_LISTEN.to_string());
+        }
+        let needs_shared = config.arrays.iter().any(|a| !a.has_own_listener());
+        if needs_shared {
+            for addr in &tcp {
+                bound.push((bind_tcp(addr).await?, None, Arc::clone(&shared)));
+            }
+            if let Some(path) = &daemon.unix {
+                bound.push((bind_unix(path.get_ref())?, None, Arc::clone(&shared)));
+            }
+        }
+        for a in config.arrays.iter().filter(|a| a.has_own_listener()) {
+            let own = nbd::Exports::new();
+            let name = Some(a.name.get_ref().clone());
+            for addr in a.listen.iter().flatten() {
+                bound.push((
+                    bind_tcp(addr.get_ref()).await?,
+                    name.clone(),
+                    Arc::clone(&own),
+                ));
+            }
+            if let Some(path) = &a.unix {
+                bound.push((bind_unix(path.get_ref())?, name.clone(), Arc::clone(&own)));
+            }
+        }
+        Ok(Listeners { shared, bound })
+    }
+
+    /// The export set `a` is served in.
+    fn exports_of(&self, a: &ArrayConfig) -> &Arc<nbd::Exports> {
+        self.bound
+            .iter()
+            .find(|(_, owner, _)| owner.as_deref() == Some(a.name.get_ref()))
+            .map_or(&self.shared, |(_, _, exports)| exports)
+    }
+
+    /// The URI clients use for `a` (on its first listener).
+    fn uri_of(&self, a: &ArrayConfig, export: &str) -> String {
+        let own = self
+            .bound
+            .iter()
+            .find(|(_, o, _)| o.as_deref() == Some(a.name.get_ref()));
+        let first = own.or_else(|| self.bound.iter().find(|(_, o, _)| o.is_none()));
+        first.map_or_else(String::new, |(listener, _, _)| listener.uri(export))
+    }
+
+    /// Serves every listener and the admin socket until SIGINT or SIGTERM; then every
+    /// listener drains its connections.
+    async fn serve(
+        self,
+        admin: &AdminSocket,
+        arrays: Arc<Arrays>,
+        log: admin::Log,
+    ) -> anyhow::Result<()> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let signals = serve::ShutdownSignals::register();
+        // SIGHUP's default action would kill the daemon without closing its arrays.
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+        let hangup_task = tokio::spawn(async move {
+            let Ok(mut hangups) = hangups else { return };
+            while hangups.recv().await.is_some() {
+                eprintln!(
+                    "raidkit: SIGHUP: reloading the configuration is not built yet; nothing \
+                     changed (restart the daemon to apply a new configuration)"
+                );
+            }
+        });
+        let signal_task = tokio::spawn(async move {
+            signals.recv().await;
+            let _ = stop_tx.send(true);
+        });
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let mut servers = tokio::task::JoinSet::new();
+        for (listener, _, exports) in self.bound {
+            let config = nbd::ServerConfig {
+                max_request_bytes: serve::MAX_REQUEST_BYTES as u32,
+                ..nbd::ServerConfig::default()
+            };
+            let stop = stopped(stop_rx.clone());
+            servers.spawn(async move { nbd::serve_exports(listener, exports, config, stop).await });
+        }
+        let admin_served = admin::server::serve(admin, arrays, log, stopped(stop_rx.clone()));
+        let admin_result = admin_served.await;
+        let mut result = admin_result.context("admin socket");
+        while let Some(done) = servers.join_next().await {
+            let served = done.context("an NBD listener task failed")?;
+            if let Err(e) = served {
+                result = result.and(Err(e.into()));
+            }
+        }
+        signal_task.abort();
+        hangup_task.abort();
+        result
+    }
+}
+
+async fn bind_tcp(text: &str) -> anyhow::Result<nbd::Listener> {
+    let addr = tokio::net::lookup_host(text)
+        .await
+        .with_context(|| format!("listen {text:?}: not a HOST:PORT address"))?
+        .next()
+        .with_context(|| format!("listen {text:?}: the host has no address"))?;
+    nbd::Listener::bind_tcp(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
+fn bind_unix(path: &Path) -> anyhow::Result<nbd::Listener> {
+    nbd::Listener::bind_unix(path)
+        .with_context(|| format!("cannot listen on Unix socket {}", path.display()))
+}

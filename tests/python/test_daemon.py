@@ -1,0 +1,228 @@
+"""``raidkit daemon``: the arrays of a configuration file served by one process, as a machine's
+storage service.
+
+- ``test_three_arrays_served_with_alerts``: RAID 1, 5 and 6 on files, their entries written by
+  ``examine --scan``; one listener lists the three exports with their sizes, qemu-io writes and
+  reads each; a member failed through the admin socket (``--array``) calls the alert program
+  with ``Fail ARRAY MEMBER`` within a second, then ``DegradedArray``; a spare added rebuilds
+  (``RebuildStarted``, ``SpareActive``, ``RebuildFinished``); SIGTERM closes every array clean.
+- ``test_a_bad_configuration_starts_nothing``: ``--check-config`` and a start both print every
+  problem with its line and key and exit non-zero; no socket appears.
+- ``test_an_array_that_cannot_start_leaves_the_others_serving``: one array's member is gone and
+  another's device names point at a different array (its ``uuid`` refuses them); the third is
+  served, and the daemon says why the others are not. No alert target: the daemon says no alert
+  will reach anyone.
+"""
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import RAIDKIT_BIN, SERVER_KIND, require_tools, run
+
+pytestmark = pytest.mark.skipif(SERVER_KIND != "raidkit", reason="raidkit only")
+
+START_TIMEOUT_S = 30
+ALERT_WAIT_S = 1.0
+
+
+def raidkit(*args, check=True, timeout=120):
+    return run([RAIDKIT_BIN, *map(str, args)], check=check, timeout=timeout)
+
+
+def create(tmp_path, level, name, count):
+    files = [tmp_path / f"{name}{i}" for i in range(count)]
+    raidkit("create", "--level", level, "--name", name, "--size", "16M", *files)
+    return files
+
+
+class Daemon:
+    """``raidkit daemon --config PATH``, started and waited for (one "serving" line per array)."""
+
+    def __init__(self, config, arrays):
+        self.log = config.parent / "daemon.log"
+        self.proc = subprocess.Popen([RAIDKIT_BIN, "daemon", "--config", str(config)],
+                                     stdout=subprocess.PIPE, stderr=open(self.log, "w"),
+                                     text=True)
+        self.serving = {}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len(self.serving) < arrays:
+            line = self.proc.stdout.readline()
+            assert line, f"the daemon ended: {self.proc.wait()}\n{self.log.read_text()}"
+            assert time.monotonic() < deadline, self.log.read_text()
+            if line.startswith("raidkit: serving "):
+                name = line.split('"')[1]
+                self.serving[name] = line.rsplit(" at ", 1)[1].strip()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        assert code == 0, f"exit {code}\n{self.log.read_text()}"
+        return self.log.read_text()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def qemu_io(uri, *commands):
+    args = ["qemu-io", "-f", "raw"]
+    for c in commands:
+        args += ["-c", c]
+    out = run(args + [uri], timeout=60).stdout
+    assert "Pattern verification failed" not in out, out
+
+
+def wait_for_line(path, needle, since, bound_s):
+    """Waits until ``path`` has a line containing ``needle``; returns the seconds it took."""
+    while True:
+        text = path.read_text() if path.exists() else ""
+        if needle in text:
+            return time.monotonic() - since
+        assert time.monotonic() - since < bound_s + 5, f"{needle!r} not in {text!r}"
+        time.sleep(0.02)
+
+
+def test_three_arrays_served_with_alerts(tmp_path):
+    require_tools("qemu-io", "nbdinfo")
+    create(tmp_path, "1", "home", 2)
+    media = create(tmp_path, "5", "media", 4)
+    create(tmp_path, "6", "backup", 4)
+    alerts = tmp_path / "alerts.log"
+    program = tmp_path / "alert.sh"
+    program.write_text(f'#!/bin/sh\necho "$@" >> {alerts}\n')
+    program.chmod(0o755)
+    scanned = raidkit("examine", "--scan", f"{tmp_path}/*").stdout
+    socket, admin = tmp_path / "nbd.sock", tmp_path / "admin.sock"
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{socket}"\nadmin = "{admin}"\n\n'
+                      f'[alerts]\nprogram = "{program}"\n\n{scanned}')
+    daemon = Daemon(config, 3)
+    try:
+        assert sorted(daemon.serving) == ["backup", "home", "media"]
+        listed = json.loads(run(["nbdinfo", "--list", "--json",
+                                 f"nbd+unix:///?socket={socket}"]).stdout)
+        sizes = {e["export-name"]: e["export-size"] for e in listed["exports"]}
+        assert sizes == {"home": 15 << 20, "media": 45 << 20, "backup": 30 << 20}, sizes
+        for name, uri in daemon.serving.items():
+            qemu_io(uri, f"write -P 0x{len(name):02x} 0 1M", "flush")
+        for name, uri in daemon.serving.items():
+            qemu_io(uri, f"read -P 0x{len(name):02x} 0 1M")
+
+        since = time.monotonic()
+        raidkit("fail", "--admin", admin, "--array", "media", media[1])
+        took = wait_for_line(alerts, f"Fail media {media[1]}", since, ALERT_WAIT_S)
+        assert took <= ALERT_WAIT_S, f"the alert program ran {took:.2f} s after the failure"
+        wait_for_line(alerts, "DegradedArray media", since, ALERT_WAIT_S)
+        status = json.loads(raidkit("status", "--admin", admin, "--array", "media",
+                                    "--json").stdout)
+        assert status["health"] == "degraded", status
+        refused = raidkit("status", "--admin", admin, check=False)
+        assert refused.returncode != 0 and "--array NAME" in refused.stderr, refused.stderr
+
+        spare = tmp_path / "spare"
+        with open(spare, "wb") as f:
+            f.truncate(16 << 20)
+        raidkit("add", "--admin", admin, "--array", "media", f"{spare}", "--wait", timeout=300)
+        since = time.monotonic()
+        for event in ("RebuildStarted media", f"SpareActive media {spare}",
+                      "RebuildFinished media"):
+            wait_for_line(alerts, event, since, 10)
+        qemu_io(daemon.serving["media"], "read -P 0x05 0 1M")
+    finally:
+        if daemon.proc.poll() is None:
+            log = daemon.stop()
+        else:
+            log = daemon.log.read_text()
+        daemon.kill()
+    for name in ("home", "media", "backup"):
+        assert f'array "{name}" closed cleanly' in log, log
+    states = json.loads(raidkit("examine", "--json", *media[:1]).stdout)
+    assert states[0]["state"] == "clean" and states[0]["owner"] is None, states
+
+
+def test_a_bad_configuration_starts_nothing(tmp_path):
+    create(tmp_path, "1", "home", 2)
+    admin = tmp_path / "admin.sock"
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nadmin = "{admin}"\nunix = "{tmp_path}/nbd.sock"\n\n'
+                      f'[[array]]\nname = "home"\nmembers = ["{tmp_path}/home0", "{tmp_path}/home0"]\n'
+                      'buffer_memory = "1M"\n')
+    for args in (["--check-config"], []):
+        proc = raidkit("daemon", "--config", config, *args, check=False)
+        assert proc.returncode != 0, proc
+        assert f"{config}:7: key `members`: \"{tmp_path}/home0\" is also in" in proc.stderr, \
+            proc.stderr
+        assert f"{config}:8: key `buffer_memory`: is below 64M" in proc.stderr, proc.stderr
+        assert "2 problem(s) in the configuration: nothing was started" in proc.stderr
+    assert not admin.exists() and not (tmp_path / "nbd.sock").exists()
+    good = tmp_path / "good.toml"
+    good.write_text(raidkit("examine", "--scan", f"{tmp_path}/home0", f"{tmp_path}/home1").stdout)
+    out = raidkit("daemon", "--config", good, "--check-config").stdout
+    assert out == f"{good}: 1 array(s), no problem found\n", out
+
+
+def test_an_array_that_cannot_start_leaves_the_others_serving(tmp_path):
+    require_tools("qemu-io")
+    create(tmp_path, "1", "home", 2)
+    gone = create(tmp_path, "1", "gone", 2)
+    other = create(tmp_path, "1", "other", 2)
+    entries = raidkit("examine", "--scan", f"{tmp_path}/*").stdout
+    gone[0].unlink()
+    gone[1].unlink()
+    # "other"'s entry now names the devices of "home": its uuid refuses them.
+    home_entry = raidkit("examine", "--scan", f"{tmp_path}/home0", f"{tmp_path}/home1").stdout
+    home_members = next(line for line in home_entry.splitlines() if line.startswith("members"))
+    lines = entries.splitlines()
+    in_other = False
+    for i, line in enumerate(lines):
+        if line.startswith("name = "):
+            in_other = line == 'name = "other"'
+        if in_other and line.startswith("members"):
+            lines[i] = home_members.replace("home0", "home0-link").replace("home1", "home1-link")
+    (tmp_path / "home0-link").symlink_to(tmp_path / "home0")
+    (tmp_path / "home1-link").symlink_to(tmp_path / "home1")
+    config = tmp_path / "raidkit.toml"
+    # The links are the same devices as home's: the configuration check catches that first.
+    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n\n'
+                      + "\n".join(lines) + "\n")
+    proc = raidkit("daemon", "--config", config, "--check-config", check=False)
+    assert proc.returncode != 0 and "is also in array \"home\"'s members" in proc.stderr, \
+        proc.stderr
+    # Pointed at copies of home's member files instead, the uuid refuses them at start.
+    for i in range(2):
+        (tmp_path / f"home{i}-link").unlink()
+        (tmp_path / f"home{i}-link").write_bytes((tmp_path / f"home{i}").read_bytes())
+    del other
+    daemon = Daemon(config, 1)
+    try:
+        assert list(daemon.serving) == ["home"]
+        qemu_io(daemon.serving["home"], "write -P 0x11 0 64k", "read -P 0x11 0 64k")
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert 'array "gone" not started' in log, log
+    assert 'array "other" not started' in log and "belongs to array \"home\"" in log, log
+    assert "no alert will reach anyone" in log, log
+
+
+def test_sighup_changes_nothing_and_keeps_serving(tmp_path):
+    create(tmp_path, "1", "home", 2)
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n\n'
+                      + raidkit("examine", "--scan", f"{tmp_path}/*").stdout)
+    daemon = Daemon(config, 1)
+    try:
+        daemon.proc.send_signal(signal.SIGHUP)
+        wait_for_line(daemon.log, "SIGHUP: reloading the configuration is not built yet",
+                      time.monotonic(), 5)
+        assert daemon.proc.poll() is None, daemon.log.read_text()
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert 'array "home" closed cleanly' in log, log

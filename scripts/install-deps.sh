@@ -3,7 +3,8 @@
 # (so reruns are quick and offline). Run as root; without root it only reports what is missing.
 #
 #   Debian packages: fio qemu-utils libnbd-bin nbdkit python3-libnbd e2fsprogs fuse3
-#                    python3-pytest mount (losetup), gcc (linker for cargo)
+#                    python3-pytest mount (losetup), gcc (linker for cargo),
+#                    systemd (systemd-analyze verify of the unit)
 #   Rust toolchain:  rustup (stable), only when cargo is missing or older than rust-version.
 set -euo pipefail
 
@@ -23,6 +24,7 @@ PROBES=(
   "fusermount3:fuse3"
   "losetup:mount"
   "cc:gcc"
+  "systemd-analyze:systemd"
 )
 
 have() {

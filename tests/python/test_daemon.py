@@ -43,11 +43,11 @@ def create(tmp_path, level, name, count):
 class Daemon:
     """``raidkit daemon --config PATH``, started and waited for (one "serving" line per array)."""
 
-    def __init__(self, config, arrays):
+    def __init__(self, config, arrays, env=None):
         self.log = config.parent / "daemon.log"
         self.proc = subprocess.Popen([RAIDKIT_BIN, "daemon", "--config", str(config)],
                                      stdout=subprocess.PIPE, stderr=open(self.log, "w"),
-                                     text=True)
+                                     text=True, env=env)
         self.serving = {}
         deadline = time.monotonic() + START_TIMEOUT_S
         while len(self.serving) < arrays:

@@ -41,6 +41,12 @@ enum Command {
     Scrub(cmd::manage::ScrubArgs),
     #[command(name = "speed-limit")]
     SpeedLimit(cmd::manage::SpeedArgs),
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions {
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `raidkit man > /usr/local/share/man/man8/raidkit.8`.
+    Man,
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -57,6 +63,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replace(args) => cmd::manage::replace(args),
         Command::Scrub(args) => cmd::manage::scrub(args),
         Command::SpeedLimit(args) => cmd::manage::speed(args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "raidkit",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            let page = clap_mangen::Man::new(Cli::command()).section("8");
+            page.render(&mut std::io::stdout())?;
+            Ok(())
+        }
     }
 }
 

@@ -4,10 +4,11 @@
 //! [`POLL_INTERVAL`] on a thread of its own and raises what [`changes`] finds.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use alerts::{Alert, Alerter, Event};
 use volume::{ArrayHealth, MemberState, TaskKind, TaskStatus, Volume, VolumeStatus};
@@ -188,6 +189,9 @@ pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
 /// The monitoring thread of one process's arrays.
 pub struct Monitor {
     watched: Arc<Mutex<Vec<Watched>>>,
+    /// Milliseconds after `started` of the last completed poll (the watchdog's heartbeat).
+    polled_ms: Arc<AtomicU64>,
+    started: Instant,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -202,6 +206,8 @@ impl Monitor {
         let watched: Arc<Mutex<Vec<Watched>>> = Arc::default();
         let (stop, stopped) = mpsc::channel::<()>();
         let polled = Arc::clone(&watched);
+        let (polled_ms, started) = (Arc::new(AtomicU64::new(0)), Instant::now());
+        let heartbeat = Arc::clone(&polled_ms);
         let thread = std::thread::Builder::new()
             .name("monitor".into())
             .spawn(move || loop {
@@ -217,10 +223,13 @@ impl Monitor {
                     }
                     w.last = now;
                 }
+                heartbeat.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
             })
             .expect("spawning the monitor thread");
         Monitor {
             watched,
+            polled_ms,
+            started,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -236,6 +245,13 @@ impl Monitor {
             last,
         });
         alerts
+    }
+
+    /// True when the monitor looked at every array within `within` (it is not stuck on one):
+    /// what the daemon's systemd watchdog ping stands for.
+    pub fn alive(&self, within: Duration) -> bool {
+        let polled = Duration::from_millis(self.polled_ms.load(Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(polled) <= within
     }
 
     /// Stops watching the array named `name` (it is being closed).

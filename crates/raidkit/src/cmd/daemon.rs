@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail, Context};
 use cache::{CacheConfig, ReadAhead};
 use config::{ArrayConfig, Config};
 use member::{OpenOptions, RemoteOptions};
+use sd_notify::NotifyState;
 use service::array_journal::JournalOptions;
 use service::monitor::Monitor;
 use service::reconnect;
@@ -124,8 +125,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("raidkit: admin API on {}", admin_path.display());
     use std::io::Write;
     std::io::stdout().flush().context("writing to stdout")?;
+    let monitor = Arc::new(monitor);
+    let watchdog = Watchdog::start(Arc::clone(&monitor));
+    let ready = format!(
+        "serving {} of {} arrays",
+        running.len(),
+        config.arrays.len()
+    );
+    systemd(&[NotifyState::Ready, NotifyState::Status(&ready)]);
 
     let served = runtime.block_on(listeners.serve(&admin, arrays, Arc::clone(&log)));
+    systemd(&[NotifyState::Stopping]);
+    drop(watchdog);
     drop(admin);
     let mut failed = served.err();
     for (name, array) in running {
@@ -150,6 +161,56 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// Tells systemd (when it started the daemon as `Type=notify`; else nothing happens).
+fn systemd(state: &[NotifyState]) {
+    if let Err(e) = sd_notify::notify(state) {
+        eprintln!("raidkit: warning: cannot notify systemd: {e}");
+    }
+}
+
+/// The systemd watchdog (`WatchdogSec=`): pinged at half its interval while the monitor keeps
+/// looking at every array, so a daemon stuck on an array is restarted by systemd.
+struct Watchdog {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    fn start(monitor: Arc<Monitor>) -> Watchdog {
+        let Some(interval) = sd_notify::watchdog_enabled() else {
+            return Watchdog {
+                stop: None,
+                thread: None,
+            };
+        };
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || loop {
+            match stopped.recv_timeout(interval / 2) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+            if monitor.alive(interval / 2) {
+                systemd(&[NotifyState::Watchdog]);
+            } else {
+                eprintln!("raidkit: warning: the monitor is stuck: not pinging the watchdog");
+            }
+        });
+        Watchdog {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Does one array's load starve another? Read latency of array A (4 KiB random reads, queue
+depth 4) while array B takes a flood of 1 MiB sequential writes (queue depth 16), against the
+same with B idle — both arrays served by one `raidkit daemon`, and, for comparison, by two
+`raidkit serve` processes (the isolation separate processes give).
+
+Both arrays are RAID 5 over four sparse files in --dir (the page cache below: the figures are
+CPU and scheduling bound, which is where one array can take from another on a small machine).
+Rounds alternate idle and flooded measurements so drift hits both alike.
+
+Usage: bench/isolation.py [--runtime 10] [--rounds 3] [--size 256M] [--dir /var/tmp/raidkit-iso]
+Prints a markdown table (p50/p99 read latency of A, the flooded/idle ratio, B's write rate);
+the figures go in docs/PERFORMANCE.md ("Isolation between arrays").
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from benchlib import REPO, Proc, fio, median
+
+READ_A = ["--rw=randread", "--bs=4k", "--iodepth=4"]
+FLOOD_B = ["--rw=write", "--bs=1m", "--iodepth=16"]
+
+
+def raidkit_bin():
+    return os.environ.get("RAIDKIT_BIN", str(REPO / "target" / "release" / "raidkit"))
+
+
+def create(dir_, name, size):
+    files = [str(dir_ / f"{name}{i}") for i in range(4)]
+    subprocess.run([raidkit_bin(), "create", "--level", "5", "--name", name, "--size", size,
+                    "--force", *files], check=True, capture_output=True)
+    return files
+
+
+def latency_us(job, percentile):
+    return job["read"]["clat_ns"]["percentile"][percentile] / 1000
+
+
+def measure(uri_a, uri_b, runtime, size, flood):
+    """One measurement of A's read latency; B flooded meanwhile when `flood`."""
+    flooder = None
+    if flood:
+        cmd = ["fio", "--name=flood", "--ioengine=nbd", f"--uri={uri_b}", f"--size={size}",
+               "--time_based", f"--runtime={runtime + 4}", "--output-format=json", *FLOOD_B]
+        flooder = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+    job = fio(uri_a, READ_A, runtime, size, [])
+    b_mbs = None
+    if flooder:
+        out, err = flooder.communicate(timeout=runtime + 120)
+        if flooder.returncode != 0:
+            raise RuntimeError(f"flood fio failed: {err[-2000:]}")
+        import json
+        b_mbs = json.loads(out[out.index("{"):])["jobs"][0]["write"]["bw_bytes"] / 1e6
+    return latency_us(job, "50.000000"), latency_us(job, "99.000000"), b_mbs
+
+
+def daemon_setup(dir_, size):
+    a, b = create(dir_, "a", size), create(dir_, "b", size)
+    sock = dir_ / "nbd.sock"
+    config = dir_ / "raidkit.toml"
+    members = lambda files: "[" + ", ".join(f'"{f}"' for f in files) + "]"
+    config.write_text(f'[daemon]\nunix = "{sock}"\nadmin = "{dir_}/admin.sock"\n\n'
+                      f'[[array]]\nname = "a"\nmembers = {members(a)}\n\n'
+                      f'[[array]]\nname = "b"\nmembers = {members(b)}\n')
+    proc = Proc([raidkit_bin(), "daemon", "--config", str(config)], str(sock),
+                ready_line='serving "b"')
+    uri = lambda name: f"nbd+unix:///{name}?socket={sock}"
+    return [proc], uri("a"), uri("b")
+
+
+def separate_setup(dir_, size):
+    a, b = create(dir_, "a", size), create(dir_, "b", size)
+    procs, uris = [], []
+    for name, files in (("a", a), ("b", b)):
+        sock = dir_ / f"{name}.sock"
+        procs.append(Proc([raidkit_bin(), "serve", "--unix", str(sock), *files], str(sock),
+                          ready_line="raidkit: serving"))
+        uris.append(f"nbd+unix:///{name}?socket={sock}")
+    return procs, uris[0], uris[1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runtime", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--size", default="256M")
+    parser.add_argument("--dir", default="/var/tmp/raidkit-iso")
+    args = parser.parse_args()
+    rows = []
+    for label, setup in (("one daemon", daemon_setup), ("two serve processes", separate_setup)):
+        dir_ = Path(args.dir)
+        shutil.rmtree(dir_, ignore_errors=True)
+        dir_.mkdir(parents=True)
+        procs, uri_a, uri_b = setup(dir_, args.size)
+        try:
+            # A's data must be on its members for the reads to do real work.
+            fio(uri_a, ["--rw=write", "--bs=1m", "--iodepth=16"], 0, args.size, [])
+            idle, flooded, b_rates = [], [], []
+            for r in range(args.rounds):
+                idle.append(measure(uri_a, uri_b, args.runtime, args.size, flood=False))
+                flooded.append(measure(uri_a, uri_b, args.runtime, args.size, flood=True))
+                print(f"  {label} round {r + 1}: idle p99 {idle[-1][1]:.0f} us, "
+                      f"flooded p99 {flooded[-1][1]:.0f} us, B {flooded[-1][2]:.0f} MB/s",
+                      flush=True)
+            rows.append((label, median(i[0] for i in idle), median(i[1] for i in idle),
+                         median(f[0] for f in flooded), median(f[1] for f in flooded),
+                         median(f[2] for f in flooded)))
+        finally:
+            for p in procs:
+                p.stop()
+            shutil.rmtree(dir_, ignore_errors=True)
+    print()
+    print("| served by | A p50 idle (us) | A p99 idle (us) | A p50 B flooding (us) | "
+          "A p99 B flooding (us) | p99 flooded / idle | B write (MB/s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label, p50i, p99i, p50f, p99f, b in rows:
+        print(f"| {label} | {p50i:.0f} | {p99i:.0f} | {p50f:.0f} | {p99f:.0f} | "
+              f"{p99f / p99i:.2f} | {b:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -406,3 +406,98 @@ fn a_version_1_journal_replays_and_is_rewritten_as_version_2() {
     wb.close().unwrap();
     assert_eq!(stop(&j, &v, checkpointer), 0);
 }
+
+/// An array member whose writes to the data area wait while its gate is closed (reads,
+/// flushes, superblock and bitmap writes pass).
+#[derive(Debug)]
+struct Gated {
+    inner: Arc<SimMember>,
+    closed: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl Member for Gated {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if offset >= DATA_OFFSET {
+            let (closed, opened) = &*self.closed;
+            let guard = closed.lock().unwrap();
+            drop(opened.wait_while(guard, |closed| *closed).unwrap());
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+/// Opens the gate when dropped (a failed assertion must not leave the applier stuck).
+struct GateHeld<'a>(&'a (std::sync::Mutex<bool>, std::sync::Condvar));
+
+impl Drop for GateHeld<'_> {
+    fn drop(&mut self) {
+        *self.0 .0.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        self.0 .1.notify_all();
+    }
+}
+
+/// A client record stays in the journal while an apply that copied from it is running, even
+/// once a newer write superseded its bytes: the apply's `StripeApply` record refers to it, and
+/// a checkpoint releasing it first would let replay skip that record while its stripe was not
+/// flushed (the write hole). Checked by holding the apply's in-place writes.
+#[test]
+fn a_record_an_apply_refers_to_stays_until_the_apply_returns() {
+    let world = World::new();
+    let sims = members(&world, &names(Level::Raid5), JOURNAL_BYTES);
+    drop(new_volume(Level::Raid5, &sims));
+    let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let gated: Vec<Arc<dyn Member>> = sims[..sims.len() - 1]
+        .iter()
+        .map(|s| {
+            let closed = Arc::clone(&gate);
+            Arc::new(Gated {
+                inner: Arc::clone(s),
+                closed,
+            }) as Arc<dyn Member>
+        })
+        .collect();
+    let v = Arc::new(assemble(gated, &AssembleOptions::default()).unwrap());
+    let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
+    let (j, checkpointer, wb) = start(&v, &jm, true, 1 << 20);
+    let first = j.superblock().tail_seq;
+    let held = GateHeld(&gate);
+    *gate.0.lock().unwrap() = true;
+    wb.write(0, &pattern(1, 4096)).unwrap();
+    // The applier logs its stripe (the record after the client's), then waits at the gate.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while j.stats().durable_seq < first + 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the apply never logged"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    wb.write(0, &pattern(2, 4096)).unwrap();
+    checkpoint(&j, &v).unwrap();
+    let tail = read_superblock(jm.as_ref()).unwrap().tail_seq;
+    assert!(
+        tail <= first,
+        "record {first} was released (tail {tail}) while an apply referring to it ran"
+    );
+    drop(held);
+    wb.close().unwrap();
+    assert_eq!(stop(&j, &v, checkpointer), 0);
+}

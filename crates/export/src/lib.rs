@@ -159,8 +159,12 @@ impl JournalLayer {
         volume: &Arc<Volume>,
         opts: AttachOptions,
     ) -> Result<(JournalLayer, ScanSummary), AttachError> {
-        // One stripe's member writes (every member's chunk) must fit one record.
-        let stripe_record_bytes = volume.chunk_bytes() * volume.member_status().len() as u64 + 4096;
+        // One stripe's member writes (every member's chunk) must fit one record, with room for
+        // an apply's table: at most two operations per member (a data write split at source
+        // records carries its bytes once references would outweigh them).
+        let members = volume.member_status().len() as u64;
+        let stripe_record_bytes =
+            journal::Record::member_ops_ring_bytes_max(2 * members, volume.chunk_bytes() * members);
         if volume.level().has_parity() && stripe_record_bytes > jsb.max_record_bytes() {
             return Err(AttachError::TooSmall {
                 journal: jm.name().to_string(),

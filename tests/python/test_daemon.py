@@ -211,10 +211,14 @@ def test_an_array_that_cannot_start_leaves_the_others_serving(tmp_path):
     assert "no alert will reach anyone" in log, log
 
 
-def test_sighup_changes_nothing_and_keeps_serving(tmp_path):
-    create(tmp_path, "1", "home", 2)
+def test_signals_are_handled_from_the_first_array_announced(tmp_path):
+    """SIGHUP right after the first array is announced (others still starting) is logged and
+    changes nothing; SIGTERM then stops every array cleanly. (The handlers were installed only
+    once every array was started: a signal in between killed the daemon.)"""
+    for name in ("a", "b", "c"):
+        create(tmp_path, "1", name, 2)
     config = tmp_path / "raidkit.toml"
-    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n\n'
+    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/s.sock"\n\n'
                       + raidkit("examine", "--scan", f"{tmp_path}/*").stdout)
     daemon = Daemon(config, 1)
     try:
@@ -225,4 +229,5 @@ def test_sighup_changes_nothing_and_keeps_serving(tmp_path):
     finally:
         log = daemon.stop()
         daemon.kill()
-    assert 'array "home" closed cleanly' in log, log
+    for name in ("a", "b", "c"):
+        assert f'array "{name}" closed cleanly' in log, log

@@ -131,3 +131,21 @@ async fn send(
     driver.abort();
     Ok((status, bytes))
 }
+
+/// The admin socket argument every command shares.
+#[derive(Debug, clap::Args)]
+pub struct Admin {
+    /// The admin socket of the server (`raidkit serve --admin PATH`, or the daemon's).
+    #[arg(long, value_name = "PATH")]
+    pub admin: PathBuf,
+
+    /// The array, when the server (a `raidkit daemon`) serves several.
+    #[arg(long, value_name = "NAME")]
+    pub array: Option<String>,
+}
+
+impl Admin {
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Client::new(&self.admin, self.array.as_deref())
+    }
+}

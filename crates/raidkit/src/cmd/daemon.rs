@@ -81,6 +81,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let admin = bind_admin(&admin_path, &log)?;
     let alerter = Arc::new(Alerter::start(&targets(&config), Arc::clone(&log)));
     let monitor = Monitor::start(Arc::clone(&alerter));
+    // Before any array starts or is announced: from here on SIGINT/SIGTERM stop the daemon
+    // cleanly (a signal during the start is acted on once serving begins) and SIGHUP cannot
+    // kill it.
+    let signals = {
+        let _runtime = runtime.enter();
+        Signals::register()
+    };
     let listeners = runtime.block_on(Listeners::bind(&config))?;
 
     let arrays = Arc::new(Arrays::default());
@@ -134,7 +141,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     systemd(&[NotifyState::Ready, NotifyState::Status(&ready)]);
 
-    let served = runtime.block_on(listeners.serve(&admin, arrays, Arc::clone(&log)));
+    let served = runtime.block_on(listeners.serve(&admin, arrays, Arc::clone(&log), signals));
     systemd(&[NotifyState::Stopping]);
     drop(watchdog);
     drop(admin);
@@ -161,6 +168,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// The signals the daemon handles, registered before it starts any array: SIGINT and SIGTERM
+/// stop it, SIGHUP is logged (reload is not built yet; its default action would kill the
+/// daemon without closing its arrays).
+struct Signals {
+    shutdown: serve::ShutdownSignals,
+    hangups: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Must run inside the runtime.
+    fn register() -> Signals {
+        let hangup = tokio::signal::unix::SignalKind::hangup();
+        Signals {
+            shutdown: serve::ShutdownSignals::register(),
+            hangups: tokio::signal::unix::signal(hangup).ok(),
+        }
     }
 }
 
@@ -460,13 +486,12 @@ impl Listeners {
         admin: &AdminSocket,
         arrays: Arc<Arrays>,
         log: admin::Log,
+        signals: Signals,
     ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let signals = serve::ShutdownSignals::register();
-        // SIGHUP's default action would kill the daemon without closing its arrays.
-        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+        let Signals { shutdown, hangups } = signals;
         let hangup_task = tokio::spawn(async move {
-            let Ok(mut hangups) = hangups else { return };
+            let Some(mut hangups) = hangups else { return };
             while hangups.recv().await.is_some() {
                 eprintln!(
                     "raidkit: SIGHUP: reloading the configuration is not built yet; nothing \
@@ -475,7 +500,7 @@ impl Listeners {
             }
         });
         let signal_task = tokio::spawn(async move {
-            signals.recv().await;
+            shutdown.recv().await;
             let _ = stop_tx.send(true);
         });
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

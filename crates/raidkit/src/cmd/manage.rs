@@ -1,31 +1,11 @@
 //! The operator commands that change a running array through its admin socket: `fail`,
 //! `remove`, `add`, `replace`, `scrub` and `speed-limit`.
 
-use std::path::PathBuf;
-
 use serde_json::{json, Value};
 
-use crate::admin_client::Client;
+use crate::admin_client::Admin;
 use crate::cmd::status::{render, scrub_report};
 use crate::units::human_bytes;
-
-/// The admin socket argument every command shares.
-#[derive(Debug, clap::Args)]
-pub struct Admin {
-    /// The admin socket of the server (`raidkit serve --admin PATH`, or the daemon's).
-    #[arg(long, value_name = "PATH")]
-    pub admin: PathBuf,
-
-    /// The array, when the server (a `raidkit daemon`) serves several.
-    #[arg(long, value_name = "NAME")]
-    pub array: Option<String>,
-}
-
-impl Admin {
-    pub fn client(&self) -> anyhow::Result<Client> {
-        Client::new(&self.admin, self.array.as_deref())
-    }
-}
 
 /// Mark a member faulty: the array stops using it and continues degraded.
 ///

@@ -20,7 +20,7 @@ use admin::status::{wire_name, JournalSection, Status};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    admin: super::manage::Admin,
+    admin: crate::admin_client::Admin,
 
     /// Print the server's JSON status unchanged (field names are stable).
     #[arg(long, conflicts_with = "watch")]

@@ -231,3 +231,37 @@ def test_signals_are_handled_from_the_first_array_announced(tmp_path):
         daemon.kill()
     for name in ("a", "b", "c"):
         assert f'array "{name}" closed cleanly' in log, log
+
+
+def test_a_remote_member_that_cannot_be_reached_raises_device_disappeared(tmp_path):
+    """A remote (NBD) member whose server is down at start is left out: the array starts
+    degraded and the alert program hears DeviceDisappeared for that member and DegradedArray."""
+    require_tools("nbdkit")
+    from test_faults import Nbdkit
+
+    remote = Nbdkit(tmp_path, "remote")
+    remote.start()
+    local = tmp_path / "local"
+    with open(local, "wb") as f:
+        f.truncate(remote.image.stat().st_size)
+    try:
+        raidkit("create", "--level", "1", "--name", "home", local, remote.uri)
+    finally:
+        remote.kill()
+    alerts = tmp_path / "alerts.log"
+    program = tmp_path / "alert.sh"
+    program.write_text(f'#!/bin/sh\necho "$@" >> {alerts}\n')
+    program.chmod(0o755)
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n\n'
+                      f'[alerts]\nprogram = "{program}"\n\n'
+                      f'[[array]]\nname = "home"\nmembers = ["{local}", "{remote.uri}"]\n')
+    daemon = Daemon(config, 1)
+    try:
+        since = time.monotonic()
+        wait_for_line(alerts, f"DeviceDisappeared home {remote.uri}", since, ALERT_WAIT_S)
+        wait_for_line(alerts, "DegradedArray home", since, ALERT_WAIT_S)
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert "ALERT: DeviceDisappeared on array \"home\"" in log, log

@@ -277,7 +277,15 @@ fn tell(array: &str, alerter: &Arc<Alerter>) -> running::Tell {
     let alerter = Arc::clone(alerter);
     Arc::new(move |happening| {
         let line = match happening {
-            Happening::LeftOut(left) => format!("warning: {left}"),
+            Happening::LeftOut(left) => {
+                alerter.raise(Alert::new(
+                    Event::DeviceDisappeared,
+                    &array,
+                    Some(&left.spec),
+                    format!("cannot be reached at start: {}", left.error),
+                ));
+                format!("warning: {left}")
+            }
             Happening::Start(StartNotice::JournalDropped(dropped)) => format!("warning: {dropped}"),
             Happening::Start(StartNotice::JournalVolatile(volatile)) => {
                 alerter.raise(Alert::new(
@@ -295,7 +303,22 @@ fn tell(array: &str, alerter: &Arc<Alerter>) -> running::Tell {
             }
             Happening::ResyncFinished(_, Ok(())) => "resync finished".to_string(),
             Happening::ResyncFinished(_, Err(e)) => format!("resync failed: {e}"),
-            Happening::Reconnect(event) => event.to_string(),
+            Happening::Reconnect(event) => {
+                if let reconnect::Event::Probed {
+                    uri,
+                    change: reconnect::Change::Unreachable(why),
+                } = &event
+                {
+                    let message = format!("its server cannot be reached: {why}");
+                    alerter.raise(Alert::new(
+                        Event::DeviceDisappeared,
+                        &array,
+                        Some(uri),
+                        message,
+                    ));
+                }
+                event.to_string()
+            }
             Happening::ReconnectUnavailable(e) => format!(
                 "warning: cannot start the reconnect thread ({e}): remote members will not come \
                  back by themselves"

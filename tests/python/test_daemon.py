@@ -171,7 +171,7 @@ def test_an_array_that_cannot_start_leaves_the_others_serving(tmp_path):
     require_tools("qemu-io")
     create(tmp_path, "1", "home", 2)
     gone = create(tmp_path, "1", "gone", 2)
-    other = create(tmp_path, "1", "other", 2)
+    create(tmp_path, "1", "other", 2)
     entries = raidkit("examine", "--scan", f"{tmp_path}/*").stdout
     gone[0].unlink()
     gone[1].unlink()
@@ -198,7 +198,6 @@ def test_an_array_that_cannot_start_leaves_the_others_serving(tmp_path):
     for i in range(2):
         (tmp_path / f"home{i}-link").unlink()
         (tmp_path / f"home{i}-link").write_bytes((tmp_path / f"home{i}").read_bytes())
-    del other
     daemon = Daemon(config, 1)
     try:
         assert list(daemon.serving) == ["home"]

@@ -64,15 +64,7 @@ impl Array {
         let geometry = Geometry::new(config.level, config.chunk_bytes, &config.member_data_bytes)?;
         for (role, member) in members.iter().enumerate() {
             let Some(member) = member else { continue };
-            let needed_bytes = geometry.member_data_bytes(role);
-            if member.len() < needed_bytes {
-                return Err(EngineError::MemberTooSmall {
-                    role,
-                    name: member.name().to_string(),
-                    len_bytes: member.len(),
-                    needed_bytes,
-                });
-            }
+            EngineError::check_fits(role, member.as_ref(), geometry.member_data_bytes(role))?;
         }
         let present: Vec<bool> = members.iter().map(Option::is_some).collect();
         if !geometry.survives(&present) {

@@ -32,6 +32,25 @@ pub enum EngineError {
     },
 }
 
+impl EngineError {
+    /// `MemberTooSmall` unless `member` holds the `needed_bytes` of data role `role` needs.
+    pub(crate) fn check_fits(
+        role: usize,
+        member: &dyn member::Member,
+        needed_bytes: u64,
+    ) -> Result<(), EngineError> {
+        if member.len() < needed_bytes {
+            return Err(EngineError::MemberTooSmall {
+                role,
+                name: member.name().to_string(),
+                len_bytes: member.len(),
+                needed_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for EngineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

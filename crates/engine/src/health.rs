@@ -41,14 +41,7 @@ impl Array {
     /// every write reaches it, and it is read once [`Array::finish_rebuild`] is called.
     pub fn attach_member(&self, role: usize, member: Arc<dyn Member>) -> Result<(), EngineError> {
         let needed_bytes = self.parts.geometry.member_data_bytes(role);
-        if member.len() < needed_bytes {
-            return Err(EngineError::MemberTooSmall {
-                role,
-                name: member.name().to_string(),
-                len_bytes: member.len(),
-                needed_bytes,
-            });
-        }
+        EngineError::check_fits(role, member.as_ref(), needed_bytes)?;
         if !self.parts.geometry.has_redundancy() {
             return Err(EngineError::NoRedundancy {
                 level: self.parts.geometry.level(),

@@ -90,14 +90,7 @@ impl Array {
         new: Arc<dyn Member>,
     ) -> Result<(), crate::EngineError> {
         let needed_bytes = self.parts.geometry.member_data_bytes(role);
-        if new.len() < needed_bytes {
-            return Err(crate::EngineError::MemberTooSmall {
-                role,
-                name: new.name().to_string(),
-                len_bytes: new.len(),
-                needed_bytes,
-            });
-        }
+        crate::EngineError::check_fits(role, new.as_ref(), needed_bytes)?;
         if !self.parts.geometry.has_redundancy() {
             return Err(crate::EngineError::NoRedundancy {
                 level: self.parts.geometry.level(),

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use alerts::{Alert, Alerter, Event};
-use volume::{ArrayHealth, MemberState, TaskKind, TaskStatus, Volume, VolumeStatus};
+use volume::{ArrayHealth, MemberState, MemberStatus, TaskKind, TaskStatus, Volume, VolumeStatus};
 
 /// How often each array's status is read (a status is an in-memory snapshot: cheap).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -72,15 +72,15 @@ fn rebuilding(task: &Option<TaskStatus>) -> Option<&TaskStatus> {
 pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
     let name = &now.name;
     let mut alerts = Vec::new();
-    let was: HashMap<&str, MemberState> = before
+    let was: HashMap<&str, &MemberStatus> = before
         .members
         .iter()
-        .map(|m| (m.name.as_str(), m.state))
+        .map(|m| (m.name.as_str(), m))
         .collect();
     for m in now.members.iter().filter(|m| !m.name.is_empty()) {
-        let earlier = was.get(m.name.as_str()).copied();
+        let earlier = was.get(m.name.as_str());
         let member = Some(m.name.as_str());
-        match (earlier, m.state) {
+        match (earlier.map(|b| b.state), m.state) {
             (
                 Some(MemberState::Rebuilding | MemberState::ReplacementTarget),
                 MemberState::Faulty,
@@ -98,23 +98,16 @@ pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
             ),
             _ => {}
         }
-        if m.timeouts > 0 {
-            let before_timeouts = before
-                .members
-                .iter()
-                .find(|b| b.name == m.name)
-                .map_or(0, |b| b.timeouts);
-            if m.timeouts > before_timeouts {
-                alerts.push(
-                    Alert::new(
-                        Event::MemberTimeout,
-                        name,
-                        member,
-                        "a request ran past its deadline",
-                    )
-                    .with("timeouts", m.timeouts),
-                );
-            }
+        if m.timeouts > earlier.map_or(0, |b| b.timeouts) {
+            alerts.push(
+                Alert::new(
+                    Event::MemberTimeout,
+                    name,
+                    member,
+                    "a request ran past its deadline",
+                )
+                .with("timeouts", m.timeouts),
+            );
         }
     }
     // Roles whose member became active: a spare rebuilt onto the role (or a member re-added).

@@ -136,9 +136,10 @@ pub struct ArrayConfig {
     /// Longest wait between reconnect attempts, seconds (serve's `--reconnect-interval-max`,
     /// default 30).
     pub reconnect_interval_max_secs: Option<Spanned<u64>>,
-    /// When a scrub starts by itself (default off).
+    /// When a scrub is to start by itself (default off; checked, not acted on yet).
     pub scrub_schedule: Option<Spanned<Schedule>>,
-    /// Daily local-time window for scrubs and resyncs, `"HH:MM-HH:MM"` (default: any time).
+    /// Daily local-time window for scrubs and resyncs, `"HH:MM-HH:MM"` (default: any time;
+    /// checked, not acted on yet).
     pub background_window: Option<Spanned<TimeWindow>>,
 }
 

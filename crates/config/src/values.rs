@@ -104,9 +104,9 @@ fn size_text(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// When a scheduled scrub starts. md's checkarray runs monthly (first Sunday, 00:57);
-/// these run at 01:00 local time: `daily`, `weekly` (Sundays), `monthly` (the first Sunday of
-/// the month), or `off`.
+/// When a scheduled scrub is to start: `daily`, `weekly`, `monthly` (md's checkarray runs
+/// monthly), or `off`. Checked only: the daemon does not schedule scrubs yet (docs/DESIGN.md,
+/// "Known limits").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Schedule {
     Off,
@@ -154,7 +154,8 @@ impl Serialize for Schedule {
 }
 
 /// A daily window of local time, `"HH:MM-HH:MM"`, in which background work (scrub, resync)
-/// may run; it may wrap past midnight (`"19:00-05:00"`). Minutes after midnight.
+/// is to run; it may wrap past midnight (`"19:00-05:00"`). Minutes after midnight. Checked
+/// only: the daemon does not pause background work outside it yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeWindow {
     pub start_minute: u16,

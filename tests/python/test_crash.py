@@ -139,7 +139,8 @@ class Workload:
         self.acked = []          # (block, index) acknowledged since the last flush was issued
         self.buffers = {}        # cookie -> nbd.Buffer (kept alive until completion)
         self.writes_until_flush = rng.randint(2, 6)
-        self.stats = {"writes": 0, "flushes": 0, "durable_flushes": 0, "fua": 0}
+        self.stats = {"writes": 0, "acked_writes": 0, "flushes": 0, "durable_flushes": 0,
+                      "fua": 0}
 
     def reap(self):
         for cookie in list(self.inflight):
@@ -157,6 +158,7 @@ class Workload:
                 for block, _ in versions:
                     self.busy.discard(block)
                 self.acked.extend(versions)
+                self.stats["acked_writes"] += 1
                 if rest[0] or self.ack_is_durable:
                     self.model.make_durable(versions)
             else:

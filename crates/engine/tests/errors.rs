@@ -5,72 +5,48 @@ mod common;
 
 use common::*;
 use engine::{IoError, Level, Op};
-use member::{MemMember, Member};
+use member::{Call, Hooked, MemMember, Member};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A RAM member that counts reads and can be told to fail every operation.
+/// What steers a RAM member: counts its reads, and fails every operation while `broken`.
 #[derive(Debug)]
 struct Probe {
-    inner: MemMember,
+    name: String,
     reads: AtomicU64,
     broken: AtomicBool,
 }
 
 impl Probe {
-    fn new(name: &str, len: u64) -> Probe {
-        Probe {
-            inner: MemMember::new(name, len).expect("mem"),
-            reads: AtomicU64::new(0),
-            broken: AtomicBool::new(false),
+    fn before(&self, call: &Call) -> io::Result<()> {
+        if self.broken.load(Ordering::Relaxed) {
+            return Err(io::Error::other("injected failure"));
         }
-    }
-    fn check(&self) -> io::Result<()> {
-        match self.broken.load(Ordering::Relaxed) {
-            true => Err(io::Error::other("injected failure")),
-            false => Ok(()),
+        if call.op == member::Op::Read {
+            self.reads.fetch_add(1, Ordering::Relaxed);
         }
-    }
-}
-
-impl Member for Probe {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.check()?;
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.check()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.check()?;
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.check()?;
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.check()?;
-        self.inner.write_zeroes(offset, len)
+        Ok(())
     }
 }
 
 fn probes(n: usize, len: u64) -> (Vec<Arc<Probe>>, Vec<Arc<dyn Member>>) {
     let probes: Vec<Arc<Probe>> = (0..n)
-        .map(|i| Arc::new(Probe::new(&format!("probe{i}"), len)))
+        .map(|i| {
+            Arc::new(Probe {
+                name: format!("probe{i}"),
+                reads: AtomicU64::new(0),
+                broken: AtomicBool::new(false),
+            })
+        })
         .collect();
     let members = probes
         .iter()
-        .map(|p| p.clone() as Arc<dyn Member>)
+        .map(|p| {
+            let probe = Arc::clone(p);
+            let inner = Arc::new(MemMember::new(&p.name, len).expect("mem"));
+            Arc::new(Hooked::new(inner, move |call: &Call| probe.before(call))) as Arc<dyn Member>
+        })
         .collect();
     (probes, members)
 }
@@ -143,7 +119,7 @@ fn raid1_reads_spread_over_mirrors() {
         assert!(
             reads >= 5,
             "{} served only {reads} of 30 chunk reads",
-            p.name()
+            p.name
         );
     }
 }

@@ -15,7 +15,7 @@ mod common;
 
 use common::*;
 use engine::{Array, Level};
-use member::{MemMember, Member};
+use member::{Call, Hooked, MemMember, Member, Op};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -23,11 +23,10 @@ use std::time::{Duration, Instant};
 
 const CHUNK: u64 = 4 * KIB;
 
-/// A RAM member whose writes at or past `latch_from` block until `release`; counts reads and
-/// writes blocked so far; writes fail while `writes_fail`.
+/// What steers a RAM member: its writes at or past `latch_from` block until `release`; counts
+/// reads and writes blocked so far; writes fail while `writes_fail`.
 #[derive(Debug)]
 struct Latch {
-    inner: MemMember,
     latch_from: u64,
     released: Mutex<bool>,
     wake: Condvar,
@@ -37,37 +36,37 @@ struct Latch {
 }
 
 impl Latch {
-    fn new(name: &str, len: u64, latch_from: u64) -> Latch {
-        Latch {
-            inner: MemMember::new(name, len).expect("mem"),
+    fn new(latch_from: u64) -> Arc<Latch> {
+        Arc::new(Latch {
             latch_from,
             released: Mutex::new(false),
             wake: Condvar::new(),
             blocked: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             writes_fail: AtomicBool::new(false),
-        }
+        })
     }
 
     fn release(&self) {
         *self.released.lock().unwrap() = true;
         self.wake.notify_all();
     }
-}
 
-impl Member for Latch {
-    fn name(&self) -> &str {
-        self.inner.name()
+    /// A RAM member of `len` bytes steered by `self`.
+    fn member(self: &Arc<Latch>, name: &str, len: u64) -> Arc<dyn Member> {
+        let latch = Arc::clone(self);
+        let inner = Arc::new(MemMember::new(name, len).expect("mem"));
+        Arc::new(Hooked::new(inner, move |call: &Call| latch.before(call)))
     }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if offset >= self.latch_from {
+
+    fn before(&self, call: &Call) -> std::io::Result<()> {
+        if call.op == Op::Read {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+        }
+        if !call.is_write() {
+            return Ok(());
+        }
+        if call.offset >= self.latch_from {
             self.blocked.fetch_add(1, Ordering::SeqCst);
             let mut released = self.released.lock().unwrap();
             while !*released {
@@ -77,28 +76,16 @@ impl Member for Latch {
         if self.writes_fail.load(Ordering::SeqCst) {
             return Err(std::io::Error::other("injected write error"));
         }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.write_zeroes(offset, len)
+        Ok(())
     }
 }
 
 /// RAID 5 over 4 latch members (chunk 4 KiB: stripes of 12 KiB of data), writes blocked from
 /// member offset 64 KiB (array offset 192 KiB) on.
 fn latched_raid5() -> (Arc<Array>, Vec<Arc<Latch>>) {
-    let latches: Vec<Arc<Latch>> = (0..4)
-        .map(|i| Arc::new(Latch::new(&format!("latch{i}"), 128 * KIB, 64 * KIB)))
-        .collect();
-    let members: Vec<Arc<dyn Member>> = latches
-        .iter()
-        .map(|l| l.clone() as Arc<dyn Member>)
+    let latches: Vec<Arc<Latch>> = (0..4).map(|_| Latch::new(64 * KIB)).collect();
+    let members: Vec<Arc<dyn Member>> = (latches.iter().enumerate())
+        .map(|(i, l)| l.member(&format!("latch{i}"), 128 * KIB))
         .collect();
     let array = Arc::new(array_over(Level::Raid5, CHUNK, &members, &[]));
     // Long enough that only the scripted head ends the wait in time.

@@ -13,7 +13,7 @@ use common::{
 use export::{checkpoint, replay_array_writes, Checkpointer, WriteBack};
 use journal::{format, read_superblock, Journal, Mode};
 use layout::Level;
-use member::Member;
+use member::{Call, Hooked, Member};
 use ondisk::{create, CreateOptions};
 use volume::{assemble, AssembleOptions, Volume};
 
@@ -407,43 +407,6 @@ fn a_version_1_journal_replays_and_is_rewritten_as_version_2() {
     assert_eq!(stop(&j, &v, checkpointer), 0);
 }
 
-/// An array member whose writes to the data area wait while its gate is closed (reads,
-/// flushes, superblock and bitmap writes pass).
-#[derive(Debug)]
-struct Gated {
-    inner: Arc<SimMember>,
-    closed: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
-}
-
-impl Member for Gated {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if offset >= DATA_OFFSET {
-            let (closed, opened) = &*self.closed;
-            let guard = closed.lock().unwrap();
-            drop(opened.wait_while(guard, |closed| *closed).unwrap());
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.write_zeroes(offset, len)
-    }
-}
-
 /// Opens the gate when dropped (a failed assertion must not leave the applier stuck).
 struct GateHeld<'a>(&'a (std::sync::Mutex<bool>, std::sync::Condvar));
 
@@ -467,11 +430,18 @@ fn a_record_an_apply_refers_to_stays_until_the_apply_returns() {
     let gated: Vec<Arc<dyn Member>> = sims[..sims.len() - 1]
         .iter()
         .map(|s| {
+            // Writes to the data area wait while the gate is closed (reads, flushes, superblock
+            // and bitmap writes pass).
             let closed = Arc::clone(&gate);
-            Arc::new(Gated {
-                inner: Arc::clone(s),
-                closed,
-            }) as Arc<dyn Member>
+            let hold = move |call: &Call| {
+                if call.is_write() && call.offset >= DATA_OFFSET {
+                    let (closed, opened) = &*closed;
+                    let guard = closed.lock().unwrap();
+                    drop(opened.wait_while(guard, |closed| *closed).unwrap());
+                }
+                Ok(())
+            };
+            Arc::new(Hooked::new(Arc::clone(s) as Arc<dyn Member>, hold)) as Arc<dyn Member>
         })
         .collect();
     let v = Arc::new(assemble(gated, &AssembleOptions::default()).unwrap());

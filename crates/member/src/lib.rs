@@ -13,6 +13,8 @@
 //! - [`NbdMember`]: an export of an NBD server (`nbd://HOST[:PORT]/EXPORT`,
 //!   `nbd+unix:///EXPORT?socket=PATH`), a synchronous pipelined client with per-request deadlines
 //!   ([`RemoteOptions`]) and [`Member::reconnect`].
+//! - [`Hooked`]: forwards every call to another member after a caller-given hook saw it (and
+//!   let it through), for tests that watch, hold or fail a member's calls.
 //! - [`FaultyMember`] + [`FaultControl`]: wraps a member and injects seeded faults (errors by
 //!   range, every Nth, by probability; delays; vanishing) for fault-handling tests.
 //! - [`SimMember`]: an in-memory member that keeps written apart from durable data and simulates
@@ -46,6 +48,7 @@ mod error;
 mod exclusive;
 mod faulty;
 mod file;
+mod hooked;
 mod mem;
 mod nbd;
 mod rng;
@@ -66,6 +69,7 @@ pub use error::{check_range, Holder, MemberError};
 pub use exclusive::{holder_of, Identity};
 pub use faulty::{FaultControl, FaultRule, FaultyMember};
 pub use file::FileMember;
+pub use hooked::{Call, Hook, Hooked, Op};
 pub use mem::MemMember;
 pub use nbd::{
     is_nbd_uri, parse_nbd_uri, NbdAddress, NbdMember, NbdServerError, NbdTarget, RemoteOptions,

@@ -64,12 +64,12 @@ fn fast() -> SpeedLimits {
 fn write_error_marks_member_faulty_in_the_superblocks() {
     let dir = tempfile::tempdir().unwrap();
     let paths = new_array(dir.path(), "we", "raid5", 3);
-    let wrapped: Vec<Arc<Wrapped>> = open_all(&paths)
+    let wrapped: Vec<Wrapped> = open_all(&paths)
         .into_iter()
         .zip(&paths)
         .map(|(m, p)| Wrapped::new(m, &name(p)))
         .collect();
-    let members: Vec<Arc<dyn Member>> = wrapped.iter().map(|w| w.clone() as _).collect();
+    let members: Vec<Arc<dyn Member>> = wrapped.iter().map(|w| w.member.clone()).collect();
     let v = assemble(members, &AssembleOptions::default()).unwrap();
     let model = fill(&v, 1);
     let events = v.events();
@@ -337,7 +337,7 @@ fn a_replacement_that_fails_a_client_write_is_dropped_on_disk_first() {
         max_bytes_per_sec: 1,
     });
     let with = Wrapped::new(open_all(&new).remove(0), &name(&new[0]));
-    v.replace("role 1", with.clone()).unwrap();
+    v.replace("role 1", with.member.clone()).unwrap();
     let deadline = Instant::now() + WAIT;
     while v.status().task.is_none_or(|t| t.done_bytes == 0) {
         assert!(Instant::now() < deadline, "the first copy step did not run");
@@ -580,7 +580,7 @@ fn initial_sync_on_members_not_cheap_to_zero_and_assume_clean() {
         let remote: Vec<Arc<dyn Member>> = open_all(&paths)
             .into_iter()
             .enumerate()
-            .map(|(i, m)| Wrapped::new(m, &format!("remote{i}")) as _)
+            .map(|(i, m)| Wrapped::new(m, &format!("remote{i}")).member)
             .collect();
         let mut opts = CreateOptions::new("raid5".parse().unwrap(), "is");
         opts.chunk_bytes = 64 * 1024;
@@ -648,12 +648,12 @@ fn writers_survive_fault_rebuild_scrub_and_replace_together() {
         let dir = tempfile::tempdir().unwrap();
         let (paths, spares) = array_with_spares(dir.path(), "all", level, count, 1);
         let new = files(dir.path(), "new", 1);
-        let wrapped: Vec<Arc<Wrapped>> = open_all(&paths)
+        let wrapped: Vec<Wrapped> = open_all(&paths)
             .into_iter()
             .zip(&paths)
             .map(|(m, p)| Wrapped::new(m, &name(p)))
             .collect();
-        let mut members: Vec<Arc<dyn Member>> = wrapped.iter().map(|w| w.clone() as _).collect();
+        let mut members: Vec<Arc<dyn Member>> = wrapped.iter().map(|w| w.member.clone()).collect();
         members.extend(open_all(&spares));
         let v = Arc::new(assemble(members, &AssembleOptions::default()).unwrap());
         v.set_speed_limits(SpeedLimits {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use layout::Level;
-use member::{Member, SimMember};
+use member::{Call, Hooked, Member, Op, SimMember};
 use ondisk::{
     create, read_superblock, CreateOptions, Superblock, SuperblockError, BITMAP_OFFSET,
     FEATURE_INCOMPAT_BITMAP, SUPERBLOCK_BYTES,
@@ -25,65 +25,33 @@ const WAIT: Duration = Duration::from_secs(60);
 const KIB: u64 = 1024;
 const REGION: u64 = 256 * KIB;
 
-/// Counts the data-area bytes read and written on a member (offsets past the metadata area).
-#[derive(Debug)]
+/// The data-area bytes read and written on a member (offsets past the metadata area).
+#[derive(Debug, Default)]
 struct Counting {
-    inner: Arc<dyn Member>,
-    data_offset: u64,
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
 }
 
 impl Counting {
-    fn new(inner: Arc<dyn Member>) -> Arc<Counting> {
-        Arc::new(Counting {
-            inner,
-            data_offset: ondisk::DATA_OFFSET_DEFAULT,
-            read_bytes: AtomicU64::new(0),
-            written_bytes: AtomicU64::new(0),
-        })
-    }
     fn reset(&self) {
         self.read_bytes.store(0, Ordering::SeqCst);
         self.written_bytes.store(0, Ordering::SeqCst);
     }
-}
 
-impl Member for Counting {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        if offset >= self.data_offset {
-            self.read_bytes
-                .fetch_add(buf.len() as u64, Ordering::SeqCst);
-        }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if offset >= self.data_offset {
-            self.written_bytes
-                .fetch_add(buf.len() as u64, Ordering::SeqCst);
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        if offset >= self.data_offset {
-            self.written_bytes.fetch_add(len, Ordering::SeqCst);
-        }
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        if offset >= self.data_offset {
-            self.written_bytes.fetch_add(len, Ordering::SeqCst);
-        }
-        self.inner.write_zeroes(offset, len)
+    /// `inner`, counting into `self`.
+    fn watch(self: &Arc<Counting>, inner: Arc<dyn Member>) -> Arc<dyn Member> {
+        let counts = Arc::clone(self);
+        Arc::new(Hooked::new(inner, move |call: &Call| {
+            if call.offset >= ondisk::DATA_OFFSET_DEFAULT {
+                match call.op {
+                    Op::Read => &counts.read_bytes,
+                    _ if call.changes_bytes() => &counts.written_bytes,
+                    _ => return Ok(()),
+                }
+                .fetch_add(call.len, Ordering::SeqCst);
+            }
+            Ok(())
+        }))
     }
 }
 
@@ -92,8 +60,9 @@ fn path_name(p: &Path) -> String {
 }
 
 fn counted(paths: &[PathBuf]) -> (Vec<Arc<Counting>>, Vec<Arc<dyn Member>>) {
-    let c: Vec<Arc<Counting>> = open_all(paths).into_iter().map(Counting::new).collect();
-    let m = c.iter().map(|c| c.clone() as Arc<dyn Member>).collect();
+    let m = open_all(paths);
+    let c: Vec<Arc<Counting>> = m.iter().map(|_| Arc::default()).collect();
+    let m = c.iter().zip(m).map(|(c, m)| c.watch(m)).collect();
     (c, m)
 }
 
@@ -198,63 +167,10 @@ fn format_records_the_bitmap_and_old_readers_refuse_it() {
     assert!(create(&fresh(3), &odd).is_err(), "not a power of two");
 }
 
-/// Every data-area write checks that the bit of `region` is durable on every member.
-#[derive(Debug)]
-struct Ordered {
-    inner: Arc<SimMember>,
-    all: Arc<Mutex<Vec<Arc<SimMember>>>>,
-    region: u64,
-    violations: Arc<AtomicU64>,
-    data_writes: Arc<AtomicU64>,
-}
-
 fn durable_bit(m: &SimMember, region: u64) -> bool {
     let mut block = vec![0u8; 4096];
     m.read_durable(&mut block, BITMAP_OFFSET).unwrap();
     block[(region / 8) as usize] & (1 << (region % 8)) != 0
-}
-
-impl Member for Ordered {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.check(offset);
-        self.inner.write_at(buf, offset)
-    }
-    fn write_durable_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.check(offset);
-        self.inner.write_durable_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.check(offset);
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.check(offset);
-        self.inner.write_zeroes(offset, len)
-    }
-}
-
-impl Ordered {
-    fn check(&self, offset: u64) {
-        if offset >= ondisk::DATA_OFFSET_DEFAULT {
-            self.data_writes.fetch_add(1, Ordering::SeqCst);
-            let all = self.all.lock().unwrap();
-            if !all.iter().all(|m| durable_bit(m, self.region)) {
-                self.violations.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    }
 }
 
 fn bits_durable_before_data(level: Level, count: usize) {
@@ -274,13 +190,20 @@ fn bits_durable_before_data(level: Level, count: usize) {
     let members: Vec<Arc<dyn Member>> = sims
         .iter()
         .map(|s| {
-            Arc::new(Ordered {
-                inner: s.clone(),
-                all: all.clone(),
-                region,
-                violations: violations.clone(),
-                data_writes: data_writes.clone(),
-            }) as _
+            // Every data-area write checks that the bit of `region` is durable on every member.
+            let (all, violations, data_writes) =
+                (all.clone(), violations.clone(), data_writes.clone());
+            let check = move |call: &Call| {
+                if call.changes_bytes() && call.offset >= ondisk::DATA_OFFSET_DEFAULT {
+                    data_writes.fetch_add(1, Ordering::SeqCst);
+                    let all = all.lock().unwrap();
+                    if !all.iter().all(|m| durable_bit(m, region)) {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                Ok(())
+            };
+            Arc::new(Hooked::new(s.clone() as Arc<dyn Member>, check)) as _
         })
         .collect();
     let v = open_volume(members);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use member::{Member, OpenOptions};
+use member::{Call, Hooked, Member, Op, OpenOptions};
 use ondisk::{create, CreateOptions};
 use volume::{assemble, ArrayHealth, AssembleOptions, SpeedLimits};
 
@@ -46,64 +46,30 @@ struct Overlap {
     reads_during_write: AtomicU64,
 }
 
-/// A file member that sleeps on each write (a slow disk) and records overlaps.
-#[derive(Debug)]
-struct Slow {
-    inner: Arc<dyn Member>,
-    write_delay: Duration,
-    watched: bool,
-    overlap: Arc<Overlap>,
-}
-
-impl Member for Slow {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        if !self.watched && self.overlap.writing.load(Ordering::SeqCst) {
-            self.overlap
-                .reads_during_write
-                .fetch_add(1, Ordering::SeqCst);
-        }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if self.watched {
-            self.overlap.writing.store(true, Ordering::SeqCst);
-        }
-        std::thread::sleep(self.write_delay);
-        let result = self.inner.write_at(buf, offset);
-        if self.watched {
-            self.overlap.writing.store(false, Ordering::SeqCst);
-        }
-        result
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.write_zeroes(offset, len)
-    }
-}
-
+/// A file member that sleeps on each write (a slow disk) and records overlaps: the watched
+/// member's write is in flight while it sleeps.
 fn slow(path: &Path, delay: Duration, watched: bool, overlap: &Arc<Overlap>) -> Arc<dyn Member> {
     let inner = member::open(path.to_str().unwrap(), &OpenOptions::default()).unwrap();
-    Arc::new(Slow {
-        inner,
-        write_delay: delay,
-        watched,
-        overlap: overlap.clone(),
-    })
+    let overlap = Arc::clone(overlap);
+    Arc::new(Hooked::new(inner, move |call: &Call| {
+        if call.op == Op::Read && !watched && overlap.writing.load(Ordering::SeqCst) {
+            overlap.reads_during_write.fetch_add(1, Ordering::SeqCst);
+        }
+        if call.is_write() {
+            if watched {
+                overlap.writing.store(true, Ordering::SeqCst);
+            }
+            std::thread::sleep(delay);
+            if watched {
+                overlap.writing.store(false, Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    }))
 }
 
 /// A `level` array of `count` members of `member_bytes` each with one spare (chunk `chunk`),
-/// created in `dir` and assembled over [`Slow`] members: the spare is the watched one and
+/// created in `dir` and assembled over [`slow`] members: the spare is the watched one and
 /// sleeps `spare_delay` on each write, the others do not sleep. Rebuilds run unthrottled.
 fn slow_array(
     dir: &Path,

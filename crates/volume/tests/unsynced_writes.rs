@@ -81,7 +81,7 @@ fn remote(paths: &[PathBuf]) -> Vec<Arc<dyn Member>> {
     open_all(paths)
         .into_iter()
         .enumerate()
-        .map(|(i, m)| Wrapped::new(m, &format!("remote{i}")) as Arc<dyn Member>)
+        .map(|(i, m)| Wrapped::new(m, &format!("remote{i}")).member)
         .collect()
 }
 

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use engine::{Array, ArrayConfig, Level};
-use member::{MemMember, Member};
+use member::{Call, Hooked, MemMember, Member, Op};
 use std::sync::Arc;
 
 pub const KIB: u64 = 1024;
@@ -162,11 +162,12 @@ pub fn missing_sets(
     out
 }
 
-/// A RAM member with injected faults: the next N reads fail, every read fails, every write
-/// fails, or every request is delayed. (A small stand-in for `member::FaultyMember`.)
+/// What steers a RAM member with injected faults: the next N reads fail, every read fails,
+/// every write fails, or every request is delayed. (A small stand-in for `member::FaultyMember`.)
+/// `inner` is the RAM itself, for reading and writing past the faults.
 #[derive(Debug)]
 pub struct Flaky {
-    pub inner: MemMember,
+    pub inner: Arc<MemMember>,
     pub read_failures_left: std::sync::atomic::AtomicU64,
     pub reads_fail: std::sync::atomic::AtomicBool,
     pub writes_fail: std::sync::atomic::AtomicBool,
@@ -178,7 +179,7 @@ impl Flaky {
     pub fn new(name: &str, len: u64) -> Flaky {
         use std::sync::atomic::{AtomicBool, AtomicU64};
         Flaky {
-            inner: MemMember::new(name, len).expect("mem"),
+            inner: Arc::new(MemMember::new(name, len).expect("mem")),
             read_failures_left: AtomicU64::new(0),
             reads_fail: AtomicBool::new(false),
             writes_fail: AtomicBool::new(false),
@@ -186,56 +187,41 @@ impl Flaky {
             reads: AtomicU64::new(0),
         }
     }
-    fn delay(&self) {
-        let ms = self.delay_ms.load(std::sync::atomic::Ordering::Relaxed);
+
+    /// The member: `inner` behind the faults.
+    pub fn member(self: &Arc<Flaky>) -> Arc<dyn Member> {
+        let flaky = Arc::clone(self);
+        Arc::new(Hooked::new(self.inner.clone(), move |call: &Call| {
+            flaky.before(call)
+        }))
+    }
+
+    fn before(&self, call: &Call) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if call.op == Op::Reconnect {
+            return Ok(());
+        }
+        let ms = self.delay_ms.load(Relaxed);
         if ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
-    }
-    fn write_check(&self) -> std::io::Result<()> {
-        self.delay();
-        if self.writes_fail.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(std::io::Error::other("injected write error"));
+        match call.op {
+            Op::Read => {
+                self.reads.fetch_add(1, Relaxed);
+                let once = self
+                    .read_failures_left
+                    .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+                match once || self.reads_fail.load(Relaxed) {
+                    true => Err(std::io::Error::other("injected read error")),
+                    false => Ok(()),
+                }
+            }
+            _ => match self.writes_fail.load(Relaxed) {
+                true => Err(std::io::Error::other("injected write error")),
+                false => Ok(()),
+            },
         }
-        Ok(())
-    }
-}
-
-impl Member for Flaky {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.delay();
-        self.reads.fetch_add(1, Relaxed);
-        let once = self
-            .read_failures_left
-            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
-            .is_ok();
-        if once || self.reads_fail.load(Relaxed) {
-            return Err(std::io::Error::other("injected read error"));
-        }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.write_check()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.write_check()?;
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.write_check()?;
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.write_check()?;
-        self.inner.write_zeroes(offset, len)
     }
 }
 
@@ -244,6 +230,6 @@ pub fn flaky_members(n: usize, len: u64) -> (Vec<Arc<Flaky>>, Vec<Arc<dyn Member
     let flaky: Vec<Arc<Flaky>> = (0..n)
         .map(|i| Arc::new(Flaky::new(&format!("flaky{i}"), len)))
         .collect();
-    let members = flaky.iter().map(|f| f.clone() as Arc<dyn Member>).collect();
+    let members = flaky.iter().map(Flaky::member).collect();
     (flaky, members)
 }

@@ -5,64 +5,39 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use member::Member;
+use member::{Call, Hooked, Member, Op};
 
 #[path = "../../../ondisk/tests/common/mod.rs"]
 mod format;
 pub use format::*;
 
-/// A member wrapper with injected write errors and an optional different name (a name that
-/// is not a file path makes `create` treat the member as not cheap to zero, like a remote one).
+/// A member with injected write errors (writes, flushes, trims and write-zeroes fail while
+/// `writes_fail`) under another name (a name that is not a file path makes `create` treat the
+/// member as not cheap to zero, like a remote one).
 #[derive(Debug)]
 pub struct Wrapped {
-    pub inner: Arc<dyn Member>,
-    pub name: String,
-    pub writes_fail: std::sync::atomic::AtomicBool,
+    pub member: Arc<dyn Member>,
+    pub writes_fail: Arc<AtomicBool>,
 }
 
 impl Wrapped {
-    pub fn new(inner: Arc<dyn Member>, name: &str) -> Arc<Wrapped> {
-        Arc::new(Wrapped {
-            inner,
-            name: name.to_string(),
-            writes_fail: std::sync::atomic::AtomicBool::new(false),
-        })
-    }
-    fn check(&self) -> std::io::Result<()> {
-        if self.writes_fail.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(std::io::Error::other("injected write error"));
+    pub fn new(inner: Arc<dyn Member>, name: &str) -> Wrapped {
+        let writes_fail = Arc::new(AtomicBool::new(false));
+        let fail = Arc::clone(&writes_fail);
+        let check = move |call: &Call| match (call.changes_bytes() || call.op == Op::Flush)
+            && fail.load(Ordering::Relaxed)
+        {
+            true => Err(std::io::Error::other("injected write error")),
+            false => Ok(()),
+        };
+        let member = Arc::new(Hooked::new(inner, check).named(name));
+        Wrapped {
+            member,
+            writes_fail,
         }
-        Ok(())
-    }
-}
-
-impl Member for Wrapped {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.check()?;
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.check()?;
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.check()?;
-        self.inner.trim(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.check()?;
-        self.inner.write_zeroes(offset, len)
     }
 }
 

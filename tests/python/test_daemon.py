@@ -4,8 +4,10 @@ storage service.
 - ``test_three_arrays_served_with_alerts``: RAID 1, 5 and 6 on files, their entries written by
   ``examine --scan``; one listener lists the three exports with their sizes, qemu-io writes and
   reads each; a member failed through the admin socket (``--array``) calls the alert program
-  with ``Fail ARRAY MEMBER`` within a second, then ``DegradedArray``; a spare added rebuilds
-  (``RebuildStarted``, ``SpareActive``, ``RebuildFinished``); SIGTERM closes every array clean.
+  with ``Fail ARRAY MEMBER`` within a second, then ``DegradedArray``; ``status`` without
+  ``--array`` shows every array (an mdstat-style block each; ``--json`` all statuses); a spare
+  added rebuilds (``status --watch`` follows it to the end; ``RebuildStarted``,
+  ``SpareActive``, ``RebuildFinished``); SIGTERM closes every array clean.
 - ``test_a_bad_configuration_starts_nothing``: ``--check-config`` and a start both print every
   problem with its line and key and exit non-zero; no socket appears.
 - ``test_an_array_that_cannot_start_leaves_the_others_serving``: one array's member is gone and
@@ -122,14 +124,28 @@ def test_three_arrays_served_with_alerts(tmp_path):
         status = json.loads(raidkit("status", "--admin", admin, "--array", "media",
                                     "--json").stdout)
         assert status["health"] == "degraded", status
-        refused = raidkit("status", "--admin", admin, check=False)
-        assert refused.returncode != 0 and "--array NAME" in refused.stderr, refused.stderr
+        # Without --array: every array, an mdstat-style block each, or all of them in JSON.
+        text = raidkit("status", "--admin", admin).stdout
+        blocks = {b.split(" : ")[0]: b for b in text.split("\n\n")}
+        assert sorted(blocks) == ["backup", "home", "media"], text
+        assert blocks["media"].startswith("media : degraded raid5 "), text
+        assert f"{media[1]}[1](F)" in blocks["media"] and "[4/3] [U_UU]" in blocks["media"], text
+        assert "[2/2] [UU]" in blocks["home"] and "[4/4] [UUUU]" in blocks["backup"], text
+        every = json.loads(raidkit("status", "--admin", admin, "--json").stdout)["arrays"]
+        assert sorted(every) == ["backup", "home", "media"], every
+        assert every["media"]["health"] == "degraded" and every["media"]["level"] == "raid5"
+        assert every["home"]["level"] == "raid1" and every["backup"]["level"] == "raid6"
 
         spare = tmp_path / "spare"
         with open(spare, "wb") as f:
             f.truncate(16 << 20)
-        raidkit("add", "--admin", admin, "--array", "media", f"{spare}", "--wait", timeout=300)
         since = time.monotonic()
+        raidkit("add", "--admin", admin, "--array", "media", f"{spare}")
+        # --watch follows every array's background work until none is left, then shows all.
+        watched = raidkit("status", "--admin", admin, "--watch", timeout=300).stdout
+        final = watched.rsplit("backup : ", 1)[1]
+        assert "[4/4] [UUUU]" in final.split("media : ")[1], watched
+        assert f"{spare}[1]" in final, watched
         for event in ("RebuildStarted media", f"SpareActive media {spare}",
                       "RebuildFinished media"):
             wait_for_line(alerts, event, since, 10)

@@ -14,6 +14,13 @@
 //! Each path acts on the only array the socket serves; `/v1/arrays/NAME/status` (and so on for
 //! every endpoint) names one of several ([`route`]).
 //!
+//! Two requests are about the whole process rather than one array ([`parse_process`]):
+//!
+//! | method | path | body | does |
+//! |---|---|---|---|
+//! | GET | `/v1/arrays` | — | `{"arrays": {NAME: status, ...}}`: every array's status |
+//! | POST | `/v1/monitor/test` | — | raise `TestMessage` for every array (a daemon's alerts) |
+//!
 //! Success: 200 with a JSON object. Failure: a 4xx/5xx status with `{"error": "..."}`.
 
 use std::borrow::Cow;
@@ -102,6 +109,36 @@ struct SpeedBody {
 #[serde(deny_unknown_fields)]
 struct WaitBody {
     timeout_secs: u64,
+}
+
+/// A request about the whole process, not one of its arrays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcessRequest {
+    /// Every array's status, by name.
+    AllStatus,
+    /// Raise a `TestMessage` alert for every array (`raidkit monitor --test`).
+    TestAlerts,
+}
+
+/// The path of every array's status.
+pub const ALL_STATUS_PATH: &str = "/v1/arrays";
+/// The path that raises a test alert for every array.
+pub const TEST_ALERTS_PATH: &str = "/v1/monitor/test";
+
+/// Parses a request about the whole process; `None` when the path is not one of those.
+pub fn parse_process(method: &str, path: &str) -> Option<Result<ProcessRequest, ApiError>> {
+    let (request, allowed) = match path {
+        ALL_STATUS_PATH => (ProcessRequest::AllStatus, "GET"),
+        TEST_ALERTS_PATH => (ProcessRequest::TestAlerts, "POST"),
+        _ => return None,
+    };
+    if method != allowed {
+        return Some(Err(ApiError::new(
+            405,
+            format!("{method} is not allowed on {path} (use {allowed})"),
+        )));
+    }
+    Some(Ok(request))
 }
 
 /// The prefix of a path that names its array: `/v1/arrays/NAME/ENDPOINT`.
@@ -275,6 +312,36 @@ mod tests {
             assert_eq!(e.status, status, "{method} {path} {body:?}: {e}");
             assert!(!e.message.is_empty());
         }
+    }
+
+    #[test]
+    fn parses_the_process_requests() {
+        assert_eq!(
+            parse_process("GET", "/v1/arrays"),
+            Some(Ok(ProcessRequest::AllStatus))
+        );
+        assert_eq!(
+            parse_process("POST", "/v1/monitor/test"),
+            Some(Ok(ProcessRequest::TestAlerts))
+        );
+        assert_eq!(
+            parse_process("POST", "/v1/arrays")
+                .unwrap()
+                .unwrap_err()
+                .status,
+            405
+        );
+        assert_eq!(
+            parse_process("GET", "/v1/monitor/test")
+                .unwrap()
+                .unwrap_err()
+                .status,
+            405
+        );
+        assert_eq!(parse_process("GET", "/v1/status"), None);
+        // A path naming an array is that array's, never the process's.
+        assert_eq!(parse_process("GET", "/v1/arrays/home/status"), None);
+        assert_eq!(parse_process("GET", "/v1/arrays/"), None);
     }
 
     #[test]

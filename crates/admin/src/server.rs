@@ -12,7 +12,7 @@ use std::future::Future;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
-use crate::api::{self, ApiError, Request};
+use crate::api::{self, ApiError, ProcessRequest, Request};
 use crate::Log;
 
 /// Admin connections served at once.
@@ -42,11 +42,17 @@ pub trait Control: Send + Sync + 'static {
     fn handle(&self, request: Request) -> Result<Value, ApiError>;
 }
 
+/// Raises a `TestMessage` alert for each array named and answers what was sent (a daemon's
+/// alerter; `POST /v1/monitor/test`). Called on a blocking thread.
+pub type TestAlerts = Box<dyn Fn(&[String]) -> Result<Value, ApiError> + Send + Sync>;
+
 /// The arrays one admin socket serves, by name (`/v1/arrays/NAME/...`); a path without a
 /// name addresses the only one. Arrays may be added and removed while the socket serves.
 #[derive(Default)]
 pub struct Arrays {
     by_name: RwLock<BTreeMap<String, Arc<dyn Control>>>,
+    /// Set by a process that raises alerts (the daemon); `serve` has none.
+    test_alerts: OnceLock<TestAlerts>,
 }
 
 impl Arrays {
@@ -64,6 +70,48 @@ impl Arrays {
     pub fn remove(&self, name: &str) -> Option<Arc<dyn Control>> {
         let mut by_name = self.by_name.write().unwrap_or_else(|e| e.into_inner());
         by_name.remove(name)
+    }
+
+    /// Answers `POST /v1/monitor/test` with `raise` from now on (once; false if already set).
+    pub fn set_test_alerts(&self, raise: TestAlerts) -> bool {
+        self.test_alerts.set(raise).is_ok()
+    }
+
+    /// The names and controls of every array, in name order.
+    pub fn all(&self) -> Vec<(String, Arc<dyn Control>)> {
+        let by_name = self.by_name.read().unwrap_or_else(|e| e.into_inner());
+        by_name
+            .iter()
+            .map(|(name, control)| (name.clone(), Arc::clone(control)))
+            .collect()
+    }
+
+    /// A request about the whole process; may block (run on a blocking thread).
+    fn handle_process(&self, request: ProcessRequest) -> Result<Value, ApiError> {
+        let arrays = self.all();
+        match request {
+            ProcessRequest::AllStatus => {
+                let mut statuses = serde_json::Map::new();
+                for (name, control) in arrays {
+                    statuses.insert(name, control.handle(Request::Status)?);
+                }
+                Ok(json!({ "arrays": statuses }))
+            }
+            ProcessRequest::TestAlerts => {
+                let raise = self.test_alerts.get().ok_or_else(|| {
+                    ApiError::new(
+                        404,
+                        "this server raises no alerts (`raidkit serve` has none: alerts are \
+                         `raidkit daemon`'s [alerts])",
+                    )
+                })?;
+                if arrays.is_empty() {
+                    return Err(ApiError::new(503, "no array is served here"));
+                }
+                let names: Vec<String> = arrays.into_iter().map(|(name, _)| name).collect();
+                raise(&names)
+            }
+        }
     }
 
     /// The control of the array a request names, or of the only one.
@@ -251,7 +299,16 @@ async fn handle(
 }
 
 /// Parses the request, then hands it to its array's control.
-async fn answer(arrays: &Arrays, method: &str, path: &str, body: &[u8]) -> Result<Value, ApiError> {
+async fn answer(
+    arrays: &Arc<Arrays>,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    if let Some(request) = api::parse_process(method, path) {
+        let (arrays, request) = (Arc::clone(arrays), request?);
+        return blocking(move || arrays.handle_process(request)).await;
+    }
     let (array, endpoint) = api::route(path);
     let request = api::parse(method, &endpoint, body)?;
     run(arrays.pick(array)?, request).await
@@ -271,7 +328,14 @@ async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
 }
 
 async fn run(control: Arc<dyn Control>, request: Request) -> Result<Value, ApiError> {
-    let joined = tokio::task::spawn_blocking(move || control.handle(request)).await;
+    blocking(move || control.handle(request)).await
+}
+
+/// Runs a handler on tokio's blocking pool; a panic becomes a 500.
+async fn blocking(
+    handler: impl FnOnce() -> Result<Value, ApiError> + Send + 'static,
+) -> Result<Value, ApiError> {
+    let joined = tokio::task::spawn_blocking(handler).await;
     joined.unwrap_or_else(|e| Err(ApiError::new(500, format!("admin handler failed: {e}"))))
 }
 
@@ -328,5 +392,34 @@ mod tests {
         assert_eq!(answered_by(&arrays, Some("nope")).unwrap_err().status, 404);
         assert!(arrays.remove("media").is_some());
         assert_eq!(answered_by(&arrays, None).unwrap()["array"], "home");
+    }
+
+    #[test]
+    fn process_requests_cover_every_array() {
+        let arrays = Arrays::default();
+        assert!(arrays.insert("media", Arc::new(Named("media"))));
+        assert!(arrays.insert("home", Arc::new(Named("home"))));
+        let all = arrays.handle_process(ProcessRequest::AllStatus).unwrap();
+        assert_eq!(
+            all,
+            json!({"arrays": {"home": {"array": "home"}, "media": {"array": "media"}}})
+        );
+        // `serve` raises no alerts: refused, and says why.
+        let refused = arrays
+            .handle_process(ProcessRequest::TestAlerts)
+            .unwrap_err();
+        assert_eq!(refused.status, 404);
+        assert!(refused.message.contains("raidkit daemon"), "{refused}");
+        let raise: TestAlerts = Box::new(|names| Ok(json!({ "sent": names })));
+        assert!(arrays.set_test_alerts(raise));
+        assert!(!arrays.set_test_alerts(Box::new(|_| Ok(json!({})))));
+        let sent = arrays.handle_process(ProcessRequest::TestAlerts).unwrap();
+        assert_eq!(sent, json!({"sent": ["home", "media"]}));
+        let empty = Arrays::default();
+        assert!(empty.set_test_alerts(Box::new(|_| Ok(json!({})))));
+        let none = empty
+            .handle_process(ProcessRequest::TestAlerts)
+            .unwrap_err();
+        assert_eq!(none.status, 503);
     }
 }

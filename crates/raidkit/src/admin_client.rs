@@ -1,6 +1,7 @@
 //! The operator's side of the admin endpoint (the server is the `admin` crate): one HTTP
 //! request per call over the server's Unix socket, with errors that name the socket.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,11 +41,21 @@ impl Client {
     }
 
     pub fn get(&self, path: &str) -> anyhow::Result<Value> {
-        self.call("GET", path, None)
+        self.call(self.array.as_deref(), "GET", path, None)
     }
 
     pub fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
-        self.call("POST", path, Some(body))
+        self.call(self.array.as_deref(), "POST", path, Some(body))
+    }
+
+    /// POSTs to the endpoint `path` of the array `array` (whichever `--array` said).
+    pub fn post_to(&self, array: &str, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.call(Some(array), "POST", path, Some(body))
+    }
+
+    /// A request about the whole server, not one array (`/v1/arrays`, `/v1/monitor/test`).
+    pub fn process(&self, method: &str, path: &str) -> anyhow::Result<Value> {
+        self.call(None, method, path, None)
     }
 
     /// Fetches the status from the server and decodes it.
@@ -53,11 +64,23 @@ impl Client {
         serde_json::from_value(value).context("the server's status does not decode")
     }
 
-    /// Sends one request; a non-2xx reply becomes an error carrying the server's message.
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+    /// Every array's status, by name (`GET /v1/arrays`), decoded.
+    pub fn statuses(&self) -> anyhow::Result<BTreeMap<String, Status>> {
+        crate::cmd::status::decode_statuses(self.process("GET", admin::api::ALL_STATUS_PATH)?)
+    }
+
+    /// Sends one request, to the array `array` when given (`/v1/X` becomes
+    /// `/v1/arrays/NAME/X`); a non-2xx reply becomes an error carrying the server's message.
+    fn call(
+        &self,
+        array: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<Value> {
         let body = body.map(Value::to_string).unwrap_or_default();
         let named;
-        let path = match (&self.array, path.strip_prefix("/v1/")) {
+        let path = match (array, path.strip_prefix("/v1/")) {
             (Some(array), Some(endpoint)) => {
                 named = format!("{}{array}/{endpoint}", admin::api::ARRAY_PATH_PREFIX);
                 named.as_str()
@@ -147,5 +170,10 @@ pub struct Admin {
 impl Admin {
     pub fn client(&self) -> anyhow::Result<Client> {
         Client::new(&self.admin, self.array.as_deref())
+    }
+
+    /// Whether `--array` named one.
+    pub fn names_array(&self) -> bool {
+        self.array.is_some()
     }
 }

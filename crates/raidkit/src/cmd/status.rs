@@ -1,6 +1,10 @@
 //! `raidkit status`: the array as the server sees it, via the admin socket.
 
+use std::collections::BTreeMap;
+
+use anyhow::Context;
 use cache::CacheStats;
+use serde_json::json;
 use volume::{AtRisk, MemberState, MemberStatus, ScrubReport};
 
 use crate::admin_client::Client;
@@ -8,7 +12,12 @@ use crate::progress::{follow_with, task_line};
 use crate::units::human_bytes;
 use admin::status::{wire_name, JournalSection, Status};
 
-/// Show a running array's state (asks `raidkit serve --admin PATH`).
+/// Show a running array's state (asks `raidkit serve --admin PATH`, or the daemon's).
+///
+/// A daemon serving several arrays: without --array, one /proc/mdstat style block per array
+/// (name, health, level, members with their roles and state, `[4/3] [UU_U]`, the background
+/// task), and --json prints `{"arrays": {NAME: status, ...}}`; --array NAME shows that one in
+/// full. With one array served, its full status (--json: its status object).
 ///
 /// Prints the array name, level, chunk, size and health (clean, active, degraded, resyncing,
 /// rebuilding, failed), a /proc/mdstat style summary (`[4/3] [UU_U]`: roles / in-sync roles,
@@ -37,6 +46,12 @@ const AT_RISK_LISTED: usize = 16;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let client = args.admin.client()?;
+    if !args.admin.names_array() {
+        let all = client.process("GET", admin::api::ALL_STATUS_PATH)?;
+        if all["arrays"].as_object().is_some_and(|a| a.len() > 1) {
+            return run_all(&client, all, &args);
+        }
+    }
     if args.json {
         let value = client.get("/v1/status")?;
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -56,6 +71,112 @@ fn watch(client: &Client) -> anyhow::Result<()> {
     follow_with(client, "background task", true)?;
     print!("{}", render(&client.status()?));
     Ok(())
+}
+
+/// Every array of a server that serves several.
+fn run_all(client: &Client, all: serde_json::Value, args: &Args) -> anyhow::Result<()> {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(());
+    }
+    let statuses = decode_statuses(all)?;
+    print!("{}", render_all(&statuses));
+    if args.watch {
+        follow_all(client)?;
+        print!("{}", render_all(&client.statuses()?));
+    }
+    Ok(())
+}
+
+/// Follows every array's background work until none runs or is due in any array, printing
+/// each busy array's task line once a second.
+fn follow_all(client: &Client) -> anyhow::Result<()> {
+    let now = |timeout_secs: u64| json!({ "timeout_secs": timeout_secs });
+    loop {
+        let mut busy = None;
+        for name in client.statuses()?.keys() {
+            let idle = client.post_to(name, "/v1/wait", &now(0))?;
+            if idle.get("idle").and_then(|v| v.as_bool()) != Some(true) {
+                busy = Some(name.clone());
+                break;
+            }
+        }
+        let Some(busy) = busy else { return Ok(()) };
+        // Paces the lines: returns within a second, sooner if that array goes idle.
+        client.post_to(&busy, "/v1/wait", &now(1))?;
+        for (name, status) in client.statuses()? {
+            if let Some(task) = &status.volume.task {
+                println!("{name}: {}", task_line(task));
+            }
+        }
+    }
+}
+
+/// One /proc/mdstat style block per array, in name order.
+pub fn render_all(statuses: &BTreeMap<String, Status>) -> String {
+    statuses
+        .iter()
+        .map(|(name, status)| mdstat_block(name, status))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `home : degraded raid1 /dev/sdb[0] /dev/sdc[1](F) /dev/sdd(S)`, then size, chunk and
+/// `[2/1] [U_]`, then the background task and a journal under pressure, as /proc/mdstat.
+pub fn mdstat_block(name: &str, status: &Status) -> String {
+    let s = &status.volume;
+    let members: Vec<String> = s
+        .members
+        .iter()
+        .map(|m| {
+            let name = if m.name.is_empty() {
+                "missing"
+            } else {
+                &m.name
+            };
+            let role = m.role.map(|r| format!("[{r}]")).unwrap_or_default();
+            let mark = match m.state {
+                MemberState::Faulty => "(F)",
+                MemberState::Missing => "(M)",
+                MemberState::Spare => "(S)",
+                MemberState::Rebuilding => "(rebuilding)",
+                MemberState::ReplacementTarget => "(R)",
+                MemberState::Replacing => "(replacing)",
+                MemberState::Active => "",
+            };
+            format!("{name}{role}{mark}")
+        })
+        .collect();
+    let mut out = format!(
+        "{name} : {} {} {}\n",
+        wire_name(s.health),
+        s.level,
+        members.join(" ")
+    );
+    out += &format!(
+        "      {}, chunk {} {}\n",
+        human_bytes(s.size_bytes),
+        human_bytes(s.chunk_bytes),
+        mdstat(&s.members)
+    );
+    if let Some(task) = &s.task {
+        out += &format!("      {}\n", task_line(task));
+    }
+    if let Some(j) = status.journal.as_ref().filter(|j| j.pressure_applies > 0) {
+        out += &format!(
+            "      journal: {} applies under ring pressure\n",
+            j.pressure_applies
+        );
+    }
+    out
+}
+
+/// `{"arrays": {NAME: status}}` as the server sends it, decoded.
+pub fn decode_statuses(all: serde_json::Value) -> anyhow::Result<BTreeMap<String, Status>> {
+    let Some(arrays) = all.get("arrays").cloned() else {
+        anyhow::bail!("the server's reply has no \"arrays\": {all}");
+    };
+    serde_json::from_value(arrays).context("the server's statuses do not decode")
 }
 
 /// `[4/3] [UU_U]`: roles, roles in sync, and one letter per role.
@@ -501,5 +622,60 @@ mod tests {
             text.contains("3.0 MiB of stripes left half-written"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn renders_one_mdstat_block_per_array() {
+        let mut home = bare("raid1", ArrayHealth::Rebuilding);
+        home.volume.size_bytes = 15 << 20;
+        home.volume.members = vec![
+            member(Some(0), "/d/home0", MemberState::Active),
+            member(Some(1), "/d/spare", MemberState::Rebuilding),
+            member(None, "/d/old", MemberState::Faulty),
+        ];
+        home.volume.task = Some(TaskStatus {
+            kind: TaskKind::Rebuild,
+            role: Some(1),
+            done_bytes: 1 << 20,
+            total_bytes: 4 << 20,
+            bytes_per_sec: 1 << 20,
+            eta_secs: Some(3),
+        });
+        let mut media = bare("raid5", ArrayHealth::Degraded);
+        media.volume.members = vec![
+            member(Some(0), "/d/m0", MemberState::Active),
+            member(Some(1), "", MemberState::Missing),
+            member(Some(2), "/d/m2", MemberState::Active),
+            member(None, "/d/m3", MemberState::Spare),
+        ];
+        media.journal = Some(JournalSection {
+            name: "/d/j".into(),
+            mode: JournalMode::WriteBack,
+            volatile: false,
+            volatile_reason: None,
+            ring_bytes: 1 << 20,
+            used_bytes: 0,
+            write_back_record_bytes: 0,
+            records_live: 0,
+            commits: 0,
+            checkpoints: 0,
+            pressure_applies: 3,
+            unapplied_bytes: Some(0),
+        });
+        let statuses = BTreeMap::from([("media".to_string(), media), ("home".to_string(), home)]);
+        let text = render_all(&statuses);
+        assert_eq!(
+            text,
+            "home : rebuilding raid1 /d/home0[0] /d/spare[1](rebuilding) /d/old(F)\n\
+             \x20     15.0 MiB, chunk 64.0 KiB [2/1] [U_]\n\
+             \x20     rebuild role 1: 25.0% (1.0 MiB of 4.0 MiB) at 1.0 MiB/s, ETA 0:00:03\n\
+             \n\
+             media : degraded raid5 /d/m0[0] missing[1](M) /d/m2[2] /d/m3(S)\n\
+             \x20     3.0 GiB, chunk 64.0 KiB [3/2] [U_U]\n\
+             \x20     journal: 3 applies under ring pressure\n"
+        );
+        let all = json!({ "arrays": serde_json::to_value(&statuses).unwrap() });
+        assert_eq!(decode_statuses(all).unwrap(), statuses);
+        assert!(decode_statuses(json!({ "status": {} })).is_err());
     }
 }

@@ -31,10 +31,12 @@
 mod check;
 mod model;
 mod scan;
+mod schedule;
 mod values;
 
 pub use check::{Problem, Problems};
 pub use model::{Alerts, ArrayConfig, Config, Daemon, LogFormat, DEFAULT_LISTEN, DEFAULT_PATH};
 pub use scan::{group, render_scan, ScannedArray, ScannedJournal, ScannedMember};
+pub use schedule::{Cron, Schedule};
 pub use toml::Spanned;
-pub use values::{Rate, Schedule, Size, TimeWindow};
+pub use values::{Rate, Size, TimeWindow};

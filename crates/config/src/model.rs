@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::values::{Rate, Schedule, Size, TimeWindow};
+use crate::schedule::Schedule;
+use crate::values::{Rate, Size, TimeWindow};
 
 /// Where the daemon reads its configuration unless told otherwise.
 pub const DEFAULT_PATH: &str = "/etc/raidkit/raidkit.toml";
@@ -136,10 +137,14 @@ pub struct ArrayConfig {
     /// Longest wait between reconnect attempts, seconds (serve's `--reconnect-interval-max`,
     /// default 30).
     pub reconnect_interval_max_secs: Option<Spanned<u64>>,
-    /// When a scrub is to start by itself (default off; checked, not acted on yet).
+    /// When the daemon starts a scrub (check only) by itself: `off` (default), `daily`,
+    /// `weekly`, `monthly`, a cron spec or `every DURATION` (see [`Schedule`]); skipped, with
+    /// a log line, while the array is degraded or any background task runs. Not acted on
+    /// yet (docs/DESIGN.md "Known limits").
     pub scrub_schedule: Option<Spanned<Schedule>>,
-    /// Daily local-time window for scrubs and resyncs, `"HH:MM-HH:MM"` (default: any time;
-    /// checked, not acted on yet).
+    /// Daily local-time window for scrubs and resyncs, `"HH:MM-HH:MM"` (default: any time):
+    /// outside it they pause where they are and resume when it opens (see [`TimeWindow`]).
+    /// Not acted on yet (docs/DESIGN.md "Known limits").
     pub background_window: Option<Spanned<TimeWindow>>,
 }
 

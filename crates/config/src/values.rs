@@ -1,6 +1,6 @@
-//! The value types of the file that are not plain TOML: sizes, rates, schedules and time
-//! windows. Each parses from the text an operator writes (`"64M"`, `"200M/s"`, `"monthly"`,
-//! `"19:00-05:00"`) and writes itself back the same way.
+//! The value types of the file that are not plain TOML: sizes, rates and time windows (the
+//! scrub schedule is in `schedule`). Each parses from the text an operator writes (`"64M"`,
+//! `"200M/s"`, `"19:00-05:00"`) and writes itself back the same way.
 
 use std::fmt;
 
@@ -104,58 +104,11 @@ fn size_text(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// When a scheduled scrub is to start: `daily`, `weekly`, `monthly` (md's checkarray runs
-/// monthly), or `off`. Checked only: the daemon does not schedule scrubs yet (docs/DESIGN.md,
-/// "Known limits").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Schedule {
-    Off,
-    Daily,
-    Weekly,
-    Monthly,
-}
-
-impl Schedule {
-    const NAMES: [(&'static str, Schedule); 4] = [
-        ("off", Schedule::Off),
-        ("daily", Schedule::Daily),
-        ("weekly", Schedule::Weekly),
-        ("monthly", Schedule::Monthly),
-    ];
-
-    fn parse(text: &str) -> Result<Self, String> {
-        Self::NAMES
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(text))
-            .map(|&(_, s)| s)
-            .ok_or_else(|| format!("{text:?} is not a schedule: use off, daily, weekly or monthly"))
-    }
-
-    fn name(self) -> &'static str {
-        Self::NAMES
-            .iter()
-            .find(|(_, s)| *s == self)
-            .map(|(n, _)| *n)
-            .unwrap()
-    }
-}
-
-impl<'de> Deserialize<'de> for Schedule {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Schedule::parse(&text).map_err(de::Error::custom)
-    }
-}
-
-impl Serialize for Schedule {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-/// A daily window of local time, `"HH:MM-HH:MM"`, in which background work (scrub, resync)
-/// is to run; it may wrap past midnight (`"19:00-05:00"`). Minutes after midnight. Checked
-/// only: the daemon does not pause background work outside it yet.
+/// A daily window of local time, `"HH:MM-HH:MM"` (the system's time zone, as the scrub
+/// schedule), in which scrubs and resyncs run; outside it they pause, keeping their position,
+/// and resume when it opens. It may wrap past midnight (`"19:00-05:00"`); the start is inside,
+/// the end is not. Rebuilds and replaces are not paused (they restore redundancy). Minutes
+/// after midnight; a day with a daylight saving change has the window by its clock times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeWindow {
     pub start_minute: u16,
@@ -181,6 +134,11 @@ impl TimeWindow {
             ));
         }
         Ok(window)
+    }
+
+    /// True when the local time `at` is inside the window.
+    pub fn contains_time(&self, at: &jiff::ZonedDateTime) -> bool {
+        self.contains((at.hour() as u16) * 60 + at.minute() as u16)
     }
 
     /// True when `minute` (after local midnight) is inside the window.
@@ -238,6 +196,14 @@ mod tests {
         let day = TimeWindow::parse("09:30-17:00").unwrap();
         assert!(day.contains(9 * 60 + 30) && !day.contains(17 * 60) && !day.contains(60));
         assert_eq!(night.to_string(), "19:00-05:00");
+        let utc = jiff::tz::TimeZone::UTC;
+        let at = |h, m| utc.to_zoned_datetime(jiff::civil::date(2026, 11, 27).at(h, m, 59, 0));
+        assert!(
+            night.contains_time(&at(4, 59).unwrap()) && !night.contains_time(&at(5, 0).unwrap())
+        );
+        assert!(
+            night.contains_time(&at(19, 0).unwrap()) && !night.contains_time(&at(18, 59).unwrap())
+        );
         for bad in [
             "19-05",
             "25:00-01:00",
@@ -247,17 +213,6 @@ mod tests {
             "",
         ] {
             assert!(TimeWindow::parse(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn schedules_have_names() {
-        assert_eq!(Schedule::parse("Monthly"), Ok(Schedule::Monthly));
-        assert!(Schedule::parse("hourly")
-            .unwrap_err()
-            .contains("off, daily, weekly or monthly"));
-        for (name, s) in Schedule::NAMES {
-            assert_eq!(s.name(), name);
         }
     }
 }

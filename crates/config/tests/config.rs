@@ -262,7 +262,7 @@ fn values_out_of_range_are_refused() {
         (
             "scrub_schedule = \"hourly\"",
             "scrub_schedule",
-            "off, daily, weekly or monthly",
+            "off, daily, weekly, monthly, a cron spec",
         ),
         ("speed_max = 0", "speed_max", "at least 1 byte/s"),
         ("uuid = \"abc\"", "uuid", "is not a UUID"),

@@ -2,6 +2,7 @@
 
 use layout::{LayoutError, Level};
 use std::fmt;
+use std::sync::Arc;
 
 /// Why an array could not be put together.
 #[derive(Debug)]
@@ -124,8 +125,9 @@ impl fmt::Display for Op {
     }
 }
 
-/// An I/O request on the array failed.
-#[derive(Debug)]
+/// An I/O request on the array failed. Clones share the `io::Error` source (a failure two
+/// requests share: a stripe written for both, `gather`).
+#[derive(Debug, Clone)]
 pub enum IoError {
     /// A member operation failed.
     Member {
@@ -134,42 +136,12 @@ pub enum IoError {
         op: Op,
         offset: u64,
         len: u64,
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
     /// Too many members are missing or failed: the data is no longer all there.
     ArrayFailed { level: Level, missing: Vec<usize> },
     /// The write-ahead log (journal) could not record a write; nothing was written in place.
-    Journal { source: std::io::Error },
-}
-
-impl IoError {
-    /// An equal error (same variant and fields; the `io::Error` source keeps its kind and
-    /// message), for a failure two requests share: a stripe written for both (`gather`).
-    pub fn duplicate(&self) -> IoError {
-        let io = |e: &std::io::Error| std::io::Error::new(e.kind(), e.to_string());
-        match self {
-            IoError::Member {
-                role,
-                name,
-                op,
-                offset,
-                len,
-                source,
-            } => IoError::Member {
-                role: *role,
-                name: name.clone(),
-                op: *op,
-                offset: *offset,
-                len: *len,
-                source: io(source),
-            },
-            IoError::ArrayFailed { level, missing } => IoError::ArrayFailed {
-                level: *level,
-                missing: missing.clone(),
-            },
-            IoError::Journal { source } => IoError::Journal { source: io(source) },
-        }
-    }
+    Journal { source: Arc<std::io::Error> },
 }
 
 impl fmt::Display for IoError {
@@ -198,9 +170,9 @@ impl fmt::Display for IoError {
 impl std::error::Error for IoError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            IoError::Member { source, .. } => Some(source),
+            IoError::Member { source, .. } => Some(source.as_ref()),
             IoError::ArrayFailed { .. } => None,
-            IoError::Journal { source } => Some(source),
+            IoError::Journal { source } => Some(source.as_ref()),
         }
     }
 }

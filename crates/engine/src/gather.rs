@@ -205,7 +205,7 @@ impl Gather {
         }
         let outcome = match result {
             Ok(()) => Ok(()),
-            Err(e) => Err(e.duplicate()),
+            Err(e) => Err(e.clone()),
         };
         let mut t = self.lock();
         let pending = t

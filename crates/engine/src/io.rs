@@ -12,6 +12,7 @@ use crate::state::{is_no_space, FaultReason};
 use layout::Geometry;
 use member::Member;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Default per-member share of one batch (bytes) from which member I/O runs on parallel
@@ -195,7 +196,7 @@ impl<'a> Runner<'a> {
             op,
             offset,
             len,
-            source,
+            source: Arc::new(source),
         }
     }
 

@@ -73,7 +73,7 @@ impl Array {
                     op: Op::Write,
                     offset,
                     len,
-                    source: e,
+                    source: Arc::new(e),
                 });
             }
             self.parts.members.drop_failed_replacement(role, &new, &e);

@@ -167,9 +167,9 @@ impl Parts {
         if records.is_empty() {
             return self.run(ops);
         }
-        let ticket = journal
-            .append(&records)
-            .map_err(|e| IoError::Journal { source: e.into() })?;
+        let ticket = journal.append(&records).map_err(|e| IoError::Journal {
+            source: Arc::new(e.into()),
+        })?;
         drop(records);
         let result = self.run(ops);
         journal.complete(ticket);

@@ -48,7 +48,7 @@ pub use plan::{
 pub use served::{check_owner, refuse_if_served};
 pub use superblock::{
     checksum, level_code, now_secs, read_superblock, validate_name, ArrayState, JournalRef, Owner,
-    ReadSuperblockError, Role, RoleEntry, RoleState, Superblock, SuperblockError,
+    OwnerProcess, ReadSuperblockError, Role, RoleEntry, RoleState, Superblock, SuperblockError,
     DATA_OFFSET_DEFAULT, FEATURE_COMPAT_OWNER, FEATURE_COMPAT_REPLACE,
     FEATURE_COMPAT_RESYNC_OFFSET, FEATURE_INCOMPAT_BITMAP, FORMAT_VERSION, MAGIC, MAX_MEMBERS,
     NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,

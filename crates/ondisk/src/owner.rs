@@ -20,30 +20,22 @@
 //! let mine = me.owner_record(100, 30);
 //! assert_eq!(judge(&mine, &me, 110), Liveness::ThisProcess);
 //! let mut other_host = mine.clone();
-//! other_host.host_id = [7; 16];
+//! other_host.process.host_id = [7; 16];
 //! assert!(matches!(judge(&other_host, &me, 110), Liveness::Live { .. }));
 //! assert_eq!(judge(&other_host, &me, 131), Liveness::Gone);
 //! ```
 
 use std::time::Duration;
 
-use crate::superblock::{Owner, OWNER_HOST_NAME_BYTES_MAX};
+use crate::superblock::{Owner, OwnerProcess, OWNER_HOST_NAME_BYTES_MAX};
 
 /// How long an owner on another host stays presumed alive after its last renewal.
 pub const LEASE_SECS: u32 = 30;
 /// How often a serving process renews its lease.
 pub const LEASE_RENEW_INTERVAL: Duration = Duration::from_secs(10);
 
-/// What identifies this process as an owner.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ThisHost {
-    pub host_id: [u8; 16],
-    pub boot_id: [u8; 16],
-    pub pid_namespace: u64,
-    pub pid: u32,
-    pub start_ticks: u64,
-    pub host_name: String,
-}
+/// This process, as an owner record names it ([`ThisHost::get`]).
+pub type ThisHost = OwnerProcess;
 
 /// What a second assembly concludes from an owner record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,7 +48,7 @@ pub enum Liveness {
     Gone,
 }
 
-impl ThisHost {
+impl OwnerProcess {
     /// This process's identity, from /etc/machine-id, the boot id and /proc/self.
     pub fn get() -> ThisHost {
         let host_name = host_name();
@@ -80,12 +72,7 @@ impl ThisHost {
     pub fn owner_record(&self, since_secs: u64, lease_secs: u32) -> Owner {
         assert!(lease_secs > 0);
         Owner {
-            host_id: self.host_id,
-            boot_id: self.boot_id,
-            pid_namespace: self.pid_namespace,
-            pid: self.pid,
-            start_ticks: self.start_ticks,
-            host_name: self.host_name.clone(),
+            process: self.clone(),
             since_secs,
             renewed_secs: since_secs,
             lease_secs,
@@ -94,21 +81,22 @@ impl ThisHost {
 
     /// Whether `owner`'s process can be looked up in this host's /proc.
     fn sees(&self, owner: &Owner) -> bool {
-        owner.host_id == self.host_id
-            && owner.boot_id == self.boot_id
-            && owner.boot_id != [0; 16]
-            && owner.pid_namespace == self.pid_namespace
-            && owner.pid_namespace != 0
+        owner.process.host_id == self.host_id
+            && owner.process.boot_id == self.boot_id
+            && owner.process.boot_id != [0; 16]
+            && owner.process.pid_namespace == self.pid_namespace
+            && owner.process.pid_namespace != 0
     }
 }
 
 /// Judges `owner` as seen by `me` at `now_secs` (see the module doc).
 pub fn judge(owner: &Owner, me: &ThisHost, now_secs: u64) -> Liveness {
     if me.sees(owner) {
-        if owner.pid == me.pid && owner.start_ticks == me.start_ticks {
+        if owner.process.pid == me.pid && owner.process.start_ticks == me.start_ticks {
             return Liveness::ThisProcess;
         }
-        let running = start_ticks(owner.pid).is_some_and(|t| t == owner.start_ticks);
+        let running =
+            start_ticks(owner.process.pid).is_some_and(|t| t == owner.process.start_ticks);
         return match running {
             true => Liveness::Live { local: true },
             false => Liveness::Gone,
@@ -203,8 +191,8 @@ mod tests {
             .spawn()
             .expect("spawn sleep");
         let mut theirs = me.owner_record(1000, 30);
-        theirs.pid = child.id();
-        theirs.start_ticks = start_ticks(child.id()).unwrap();
+        theirs.process.pid = child.id();
+        theirs.process.start_ticks = start_ticks(child.id()).unwrap();
         // Alive: live whatever its lease says (a stopped process still owns the array).
         assert_eq!(
             judge(&theirs, &me, 1_000_000),
@@ -212,7 +200,7 @@ mod tests {
         );
         // The same pid with another start time is a reused pid, not the owner.
         let mut reused = theirs.clone();
-        reused.start_ticks += 1;
+        reused.process.start_ticks += 1;
         assert_eq!(judge(&reused, &me, 1000), Liveness::Gone);
         child.kill().unwrap();
         child.wait().unwrap();
@@ -224,7 +212,7 @@ mod tests {
         // Rebooted since: gone even within the lease... unless another host shares the ids,
         // so a different boot falls back to the lease.
         let mut rebooted = theirs.clone();
-        rebooted.boot_id[0] ^= 1;
+        rebooted.process.boot_id[0] ^= 1;
         assert_eq!(judge(&rebooted, &me, 1029), Liveness::Live { local: false });
         assert_eq!(judge(&rebooted, &me, 1030), Liveness::Gone);
     }
@@ -233,7 +221,7 @@ mod tests {
     fn a_remote_owner_lives_until_its_lease_runs_out() {
         let me = ThisHost::get();
         let mut theirs = me.owner_record(500, 30);
-        theirs.pid_namespace ^= 1; // another container on this kernel: cannot look it up
+        theirs.process.pid_namespace ^= 1; // another container on this kernel: cannot look it up
         theirs.renewed_secs = 900;
         assert_eq!(judge(&theirs, &me, 900), Liveness::Live { local: false });
         assert_eq!(judge(&theirs, &me, 929), Liveness::Live { local: false });

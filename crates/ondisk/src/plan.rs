@@ -264,7 +264,7 @@ fn describe_owned(
     (local, forcible): (bool, bool),
     now_secs: u64,
 ) -> fmt::Result {
-    let (pid, host) = (owner.pid, &owner.host_name);
+    let (pid, host) = (owner.process.pid, &owner.process.host_name);
     let since = now_secs.saturating_sub(owner.since_secs);
     write!(
         f,

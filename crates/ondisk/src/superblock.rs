@@ -146,10 +146,10 @@ pub struct JournalRef {
     pub kind: u32,
 }
 
-/// The process that has the array assembled for writing, recorded on every member while it
-/// serves (docs/FORMAT.md "Owner record"; `owner.rs` judges whether it is still alive).
+/// What identifies a process as an owner: its host, boot, pid namespace, pid and start time
+/// (`owner::ThisHost::get` reads this process's).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner {
+pub struct OwnerProcess {
     /// `/etc/machine-id` of the owner's host (or a hash of its host name when there is none).
     pub host_id: [u8; 16],
     /// `/proc/sys/kernel/random/boot_id` of the owner's host when it took the array: a
@@ -164,6 +164,14 @@ pub struct Owner {
     pub start_ticks: u64,
     /// The owner's host name, for messages (UTF-8, at most [`OWNER_HOST_NAME_BYTES_MAX`]).
     pub host_name: String,
+}
+
+/// The process that has the array assembled for writing, recorded on every member while it
+/// serves (docs/FORMAT.md "Owner record"; `owner.rs` judges whether it is still alive).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Which process it is.
+    pub process: OwnerProcess,
     /// When the owner assembled the array, seconds since the Unix epoch (its clock).
     pub since_secs: u64,
     /// When the owner last renewed the lease (its clock).
@@ -487,15 +495,15 @@ impl Superblock {
             b.u32(OFF_JOURNAL_KIND, journal.kind);
         }
         if let Some(owner) = &self.owner {
-            b.put(OFF_OWNER_HOST_ID, &owner.host_id);
-            b.put(OFF_OWNER_BOOT_ID, &owner.boot_id);
-            b.u32(OFF_OWNER_PID, owner.pid);
+            b.put(OFF_OWNER_HOST_ID, &owner.process.host_id);
+            b.put(OFF_OWNER_BOOT_ID, &owner.process.boot_id);
+            b.u32(OFF_OWNER_PID, owner.process.pid);
             b.u32(OFF_OWNER_LEASE, owner.lease_secs);
-            b.u64(OFF_OWNER_START_TICKS, owner.start_ticks);
+            b.u64(OFF_OWNER_START_TICKS, owner.process.start_ticks);
             b.u64(OFF_OWNER_SINCE, owner.since_secs);
             b.u64(OFF_OWNER_RENEWED, owner.renewed_secs);
-            b.u64(OFF_OWNER_PID_NS, owner.pid_namespace);
-            b.put(OFF_OWNER_HOST_NAME, owner.host_name.as_bytes());
+            b.u64(OFF_OWNER_PID_NS, owner.process.pid_namespace);
+            b.put(OFF_OWNER_HOST_NAME, owner.process.host_name.as_bytes());
         }
     }
 
@@ -683,7 +691,7 @@ impl Superblock {
         if owner.lease_secs == 0 {
             return Err(field_err("owner", "a lease of 0 seconds"));
         }
-        let name = owner.host_name.as_bytes();
+        let name = owner.process.host_name.as_bytes();
         if name.len() > OWNER_HOST_NAME_BYTES_MAX || name.contains(&0) {
             return Err(field_err(
                 "owner",
@@ -858,12 +866,14 @@ fn decode_owner(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<Option<Owner>, Superbl
     let host_name = String::from_utf8(raw[..len].to_vec())
         .map_err(|_| field_err("owner", "host name not UTF-8"))?;
     Ok(Some(Owner {
-        host_id: get(bytes, OFF_OWNER_HOST_ID),
-        boot_id: get(bytes, OFF_OWNER_BOOT_ID),
-        pid_namespace: get_u64(bytes, OFF_OWNER_PID_NS),
-        pid: get_u32(bytes, OFF_OWNER_PID),
-        start_ticks: get_u64(bytes, OFF_OWNER_START_TICKS),
-        host_name,
+        process: OwnerProcess {
+            host_id: get(bytes, OFF_OWNER_HOST_ID),
+            boot_id: get(bytes, OFF_OWNER_BOOT_ID),
+            pid_namespace: get_u64(bytes, OFF_OWNER_PID_NS),
+            pid: get_u32(bytes, OFF_OWNER_PID),
+            start_ticks: get_u64(bytes, OFF_OWNER_START_TICKS),
+            host_name,
+        },
         since_secs: get_u64(bytes, OFF_OWNER_SINCE),
         renewed_secs: get_u64(bytes, OFF_OWNER_RENEWED),
         lease_secs: get_u32(bytes, OFF_OWNER_LEASE),

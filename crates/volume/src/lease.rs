@@ -19,6 +19,7 @@ use ondisk::{Owner, SUPERBLOCK_OFFSET};
 
 /// The same process: host, boot, namespace, pid and start time (not the lease times).
 fn same_owner(a: &Owner, b: &Owner) -> bool {
+    let (a, b) = (&a.process, &b.process);
     (a.host_id, a.boot_id, a.pid_namespace, a.pid, a.start_ticks)
         == (b.host_id, b.boot_id, b.pid_namespace, b.pid, b.start_ticks)
 }
@@ -51,7 +52,7 @@ impl VolumeCore {
             if let Some(theirs) = on_disk.owner.filter(|o| !same_owner(o, &mine)) {
                 return Err(TakenOver {
                     member: whole.name().to_string(),
-                    owner: theirs,
+                    owner: Box::new(theirs),
                 });
             }
         }

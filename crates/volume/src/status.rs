@@ -232,7 +232,7 @@ pub struct VolumeStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TakenOver {
     pub member: String,
-    pub owner: ondisk::Owner,
+    pub owner: Box<ondisk::Owner>,
 }
 
 impl std::fmt::Display for TakenOver {
@@ -241,7 +241,7 @@ impl std::fmt::Display for TakenOver {
             f,
             "member {}: the array was taken over by raidkit pid {} on host {} (started with \
              --force-owner, or after this process's lease ran out)",
-            self.member, self.owner.pid, self.owner.host_name
+            self.member, self.owner.process.pid, self.owner.process.host_name
         )
     }
 }

@@ -380,7 +380,7 @@ impl VolumeCore {
                         op: engine::Op::Flush,
                         offset: 0,
                         len: 0,
-                        source,
+                        source: std::sync::Arc::new(source),
                     }));
                 }
                 self.array.try_fail_member(

@@ -58,20 +58,20 @@ fn an_owner_record_roundtrips_at_its_documented_bytes_and_is_optional() {
     assert_eq!(sb.feature_compat & FEATURE_COMPAT_OWNER, 0);
     let mut owner = ThisHost::get().owner_record(1_700_000_000, 30);
     owner.renewed_secs = 1_700_000_010;
-    owner.host_name = "h".repeat(64);
+    owner.process.host_name = "h".repeat(64);
     sb.set_owner(Some(owner.clone()));
     let bytes = sb.encode();
     assert_eq!(u64::from_le_bytes(bytes[16..24].try_into().unwrap()) & 2, 2);
-    assert_eq!(bytes[2304..2320], owner.host_id);
-    assert_eq!(bytes[2320..2336], owner.boot_id);
+    assert_eq!(bytes[2304..2320], owner.process.host_id);
+    assert_eq!(bytes[2320..2336], owner.process.boot_id);
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
-    assert_eq!(u32_at(2336), owner.pid);
+    assert_eq!(u32_at(2336), owner.process.pid);
     assert_eq!(u32_at(2340), 30);
-    assert_eq!(u64_at(2344), owner.start_ticks);
+    assert_eq!(u64_at(2344), owner.process.start_ticks);
     assert_eq!(u64_at(2352), 1_700_000_000);
     assert_eq!(u64_at(2360), 1_700_000_010);
-    assert_eq!(u64_at(2368), owner.pid_namespace);
+    assert_eq!(u64_at(2368), owner.process.pid_namespace);
     assert_eq!(&bytes[2376..2440], "h".repeat(64).as_bytes());
     assert!(
         bytes[2440..4092].iter().all(|&b| b == 0),
@@ -99,7 +99,7 @@ fn a_second_assembly_refuses_a_live_owner_and_force_takes_over_from_another_host
     let claimed = sbs(&members);
     for (sb, old) in claimed.iter().zip(&before) {
         let owner = sb.owner.as_ref().expect("the claim is on every member");
-        assert_eq!(owner.host_name, "elsewhere");
+        assert_eq!(owner.process.host_name, "elsewhere");
         assert_eq!(owner.lease_secs, ondisk::owner::LEASE_SECS);
         assert_eq!(sb.events, old.events, "a claim does not bump events");
     }
@@ -128,10 +128,10 @@ fn a_second_assembly_refuses_a_live_owner_and_force_takes_over_from_another_host
     let second = assemble(members.clone(), &owned_by(&me, true)).unwrap();
     assert!(sbs(&members)
         .iter()
-        .all(|sb| sb.owner.as_ref().unwrap().host_id == me.host_id));
+        .all(|sb| sb.owner.as_ref().unwrap().process.host_id == me.host_id));
     // The first learns it at its next renewal, and its release leaves the new owner's record.
     let taken = first.renew_owner().unwrap_err();
-    assert_eq!(taken.owner.pid, me.pid);
+    assert_eq!(taken.owner.process.pid, me.pid);
     assert!(taken.to_string().contains("taken over"), "{taken}");
     first.release_owner();
     assert!(sbs(&members).iter().all(|sb| sb.owner.is_some()));

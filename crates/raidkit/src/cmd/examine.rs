@@ -137,8 +137,8 @@ fn to_json(member: &str, sb: &Superblock) -> SuperblockJson {
         replace_offset_bytes: sb.replace_offset_bytes,
         bitmap_region_bytes: sb.bitmap.map(|b| b.region_bytes),
         owner: sb.owner.as_ref().map(|o| OwnerJson {
-            host_name: o.host_name.clone(),
-            pid: o.pid,
+            host_name: o.process.host_name.clone(),
+            pid: o.process.pid,
             since_secs: o.since_secs,
             renewed_secs: o.renewed_secs,
             lease_secs: o.lease_secs,

@@ -32,6 +32,6 @@ mod server;
 pub use errno::nbd_errno;
 pub use export::{Export, StatusExtent};
 pub use server::{
-    serve, serve_exports, AddError, ConfigError, Exports, Listener, Removed, ServerConfig, Stream,
-    MAX_EXPORTS,
+    serve, serve_exports, AddError, Address, ConfigError, Exports, Listener, Removed, ServerConfig,
+    Stream, MAX_EXPORTS,
 };

@@ -247,10 +247,11 @@ impl Monitor {
         self.started.elapsed().saturating_sub(polled) <= within
     }
 
-    /// Stops watching the array named `name` (it is being closed).
-    pub fn forget(&self, name: &str) {
+    /// Stops watching `volume` (it is being closed) and lets go of it. By identity, not by
+    /// name: two arrays may carry the same name in their superblocks.
+    pub fn forget(&self, volume: &Arc<Volume>) {
         let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
-        watched.retain(|w| w.last.name != name);
+        watched.retain(|w| !Arc::ptr_eq(&w.volume, volume));
     }
 }
 

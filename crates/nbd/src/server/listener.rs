@@ -24,6 +24,27 @@ enum Inner {
     },
 }
 
+/// Where a [`Listener`] is reached, kept after the listener itself went to its server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl Address {
+    /// The NBD URI of `export_name` here (`nbd://host:port/name` or
+    /// `nbd+unix:///name?socket=path`).
+    pub fn uri(&self, export_name: &str) -> String {
+        match self {
+            Address::Tcp(SocketAddr::V6(a)) => {
+                format!("nbd://[{}]:{}/{export_name}", a.ip(), a.port())
+            }
+            Address::Tcp(a) => format!("nbd://{a}/{export_name}"),
+            Address::Unix(path) => format!("nbd+unix:///{export_name}?socket={}", path.display()),
+        }
+    }
+}
+
 /// An accepted connection.
 #[derive(Debug)]
 pub enum Stream {
@@ -79,15 +100,17 @@ impl Listener {
     /// The NBD URI of `export_name` on this listener (`nbd://host:port/name` or
     /// `nbd+unix:///name?socket=path`).
     pub fn uri(&self, export_name: &str) -> String {
+        match self.address() {
+            Some(address) => address.uri(export_name),
+            None => format!("nbd://?/{export_name}"),
+        }
+    }
+
+    /// Where clients reach this listener (`None`: its TCP address cannot be read).
+    pub fn address(&self) -> Option<Address> {
         match &self.inner {
-            Inner::Tcp(l) => match l.local_addr() {
-                Ok(SocketAddr::V6(a)) => format!("nbd://[{}]:{}/{export_name}", a.ip(), a.port()),
-                Ok(a) => format!("nbd://{a}/{export_name}"),
-                Err(_) => format!("nbd://?/{export_name}"),
-            },
-            Inner::Unix { path, .. } => {
-                format!("nbd+unix:///{export_name}?socket={}", path.display())
-            }
+            Inner::Tcp(l) => l.local_addr().ok().map(Address::Tcp),
+            Inner::Unix { path, .. } => Some(Address::Unix(path.clone())),
         }
     }
 

@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 
 pub use config::{ConfigError, ServerConfig};
 pub use exports::{AddError, Exports, Removed, MAX_EXPORTS};
-pub use listener::{Listener, Stream};
+pub use listener::{Address, Listener, Stream};
 
 use crate::export::Export;
 

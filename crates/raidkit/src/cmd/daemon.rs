@@ -1,5 +1,6 @@
 //! `raidkit daemon`: every array of a configuration file served by one process, with alerts.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,9 @@ use volume::{AssembleOptions, FaultPolicy, SpeedLimits};
 
 use super::manage::rate_arg;
 use super::serve::{self, defaults};
+use arrays::{ArraySet, Routes};
+
+mod arrays;
 
 /// The admin socket when the configuration names none.
 const ADMIN_DEFAULT: &str = "/run/raidkit/admin.sock";
@@ -80,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map_or_else(|| PathBuf::from(ADMIN_DEFAULT), |p| p.get_ref().clone());
     let admin = bind_admin(&admin_path, &log)?;
     let alerter = Arc::new(Alerter::start(&targets(&config), Arc::clone(&log)));
-    let monitor = Monitor::start(Arc::clone(&alerter));
+    let monitor = Arc::new(Monitor::start(Arc::clone(&alerter)));
     // Before any array starts or is announced: from here on SIGINT/SIGTERM stop the daemon
     // cleanly (a signal during the start is acted on once serving begins) and SIGHUP cannot
     // kill it.
@@ -88,41 +92,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let _runtime = runtime.enter();
         Signals::register()
     };
-    let listeners = runtime.block_on(Listeners::bind(&config))?;
+    let (listeners, routes) = runtime.block_on(Listeners::bind(&config))?;
 
-    let arrays = Arc::new(Arrays::default());
-    let mut running = Vec::new();
+    let admin_arrays = Arc::new(Arrays::default());
+    let mut arrays = ArraySet::new(
+        routes,
+        Arc::clone(&admin_arrays),
+        Arc::clone(&monitor),
+        Arc::clone(&alerter),
+        Arc::clone(&log),
+        runtime.handle().clone(),
+    );
     for a in &config.arrays {
-        let name = a.name.get_ref().clone();
-        match start_array(a, &alerter) {
-            Ok(array) => {
-                let volume = Arc::clone(array.volume());
-                let export = a.export_name().to_string();
-                let server =
-                    serve::server_config(export.clone(), &volume, a.read_only, buffer_memory(a));
-                listeners
-                    .exports_of(a)
-                    .add(array.stack().export(), server)
-                    .with_context(|| format!("array {name:?}: serving export {export:?}"))?;
-                let control =
-                    array
-                        .stack()
-                        .control(open_options(a), remote_options(a), Arc::clone(&log));
-                arrays.insert(&name, Arc::new(control));
-                for alert in monitor.watch(&volume) {
-                    alerter.raise(alert);
-                }
-                println!(
-                    "raidkit: serving \"{export}\" ({}) at {}",
-                    serve::describe(&volume),
-                    listeners.uri_of(a, &export)
-                );
-                running.push((name, array));
-            }
-            Err(e) => eprintln!("raidkit: error: array {name:?} not started: {e:#}"),
+        if let Err(e) = arrays.add(a) {
+            let name = a.name.get_ref();
+            eprintln!("raidkit: error: array {name:?} not started: {e:#}");
         }
     }
-    if running.is_empty() {
+    if arrays.is_empty() {
+        drop(arrays);
         drop(monitor);
         if let Ok(alerter) = Arc::try_unwrap(alerter) {
             alerter.shutdown(ALERT_GRACE);
@@ -130,37 +118,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("no array of {} could be started", args.config.display());
     }
     eprintln!("raidkit: admin API on {}", admin_path.display());
-    use std::io::Write;
-    std::io::stdout().flush().context("writing to stdout")?;
-    let monitor = Arc::new(monitor);
     let watchdog = Watchdog::start(Arc::clone(&monitor));
-    let ready = format!(
-        "serving {} of {} arrays",
-        running.len(),
-        config.arrays.len()
-    );
+    let ready = format!("serving {} of {} arrays", arrays.len(), config.arrays.len());
     systemd(&[NotifyState::Ready, NotifyState::Status(&ready)]);
 
-    let served = runtime.block_on(listeners.serve(&admin, arrays, Arc::clone(&log), signals));
+    let served = runtime.block_on(listeners.serve(&admin, admin_arrays, Arc::clone(&log), signals));
     systemd(&[NotifyState::Stopping]);
     drop(watchdog);
     drop(admin);
     let mut failed = served.err();
-    for (name, array) in running {
-        monitor.forget(&name);
-        let closed = array.close();
-        let result = closed
-            .drained
-            .and(closed.volume)
-            .and(closed.journal.map(|_| ()));
-        match result {
-            Ok(()) => eprintln!("raidkit: array \"{name}\" closed cleanly"),
-            Err(e) => {
-                eprintln!("raidkit: error: array \"{name}\" did not close cleanly: {e:#}");
-                failed.get_or_insert(e);
-            }
-        }
+    if let Some(e) = arrays.remove_all() {
+        failed.get_or_insert(e);
     }
+    drop(arrays);
     drop(monitor);
     if let Ok(alerter) = Arc::try_unwrap(alerter) {
         alerter.shutdown(ALERT_GRACE);
@@ -444,14 +414,17 @@ fn array_options(a: &ArrayConfig) -> anyhow::Result<ArrayOptions> {
 /// The daemon's listeners with their export sets: the shared ones (every array without a
 /// listener of its own) and each array's own.
 struct Listeners {
-    shared: Arc<nbd::Exports>,
-    /// (listener, the array's name when it is that array's own).
-    bound: Vec<(nbd::Listener, Option<String>, Arc<nbd::Exports>)>,
+    bound: Vec<(nbd::Listener, Arc<nbd::Exports>)>,
 }
 
 impl Listeners {
-    async fn bind(config: &Config) -> anyhow::Result<Listeners> {
-        let shared = nbd::Exports::new();
+    /// Binds every listener the configuration names; where each array's export goes.
+    async fn bind(config: &Config) -> anyhow::Result<(Listeners, Routes)> {
+        let mut routes = Routes {
+            shared: nbd::Exports::new(),
+            shared_at: None,
+            own: BTreeMap::new(),
+        };
         let mut bound = Vec::new();
         let daemon = &config.daemon;
         let mut tcp: Vec<String> = daemon.listen.iter().map(|l| l.get_ref().clone()).collect();
@@ -461,45 +434,26 @@ impl Listeners {
         let needs_shared = config.arrays.iter().any(|a| !a.has_own_listener());
         if needs_shared {
             for addr in &tcp {
-                bound.push((bind_tcp(addr).await?, None, Arc::clone(&shared)));
+                bound.push((bind_tcp(addr).await?, Arc::clone(&routes.shared)));
             }
             if let Some(path) = &daemon.unix {
-                bound.push((bind_unix(path.get_ref())?, None, Arc::clone(&shared)));
+                bound.push((bind_unix(path.get_ref())?, Arc::clone(&routes.shared)));
             }
+            routes.shared_at = bound.first().and_then(|(l, _)| l.address());
         }
         for a in config.arrays.iter().filter(|a| a.has_own_listener()) {
             let own = nbd::Exports::new();
-            let name = Some(a.name.get_ref().clone());
+            let first = bound.len();
             for addr in a.listen.iter().flatten() {
-                bound.push((
-                    bind_tcp(addr.get_ref()).await?,
-                    name.clone(),
-                    Arc::clone(&own),
-                ));
+                bound.push((bind_tcp(addr.get_ref()).await?, Arc::clone(&own)));
             }
             if let Some(path) = &a.unix {
-                bound.push((bind_unix(path.get_ref())?, name.clone(), Arc::clone(&own)));
+                bound.push((bind_unix(path.get_ref())?, Arc::clone(&own)));
             }
+            let at = bound.get(first).and_then(|(l, _)| l.address());
+            routes.own.insert(a.name.get_ref().clone(), (own, at));
         }
-        Ok(Listeners { shared, bound })
-    }
-
-    /// The export set `a` is served in.
-    fn exports_of(&self, a: &ArrayConfig) -> &Arc<nbd::Exports> {
-        self.bound
-            .iter()
-            .find(|(_, owner, _)| owner.as_deref() == Some(a.name.get_ref()))
-            .map_or(&self.shared, |(_, _, exports)| exports)
-    }
-
-    /// The URI clients use for `a` (on its first listener).
-    fn uri_of(&self, a: &ArrayConfig, export: &str) -> String {
-        let own = self
-            .bound
-            .iter()
-            .find(|(_, o, _)| o.as_deref() == Some(a.name.get_ref()));
-        let first = own.or_else(|| self.bound.iter().find(|(_, o, _)| o.is_none()));
-        first.map_or_else(String::new, |(listener, _, _)| listener.uri(export))
+        Ok((Listeners { bound }, routes))
     }
 
     /// Serves every listener and the admin socket until SIGINT or SIGTERM; then every
@@ -530,7 +484,7 @@ impl Listeners {
             let _ = rx.wait_for(|s| *s).await;
         };
         let mut servers = tokio::task::JoinSet::new();
-        for (listener, _, exports) in self.bound {
+        for (listener, exports) in self.bound {
             let config = nbd::ServerConfig {
                 max_request_bytes: serve::MAX_REQUEST_BYTES as u32,
                 ..nbd::ServerConfig::default()

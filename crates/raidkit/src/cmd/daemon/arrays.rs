@@ -1,0 +1,193 @@
+//! The daemon's running arrays as one set that can change while the daemon serves: an array
+//! is added (started from its [[array]] entry, its export added to its listener's export set,
+//! its control to the admin socket, its volume to the monitor) and removed (taken off the
+//! admin socket and the monitor, its export removed and drained — the clients' requests
+//! already read are answered, then their connections close —, then closed cleanly).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use admin::server::Arrays;
+use alerts::Alerter;
+use anyhow::{anyhow, Context};
+use config::ArrayConfig;
+use service::monitor::Monitor;
+use service::running::RunningArray;
+
+use super::{buffer_memory, open_options, remote_options, start_array};
+use crate::cmd::serve;
+
+/// Where each array's export is added: the export set of the daemon's shared listeners, or
+/// that of the array's own listeners (bound at start).
+pub(super) struct Routes {
+    pub shared: Arc<nbd::Exports>,
+    /// The first shared listener (`None`: none is bound, every array had its own at start).
+    pub shared_at: Option<nbd::Address>,
+    /// By array name: its own listeners' export set and where the first one is reached.
+    pub own: BTreeMap<String, (Arc<nbd::Exports>, Option<nbd::Address>)>,
+}
+
+impl Routes {
+    /// The export set `a` is served in and where clients reach it.
+    fn of(&self, a: &ArrayConfig) -> anyhow::Result<(&Arc<nbd::Exports>, Option<&nbd::Address>)> {
+        let name = a.name.get_ref();
+        if a.has_own_listener() {
+            let (exports, at) = self.own.get(name).ok_or_else(|| {
+                anyhow!(
+                    "it has a listener of its own (listen/unix), and those are bound when the \
+                     daemon starts: restart the daemon to serve it"
+                )
+            })?;
+            return Ok((exports, at.as_ref()));
+        }
+        match &self.shared_at {
+            Some(at) => Ok((&self.shared, Some(at))),
+            None => Err(anyhow!(
+                "the daemon has no shared listener (every array had its own when it started): \
+                 restart the daemon to serve it"
+            )),
+        }
+    }
+}
+
+/// One array being served.
+struct Served {
+    /// The entry it runs with (a reload that changes a tunable live updates it).
+    config: ArrayConfig,
+    array: RunningArray,
+    exports: Arc<nbd::Exports>,
+}
+
+/// The arrays the daemon serves, by name; see the module documentation.
+pub(super) struct ArraySet {
+    routes: Routes,
+    admin: Arc<Arrays>,
+    monitor: Arc<Monitor>,
+    alerter: Arc<Alerter>,
+    log: admin::Log,
+    /// Where a removed export's drain is awaited (from a thread outside the runtime's tasks).
+    runtime: tokio::runtime::Handle,
+    served: BTreeMap<String, Served>,
+}
+
+impl ArraySet {
+    pub fn new(
+        routes: Routes,
+        admin: Arc<Arrays>,
+        monitor: Arc<Monitor>,
+        alerter: Arc<Alerter>,
+        log: admin::Log,
+        runtime: tokio::runtime::Handle,
+    ) -> ArraySet {
+        ArraySet {
+            routes,
+            admin,
+            monitor,
+            alerter,
+            log,
+            runtime,
+            served: BTreeMap::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.served.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.served.is_empty()
+    }
+
+    /// Starts the array `a` describes and serves it: its export on its listeners, its
+    /// control on the admin socket, its volume watched by the monitor (what it finds at
+    /// start raised at once). Prints the "serving" line. If it cannot be served, nothing of
+    /// it is left running.
+    pub fn add(&mut self, a: &ArrayConfig) -> anyhow::Result<()> {
+        let name = a.name.get_ref().clone();
+        anyhow::ensure!(
+            !self.served.contains_key(&name),
+            "an array named {name:?} is served already"
+        );
+        let (exports, at) = self.routes.of(a)?;
+        let (exports, uri) = (Arc::clone(exports), at.map(|at| at.uri(a.export_name())));
+        let array = start_array(a, &self.alerter)?;
+        let volume = Arc::clone(array.volume());
+        let export = a.export_name().to_string();
+        let server = serve::server_config(export.clone(), &volume, a.read_only, buffer_memory(a));
+        if let Err(e) = exports.add(array.stack().export(), server) {
+            let not_served = anyhow!(e).context(format!("serving export {export:?}"));
+            return Err(match close(array) {
+                Ok(()) => not_served,
+                Err(closing) => not_served.context(format!("then closing it: {closing:#}")),
+            });
+        }
+        let control =
+            array
+                .stack()
+                .control(open_options(a), remote_options(a), Arc::clone(&self.log));
+        self.admin.insert(&name, Arc::new(control));
+        for alert in self.monitor.watch(&volume) {
+            self.alerter.raise(alert);
+        }
+        println!(
+            "raidkit: serving \"{export}\" ({}) at {}",
+            serve::describe(&volume),
+            uri.unwrap_or_default()
+        );
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        self.served.insert(
+            name,
+            Served {
+                config: a.clone(),
+                array,
+                exports,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops serving array `name` and closes it: off the admin socket and the monitor, its
+    /// export removed (new clients cannot select it; the requests its clients sent are
+    /// answered, then their connections close), then closed in its safe order (journal
+    /// drained, members flushed, superblocks marked clean, owner released). Prints how it
+    /// closed; the error says what did not close cleanly.
+    pub fn remove(&mut self, name: &str) -> anyhow::Result<()> {
+        let served = self
+            .served
+            .remove(name)
+            .with_context(|| format!("no array {name:?} is served"))?;
+        self.admin.remove(name);
+        self.monitor.forget(served.array.volume());
+        if let Some(removed) = served.exports.remove(served.config.export_name()) {
+            self.runtime.block_on(removed.drained());
+        }
+        let closed = close(served.array);
+        match &closed {
+            Ok(()) => eprintln!("raidkit: array \"{name}\" closed cleanly"),
+            Err(e) => eprintln!("raidkit: error: array \"{name}\" did not close cleanly: {e:#}"),
+        }
+        closed
+    }
+
+    /// Removes every array (the daemon is stopping); the first error is returned.
+    pub fn remove_all(&mut self) -> Option<anyhow::Error> {
+        let names: Vec<String> = self.served.keys().cloned().collect();
+        let mut failed = None;
+        for name in names {
+            if let Err(e) = self.remove(&name) {
+                failed.get_or_insert(e);
+            }
+        }
+        failed
+    }
+}
+
+/// Closes `array` (no export clone of it left), its steps' first error returned.
+fn close(array: RunningArray) -> anyhow::Result<()> {
+    let closed = array.close();
+    closed
+        .drained
+        .and(closed.volume)
+        .and(closed.journal.map(|_| ()))
+}

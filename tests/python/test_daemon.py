@@ -14,6 +14,9 @@ storage service.
   another's device names point at a different array (its ``uuid`` refuses them); the third is
   served, and the daemon says why the others are not. No alert target: the daemon says no alert
   will reach anyone.
+- ``test_monitor_test_sends_a_test_message_for_every_array``: ``raidkit monitor --test`` makes
+  the daemon raise ``TestMessage`` for each array: the alert program is called with
+  ``TestMessage ARRAY`` for both; against ``serve`` (no alerts) it is refused.
 """
 
 import json
@@ -280,3 +283,52 @@ def test_a_remote_member_that_cannot_be_reached_raises_device_disappeared(tmp_pa
         log = daemon.stop()
         daemon.kill()
     assert "ALERT: DeviceDisappeared on array \"home\"" in log, log
+
+
+def alert_program(tmp_path):
+    """An alert program that appends its arguments to alerts.log; returns (program, log)."""
+    alerts = tmp_path / "alerts.log"
+    program = tmp_path / "alert.sh"
+    program.write_text(f'#!/bin/sh\necho "$@" >> {alerts}\n')
+    program.chmod(0o755)
+    return program, alerts
+
+
+def test_monitor_test_sends_a_test_message_for_every_array(tmp_path):
+    """``raidkit monitor --test``: the daemon raises TestMessage for every array it serves; the
+    alert program is called with ``TestMessage ARRAY`` for each. ``serve`` raises no alerts: the
+    command is refused and says so."""
+    home = create(tmp_path, "1", "home", 2)
+    create(tmp_path, "1", "media", 2)
+    program, alerts = alert_program(tmp_path)
+    admin = tmp_path / "admin.sock"
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{admin}"\n\n'
+                      f'[alerts]\nprogram = "{program}"\n\n'
+                      + raidkit("examine", "--scan", f"{tmp_path}/*").stdout)
+    daemon = Daemon(config, 2)
+    try:
+        since = time.monotonic()
+        out = raidkit("monitor", "--test", "--admin", admin).stdout
+        assert out == ('TestMessage sent for array "home"\nTestMessage sent for array "media"\n'
+                       "to: program (and the daemon's log)\n"), out
+        for name in ("home", "media"):
+            wait_for_line(alerts, f"TestMessage {name}\n", since, ALERT_WAIT_S)
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert 'event: TestMessage on array "media"' in log, log
+    assert alerts.read_text().count("TestMessage") == 2, alerts.read_text()
+
+    served = subprocess.Popen([RAIDKIT_BIN, "serve", "--unix", str(tmp_path / "s.sock"),
+                               "--admin", str(admin), *map(str, home)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert served.stdout.readline().startswith("raidkit: serving "), served.poll()
+        refused = raidkit("monitor", "--test", "--admin", admin, check=False)
+        assert refused.returncode != 0, refused
+        assert "no test alert was sent" in refused.stderr, refused.stderr
+        assert "raises no alerts" in refused.stderr, refused.stderr
+    finally:
+        served.send_signal(signal.SIGTERM)
+        assert served.wait(timeout=60) == 0

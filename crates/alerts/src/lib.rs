@@ -263,16 +263,17 @@ impl Alerter {
             .into_iter()
             .map(|target| Sink::start(target, targets, Arc::clone(&log)))
             .collect();
-        if sinks.is_empty() {
-            log(
+        let alerter = Alerter { sinks, log };
+        if alerter.sinks.is_empty() {
+            (alerter.log)(
                 "warning: no alert target is configured ([alerts] program, mail_to, webhook or \
                  syslog): events are only logged, no alert will reach anyone",
             );
         } else {
-            let names: Vec<&str> = sinks.iter().map(|s| s.target.kind()).collect();
-            log(&format!("alerts go to: {}", names.join(", ")));
+            let kinds = alerter.target_kinds().join(", ");
+            (alerter.log)(&format!("alerts go to: {kinds}"));
         }
-        Alerter { sinks, log }
+        alerter
     }
 
     /// Logs `alert` and queues it for every target; never blocks.
@@ -302,6 +303,12 @@ impl Alerter {
                 )),
             }
         }
+    }
+
+    /// The kinds of the configured targets (`program`, `mail`, `webhook`, `syslog`); empty
+    /// when alerts are only logged.
+    pub fn target_kinds(&self) -> Vec<&'static str> {
+        self.sinks.iter().map(|s| s.target.kind()).collect()
     }
 
     /// Alerts dropped for each target because its queue was full.

@@ -77,6 +77,7 @@ fn a_program_is_run_with_event_array_and_member_within_a_second() {
         }),
         log,
     );
+    assert_eq!(alerter.target_kinds(), ["program"]);
     let alert = Alert::new(
         Event::Fail,
         "home",
@@ -307,6 +308,7 @@ fn without_a_target_every_event_is_still_logged_and_the_silence_is_said() {
     let (log, lines) = log();
     let alerter = Alerter::start(&Targets::default(), log);
     assert!(logged(&lines, "no alert will reach anyone"));
+    assert!(alerter.target_kinds().is_empty());
     alerter.raise(Alert::new(
         Event::DegradedArray,
         "home",

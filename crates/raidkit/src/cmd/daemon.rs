@@ -27,7 +27,7 @@ use arrays::{ArraySet, Routes};
 mod arrays;
 
 /// The admin socket when the configuration names none.
-const ADMIN_DEFAULT: &str = "/run/raidkit/admin.sock";
+pub(crate) const ADMIN_DEFAULT: &str = "/run/raidkit/admin.sock";
 /// Time queued alerts get to go out at shutdown.
 const ALERT_GRACE: Duration = Duration::from_secs(5);
 
@@ -95,6 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (listeners, routes) = runtime.block_on(Listeners::bind(&config))?;
 
     let admin_arrays = Arc::new(Arrays::default());
+    admin_arrays.set_test_alerts(test_alerts(&alerter));
     let mut arrays = ArraySet::new(
         routes,
         Arc::clone(&admin_arrays),
@@ -234,6 +235,23 @@ fn targets(config: &Config) -> Targets {
         syslog: alerts.syslog,
         ..defaults
     }
+}
+
+/// `raidkit monitor --test`: a `TestMessage` for each array, through the daemon's alerter;
+/// answers what was raised and the targets it goes to.
+fn test_alerts(alerter: &Arc<Alerter>) -> admin::server::TestAlerts {
+    let alerter = Arc::clone(alerter);
+    Box::new(move |names| {
+        for name in names {
+            let message = "a test requested by `raidkit monitor --test`";
+            alerter.raise(Alert::new(Event::TestMessage, name, None, message));
+        }
+        Ok(serde_json::json!({
+            "event": Event::TestMessage.name(),
+            "arrays": names,
+            "targets": alerter.target_kinds(),
+        }))
+    })
 }
 
 /// Starts one array, its happenings logged under its name and the takeover alerted.

@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod examine;
 pub mod journal;
 pub mod manage;
+pub mod monitor;
 pub mod serve;
 pub mod status;
 

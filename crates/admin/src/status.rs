@@ -108,6 +108,7 @@ mod tests {
                     total_bytes: 4 << 20,
                     bytes_per_sec: 1 << 20,
                     eta_secs: Some(3),
+                    paused: None,
                 }),
                 speed_limits: SpeedLimits::default(),
                 last_scrub: Some(ScrubReport {

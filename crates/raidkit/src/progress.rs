@@ -113,12 +113,43 @@ pub fn task_line(t: &TaskStatus) -> String {
     } else {
         t.done_bytes as f64 * 100.0 / t.total_bytes as f64
     };
-    let eta = t.eta_secs.map(hms).unwrap_or_else(|| "unknown".to_string());
-    format!(
-        "{}{role}: {percent:.1}% ({} of {}) at {}/s, ETA {eta}",
+    let done = format!(
+        "{}{role}: {percent:.1}% ({} of {})",
         wire_name(t.kind),
         human_bytes(t.done_bytes),
         human_bytes(t.total_bytes),
-        human_bytes(t.bytes_per_sec)
-    )
+    );
+    if let Some(why) = &t.paused {
+        return format!("{done}, paused: {why}");
+    }
+    let eta = t.eta_secs.map(hms).unwrap_or_else(|| "unknown".to_string());
+    format!("{done} at {}/s, ETA {eta}", human_bytes(t.bytes_per_sec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use volume::TaskKind;
+
+    #[test]
+    fn a_paused_task_says_why_instead_of_its_speed() {
+        let mut task = TaskStatus {
+            kind: TaskKind::Scrub,
+            role: None,
+            done_bytes: 1 << 20,
+            total_bytes: 4 << 20,
+            bytes_per_sec: 1 << 20,
+            eta_secs: Some(3),
+            paused: None,
+        };
+        assert_eq!(
+            task_line(&task),
+            "scrub: 25.0% (1.0 MiB of 4.0 MiB) at 1.0 MiB/s, ETA 0:00:03"
+        );
+        task.paused = Some("outside the background window 19:00-05:00".into());
+        assert_eq!(
+            task_line(&task),
+            "scrub: 25.0% (1.0 MiB of 4.0 MiB), paused: outside the background window 19:00-05:00"
+        );
+    }
 }

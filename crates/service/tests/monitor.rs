@@ -43,6 +43,7 @@ fn rebuild(done: u64) -> Option<TaskStatus> {
         total_bytes: 100,
         bytes_per_sec: 1,
         eta_secs: None,
+        paused: None,
     })
 }
 

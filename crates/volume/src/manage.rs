@@ -10,9 +10,11 @@ use member::Member;
 use uuid::Uuid;
 
 use crate::status::{
-    ArrayHealth, FilesystemStatus, MemberState, MemberStatus, SpeedLimits, TaskKind, VolumeStatus,
+    ArrayHealth, FilesystemStatus, MemberState, MemberStatus, SpeedLimits, TaskKind, TaskStatus,
+    VolumeStatus,
 };
 use crate::volume::{Held, MetaState, VolumeCore, VolumeError};
+use crate::work::WorkState;
 use ondisk::{read_superblock, ReadSuperblockError};
 use ondisk::{Role, Superblock, MAX_MEMBERS};
 
@@ -392,10 +394,17 @@ impl VolumeCore {
         let mut state = self.work.lock();
         state.scrub_request = Some(repair);
         state.last_scrub = None;
+        // A new request starts from the beginning.
+        state.scrub_position = None;
+        state.deferred_progress = None;
         drop(state);
         self.work.resume();
         self.work.notify();
         Ok(())
+    }
+
+    pub(crate) fn defer_background(&self, reason: Option<String>) {
+        self.work.set_deferred(reason);
     }
 
     pub(crate) fn set_speed_limits(&self, limits: SpeedLimits) {
@@ -503,7 +512,10 @@ impl VolumeCore {
             size_bytes: self.size_bytes(),
             health: self.health(&meta, &health),
             members,
-            task: work.current.clone(),
+            task: work
+                .current
+                .clone()
+                .or_else(|| self.waiting_task(&meta, &work)),
             speed_limits: work.limits,
             last_scrub: work.last_scrub.clone(),
             events: meta.events,
@@ -511,6 +523,52 @@ impl VolumeCore {
             unsynced_bytes: self.array.unsynced_units() * self.sync_unit_array_bytes(),
             at_risk: self.at_risk(),
         }
+    }
+
+    /// Outside the background window, with nothing running: the scrub or resync that waits for
+    /// it, at the position it keeps, with the reason.
+    fn waiting_task(&self, meta: &MetaState, work: &WorkState) -> Option<TaskStatus> {
+        let reason = work.deferred.clone()?;
+        let paused = |t: TaskStatus| TaskStatus {
+            bytes_per_sec: 0,
+            eta_secs: None,
+            paused: Some(reason.clone()),
+            ..t
+        };
+        if let Some(progress) = work.deferred_progress.clone() {
+            return Some(paused(progress));
+        }
+        // Never started since the window closed: where it would start.
+        let (chunk, units) = (self.chunk_bytes(), self.array.sync_unit_count());
+        let unit_bytes = self.sync_unit_array_bytes();
+        let (kind, done) = match (meta.resync, work.scrub_request) {
+            (Some(r), _) => {
+                let kind = match r.kind {
+                    crate::work::Resync::AfterCrash => TaskKind::Resync,
+                    crate::work::Resync::Initial => TaskKind::InitialSync,
+                };
+                (kind, r.offset / unit_bytes)
+            }
+            (None, Some(repair)) => {
+                let kind = if repair {
+                    TaskKind::Repair
+                } else {
+                    TaskKind::Scrub
+                };
+                let at = work.scrub_position.as_ref().filter(|p| p.repair == repair);
+                (kind, at.map_or(0, |p| p.unit))
+            }
+            (None, None) => return None,
+        };
+        Some(paused(TaskStatus {
+            kind,
+            role: None,
+            done_bytes: done * chunk,
+            total_bytes: units * chunk,
+            bytes_per_sec: 0,
+            eta_secs: None,
+            paused: None,
+        }))
     }
 
     fn health(&self, meta: &MetaState, health: &[MemberHealth]) -> ArrayHealth {

@@ -158,6 +158,10 @@ pub struct TaskStatus {
     /// Recent rate (per member).
     pub bytes_per_sec: u64,
     pub eta_secs: Option<u64>,
+    /// Why the task waits, keeping its position (`outside the background window
+    /// 19:00-05:00`); `None` while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
 }
 
 /// Where a scrub found a mismatch.

@@ -18,7 +18,7 @@ use engine::{MemberHealth, SyncMode};
 use crate::status::SCRUB_MISMATCHES_LISTED_MAX;
 use crate::status::{MismatchLocation, ScrubReport, SpeedLimits, TaskKind, TaskStatus};
 use crate::volume::{VolumeCore, VolumeError};
-use crate::work::{choose, Facts, Task, Worker};
+use crate::work::{choose, Facts, ScrubPosition, Task, Worker};
 
 /// Largest step of background I/O per member.
 const STEP_BYTES_MAX: u64 = 4 << 20;
@@ -221,6 +221,7 @@ impl VolumeCore {
             resync,
             unsynced_due: retry_due && self.array.unsynced_units() > 0,
             scrub: work.scrub_request,
+            deferred: work.deferred.is_some(),
         }
     }
 
@@ -246,6 +247,7 @@ impl VolumeCore {
             total_bytes: total,
             bytes_per_sec: rate,
             eta_secs: crate::status::eta(done, total, rate),
+            paused: None,
         });
     }
 
@@ -451,8 +453,14 @@ impl VolumeCore {
         let full_from = pending.full_from;
         self.resync_progress
             .store(start * unit_bytes, std::sync::atomic::Ordering::Release);
-        let total = self.resync_units_left(start, units, full_from);
-        let mut done = 0;
+        let left = self.resync_units_left(start, units, full_from);
+        // Resumed after it returned (the window closed, a pause): counted on from there.
+        let counted = self.work.lock().resync_counted.take();
+        let (mut done, total) = match counted {
+            Some((done, _)) if start > 0 => (done, done + left),
+            _ => (0, left),
+        };
+        let keep_count = |done: u64| self.work.lock().resync_counted = Some((done, total));
         let mut pacer = Pacer::new(self);
         let mut unit = self.next_resync_unit(start, units, full_from);
         while unit < units {
@@ -462,6 +470,7 @@ impl VolumeCore {
                 .iter()
                 .all(|h| *h == MemberHealth::InSync);
             if !all_in_sync || !pacer.wait_turn(self) {
+                keep_count(done);
                 return Ok(());
             }
             let step = (pacer.step_bytes(self, chunk) / chunk).min(units - unit);
@@ -478,6 +487,7 @@ impl VolumeCore {
             drop(meta);
             self.report(kind, None, done * chunk, total.max(done) * chunk, &pacer);
             if reached < unit + step {
+                keep_count(done);
                 return Ok(()); // a member left: the resync waits for it to be in sync again
             }
             unit = self.next_resync_unit(reached, units, full_from);
@@ -583,11 +593,21 @@ impl VolumeCore {
         } else {
             TaskKind::Scrub
         };
-        let mut report = ScrubReport::default();
+        // A scrub that returned before its end (the window closed, a pause) goes on from
+        // where it stopped, with its report so far.
+        let kept = self.work.lock().scrub_position.take();
+        let (mut unit, mut report) = match kept {
+            Some(p) if p.repair == repair => (p.unit, p.report),
+            _ => (0, ScrubReport::default()),
+        };
         let mut pacer = Pacer::new(self);
-        let mut unit = 0;
         while unit < units {
             if !pacer.wait_turn(self) {
+                self.work.lock().scrub_position = Some(ScrubPosition {
+                    repair,
+                    unit,
+                    report,
+                });
                 return Ok(());
             }
             let step = (pacer.step_bytes(self, chunk) / chunk).min(units - unit);

@@ -422,6 +422,11 @@ forward_to_core! {
     /// Starts a scrub (check, or with `repair` make consistent) in the background; the report
     /// is in `status().last_scrub`.
     fn scrub(&self, repair: bool) -> Result<(), VolumeError>;
+    /// `Some(reason)`: scrubs, resyncs after a crash and initial syncs wait (the daemon's
+    /// background window is closed): a running one returns after its current step, keeping
+    /// its position, and `status().task` shows it paused with `reason`; rebuilds, replaces and
+    /// operator actions go on. `None`: they go on from where they stopped.
+    fn defer_background(&self, reason: Option<String>);
     /// Changes the background rate limits (takes effect at the next step). Zero counts as 1
     /// byte/s and a minimum above the maximum as the maximum, so the maximum always holds.
     fn set_speed_limits(&self, limits: SpeedLimits);

@@ -28,6 +28,19 @@ pub(crate) enum Task {
     Scrub { repair: bool },
 }
 
+impl Task {
+    /// Waits outside the background window ([`Event::Defer`]): scrubs, the resync after a
+    /// crash and the initial sync. Not rebuilds and replaces (they restore redundancy a member
+    /// loss took away; pausing them prolongs the time a second loss loses data), nor the few
+    /// units a lack of space left unsynced (a short repair of a known exposure).
+    pub(crate) fn deferrable(self) -> bool {
+        matches!(
+            self,
+            Task::Scrub { .. } | Task::CrashResync | Task::InitialSync
+        )
+    }
+}
+
 /// What the worker is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Worker {
@@ -43,6 +56,9 @@ pub(crate) enum Worker {
     Running(Task),
     /// Running, told to pause: the task returns after its current step.
     Pausing(Task),
+    /// Running a deferrable task when the background window closed: it returns after its
+    /// current step, keeping its position, and the worker is free for other tasks.
+    Deferring(Task),
     /// Running, told to stop (the volume is dropped): the task returns after its current step.
     Stopping(Task),
     /// The worker thread has ended or is ending; nothing runs again.
@@ -66,6 +82,10 @@ pub(crate) enum Event {
     Finish,
     /// The volume is dropped.
     Stop,
+    /// The background window closed: scrubs and resyncs wait (`Volume::defer_background`).
+    Defer,
+    /// The background window opened.
+    Undefer,
 }
 
 /// The worker's next state. Every legal pair has its arm; any other pair is a bug and panics.
@@ -80,12 +100,16 @@ pub(crate) fn transition(state: Worker, event: Event) -> Worker {
         // ...but a `close` during the hold still holds background writes back.
         (Held { paused: true }, ReleaseHold) => Paused,
         // No journal was replayed at assembly (or it was released already): nothing to lift.
-        (s @ (Idle | Paused | Running(_) | Pausing(_) | Stopping(_) | Stopped), ReleaseHold) => s,
+        (
+            s @ (Idle | Paused | Running(_) | Pausing(_) | Deferring(_) | Stopping(_) | Stopped),
+            ReleaseHold,
+        ) => s,
         // A close while held: remembered for when the hold is lifted.
         (Held { .. }, Pause) => Held { paused: true },
         (Idle | Paused, Pause) => Paused,
-        // The task sees it at its next step (`should_yield`) and returns.
-        (Running(t) | Pausing(t), Pause) => Pausing(t),
+        // The task sees it at its next step (`should_yield`) and returns; the pause wins over
+        // the window (the worker stays paused afterwards).
+        (Running(t) | Pausing(t) | Deferring(t), Pause) => Pausing(t),
         // Stopping wins: nothing runs again either way.
         (s @ (Stopping(_) | Stopped), Pause) => s,
         // A write while held does not lift the hold (only the replay does), only the pause.
@@ -93,17 +117,42 @@ pub(crate) fn transition(state: Worker, event: Event) -> Worker {
         (Idle | Paused, Resume) => Idle,
         // The pause came before the task's next step: it simply goes on.
         (Running(t) | Pausing(t), Resume) => Running(t),
+        // A write does not open the window.
+        (Deferring(t), Resume) => Deferring(t),
         (s @ (Stopping(_) | Stopped), Resume) => s,
         // The worker starts a task only when free (under the same lock as this check).
         (Idle, Start(t)) => Running(t),
         // The task returned: the worker chooses again, stays paused, or ends.
         (Running(_), Finish) => Idle,
+        // Returned for the window: free for a task that does not wait for it (a rebuild).
+        (Deferring(_), Finish) => Idle,
         (Pausing(_), Finish) => Paused,
         (Stopping(_), Finish) => Stopped,
         // Nothing runs: the worker ends at once.
         (Held { .. } | Idle | Paused | Stopped, Stop) => Stopped,
         // A task runs: it returns after its current step, then the worker ends.
-        (Running(t) | Pausing(t) | Stopping(t), Stop) => Stopping(t),
+        (Running(t) | Pausing(t) | Deferring(t) | Stopping(t), Stop) => Stopping(t),
+        // The window closed: a scrub or resync returns after its current step; a rebuild or
+        // replace goes on.
+        (Running(t), Defer) if t.deferrable() => Deferring(t),
+        // Elsewhere the window only matters to what is chosen next (`Facts::deferred`).
+        (
+            s @ (Held { .. }
+            | Idle
+            | Paused
+            | Running(_)
+            | Pausing(_)
+            | Deferring(_)
+            | Stopping(_)
+            | Stopped),
+            Defer,
+        ) => s,
+        // The window opened before the deferred task's next step: it simply goes on.
+        (Deferring(t), Undefer) => Running(t),
+        (
+            s @ (Held { .. } | Idle | Paused | Running(_) | Pausing(_) | Stopping(_) | Stopped),
+            Undefer,
+        ) => s,
         (state, event) => panic!("background work: no transition from {state:?} on {event:?}"),
     }
 }
@@ -113,7 +162,7 @@ impl Worker {
     pub(crate) fn busy(self) -> bool {
         matches!(
             self,
-            Worker::Running(_) | Worker::Pausing(_) | Worker::Stopping(_)
+            Worker::Running(_) | Worker::Pausing(_) | Worker::Deferring(_) | Worker::Stopping(_)
         )
     }
 }
@@ -142,10 +191,13 @@ pub(crate) struct Facts {
     pub unsynced_due: bool,
     /// A requested scrub (`true`: repair).
     pub scrub: Option<bool>,
+    /// Outside the background window: scrubs and resyncs wait ([`Task::deferrable`]).
+    pub deferred: bool,
 }
 
 /// The most urgent task, if any: replace, rebuild, resync or initial sync (every role in
 /// sync), units left unsynced by a lack of space (every role in sync), a requested scrub.
+/// Outside the background window (`deferred`) the deferrable ones are passed over.
 pub(crate) fn choose(f: &Facts) -> Option<Task> {
     if let Some(role) = f.replacing {
         return Some(Task::Replace(role));
@@ -153,7 +205,7 @@ pub(crate) fn choose(f: &Facts) -> Option<Task> {
     if let Some(role) = f.recovering.or(f.spare_for) {
         return Some(Task::Rebuild(role));
     }
-    match (f.all_in_sync, f.resync) {
+    match (f.all_in_sync && !f.deferred, f.resync) {
         (true, Some(Resync::AfterCrash)) => return Some(Task::CrashResync),
         (true, Some(Resync::Initial)) => return Some(Task::InitialSync),
         _ => {}
@@ -161,7 +213,9 @@ pub(crate) fn choose(f: &Facts) -> Option<Task> {
     if f.all_in_sync && f.unsynced_due {
         return Some(Task::Unsynced);
     }
-    f.scrub.map(|repair| Task::Scrub { repair })
+    f.scrub
+        .filter(|_| !f.deferred)
+        .map(|repair| Task::Scrub { repair })
 }
 
 /// The worker's mailbox: its state, the limits and requests it follows, and what it reports,
@@ -182,6 +236,23 @@ pub(crate) struct WorkState {
     pub last_error: Option<String>,
     /// No resync of unsynced units before this (a member refused one for lack of space).
     pub unsynced_not_before: Option<Instant>,
+    /// Why scrubs and resyncs wait (outside the background window), while they do.
+    pub deferred: Option<String>,
+    /// Where a scrub that returned before its end goes on (until a new request or its end).
+    pub scrub_position: Option<ScrubPosition>,
+    /// A resync's progress when it returned before its end (units done, units in all), so the
+    /// next run counts on from there.
+    pub resync_counted: Option<(u64, u64)>,
+    /// The last progress of a deferrable task that returned for the window (shown paused).
+    pub deferred_progress: Option<TaskStatus>,
+}
+
+/// Where an unfinished scrub goes on: its next unit and its report so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ScrubPosition {
+    pub repair: bool,
+    pub unit: u64,
+    pub report: ScrubReport,
 }
 
 impl Work {
@@ -195,6 +266,10 @@ impl Work {
                 last_scrub: None,
                 last_error: None,
                 unsynced_not_before: None,
+                deferred: None,
+                scrub_position: None,
+                resync_counted: None,
+                deferred_progress: None,
             }),
             changed: Condvar::new(),
         }
@@ -205,17 +280,41 @@ impl Work {
     pub(crate) fn notify(&self) {
         self.changed.notify_all();
     }
-    /// Applies `event`; wakes every waiter when the state changed.
+    /// Applies `event`; wakes every waiter when the state changed. While deferred, every
+    /// change is followed by `Defer`, so no deferrable task stays `Running` (a `Resume` of a
+    /// `Pausing` scrub makes it `Running`, then `Deferring`).
     fn apply(&self, event: Event) {
         let mut state = self.lock();
-        let next = transition(state.worker, event);
+        let mut next = transition(state.worker, event);
+        if state.deferred.is_some() {
+            next = transition(next, Event::Defer);
+        }
         if next != state.worker {
+            if let Worker::Deferring(_) = next {
+                state.deferred_progress = state.current.clone();
+            }
             state.worker = next;
             if !next.busy() {
                 state.current = None;
             }
             self.notify();
         }
+    }
+    /// `Some(reason)`: scrubs and resyncs wait (a running one returns after its step, keeping
+    /// its position); `None`: they go on.
+    pub(crate) fn set_deferred(&self, reason: Option<String>) {
+        let event = match &reason {
+            Some(_) => Event::Defer,
+            None => Event::Undefer,
+        };
+        let mut state = self.lock();
+        if reason.is_none() {
+            state.deferred_progress = None;
+        }
+        state.deferred = reason;
+        drop(state);
+        self.apply(event);
+        self.notify();
     }
     pub(crate) fn worker(&self) -> Worker {
         self.lock().worker
@@ -248,7 +347,7 @@ impl Work {
     /// chose); true when it runs.
     pub(crate) fn start(&self, task: Task) -> bool {
         let mut state = self.lock();
-        if state.worker != Worker::Idle {
+        if state.worker != Worker::Idle || (state.deferred.is_some() && task.deferrable()) {
             return false;
         }
         state.worker = transition(state.worker, Event::Start(task));
@@ -295,37 +394,53 @@ mod tests {
     use Event::*;
     use Worker::*;
 
+    /// A task that does not wait for the window, and one that does.
     const T: Task = Task::Rebuild(1);
+    const S: Task = Task::Scrub { repair: false };
 
-    /// Every state, and every event, once.
-    const STATES: [Worker; 8] = [
+    /// Every state, and every event, once (the running states with both kinds of task).
+    const STATES: [Worker; 10] = [
         Held { paused: false },
         Held { paused: true },
         Idle,
         Paused,
         Running(T),
+        Running(S),
         Pausing(T),
+        Deferring(S),
         Stopping(T),
         Stopped,
     ];
-    const EVENTS: [Event; 7] = [Hold, ReleaseHold, Pause, Resume, Start(T), Finish, Stop];
+    const EVENTS: [Event; 9] = [
+        Hold,
+        ReleaseHold,
+        Pause,
+        Resume,
+        Start(T),
+        Finish,
+        Stop,
+        Defer,
+        Undefer,
+    ];
 
     /// The transition table, row by row (state) in the order of `STATES`, column by column
     /// (event) in the order of `EVENTS`; `None`: illegal, the transition panics.
     #[rustfmt::skip]
-    fn table() -> [[Option<Worker>; 7]; 8] {
+    fn table() -> [[Option<Worker>; 9]; 10] {
         let held = Held { paused: false };
         let held_paused = Held { paused: true };
         [
-            //    Hold       ReleaseHold        Pause              Resume         Start(T)          Finish           Stop
-            [None, Some(Idle), Some(held_paused), Some(held), None, None, Some(Stopped)],
-            [None, Some(Paused), Some(held_paused), Some(held), None, None, Some(Stopped)],
-            [Some(held), Some(Idle), Some(Paused), Some(Idle), Some(Running(T)), None, Some(Stopped)],
-            [None, Some(Paused), Some(Paused), Some(Idle), None, None, Some(Stopped)],
-            [None, Some(Running(T)), Some(Pausing(T)), Some(Running(T)), None, Some(Idle), Some(Stopping(T))],
-            [None, Some(Pausing(T)), Some(Pausing(T)), Some(Running(T)), None, Some(Paused), Some(Stopping(T))],
-            [None, Some(Stopping(T)), Some(Stopping(T)), Some(Stopping(T)), None, Some(Stopped), Some(Stopping(T))],
-            [None, Some(Stopped), Some(Stopped), Some(Stopped), None, None, Some(Stopped)],
+            //    Hold       ReleaseHold        Pause              Resume         Start(T)          Finish           Stop                 Defer               Undefer
+            [None, Some(Idle), Some(held_paused), Some(held), None, None, Some(Stopped), Some(held), Some(held)],
+            [None, Some(Paused), Some(held_paused), Some(held), None, None, Some(Stopped), Some(held_paused), Some(held_paused)],
+            [Some(held), Some(Idle), Some(Paused), Some(Idle), Some(Running(T)), None, Some(Stopped), Some(Idle), Some(Idle)],
+            [None, Some(Paused), Some(Paused), Some(Idle), None, None, Some(Stopped), Some(Paused), Some(Paused)],
+            [None, Some(Running(T)), Some(Pausing(T)), Some(Running(T)), None, Some(Idle), Some(Stopping(T)), Some(Running(T)), Some(Running(T))],
+            [None, Some(Running(S)), Some(Pausing(S)), Some(Running(S)), None, Some(Idle), Some(Stopping(S)), Some(Deferring(S)), Some(Running(S))],
+            [None, Some(Pausing(T)), Some(Pausing(T)), Some(Running(T)), None, Some(Paused), Some(Stopping(T)), Some(Pausing(T)), Some(Pausing(T))],
+            [None, Some(Deferring(S)), Some(Pausing(S)), Some(Deferring(S)), None, Some(Idle), Some(Stopping(S)), Some(Deferring(S)), Some(Running(S))],
+            [None, Some(Stopping(T)), Some(Stopping(T)), Some(Stopping(T)), None, Some(Stopped), Some(Stopping(T)), Some(Stopping(T)), Some(Stopping(T))],
+            [None, Some(Stopped), Some(Stopped), Some(Stopped), None, None, Some(Stopped), Some(Stopped), Some(Stopped)],
         ]
     }
 
@@ -350,6 +465,7 @@ mod tests {
             resync: Some(Resync::AfterCrash),
             unsynced_due: true,
             scrub: Some(true),
+            deferred: false,
         };
         // Each row takes away the most urgent reason left: the next one decides.
         type Take = fn(&mut Facts);
@@ -397,6 +513,87 @@ mod tests {
     }
 
     #[test]
+    fn outside_the_window_scrubs_and_resyncs_wait_and_repairs_do_not() {
+        let all = Facts {
+            replacing: Some(0),
+            recovering: Some(1),
+            all_in_sync: true,
+            resync: Some(Resync::AfterCrash),
+            unsynced_due: true,
+            scrub: Some(false),
+            deferred: true,
+            ..Facts::default()
+        };
+        type Take = fn(&mut Facts);
+        let rows: [(Take, Option<Task>); 6] = [
+            (|_| {}, Some(Task::Replace(0))),
+            (|f| f.replacing = None, Some(Task::Rebuild(1))),
+            // The resync waits; the few units a lack of space left unsynced do not.
+            (|f| f.recovering = None, Some(Task::Unsynced)),
+            (|f| f.unsynced_due = false, None),
+            (|f| f.resync = Some(Resync::Initial), None),
+            (|f| f.deferred = false, Some(Task::InitialSync)),
+        ];
+        let mut facts = all;
+        for (take, want) in rows {
+            take(&mut facts);
+            assert_eq!(choose(&facts), want, "{facts:?}");
+        }
+        for task in [
+            Task::Scrub { repair: true },
+            Task::CrashResync,
+            Task::InitialSync,
+        ] {
+            assert!(task.deferrable(), "{task:?}");
+        }
+        for task in [Task::Replace(0), Task::Rebuild(0), Task::Unsynced] {
+            assert!(!task.deferrable(), "{task:?}");
+        }
+    }
+
+    #[test]
+    fn a_deferred_scrub_returns_keeps_its_progress_and_a_rebuild_may_run() {
+        let work = Work::new();
+        assert!(work.start(S));
+        let progress = TaskStatus {
+            kind: crate::TaskKind::Scrub,
+            role: None,
+            done_bytes: 5,
+            total_bytes: 10,
+            bytes_per_sec: 1,
+            eta_secs: Some(5),
+            paused: None,
+        };
+        work.progress(progress.clone());
+        work.set_deferred(Some("outside".into()));
+        assert_eq!(work.worker(), Deferring(S));
+        assert!(work.should_yield());
+        work.finish();
+        assert_eq!(work.worker(), Idle);
+        assert_eq!(work.lock().deferred_progress, Some(progress));
+        assert!(!work.start(S), "no scrub starts outside the window");
+        assert!(work.start(T), "a rebuild does");
+        work.set_deferred(None);
+        assert_eq!(work.worker(), Running(T));
+        assert_eq!(work.lock().deferred_progress, None);
+        work.finish();
+        // A close's pause wins over the window, and a write after it does not run the scrub
+        // while the window is closed.
+        assert!(work.start(S));
+        work.set_deferred(Some("outside".into()));
+        work.apply(Pause);
+        assert_eq!(work.worker(), Pausing(S));
+        work.resume();
+        assert_eq!(
+            work.worker(),
+            Deferring(S),
+            "resumed, but still outside the window"
+        );
+        work.set_deferred(None);
+        assert_eq!(work.worker(), Running(S));
+    }
+
+    #[test]
     fn the_mailbox_follows_the_machine() {
         let work = Work::new();
         work.hold_for_replay();
@@ -412,6 +609,7 @@ mod tests {
             total_bytes: 1,
             bytes_per_sec: 0,
             eta_secs: None,
+            paused: None,
         });
         work.stop();
         assert!(work.stopped() && work.should_yield() && work.is_busy());

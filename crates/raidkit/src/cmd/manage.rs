@@ -171,7 +171,18 @@ pub fn scrub(args: ScrubArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     crate::progress::follow(&client, if args.repair { "repair" } else { "scrub" })?;
-    match client.status()?.volume.last_scrub {
+    let status = client.status()?.volume;
+    if let Some(why) = status.task.as_ref().and_then(|t| t.paused.as_ref()) {
+        // The wait ends when nothing runs or is due: a scrub waiting for the background
+        // window is neither. It goes on by itself.
+        println!(
+            "the scrub is paused ({why}); it goes on by itself when the window opens: \
+             `raidkit status --admin {}` shows its progress and report",
+            args.admin.admin.display()
+        );
+        return Ok(());
+    }
+    match status.last_scrub {
         Some(report) => print!("{}", scrub_report(&report)),
         None => anyhow::bail!("the scrub ended without a report (was it interrupted?)"),
     }

@@ -474,6 +474,7 @@ mod tests {
             total_bytes: 4194304,
             bytes_per_sec: 1048576,
             eta_secs: Some(3),
+            paused: None,
         });
         let text = render(&status);
         assert!(
@@ -640,6 +641,7 @@ mod tests {
             total_bytes: 4 << 20,
             bytes_per_sec: 1 << 20,
             eta_secs: Some(3),
+            paused: None,
         });
         let mut media = bare("raid5", ArrayHealth::Degraded);
         media.volume.members = vec![

@@ -17,6 +17,9 @@ storage service.
 - ``test_monitor_test_sends_a_test_message_for_every_array``: ``raidkit monitor --test`` makes
   the daemon raise ``TestMessage`` for each array: the alert program is called with
   ``TestMessage ARRAY`` for both; against ``serve`` (no alerts) it is refused.
+- ``test_spares_missing_and_journal_pressure_are_raised``: a listed spare that is gone is left
+  out (the array starts) and ``SparesMissing`` is raised at start; a write-back journal too
+  small for a write flood raises ``JournalPressure`` once, with its figures.
 """
 
 import json
@@ -332,3 +335,38 @@ def test_monitor_test_sends_a_test_message_for_every_array(tmp_path):
     finally:
         served.send_signal(signal.SIGTERM)
         assert served.wait(timeout=60) == 0
+
+
+def test_spares_missing_and_journal_pressure_are_raised(tmp_path):
+    """A spare the configuration lists that cannot be opened is left out: the array starts and
+    the alert program hears ``SparesMissing``. A 2 MiB write-back journal under a 48 MiB write
+    fills its ring: ``JournalPressure`` once (rate-limited), with the applies counted."""
+    require_tools("qemu-io")
+    members = [tmp_path / f"home{i}" for i in range(3)]
+    journal = tmp_path / "journal"
+    raidkit("create", "--level", "5", "--chunk", "16K", "--name", "home", "--size", "32M",
+            "--journal", journal, "--journal-mode", "write-back", "--journal-size", "2M",
+            *members)
+    program, alerts = alert_program(tmp_path)
+    gone = tmp_path / "gone-spare"
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n\n'
+                      f'[alerts]\nprogram = "{program}"\n\n'
+                      f'[[array]]\nname = "home"\nmembers = {json.dumps(list(map(str, members)))}\n'
+                      f'spares = ["{gone}"]\njournal = "{journal}"\n')
+    daemon = Daemon(config, 1)
+    try:
+        since = time.monotonic()
+        wait_for_line(alerts, "SparesMissing home\n", since, ALERT_WAIT_S)
+        qemu_io(daemon.serving["home"], "write -P 0x5a 0 48M", "flush")
+        wait_for_line(alerts, "JournalPressure home\n", since, 5)
+        qemu_io(daemon.serving["home"], "read -P 0x5a 0 48M")
+        status = json.loads(raidkit("status", "--admin", tmp_path / "a.sock", "--json").stdout)
+        assert status["journal"]["pressure_applies"] > 0, status["journal"]
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert f"spare {gone} left out: it cannot be opened" in log, log
+    assert "SparesMissing on array \"home\": 0 spare(s) present, the configuration lists 1" in log
+    assert log.count("JournalPressure on array") == 1, log
+    assert "a larger journal would avoid it" in log, log

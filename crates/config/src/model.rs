@@ -92,7 +92,9 @@ pub struct ArrayConfig {
     pub export: Option<Spanned<String>>,
     /// Member files, block devices or NBD URIs, in any order (roles come from superblocks).
     pub members: Vec<Spanned<String>>,
-    /// Hot spares of this array.
+    /// Hot spares of this array. One that cannot be opened at start, or that carries another
+    /// array's superblock, is left out (the array starts without it); fewer spares present
+    /// than listed raises `SparesMissing`.
     #[serde(default)]
     pub spares: Vec<Spanned<String>>,
     /// Arrays sharing a spare group lend each other their spares (mdadm's `spare-group`).

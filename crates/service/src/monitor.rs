@@ -1,7 +1,10 @@
 //! What `mdadm --monitor` does for md: watching each array and raising an alert when
-//! something an operator must know about happens. [`changes`] is the pure part — the events
-//! between two status snapshots of one array —; [`Monitor`] polls every array's status every
-//! [`POLL_INTERVAL`] on a thread of its own and raises what [`changes`] finds.
+//! something an operator must know about happens. The pure part: [`changes`], the events
+//! between two status snapshots of one array; [`spares_missing`], fewer spares present than
+//! the configuration lists (at start, and when it becomes true); [`journal_pressure`], the
+//! journal's ring filled up since the last alert (at most once per
+//! [`PRESSURE_ALERT_INTERVAL`]). [`Monitor`] polls every array's status every
+//! [`POLL_INTERVAL`] on a thread of its own and raises what they find.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,11 +13,98 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::stack::ArrayStack;
 use alerts::{Alert, Alerter, Event};
+use export::JournalLayer;
 use volume::{ArrayHealth, MemberState, MemberStatus, TaskKind, TaskStatus, Volume, VolumeStatus};
 
 /// How often each array's status is read (a status is an in-memory snapshot: cheap).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// `JournalPressure` is raised at most this often per array (a journal too small for its
+/// load fills up again and again: one alert with the figures says it).
+pub const PRESSURE_ALERT_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Spares present: members with no role that are spares (not faulty, not being filled).
+pub fn spares_present(status: &VolumeStatus) -> usize {
+    status
+        .members
+        .iter()
+        .filter(|m| m.role.is_none() && m.state == MemberState::Spare)
+        .count()
+}
+
+/// `SparesMissing` (mdadm's name) when `now` has fewer spares than the `listed` ones the
+/// configuration names: at start (`before` is `None`), or when it becomes true (a spare
+/// failed, was removed, was rebuilt onto or lent to another array); not again while it stays
+/// true.
+pub fn spares_missing(
+    listed: usize,
+    before: Option<&VolumeStatus>,
+    now: &VolumeStatus,
+) -> Option<Alert> {
+    let present = spares_present(now);
+    let was_missing = before.is_some_and(|b| spares_present(b) < listed);
+    (present < listed && !was_missing).then(|| {
+        Alert::new(
+            Event::SparesMissing,
+            &now.name,
+            None,
+            format!("{present} spare(s) present, the configuration lists {listed}"),
+        )
+        .with("spares_present", present)
+        .with("spares_listed", listed)
+    })
+}
+
+/// The journal's figures the monitor alerts on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JournalFigures {
+    /// Applies forced by a full ring since the journal was attached.
+    pub pressure_applies: u64,
+    pub used_bytes: u64,
+    pub ring_bytes: u64,
+}
+
+/// What the last `JournalPressure` of one array said.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PressureReported {
+    /// The count of pressure applies it covered (at watch start: the count then).
+    pub applies: u64,
+    /// When it was raised; `None`: not yet.
+    pub at: Option<Instant>,
+}
+
+/// `JournalPressure` when the count of applies forced by a full ring rose since the last
+/// alert (`reported`) and that alert is at least [`PRESSURE_ALERT_INTERVAL`] old at `at`;
+/// the alert counts the applies since it. The caller records what it raised.
+pub fn journal_pressure(
+    array: &str,
+    reported: &PressureReported,
+    now: &JournalFigures,
+    at: Instant,
+) -> Option<Alert> {
+    let new = now.pressure_applies.checked_sub(reported.applies)?;
+    let quiet = reported
+        .at
+        .is_none_or(|last| at.saturating_duration_since(last) >= PRESSURE_ALERT_INTERVAL);
+    (new > 0 && quiet).then(|| {
+        Alert::new(
+            Event::JournalPressure,
+            array,
+            None,
+            format!(
+                "the journal's ring was full {new} time(s) since the last alert ({} in all): \
+                 writes waited for records to be applied to the members; a larger journal \
+                 would avoid it",
+                now.pressure_applies
+            ),
+        )
+        .with("pressure_applies", now.pressure_applies)
+        .with("pressure_applies_new", new)
+        .with("journal_used_bytes", now.used_bytes)
+        .with("journal_ring_bytes", now.ring_bytes)
+    })
+}
 
 /// The alerts an array's status raises when first seen: `DegradedArray` for an array that
 /// starts degraded (the alert mdadm users miss after a reboot).
@@ -191,7 +281,40 @@ pub struct Monitor {
 
 struct Watched {
     volume: Arc<Volume>,
+    journal: Arc<JournalLayer>,
+    spares_listed: usize,
     last: VolumeStatus,
+    pressure: PressureReported,
+}
+
+impl Watched {
+    /// One look: the events since the last, which becomes this one.
+    fn look(&mut self) -> Vec<Alert> {
+        let now = self.volume.status();
+        let mut alerts = changes(&self.last, &now);
+        alerts.extend(spares_missing(self.spares_listed, Some(&self.last), &now));
+        if let Some(figures) = journal_figures(&self.journal) {
+            let at = Instant::now();
+            if let Some(alert) = journal_pressure(&now.name, &self.pressure, &figures, at) {
+                self.pressure = PressureReported {
+                    applies: figures.pressure_applies,
+                    at: Some(at),
+                };
+                alerts.push(alert);
+            }
+        }
+        self.last = now;
+        alerts
+    }
+}
+
+fn journal_figures(journal: &JournalLayer) -> Option<JournalFigures> {
+    let stats = journal.status()?.stats;
+    Some(JournalFigures {
+        pressure_applies: stats.pressure_applies,
+        used_bytes: stats.used_bytes,
+        ring_bytes: stats.capacity_bytes,
+    })
 }
 
 impl Monitor {
@@ -210,11 +333,9 @@ impl Monitor {
                 }
                 let mut watched = polled.lock().unwrap_or_else(|p| p.into_inner());
                 for w in watched.iter_mut() {
-                    let now = w.volume.status();
-                    for alert in changes(&w.last, &now) {
+                    for alert in w.look() {
                         alerter.raise(alert);
                     }
-                    w.last = now;
                 }
                 heartbeat.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
             })
@@ -228,14 +349,26 @@ impl Monitor {
         }
     }
 
-    /// Watches `volume` from now on; what [`at_start`] finds is returned to be raised.
-    pub fn watch(&self, volume: &Arc<Volume>) -> Vec<Alert> {
+    /// Watches the array `stack` serves from now on, `spares_listed` being the spares its
+    /// configuration names; what [`at_start`] and [`spares_missing`] find is returned to be
+    /// raised.
+    pub fn watch(&self, stack: &ArrayStack, spares_listed: usize) -> Vec<Alert> {
+        let volume = stack.volume();
         let last = volume.status();
-        let alerts = at_start(&last);
+        let mut alerts = at_start(&last);
+        alerts.extend(spares_missing(spares_listed, None, &last));
+        let journal = Arc::clone(stack.journal());
+        let pressure = PressureReported {
+            applies: journal_figures(&journal).map_or(0, |f| f.pressure_applies),
+            at: None,
+        };
         let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
         watched.push(Watched {
             volume: Arc::clone(volume),
+            journal,
+            spares_listed,
             last,
+            pressure,
         });
         alerts
     }

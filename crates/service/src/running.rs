@@ -69,6 +69,44 @@ pub enum Happening {
 /// Where [`Happening`]s go; called from several threads.
 pub type Tell = Arc<dyn Fn(Happening) + Send + Sync>;
 
+/// The spares an existing array starts with: a spare that cannot be opened (a dead disk) or
+/// that carries another array's superblock (lent to another array of its spare group, or a
+/// device name that moved) is left out with a warning: the array starts without it, and
+/// nothing is written to it.
+fn usable_spares(
+    opts: &ArrayOptions,
+    members: &[Arc<dyn Member>],
+    tell: &Tell,
+) -> Vec<Arc<dyn Member>> {
+    let ours = opts.uuid.or_else(|| {
+        members
+            .iter()
+            .find_map(|m| ondisk::read_superblock(m.as_ref()).ok())
+            .map(|sb| sb.array_uuid)
+    });
+    let mut usable = Vec::new();
+    for spec in &opts.spares {
+        let spare = match member::open_with(spec, &opts.open, &opts.remote) {
+            Ok(spare) => spare,
+            Err(e) => {
+                tell(Happening::Warning(format!(
+                    "spare {spec} left out: it cannot be opened: {e}"
+                )));
+                continue;
+            }
+        };
+        match ondisk::read_superblock(spare.as_ref()) {
+            Ok(sb) if Some(sb.array_uuid) != ours => tell(Happening::Warning(format!(
+                "spare {spec} left out: it belongs to array {:?} ({}) now (lent to it by a \
+                 spare group, or the device name moved); nothing was written to it",
+                sb.name, sb.array_uuid
+            ))),
+            _ => usable.push(spare),
+        }
+    }
+    usable
+}
+
 /// Creates the array on the opened members and spares before it is assembled.
 pub type Create<'a> = &'a dyn Fn(&[Arc<dyn Member>], &[Arc<dyn Member>]) -> anyhow::Result<()>;
 
@@ -97,14 +135,17 @@ impl RunningArray {
                 spec
             })
             .collect();
-        let spares = opts
-            .spares
-            .iter()
-            .map(|spec| {
-                member::open_with(spec, &opts.open, &opts.remote)
-                    .with_context(|| format!("cannot open spare {spec}"))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let spares = match create {
+            Some(_) => opts
+                .spares
+                .iter()
+                .map(|spec| {
+                    member::open_with(spec, &opts.open, &opts.remote)
+                        .with_context(|| format!("cannot open spare {spec}"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?,
+            None => usable_spares(&opts, &members, &tell),
+        };
         if let Some(uuid) = opts.uuid {
             for m in members.iter().chain(&spares) {
                 if let Ok(sb) = ondisk::read_superblock(m.as_ref()) {

@@ -76,6 +76,12 @@ impl ArrayStack {
         &self.volume
     }
 
+    /// The journal layer (its `status` is `None` without a journal): what the monitor reads
+    /// the journal's pressure from.
+    pub fn journal(&self) -> &Arc<JournalLayer> {
+        &self.journal
+    }
+
     /// What a server serves. Every clone must be dropped before [`ArrayStack::close`].
     pub fn export(&self) -> Arc<CachedExport> {
         Arc::clone(&self.export)

@@ -1,12 +1,19 @@
 //! The monitor's events from status changes, as `mdadm --monitor` raises them: a member
 //! failing, an array going degraded, a rebuild starting, passing 20/40/60/80 % and finishing,
-//! a spare becoming active, a scrub finding mismatches; an array that starts degraded says so.
+//! a spare becoming active, a scrub finding mismatches; an array that starts degraded says so;
+//! fewer spares than the configuration lists (at start and when it becomes true); a journal
+//! whose ring filled up (rate-limited, with the figures).
 
 use std::sync::Arc;
 
 use alerts::Event;
 use member::{Member, OpenOptions};
-use service::monitor::{at_start, changes};
+use std::time::{Duration, Instant};
+
+use service::monitor::{
+    at_start, changes, journal_pressure, spares_missing, spares_present, JournalFigures,
+    PressureReported, PRESSURE_ALERT_INTERVAL,
+};
 use volume::{ArrayHealth, MemberState, ScrubReport, TaskKind, TaskStatus, VolumeStatus};
 
 /// The status of a clean RAID 5 of four RAM members with one spare.
@@ -161,4 +168,79 @@ fn a_rebuild_that_starts_and_ends_between_two_looks_is_still_said() {
             (Event::RebuildFinished, None)
         ]
     );
+}
+
+#[test]
+fn spares_missing_is_raised_at_start_and_when_it_becomes_true() {
+    let one_spare = status();
+    assert_eq!(spares_present(&one_spare), 1);
+    assert!(spares_missing(1, None, &one_spare).is_none());
+    assert!(spares_missing(0, None, &one_spare).is_none());
+    let listed_two = spares_missing(2, None, &one_spare).expect("one of two missing at start");
+    assert_eq!(listed_two.event, Event::SparesMissing);
+    assert_eq!(listed_two.details["spares_present"], "1");
+    assert_eq!(listed_two.details["spares_listed"], "2");
+    assert!(
+        spares_missing(2, Some(&one_spare), &one_spare).is_none(),
+        "not again while it stays true"
+    );
+
+    // The spare is rebuilt onto a failed role: it is no longer a spare.
+    let mut used = one_spare.clone();
+    let spare = used.members.remove(4);
+    used.members[1].name = spare.name;
+    used.members[1].state = MemberState::Rebuilding;
+    let alert = spares_missing(1, Some(&one_spare), &used).expect("became true");
+    assert_eq!(alert.details["spares_present"], "0");
+    assert!(spares_missing(1, Some(&used), &used).is_none());
+    // A faulty spare is not a spare present.
+    let mut faulty = one_spare.clone();
+    faulty.members[4].state = MemberState::Faulty;
+    assert_eq!(spares_present(&faulty), 0);
+    assert!(spares_missing(1, Some(&one_spare), &faulty).is_some());
+    // A spare added back: not missing; losing it again raises again.
+    assert!(spares_missing(1, Some(&used), &one_spare).is_none());
+    assert!(spares_missing(1, Some(&one_spare), &used).is_some());
+}
+
+#[test]
+fn journal_pressure_is_raised_when_the_count_rises_at_most_once_an_interval() {
+    let t0 = Instant::now();
+    let figures = |applies| JournalFigures {
+        pressure_applies: applies,
+        used_bytes: 3 << 20,
+        ring_bytes: 4 << 20,
+    };
+    let start = PressureReported {
+        applies: 2,
+        at: None,
+    };
+    // The applies counted before the monitor looked are not news.
+    assert!(journal_pressure("home", &start, &figures(2), t0).is_none());
+    let alert = journal_pressure("home", &start, &figures(5), t0).expect("the count rose");
+    assert_eq!(alert.event, Event::JournalPressure);
+    assert_eq!(alert.array, "home");
+    assert_eq!(alert.details["pressure_applies"], "5");
+    assert_eq!(alert.details["pressure_applies_new"], "3");
+    assert_eq!(
+        alert.details["journal_ring_bytes"],
+        (4u64 << 20).to_string()
+    );
+    assert_eq!(
+        alert.details["journal_used_bytes"],
+        (3u64 << 20).to_string()
+    );
+    let raised = PressureReported {
+        applies: 5,
+        at: Some(t0),
+    };
+    let soon = t0 + Duration::from_secs(10);
+    assert!(
+        journal_pressure("home", &raised, &figures(9), soon).is_none(),
+        "rate-limited"
+    );
+    let later = t0 + PRESSURE_ALERT_INTERVAL;
+    assert!(journal_pressure("home", &raised, &figures(5), later).is_none());
+    let again = journal_pressure("home", &raised, &figures(9), later).expect("risen, quiet long");
+    assert_eq!(again.details["pressure_applies_new"], "4");
 }

@@ -126,7 +126,7 @@ impl ArraySet {
                 .stack()
                 .control(open_options(a), remote_options(a), Arc::clone(&self.log));
         self.admin.insert(&name, Arc::new(control));
-        for alert in self.monitor.watch(&volume) {
+        for alert in self.monitor.watch(array.stack(), a.spares.len()) {
             self.alerter.raise(alert);
         }
         println!(

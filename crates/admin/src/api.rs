@@ -3,6 +3,7 @@
 //! | method | path | body | does |
 //! |---|---|---|---|
 //! | GET | `/v1/status` | — | the volume's status (JSON) |
+//! | GET | `/v1/stats` | — | I/O counters of the array and its members, with the status ([`crate::stats::Snapshot`]) |
 //! | POST | `/v1/fail` | `{"member": M}` | mark M faulty |
 //! | POST | `/v1/remove` | `{"member": M}` | remove a faulty or spare M |
 //! | POST | `/v1/add` | `{"member": M}` | open M on the server; spare, or rebuild if degraded |
@@ -38,6 +39,7 @@ pub const MEMBER_NAME_BYTES_MAX: usize = 4096;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     Status,
+    Stats,
     Fail { member: String },
     Remove { member: String },
     Add { member: String },
@@ -159,13 +161,18 @@ pub fn route(path: &str) -> (Option<&str>, Cow<'_, str>) {
 pub fn parse(method: &str, path: &str, body: &[u8]) -> Result<Request, ApiError> {
     match (method, path) {
         ("GET", "/v1/status") => Ok(Request::Status),
+        ("GET", "/v1/stats") => Ok(Request::Stats),
         ("POST", p) if is_post_path(p) => parse_post(path, body),
-        (_, p) if p == "/v1/status" || is_post_path(p) => Err(ApiError::new(
+        (_, p) if is_get_path(p) || is_post_path(p) => Err(ApiError::new(
             405,
             format!("{method} is not allowed on {path}"),
         )),
         _ => Err(ApiError::new(404, format!("no endpoint {path}"))),
     }
+}
+
+fn is_get_path(path: &str) -> bool {
+    matches!(path, "/v1/status" | "/v1/stats")
 }
 
 fn is_post_path(path: &str) -> bool {
@@ -262,6 +269,8 @@ mod tests {
     #[test]
     fn parses_every_endpoint() {
         assert_eq!(parse("GET", "/v1/status", b"").unwrap(), Request::Status);
+        assert_eq!(parse("GET", "/v1/stats", b"").unwrap(), Request::Stats);
+        assert_eq!(parse("POST", "/v1/stats", b"").unwrap_err().status, 405);
         assert_eq!(
             parse("POST", "/v1/fail", br#"{"member":"a.img"}"#).unwrap(),
             Request::Fail {

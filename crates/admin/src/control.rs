@@ -2,12 +2,15 @@
 
 use std::sync::Arc;
 
+use iostats::IoCounters;
 use member::{OpenOptions, RemoteOptions};
 use serde_json::{json, Value};
 use volume::{SpeedLimits, Volume, VolumeError, VolumeStatus};
 
 use crate::api::{ApiError, Request};
 use crate::server::Control;
+use crate::stats::{self, Snapshot};
+use crate::status::Status;
 use crate::Log;
 
 /// Acts on one volume; members named by `add`/`replace` are opened here, on the server, with
@@ -16,14 +19,16 @@ pub struct VolumeControl {
     volume: Arc<Volume>,
     open: OpenOptions,
     remote: RemoteOptions,
-    status: StatusEncoder,
+    status: StatusSource,
+    /// The array's requests as its clients sent them, if the front end counts them.
+    client: Option<Arc<IoCounters>>,
     /// Each action done is logged ("admin: member M marked faulty").
     log: Log,
 }
 
 /// Makes the served status from the volume's, read at each request: the front end adds what
-/// it keeps outside the volume (the journal, the read cache) and encodes it.
-pub type StatusEncoder = Box<dyn Fn(VolumeStatus) -> serde_json::Result<Value> + Send + Sync>;
+/// it keeps outside the volume (the journal, the read cache).
+pub type StatusSource = Box<dyn Fn(VolumeStatus) -> Status + Send + Sync>;
 
 impl VolumeControl {
     pub fn new(
@@ -37,20 +42,42 @@ impl VolumeControl {
             volume,
             open,
             remote,
-            status: Box::new(serde_json::to_value),
+            status: Box::new(|volume| Status {
+                volume,
+                journal: None,
+                cache: None,
+            }),
+            client: None,
             log,
         }
     }
 
     /// Serves `status(volume status)` as the status (default: the volume's status alone).
-    pub fn with_status(mut self, status: StatusEncoder) -> VolumeControl {
+    pub fn with_status(mut self, status: StatusSource) -> VolumeControl {
         self.status = status;
         self
     }
 
+    /// Serves `client` in the stats as the array's requests as its clients sent them.
+    pub fn with_client_counters(mut self, client: Arc<IoCounters>) -> VolumeControl {
+        self.client = Some(client);
+        self
+    }
+
     fn status(&self) -> Result<Value, ApiError> {
-        (self.status)(self.volume.status())
-            .map_err(|e| ApiError::new(500, format!("cannot encode the status: {e}")))
+        encode((self.status)(self.volume.status()))
+    }
+
+    /// The counters first, then the status (a status is slower to read).
+    fn stats(&self) -> Snapshot {
+        let client = self.client.as_ref().map(|c| c.snapshot());
+        let members = self.volume.member_io_stats();
+        Snapshot {
+            unix_ms: stats::unix_ms(),
+            status: (self.status)(self.volume.status()),
+            client,
+            members,
+        }
     }
 
     /// Opens the member `add`/`replace` names. One the array holds already (a member failed
@@ -100,6 +127,10 @@ impl VolumeControl {
     }
 }
 
+fn encode(value: impl serde::Serialize) -> Result<Value, ApiError> {
+    serde_json::to_value(value).map_err(|e| ApiError::new(500, format!("cannot encode: {e}")))
+}
+
 /// The HTTP status for each kind of volume error.
 fn volume_error(e: VolumeError) -> ApiError {
     let status = match &e {
@@ -113,10 +144,15 @@ fn volume_error(e: VolumeError) -> ApiError {
 }
 
 impl Control for VolumeControl {
+    fn snapshot(&self) -> Result<Snapshot, ApiError> {
+        Ok(self.stats())
+    }
+
     fn handle(&self, request: Request) -> Result<Value, ApiError> {
         let v = &self.volume;
         match request {
             Request::Status => self.status(),
+            Request::Stats => encode(self.stats()),
             Request::Fail { member } => {
                 v.fail(&member).map_err(volume_error)?;
                 self.done(format!("member {member} marked faulty"))

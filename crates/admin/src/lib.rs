@@ -10,6 +10,8 @@
 //! - [`control`]: [`control::VolumeControl`], the `Control` over a `volume::Volume`.
 //! - [`status`]: [`status::Status`], what `GET /v1/status` serves and the CLI decodes: the
 //!   volume's status with the journal and read-cache sections the front end fills in.
+//! - [`stats`]: [`stats::Snapshot`], what `GET /v1/stats` serves: the I/O counters of the
+//!   array (as its clients see it) and of each member, with the status, at one moment.
 //!
 //! Nothing here prints: lines for the operator (an action done, a stale socket removed, a
 //! connection error) go to the front end's [`Log`].
@@ -19,6 +21,7 @@ use std::sync::Arc;
 pub mod api;
 pub mod control;
 pub mod server;
+pub mod stats;
 pub mod status;
 
 /// Where the admin service's lines for the operator go (`raidkit serve`: stderr).

@@ -40,6 +40,12 @@ pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(120);
 /// What the admin API acts on. `handle` is called on a blocking thread and may block.
 pub trait Control: Send + Sync + 'static {
     fn handle(&self, request: Request) -> Result<Value, ApiError>;
+
+    /// The array's counters and status now (what the metrics listener encodes). Default: a
+    /// control that keeps no counters.
+    fn snapshot(&self) -> Result<crate::stats::Snapshot, ApiError> {
+        Err(ApiError::new(404, "this array keeps no I/O counters"))
+    }
 }
 
 /// Raises a `TestMessage` alert for each array named and answers what was sent (a daemon's

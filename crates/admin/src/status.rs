@@ -60,7 +60,7 @@ pub fn wire_name(value: impl Serialize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use volume::{
         ArrayHealth, ArrayRange, AtRisk, BitmapStatus, FilesystemStatus, MemberState, MemberStatus,
@@ -68,7 +68,7 @@ mod tests {
     };
 
     /// A status with every optional part present and every list non-empty.
-    fn full() -> Status {
+    pub(crate) fn full() -> Status {
         let member = |role, name: &str, state| MemberStatus {
             role,
             name: name.to_string(),

@@ -113,6 +113,20 @@ pub enum Op {
     WriteZeroes,
 }
 
+impl Op {
+    /// The kind the I/O counters count it as.
+    #[inline]
+    pub(crate) fn counted(self) -> iostats::OpKind {
+        match self {
+            Op::Read => iostats::OpKind::Read,
+            Op::Write => iostats::OpKind::Write,
+            Op::Flush => iostats::OpKind::Flush,
+            Op::Trim => iostats::OpKind::Trim,
+            Op::WriteZeroes => iostats::OpKind::WriteZeroes,
+        }
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -90,6 +90,12 @@ impl Array {
         self.parts.members.faults(role).note_no_space();
     }
 
+    /// The I/O counters of every role's member operations now (the one place they pass:
+    /// `Parts::member_io`), by role. Superblock, bitmap and journal I/O do not pass there.
+    pub fn member_io_stats(&self) -> Vec<iostats::IoSnapshot> {
+        self.parts.members.io_snapshot()
+    }
+
     /// Error counters of `role`.
     pub fn fault_stats(&self, role: usize) -> FaultStats {
         self.parts.members.fault_stats(role)

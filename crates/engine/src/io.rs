@@ -147,7 +147,8 @@ impl<'a> Runner<'a> {
     }
 
     /// Performs one member operation: the single point where member I/O happens, where every
-    /// request is timed, and where faults are judged (see [`Runner::judge`]). During a replace,
+    /// request is timed and counted (`Members::io`: operations, bytes, latency, busy time), and
+    /// where faults are judged (see [`Runner::judge`]). During a replace,
     /// every write-type operation on the role is repeated on the replacement.
     pub(crate) fn member_io(&self, mut op: MemOp<'_>) -> Result<(), IoError> {
         let role = op.role();
@@ -163,15 +164,14 @@ impl<'a> Runner<'a> {
                 _ => Ok(()),
             };
         };
-        self.members.begin_io(role);
-        let started = Instant::now();
+        let counters = self.members.io(role);
+        let started = counters.begin();
         let result = match &mut op {
             MemOp::Read { offset, buf, .. } => member.read_at(buf, *offset),
             MemOp::ReadV { offset, bufs, .. } => member.read_vectored_at(bufs, *offset),
             other => other.apply(member.as_ref()),
         };
-        let elapsed = started.elapsed();
-        self.members.end_io(role);
+        let elapsed = counters.end(started, kind.counted(), len, result.is_ok());
         if let (Some(new), true) = (replacement, op.is_write()) {
             if let Err(e) = op.apply(new.as_ref()) {
                 self.members.drop_failed_replacement(role, &new, &e);

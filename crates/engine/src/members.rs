@@ -7,9 +7,10 @@
 //! locks.
 
 use crate::state::{FaultCounters, FaultPolicy, FaultReason, FaultStats, MemberHealth};
+use iostats::{IoCounters, IoSnapshot};
 use layout::Geometry;
 use member::Member;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard};
 
 /// A member of a slot, if any.
@@ -46,7 +47,8 @@ pub(crate) struct Members {
     transitions: Mutex<()>,
     faults: Vec<FaultCounters>,
     policy: RwLock<FaultPolicy>,
-    in_flight: Vec<AtomicUsize>,
+    /// Per role: the I/O counters of its member operations (requests in flight among them).
+    io: Vec<IoCounters>,
 }
 
 impl Members {
@@ -75,7 +77,7 @@ impl Members {
             transitions: Mutex::new(()),
             faults: (0..n).map(|_| FaultCounters::default()).collect(),
             policy: RwLock::new(FaultPolicy::default()),
-            in_flight: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+            io: (0..n).map(|_| IoCounters::new()).collect(),
         }
     }
 
@@ -230,22 +232,22 @@ impl Members {
         !self.health_of(role).readable()
     }
 
-    /// Marks the start of a request on `role`'s member (see [`Members::in_flight`]).
+    /// The I/O counters of `role`'s member operations (`io::Runner::member_io` counts each
+    /// one: begin and end).
     #[inline]
-    pub(crate) fn begin_io(&self, role: usize) {
-        self.in_flight[role].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Marks the end of a request started with [`Members::begin_io`].
-    #[inline]
-    pub(crate) fn end_io(&self, role: usize) {
-        self.in_flight[role].fetch_sub(1, Ordering::Relaxed);
+    pub(crate) fn io(&self, role: usize) -> &IoCounters {
+        &self.io[role]
     }
 
     /// Requests on `role`'s member now (mirrored reads go to the least busy copy).
     #[inline]
     pub(crate) fn in_flight(&self, role: usize) -> usize {
-        self.in_flight[role].load(Ordering::Relaxed)
+        self.io[role].in_flight() as usize
+    }
+
+    /// The I/O counters of every role now.
+    pub(crate) fn io_snapshot(&self) -> Vec<IoSnapshot> {
+        self.io.iter().map(IoCounters::snapshot).collect()
     }
 
     /// The fault counters of `role`.

@@ -8,6 +8,8 @@
 //!   [`ServerConfig`]; it returns after its shutdown future completes and requests in flight
 //!   have been answered, so the caller can then flush and mark the array clean.
 //!   [`serve_exports`] serves a set of [`Exports`] that grows and shrinks while it serves.
+//! - [`Counted`]: an export filter counting each request as the client sent it
+//!   (`iostats::IoCounters`).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -25,10 +27,12 @@
 //! FLUSH, TRIM, WRITE_ZEROES (NO_HOLE, FAST_ZERO), CACHE, DISC, BLOCK_STATUS (REQ_ONE).
 
 pub use nbd_codec as codec;
+mod counted;
 mod errno;
 mod export;
 mod server;
 
+pub use counted::Counted;
 pub use errno::nbd_errno;
 pub use export::{Export, StatusExtent};
 pub use server::{

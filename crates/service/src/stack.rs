@@ -29,10 +29,11 @@ pub struct StackOptions {
     pub cache: CacheConfig,
 }
 
-/// The volume as an export: through the read cache, then the journal layer.
-pub type CachedExport = ReadCache<JournalExport>;
+/// The volume as an export: its requests counted as the clients sent them, then through the
+/// read cache, then the journal layer.
+pub type CachedExport = nbd::Counted<ReadCache<JournalExport>>;
 
-/// One array's serving stack: volume ← journal layer ← read cache.
+/// One array's serving stack: volume ← journal layer ← read cache ← client counters.
 pub struct ArrayStack {
     volume: Arc<Volume>,
     journal: Arc<JournalLayer>,
@@ -52,16 +53,16 @@ impl ArrayStack {
         volume.set_gather_wait(opts.gather_wait);
         let (journal, replayed) = array_journal::attach(journal, &volume, opts.read_only)?;
         let journal = Arc::new(journal);
-        let export = ReadCache::new(journal.export(), opts.cache.clone())
+        let cache = ReadCache::new(journal.export(), opts.cache.clone())
             .context("starting the read cache")?;
-        let export = Arc::new(export);
+        let export = Arc::new(nbd::Counted::new(cache));
         // A scrub repair or a resync can change what the volume reads underneath the cache (a
         // RAID 6 data fix, a mirror copy rewritten): drop those blocks. Weak, so the volume
         // does not keep the cache (and, through it, itself) alive.
         let weak = Arc::downgrade(&export);
         volume.set_data_changed_hook(Box::new(move |offset, len| {
-            if let Some(cache) = weak.upgrade() {
-                cache.invalidate(offset, len);
+            if let Some(export) = weak.upgrade() {
+                export.inner().invalidate(offset, len);
             }
         }));
         let stack = ArrayStack {
@@ -88,7 +89,7 @@ impl ArrayStack {
     }
 
     /// The admin actions on this array, its status carrying the journal and read-cache
-    /// sections (`admin::status::Status`). `open` and `remote` open the members `add` and
+    /// sections (`admin::status::Status`), its stats the client counters. `open` and `remote` open the members `add` and
     /// `replace` name, as the array's own were opened; `log` hears each action done.
     pub fn control(
         &self,
@@ -103,12 +104,11 @@ impl ArrayStack {
             .status()
             .and_then(|j| member::volatile_storage(&j.name).ok().flatten());
         let control = VolumeControl::new(Arc::clone(&self.volume), open, remote, log);
-        control.with_status(Box::new(move |volume| {
-            serde_json::to_value(Status {
-                volume,
-                journal: journal_section(journal.status(), volatile.as_ref()),
-                cache: cache.upgrade().map(|c| c.stats()),
-            })
+        let client = Arc::clone(self.export.counters());
+        (control.with_client_counters(client)).with_status(Box::new(move |volume| Status {
+            volume,
+            journal: journal_section(journal.status(), volatile.as_ref()),
+            cache: cache.upgrade().map(|c| c.inner().stats()),
         }))
     }
 

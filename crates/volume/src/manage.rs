@@ -446,6 +446,10 @@ impl VolumeCore {
         members
     }
 
+    pub(crate) fn member_io_stats(&self) -> Vec<iostats::IoSnapshot> {
+        self.array.member_io_stats()
+    }
+
     pub(crate) fn status(&self) -> VolumeStatus {
         let meta = self.lock_meta();
         let work = self.work.lock();

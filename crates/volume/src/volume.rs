@@ -439,6 +439,8 @@ forward_to_core! {
     fn member_status(&self) -> Vec<MemberStatus>;
     /// Everything about the array, for display.
     fn status(&self) -> VolumeStatus;
+    /// The I/O counters of each role's member operations now, by role.
+    fn member_io_stats(&self) -> Vec<iostats::IoSnapshot>;
 }
 
 impl VolumeCore {

@@ -10,7 +10,11 @@ use iostats::IoSnapshot;
 /// Member (reads, writes, flushes) over every role.
 fn totals(stats: &[IoSnapshot]) -> (u64, u64, u64) {
     let sum = |f: fn(&IoSnapshot) -> u64| stats.iter().map(f).sum();
-    (sum(|s| s.read.ops), sum(|s| s.write.ops), sum(|s| s.flush.ops))
+    (
+        sum(|s| s.read.ops),
+        sum(|s| s.write.ops),
+        sum(|s| s.flush.ops),
+    )
 }
 
 #[test]
@@ -34,7 +38,9 @@ fn member_operations_are_counted_as_each_level_issues_them() {
         let writes_done = 10u64;
         for i in 0..writes_done {
             // One 4 KiB write per stripe row, never crossing a chunk.
-            array.write(i * chunk * 8 % array.size_bytes(), &[7; 4096]).unwrap();
+            array
+                .write(i * chunk * 8 % array.size_bytes(), &[7; 4096])
+                .unwrap();
         }
         let stats = array.member_io_stats();
         assert_eq!(stats.len(), n);
@@ -47,9 +53,18 @@ fn member_operations_are_counted_as_each_level_issues_them() {
         let bytes: u64 = stats.iter().map(|s| s.write.bytes).sum();
         assert_eq!(bytes, writes * writes_done * 4096, "{level}");
         array.flush().unwrap();
-        assert_eq!(totals(&array.member_io_stats()).2, n as u64, "{level}: one flush each");
-        assert!(stats.iter().all(|s| s.in_flight == 0 && s.write.errors == 0));
+        assert_eq!(
+            totals(&array.member_io_stats()).2,
+            n as u64,
+            "{level}: one flush each"
+        );
+        assert!(stats
+            .iter()
+            .all(|s| s.in_flight == 0 && s.write.errors == 0));
         let timed = stats.iter().filter(|s| s.write.ops > 0);
-        assert!(timed.clone().all(|s| s.busy_ns > 0 && s.write.time_ns > 0), "{level}");
+        assert!(
+            timed.clone().all(|s| s.busy_ns > 0 && s.write.time_ns > 0),
+            "{level}"
+        );
     }
 }

@@ -18,8 +18,8 @@
 use std::sync::Arc;
 
 use journal::{
-    push_data_op, replay, DataSource, Journal, JournalError, MemberOp, Record, ScanSummary,
-    Superblock, APPLY_ENTRY_BYTES,
+    push_data_op, replay, DataSource, Journal, JournalError, MemberOp, Record, RecordsBound,
+    ScanSummary, Superblock, APPLY_ENTRY_BYTES,
 };
 use member::Member;
 
@@ -38,10 +38,11 @@ impl Array {
             .unwrap_or_else(|p| p.into_inner()) = journal;
     }
 
-    /// The ring bytes the records logged by a write-back apply of `len` bytes at `offset` from
-    /// `sources` sources ([`Array::write_applied`]) can take at most; 0 unless this array logs
-    /// its writes (RAID 5/6 with a journal set).
-    pub fn logged_bytes_bound(&self, offset: u64, len: u64, sources: usize) -> u64 {
+    /// A bound of the records a write-back apply of `len` bytes at `offset` from `sources`
+    /// sources ([`Array::write_applied`]) logs: zero unless this array logs its writes (RAID
+    /// 5/6 with a journal set). A fact of the geometry; what the ring must hold for it is the
+    /// write-back cache's business (`export::ring_budget`).
+    pub fn logged_bytes_bound(&self, offset: u64, len: u64, sources: usize) -> RecordsBound {
         self.parts.logged_bytes_bound(offset, len, sources)
     }
 
@@ -76,28 +77,29 @@ impl Parts {
             .clone()
     }
 
-    /// The ring bytes the records logged by a write-back apply of `len` bytes at `offset` from
-    /// `sources` sources can take at most; 0 unless this array logs its writes. Per stripe
-    /// touched, one record: its header, every parity chunk (a stripe's parity range may be
-    /// wider than the write), and an entry per operation (data and parity of every member,
-    /// twice: a stripe's data may be cut into more pieces); plus one entry per source (each
-    /// source boundary cuts one data operation in two, and a data operation carries its bytes
-    /// only when that is smaller than its references), and the waste of one wrap (at most one
-    /// such record, which did not fit at the ring's end). The data itself is in the client's
-    /// records, not here.
-    pub(crate) fn logged_bytes_bound(&self, offset: u64, len: u64, sources: usize) -> u64 {
+    /// A bound of the records a write-back apply of `len` bytes at `offset` from `sources`
+    /// sources logs; zero unless this array logs its writes. Per stripe touched, one record:
+    /// its header, every parity chunk (a stripe's parity range may be wider than the write),
+    /// and an entry per operation (data and parity of every member, twice: a stripe's data may
+    /// be cut into more pieces); plus one entry per source (each source boundary cuts one data
+    /// operation in two, and a data operation carries its bytes only when that is smaller than
+    /// its references), counted once in the total and in the largest record. The data itself
+    /// is in the client's records, not here.
+    pub(crate) fn logged_bytes_bound(&self, offset: u64, len: u64, sources: usize) -> RecordsBound {
         let geometry = &self.geometry;
         let parity = geometry.parity_count() as u64;
         if len == 0 || parity == 0 || self.journal().is_none() {
-            return 0;
+            return RecordsBound::default();
         }
         let (stripe, chunk) = (geometry.stripe_data_bytes(), geometry.chunk_bytes());
         let stripes = (offset + len - 1) / stripe - offset / stripe + 1;
         let ops = 2 * (stripe / chunk + parity);
         let per_stripe = Record::member_ops_ring_bytes_max(ops, parity * chunk);
         let references = sources as u64 * APPLY_ENTRY_BYTES as u64;
-        let wrap = per_stripe + references;
-        stripes * per_stripe + references + wrap
+        RecordsBound {
+            total: stripes * per_stripe + references,
+            largest: per_stripe + references,
+        }
     }
 
     /// Re-applies one replayed `MemberOps` record, skipping roles that are missing or failed

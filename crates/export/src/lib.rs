@@ -12,7 +12,9 @@
 //!   once and FUA needs no member flush, because every acknowledged write is durable in the
 //!   journal already and replay restores it. Without a journal ([`JournalLayer::none`]) it is
 //!   the volume as it is.
-//! - [`WriteBack`]: the write-back cache, whose appliers write to the volume; [`checkpoint`]:
+//! - [`WriteBack`]: the write-back cache, whose appliers write to the volume, sharing the
+//!   journal ring by the rules of `ring_budget` (where the argument that a write-back journal
+//!   cannot deadlock lives, with its code); [`checkpoint`]:
 //!   flush the volume, then release the journal's complete records. Everything here calls
 //!   down: the journal and the volume call nothing in this crate.
 //!
@@ -36,6 +38,7 @@ use std::io;
 use std::sync::Arc;
 
 mod checkpoint;
+mod ring_budget;
 mod writeback;
 
 pub use checkpoint::{checkpoint, Checkpointer};

@@ -15,9 +15,9 @@
 //! writing is left until that write is done, so an older version of some bytes can never land
 //! on the array after a newer one (the newer extent replaced it in the buffer while the older
 //! one was being written; it is applied after). Each apply reserves ring space for its
-//! stripe records first ([`journal::Journal::reserve_apply`]); when none is left, one applier
-//! at a time applies the oldest record, which lets the journal checkpoint (docs/DESIGN.md,
-//! "Bounds and no deadlock").
+//! stripe records first; when none is left, one applier at a time applies the oldest record,
+//! which lets the journal checkpoint ([`crate::ring_budget`] has the rules and the argument
+//! that they cannot deadlock; `Shared::take_batch` follows them).
 //!
 //! When the array refuses an apply for lack of space (its members' filesystem is full), the
 //! extents stay buffered and their records in the journal: appliers try again every
@@ -40,6 +40,7 @@ use member::Member;
 use volume::Volume;
 
 use crate::checkpoint::checkpoint;
+use crate::ring_budget::RingBudget;
 
 /// Largest array write an applier issues at once.
 pub const APPLY_BYTES_MAX: u64 = 4 << 20;
@@ -83,6 +84,8 @@ pub const NO_SPACE_RETRY: Duration = Duration::from_secs(1);
 
 struct Shared {
     journal: Arc<Journal>,
+    /// How write-back records and applies share the journal's ring.
+    budget: RingBudget,
     volume: Arc<Volume>,
     buf: Mutex<Buffer>,
     cond: Condvar,
@@ -104,17 +107,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl WriteBack {
     /// Starts the cache and its applier threads. Buffered bytes are at most
-    /// `min(buffer_bytes_max, journal.array_write_bytes_max())`.
+    /// `min(buffer_bytes_max, RingBudget::array_write_bytes_max())`.
     pub fn start(
         journal: Arc<Journal>,
         volume: Arc<Volume>,
         buffer_bytes_max: u64,
     ) -> io::Result<WriteBack> {
+        let budget = RingBudget::new(Arc::clone(&journal));
         let buffer_max = buffer_bytes_max
-            .min(journal.array_write_bytes_max())
+            .min(budget.array_write_bytes_max())
             .max(4096);
         let shared = Arc::new(Shared {
             journal,
+            budget,
             volume,
             buf: Mutex::new(Buffer::default()),
             cond: Condvar::new(),
@@ -152,7 +157,7 @@ impl WriteBack {
             return Ok(());
         }
         let _gate = self.shared.gate.read().unwrap_or_else(|p| p.into_inner());
-        let piece = self.shared.journal.max_array_write_bytes() as usize;
+        let piece = self.shared.budget.piece_bytes_max() as usize;
         let mut done = 0;
         while done < data.len() {
             let n = piece
@@ -281,9 +286,10 @@ impl Shared {
             }
             drop(b);
             self.check_failed()?;
-            let ticket = self
-                .journal
-                .submit(&[Record::ArrayWrite { offset, data }])?;
+            let ticket = self.journal.submit(
+                &[Record::ArrayWrite { offset, data }],
+                self.budget.admission(),
+            )?;
             assert_eq!(ticket.first, ticket.last);
             let mut b = lock(&self.buf);
             self.insert(&mut b, offset, data.to_vec(), ticket.first);
@@ -398,9 +404,7 @@ impl Shared {
                 .volume
                 .write_applied(batch.offset, &batch.data, &batch.sources)
                 .map_err(io::Error::from);
-            if batch.reserved > 0 {
-                self.journal.release_apply(batch.reserved);
-            }
+            self.budget.release_apply(batch.reserved);
             let mut b = lock(&self.buf);
             let end = batch.offset + batch.data.len() as u64;
             let at = b
@@ -435,8 +439,8 @@ impl Shared {
     ///
     /// Normally a contiguous run of extents no other applier is writing, from the cursor on,
     /// cut at a stripe boundary. When the ring has no room for its stripe records
-    /// (see [`journal::Journal::reserve_apply`]) it is instead the oldest buffered extent alone, once
-    /// no other applier is writing it or applying an oldest extent.
+    /// ([`RingBudget::reserve_apply`]) it is instead the oldest buffered extent alone, once no
+    /// other applier is writing it or applying an oldest extent.
     fn take_batch(&self, b: &mut Buffer) -> Option<Batch> {
         let stripe = self.volume.geometry().unit_bytes().max(1);
         let limit = (APPLY_BYTES_MAX / stripe).max(1) * stripe;
@@ -454,7 +458,7 @@ impl Shared {
         // first once the ring is half full, before it comes under pressure.
         let start = {
             let free = |from: u64| b.extents.range(from..).filter(|&(&s, e)| !busy(b, s, e));
-            match self.journal.half_full() {
+            match self.budget.half_full() {
                 true => free(0).min_by_key(|&(&s, e)| (e.seq, s)),
                 false => free(b.cursor).next().or_else(|| free(0).next()),
             }
@@ -483,9 +487,9 @@ impl Shared {
             reserved: 0,
             forced: false,
         };
-        let needed = self.volume.logged_bytes_bound(start, len, parts.len());
-        if needed == 0 || self.journal.reserve_apply(needed) {
-            batch.reserved = needed;
+        let logged = self.volume.logged_bytes_bound(start, len, parts.len());
+        if let Some(reserved) = self.budget.reserve_apply(logged) {
+            batch.reserved = reserved;
             batch.data.reserve_exact(len as usize);
             for &(s, _) in &parts {
                 batch.data.extend_from_slice(&b.extents[&s].data);
@@ -500,15 +504,15 @@ impl Shared {
                 return None;
             }
             parts = vec![(s, e.id)];
+            let logged = self.volume.logged_bytes_bound(s, e.data.len() as u64, 1);
             batch = Batch {
                 offset: s,
                 data: e.data.clone(),
                 parts: Vec::new(),
                 sources: Vec::new(),
-                reserved: self.volume.logged_bytes_bound(s, e.data.len() as u64, 1),
+                reserved: self.budget.force_reserve_apply(logged),
                 forced: true,
             };
-            self.journal.force_reserve_apply(batch.reserved);
             b.forced = true;
         }
         for &(s, _) in &parts {

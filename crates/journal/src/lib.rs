@@ -57,4 +57,6 @@ pub use format::{
 };
 pub use replay::replay;
 pub use scan::{read_superblock, scan, ScanSummary};
-pub use writer::{format, Checkpoint, Journal, JournalStats, Ticket, CHECKPOINT_INTERVAL};
+pub use writer::{
+    format, Admission, Checkpoint, Journal, JournalStats, RecordsBound, Ticket, CHECKPOINT_INTERVAL,
+};

@@ -35,6 +35,40 @@ pub struct Ticket {
     pub last: u64,
 }
 
+/// The room write-back (`ArrayWrite`) records are admitted into: at most
+/// `array_write_bytes_max` of ring held by such records at once, and `keep_free` bytes left
+/// neither used nor reserved after them. Other records take any free space. (The write-back
+/// cache's rule is `export::ring_budget`'s.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admission {
+    pub array_write_bytes_max: u64,
+    pub keep_free: u64,
+}
+
+impl Admission {
+    /// No rule beyond free space.
+    pub const ANY: Admission = Admission {
+        array_write_bytes_max: u64::MAX,
+        keep_free: 0,
+    };
+}
+
+/// An upper bound of the records some writer will append: `total` ring bytes between them,
+/// none larger than `largest`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordsBound {
+    pub total: u64,
+    pub largest: u64,
+}
+
+impl RecordsBound {
+    /// The ring bytes such records take wherever they land: their own, and the waste of one
+    /// wrap (a wrap wastes the ring's end, less than the record that did not fit there).
+    pub fn ring_bytes_max(&self) -> u64 {
+        self.total + self.largest
+    }
+}
+
 /// Counters for status and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct JournalStats {
@@ -45,7 +79,8 @@ pub struct JournalStats {
     pub commits: u64,
     pub checkpoints: u64,
     pub durable_seq: u64,
-    /// Write-back applies made oldest-record-first because the ring was under pressure.
+    /// Reservations made whatever was free ([`Journal::reserve_forced`]): the write-back
+    /// cache's applies of its oldest record under ring pressure.
     pub pressure_applies: u64,
     /// Ring bytes of every record appended this session, the waste of wraps included.
     pub appended_bytes: u64,
@@ -63,11 +98,10 @@ struct Ring {
     head: u64,
     next_seq: u64,
     used_bytes: u64,
-    /// Ring bytes of write-back records after the tail (bounded by `logical_max`).
+    /// Ring bytes of write-back (`ArrayWrite`) records after the tail.
     logical_bytes: u64,
-    /// Ring bytes reserved by write-back appliers for the stripe records of the
-    /// array writes they are making (see [`Journal::reserve_apply`]).
-    apply_reserved: u64,
+    /// Ring bytes reserved for records not appended yet ([`Journal::try_reserve`]).
+    reserved: u64,
     live: VecDeque<Live>,
     queue: Vec<(u64, Vec<u8>)>,
     queued_last: u64,
@@ -89,7 +123,6 @@ struct Shared {
     /// One checkpoint at a time.
     checkpoint_lock: Mutex<()>,
     capacity: u64,
-    logical_max: u64,
     max_record: u64,
 }
 
@@ -192,7 +225,7 @@ impl Journal {
             next_seq: sb.tail_seq,
             used_bytes: 0,
             logical_bytes: 0,
-            apply_reserved: 0,
+            reserved: 0,
             live: VecDeque::new(),
             queue: Vec::new(),
             queued_last: 0,
@@ -208,7 +241,6 @@ impl Journal {
         };
         let shared = Shared {
             max_record: sb.max_record_bytes(),
-            logical_max: capacity / 8,
             capacity,
             member,
             name,
@@ -233,55 +265,45 @@ impl Journal {
         self.shared.max_record
     }
 
-    /// Largest data of one write-back record.
+    /// Largest data one write-back (`ArrayWrite`) record holds.
     pub fn max_array_write_bytes(&self) -> u64 {
-        (self.shared.max_record - RECORD_ALIGN).min(self.shared.logical_max / 2)
+        self.shared.max_record - RECORD_ALIGN
     }
 
-    /// Ring bytes write-back records may hold at once (an eighth of the ring, so the
-    /// stripe records of applying them always find room: see docs/DESIGN.md).
-    pub fn array_write_bytes_max(&self) -> u64 {
-        self.shared.logical_max
+    /// Ring bytes in use: records after the tail, and reservations.
+    pub fn in_use_bytes(&self) -> u64 {
+        let ring = lock(&self.shared.ring);
+        ring.used_bytes + ring.reserved
     }
 
-    /// Reserves `bytes` of ring for the stripe records of one write-back apply, if
-    /// that leaves the reserve (a quarter of the ring) free: appliers in parallel can then
-    /// never fill the ring between them. `false` means the ring is under pressure: nothing
-    /// after the oldest incomplete record can be released by a checkpoint, so the write-back
-    /// cache must apply the oldest record first, one apply at a time, with
-    /// [`Journal::force_reserve_apply`]: all the applies of one record fit in the reserve,
-    /// complete it, and let a checkpoint free the ring (see docs/DESIGN.md).
-    pub fn reserve_apply(&self, bytes: u64) -> bool {
+    /// Reserves `bytes` of ring for records to be appended later, if `keep_free` bytes stay
+    /// neither used nor reserved afterwards; `false` (nothing reserved) otherwise. Records
+    /// appended later take their space as usual: the caller returns the reservation with
+    /// [`Journal::release_reserved`] once they are appended. (The write-back cache reserves
+    /// for the stripe records of each apply: `export::ring_budget`.)
+    pub fn try_reserve(&self, bytes: u64, keep_free: u64) -> bool {
         let mut ring = lock(&self.shared.ring);
-        let fits = ring.used_bytes + ring.apply_reserved + bytes + self.shared.reserve()
-            <= self.shared.capacity;
+        let fits = ring.used_bytes + ring.reserved + bytes + keep_free <= self.shared.capacity;
         if fits {
-            ring.apply_reserved += bytes;
+            ring.reserved += bytes;
         }
         fits
     }
 
-    /// True when half the ring is in use: records behind the oldest incomplete one cannot be
-    /// released, so the write-back cache should apply its oldest records next.
-    pub fn half_full(&self) -> bool {
-        let ring = lock(&self.shared.ring);
-        (ring.used_bytes + ring.apply_reserved) * 2 > self.shared.capacity
-    }
-
-    /// Reserves `bytes` for the single oldest-record apply under pressure, whatever is left.
-    pub fn force_reserve_apply(&self, bytes: u64) {
+    /// Reserves `bytes` whatever is left (counted in [`JournalStats::pressure_applies`]).
+    pub fn reserve_forced(&self, bytes: u64) {
         let mut ring = lock(&self.shared.ring);
-        ring.apply_reserved += bytes;
+        ring.reserved += bytes;
         ring.stats.pressure_applies += 1;
     }
 
-    /// Returns a reservation once the apply's records are written (they count as used).
-    pub fn release_apply(&self, bytes: u64) {
+    /// Returns a reservation of `bytes`.
+    pub fn release_reserved(&self, bytes: u64) {
         let mut ring = lock(&self.shared.ring);
-        ring.apply_reserved = ring
-            .apply_reserved
+        ring.reserved = ring
+            .reserved
             .checked_sub(bytes)
-            .expect("released more apply reservation than was reserved");
+            .expect("released more than was reserved");
         drop(ring);
         self.shared.cond.notify_all();
     }
@@ -299,14 +321,19 @@ impl Journal {
 
     /// Appends `records` and returns once they are durable.
     pub fn append(&self, records: &[Record<'_>]) -> Result<Ticket, JournalError> {
-        let ticket = self.submit(records)?;
+        let ticket = self.submit(records, Admission::ANY)?;
         self.wait(ticket)?;
         Ok(ticket)
     }
 
-    /// Queues `records` (consecutive sequence numbers, in order); waits for ring space first.
-    /// Durable only after [`Journal::wait`].
-    pub fn submit(&self, records: &[Record<'_>]) -> Result<Ticket, JournalError> {
+    /// Queues `records` (consecutive sequence numbers, in order); waits for ring space first,
+    /// and for `admission`'s room when they hold write-back records. Durable only after
+    /// [`Journal::wait`].
+    pub fn submit(
+        &self,
+        records: &[Record<'_>],
+        admission: Admission,
+    ) -> Result<Ticket, JournalError> {
         assert!(!records.is_empty());
         let s = &self.shared;
         for r in records {
@@ -322,7 +349,7 @@ impl Journal {
                 });
             }
         }
-        let mut ring = s.wait_for_space(records)?;
+        let mut ring = s.wait_for_space(records, admission)?;
         let nonce = lock(&s.sb).nonce;
         let mut first = None;
         for r in records {
@@ -503,12 +530,6 @@ fn write_superblock(member: &dyn Member, sb: &Superblock) -> Result<(), JournalE
 }
 
 impl Shared {
-    /// Ring bytes new write-back records and parallel applies leave free (see
-    /// [`Journal::reserve_apply`]).
-    fn reserve(&self) -> u64 {
-        self.capacity / 4
-    }
-
     fn failed(&self, ring: &Ring) -> Result<(), JournalError> {
         match &ring.failed {
             Some(reason) => Err(JournalError::Failed {
@@ -534,7 +555,11 @@ impl Shared {
         total
     }
 
-    fn wait_for_space(&self, records: &[Record<'_>]) -> Result<MutexGuard<'_, Ring>, JournalError> {
+    fn wait_for_space(
+        &self,
+        records: &[Record<'_>],
+        admission: Admission,
+    ) -> Result<MutexGuard<'_, Ring>, JournalError> {
         let logical: u64 = records
             .iter()
             .filter(|r| r.is_logical())
@@ -545,11 +570,9 @@ impl Shared {
             self.failed(&ring)?;
             let needed = self.bytes_needed(ring.head, records);
             let fits = ring.used_bytes + needed <= self.capacity;
-            // Write-back records also leave the reserve free: the stripe records of
-            // applying them need it (see `Journal::reserve_apply`).
             let logical_fits = logical == 0
-                || (ring.logical_bytes + logical <= self.logical_max
-                    && ring.used_bytes + ring.apply_reserved + needed + self.reserve()
+                || (ring.logical_bytes + logical <= admission.array_write_bytes_max
+                    && ring.used_bytes + ring.reserved + needed + admission.keep_free
                         <= self.capacity);
             if fits && logical_fits {
                 return Ok(ring);

@@ -74,13 +74,14 @@ fn members(level: Level) -> (Arc<World>, Vec<Arc<SimMember>>) {
     (world, sims)
 }
 
-/// The crashed array reassembled with one member (RAID 6: two) left out: the roles missing,
-/// the array.
-fn assemble_degraded(
+/// The crashed array reassembled with one member (RAID 6: two) left out and the stripes its
+/// journal (the last member) logged replayed: the roles missing, the array, the journal's
+/// superblock.
+fn replay_degraded(
     level: Level,
     crashed: &[Arc<SimMember>],
     rng: &mut Rng,
-) -> (Vec<usize>, Arc<Array>) {
+) -> (Vec<usize>, Arc<Array>, journal::Superblock) {
     let n = crashed.len() as u64 - 1;
     let first = rng.below(n) as usize;
     let mut missing = vec![first];
@@ -88,7 +89,10 @@ fn assemble_degraded(
         missing.push((first + 1 + rng.below(n - 1) as usize) % n as usize);
     }
     let a = assemble(level, crashed, &missing);
-    (missing, a)
+    let jm = crashed.last().expect("the journal member");
+    let sb = read_superblock(jm.as_ref()).unwrap();
+    a.replay_journal(jm.as_ref(), &sb).unwrap();
+    (missing, a, sb)
 }
 
 /// Write, lose power (every member keeps an arbitrary torn subset of its unflushed writes),
@@ -113,10 +117,7 @@ fn write_through_round(level: Level, seed: u64) {
     }
     let (_w, crashed) = world.crash(rng.next_u64(), &name_refs);
     drop((a, j, checkpoints));
-    let (missing, a) = assemble_degraded(level, &crashed, &mut rng);
-    let jm = crashed.last().unwrap();
-    let sb = read_superblock(jm.as_ref()).unwrap();
-    a.replay_journal(jm.as_ref(), &sb).unwrap();
+    let (missing, a, _) = replay_degraded(level, &crashed, &mut rng);
     assert_reads_back(
         &model,
         &format!("seed {seed}, {level}, members {missing:?} missing"),
@@ -183,10 +184,8 @@ fn write_back_round(level: Level, seed: u64) {
     }
     let (_w, crashed) = world.crash(rng.next_u64(), &name_refs);
     drop((a, j, checkpoints));
-    let (missing, a) = assemble_degraded(level, &crashed, &mut rng);
+    let (missing, a, sb) = replay_degraded(level, &crashed, &mut rng);
     let jm = crashed.last().unwrap();
-    let sb = read_superblock(jm.as_ref()).unwrap();
-    a.replay_journal(jm.as_ref(), &sb).unwrap();
     let stripe = a.geometry().stripe_data_bytes();
     scan(jm.as_ref(), &sb, |_, record| {
         if let Record::ArrayWrite { offset, data } = record {
@@ -265,7 +264,7 @@ fn without_the_journal_the_write_hole_shows() {
     assert!(lost, "seed {base}: 20 crashes never showed the write hole");
 }
 
-/// The ring space a write-back apply reserves (`Array::logged_bytes_bound`) covers the
+/// The ring space a write-back apply reserves (`Array::logged_bytes_bound`, one wrap included) covers the
 /// records the apply really logs (`Array::write_applied`), for writes of every size and
 /// alignment (chunk and stripe straddling ones too) from one source or from many tiny ones
 /// (whose references would outweigh the data, which is then logged instead), on RAID 5 and
@@ -280,7 +279,11 @@ fn apply_reservations_cover_the_records_logged() {
             .map(|n| world.member(n, JOURNAL_BYTES))
             .collect();
         let a = assemble(level, &sims, &[]);
-        assert_eq!(a.logged_bytes_bound(0, 4096, 1), 0, "no journal set");
+        assert_eq!(
+            a.logged_bytes_bound(0, 4096, 1).ring_bytes_max(),
+            0,
+            "no journal set"
+        );
         let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
         let (j, _checkpoints) = started(&a, &jm, Mode::WriteThrough);
         let mut rng = Rng::new(base);
@@ -306,7 +309,9 @@ fn apply_reservations_cover_the_records_logged() {
             let before = j.stats().appended_bytes;
             (a.write_applied(offset, &pattern(rng.next_u64(), len as usize), &sources)).unwrap();
             let logged = j.stats().appended_bytes - before;
-            let bound = a.logged_bytes_bound(offset, len, sources.len());
+            let bound = a
+                .logged_bytes_bound(offset, len, sources.len())
+                .ring_bytes_max();
             assert!(
                 logged > 0 && logged <= bound,
                 "seed {base}, {level}: a write of {len} bytes at {offset} logged {logged} \
@@ -322,5 +327,9 @@ fn apply_reservations_cover_the_records_logged() {
     let a = assemble(Level::Raid1, &sims, &[]);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
     let _session = started(&a, &jm, Mode::WriteThrough);
-    assert_eq!(a.logged_bytes_bound(0, 4096, 1), 0, "RAID 1 logs nothing");
+    assert_eq!(
+        a.logged_bytes_bound(0, 4096, 1).ring_bytes_max(),
+        0,
+        "RAID 1 logs nothing"
+    );
 }

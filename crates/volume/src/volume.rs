@@ -308,10 +308,15 @@ impl Volume {
         self.core.array.set_journal(journal)
     }
 
-    /// The journal ring bytes a write-back apply of `len` bytes at `offset` from `sources`
-    /// sources can log at most (0 unless RAID 5/6 with a journal set); see
+    /// A bound of the records a write-back apply of `len` bytes at `offset` from `sources`
+    /// sources logs (zero unless RAID 5/6 with a journal set); see
     /// `engine::Array::logged_bytes_bound`.
-    pub fn logged_bytes_bound(&self, offset: u64, len: u64, sources: usize) -> u64 {
+    pub fn logged_bytes_bound(
+        &self,
+        offset: u64,
+        len: u64,
+        sources: usize,
+    ) -> journal::RecordsBound {
         self.core.array.logged_bytes_bound(offset, len, sources)
     }
 }

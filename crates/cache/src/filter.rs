@@ -231,76 +231,53 @@ impl<E: Export> ReadCache<E> {
                 .enumerate()
                 .take_while(|&(i, &(b, _))| b == rest[0].0 + i as u64)
                 .count();
-            if whole {
-                self.fill_run(store, offset, buf, &rest[..run])?;
-            } else {
-                self.read_run(store, offset, buf, &rest[..run])?;
-            }
+            self.read_run(store, offset, buf, &rest[..run], whole)?;
             rest = &rest[run..];
         }
         Ok(())
     }
 
-    /// Reads the consecutive missing blocks `run` below, copies the requested part into
-    /// `buf` (the client's read at `offset`) and caches the blocks.
-    fn fill_run(
-        &self,
-        store: &Store,
-        offset: u64,
-        buf: &mut [u8],
-        run: &[(u64, Snapshot)],
-    ) -> io::Result<()> {
-        let bb = store.block_bytes();
-        let start = run[0].0 * bb;
-        let len: usize = run.iter().map(|&(b, _)| store.block_len(b)).sum();
-        let end = start + len as u64;
-        let covered = start >= offset && end <= offset + buf.len() as u64;
-        let mut scratch = Vec::new();
-        let data: &[u8] = if covered {
-            let dst = &mut buf[(start - offset) as usize..(end - offset) as usize];
-            self.shared.inner.read(start, dst)?;
-            dst
-        } else {
-            scratch.resize(len, 0);
-            self.shared.inner.read(start, &mut scratch)?;
-            let lo = start.max(offset);
-            let hi = end.min(offset + buf.len() as u64);
-            buf[(lo - offset) as usize..(hi - offset) as usize]
-                .copy_from_slice(&scratch[(lo - start) as usize..(hi - start) as usize]);
-            &scratch
-        };
-        let mut at = 0;
-        for &(block, snapshot) in run {
-            let block_len = store.block_len(block);
-            store.insert(block, &data[at..at + block_len], snapshot, false);
-            at += block_len;
-        }
-        Ok(())
-    }
-
-    /// Reads the requested part of the consecutive missing blocks `run` straight into `buf`
-    /// (the client's read at `offset`) and caches the blocks the read fully covers.
+    /// Reads the consecutive missing blocks `run` below and caches them, copying the requested
+    /// part into `buf` (the client's read at `offset`). `whole`: reads every block of the run
+    /// (through a scratch buffer where the run sticks out of the client's read) and caches
+    /// them all; otherwise reads only the requested part, straight into `buf`, and caches the
+    /// blocks it fully covers.
     fn read_run(
         &self,
         store: &Store,
         offset: u64,
         buf: &mut [u8],
         run: &[(u64, Snapshot)],
+        whole: bool,
     ) -> io::Result<()> {
         let bb = store.block_bytes();
+        let last = run[run.len() - 1].0;
+        let (run_start, run_end) = (run[0].0 * bb, last * bb + store.block_len(last) as u64);
         let end = offset + buf.len() as u64;
-        let run_end = run[run.len() - 1].0 * bb + store.block_len(run[run.len() - 1].0) as u64;
-        let lo = (run[0].0 * bb).max(offset);
-        let hi = run_end.min(end);
+        let (lo, hi) = match whole {
+            true => (run_start, run_end),
+            false => (run_start.max(offset), run_end.min(end)),
+        };
         assert!(lo < hi, "missing run outside the read");
-        let dst = (lo - offset) as usize..(hi - offset) as usize;
-        self.shared.inner.read(lo, &mut buf[dst])?;
+        let mut scratch = Vec::new();
+        let data: &[u8] = if lo >= offset && hi <= end {
+            let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
+            self.shared.inner.read(lo, dst)?;
+            dst
+        } else {
+            scratch.resize((hi - lo) as usize, 0);
+            self.shared.inner.read(lo, &mut scratch)?;
+            let (from, to) = (lo.max(offset), hi.min(end));
+            buf[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&scratch[(from - lo) as usize..(to - lo) as usize]);
+            &scratch
+        };
         for &(block, snapshot) in run {
             let start = block * bb;
             let block_end = start + store.block_len(block) as u64;
-            if start >= offset && block_end <= end {
-                let src = (start - offset) as usize..(block_end - offset) as usize;
-                store.insert(block, &buf[src], snapshot, false);
+            if start >= lo && block_end <= hi {
+                let bytes = &data[(start - lo) as usize..(block_end - lo) as usize];
+                store.insert(block, bytes, snapshot, false);
             }
         }
         Ok(())

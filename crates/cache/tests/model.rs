@@ -34,8 +34,7 @@ fn check_read(cache: &ReadCache<MemExport>, model: &[u8], offset: u64, len: u64,
     let mut buf = vec![0xEE; len as usize];
     cache.read(offset, &mut buf).expect("read");
     let want = &model[offset as usize..(offset + len) as usize];
-    if buf != want {
-        let at = buf.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+    if let Some(at) = testsupport::first_difference(&buf, want) {
         panic!(
             "step {step}: read [{offset}, +{len}) differs from the model at byte {}",
             offset + at as u64

@@ -89,12 +89,8 @@ fn degraded_writes_are_readable_after_losing_another_member() {
                     let array = array_over(Level::Raid6, chunk, &members, &[first]);
                     let mut model = vec![0u8; array.size_bytes() as usize];
                     for _ in 0..30 {
-                        let offset = rng.below(array.size_bytes() - 1);
-                        let len = 1 + rng.below((array.size_bytes() - offset).min(5 * chunk));
-                        let mut data = vec![0u8; len as usize];
-                        rng.fill(&mut data);
-                        array.write(offset, &data).expect("write");
-                        model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
+                        let (offset, data) = random_write(&array, rng, 5 * chunk);
+                        model[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
                     }
                     for second in (0..n).filter(|&r| r != first) {
                         let twice = array_over(Level::Raid6, chunk, &members, &[first, second]);

@@ -35,43 +35,43 @@ fn filled(
 
 #[test]
 fn read_errors_are_repaired_and_counted() {
-    for seed in seeds() {
-        with_seed("read_errors_are_repaired_and_counted", seed, |rng| {
-            for (level, n) in REDUNDANT {
-                let (flaky, array, model) = filled(level, n, 16 * KIB, 16, rng);
-                let victim = rng.below(n as u64) as usize;
-                flaky[victim].read_failures_left.store(3, Ordering::Relaxed);
-                assert_reads(&array, &model, 0, model.len() as u64, "with read errors");
-                assert_eq!(array.health_of(victim), MemberHealth::InSync, "{level}");
-                let stats = array.fault_stats(victim);
-                assert!(stats.read_errors >= 1, "{level}: {stats:?}");
-                assert!(array.check().unwrap().is_consistent(), "{level}");
-            }
-        });
-    }
+    each_case(
+        "read_errors_are_repaired_and_counted",
+        &REDUNDANT,
+        |rng, level, n| {
+            let (flaky, array, model) = filled(level, n, 16 * KIB, 16, rng);
+            let victim = rng.below(n as u64) as usize;
+            flaky[victim].read_failures_left.store(3, Ordering::Relaxed);
+            assert_reads(&array, &model, 0, model.len() as u64, "with read errors");
+            assert_eq!(array.health_of(victim), MemberHealth::InSync, "{level}");
+            let stats = array.fault_stats(victim);
+            assert!(stats.read_errors >= 1, "{level}: {stats:?}");
+            assert!(array.check().unwrap().is_consistent(), "{level}");
+        },
+    );
 }
 
 #[test]
 fn write_error_fails_the_member_and_the_write_succeeds() {
-    for seed in seeds() {
-        with_seed("write_error_fails_the_member", seed, |rng| {
-            for (level, n) in REDUNDANT {
-                let (flaky, array, mut model) = filled(level, n, 16 * KIB, 16, rng);
-                let victim = rng.below(n as u64) as usize;
-                flaky[victim].writes_fail.store(true, Ordering::Relaxed);
-                let mut data = vec![0u8; model.len()];
-                rng.fill(&mut data);
-                array
-                    .write(0, &data)
-                    .expect("write despite a failing member");
-                model.copy_from_slice(&data);
-                assert_eq!(array.health_of(victim), MemberHealth::Faulty, "{level}");
-                assert!(array.fault_stats(victim).write_errors >= 1);
-                assert_reads(&array, &model, 0, model.len() as u64, "after write error");
-                array.flush().expect("flush without the faulty member");
-            }
-        });
-    }
+    each_case(
+        "write_error_fails_the_member",
+        &REDUNDANT,
+        |rng, level, n| {
+            let (flaky, array, mut model) = filled(level, n, 16 * KIB, 16, rng);
+            let victim = rng.below(n as u64) as usize;
+            flaky[victim].writes_fail.store(true, Ordering::Relaxed);
+            let mut data = vec![0u8; model.len()];
+            rng.fill(&mut data);
+            array
+                .write(0, &data)
+                .expect("write despite a failing member");
+            model.copy_from_slice(&data);
+            assert_eq!(array.health_of(victim), MemberHealth::Faulty, "{level}");
+            assert!(array.fault_stats(victim).write_errors >= 1);
+            assert_reads(&array, &model, 0, model.len() as u64, "after write error");
+            array.flush().expect("flush without the faulty member");
+        },
+    );
 }
 
 #[test]
@@ -127,89 +127,88 @@ fn slow_member_is_failed() {
 
 #[test]
 fn failures_during_random_workload_keep_data() {
-    for seed in seeds() {
-        with_seed("failures_during_random_workload_keep_data", seed, |rng| {
-            for (level, n) in REDUNDANT {
-                let max = level
-                    .max_missing(n)
-                    .min(if level == Level::Raid6 { 2 } else { 1 });
-                let (flaky, array, mut model) = filled(level, n, 8 * KIB, 32, rng);
-                let mut failed = 0;
-                for step in 0..200 {
-                    if step % 50 == 25 && failed < max {
-                        let victim = (0..n)
-                            .filter(|&r| array.health_of(r) == MemberHealth::InSync)
-                            .nth(rng.below((n - failed) as u64) as usize)
-                            .expect("an in-sync member");
-                        match rng.below(3) {
-                            0 => flaky[victim].writes_fail.store(true, Ordering::Relaxed),
-                            1 => flaky[victim].reads_fail.store(true, Ordering::Relaxed),
-                            _ => array.fail_member(victim),
-                        }
-                        flaky[victim].writes_fail.store(true, Ordering::Relaxed);
-                        failed += 1;
+    each_case(
+        "failures_during_random_workload_keep_data",
+        &REDUNDANT,
+        |rng, level, n| {
+            let max = level
+                .max_missing(n)
+                .min(if level == Level::Raid6 { 2 } else { 1 });
+            let (flaky, array, mut model) = filled(level, n, 8 * KIB, 32, rng);
+            let mut failed = 0;
+            for step in 0..200 {
+                if step % 50 == 25 && failed < max {
+                    let victim = (0..n)
+                        .filter(|&r| array.health_of(r) == MemberHealth::InSync)
+                        .nth(rng.below((n - failed) as u64) as usize)
+                        .expect("an in-sync member");
+                    match rng.below(3) {
+                        0 => flaky[victim].writes_fail.store(true, Ordering::Relaxed),
+                        1 => flaky[victim].reads_fail.store(true, Ordering::Relaxed),
+                        _ => array.fail_member(victim),
                     }
-                    random_op(&array, &mut model, rng, 40_000);
+                    flaky[victim].writes_fail.store(true, Ordering::Relaxed);
+                    failed += 1;
                 }
-                assert_reads(&array, &model, 0, model.len() as u64, "final");
+                random_op(&array, &mut model, rng, 40_000);
             }
-        });
-    }
+            assert_reads(&array, &model, 0, model.len() as u64, "final");
+        },
+    );
 }
 
 #[test]
 fn rebuild_onto_new_member_under_writes() {
-    for seed in seeds() {
-        with_seed("rebuild_onto_new_member_under_writes", seed, |rng| {
-            for (level, n) in REDUNDANT {
-                let chunk = 16 * KIB;
-                let rows = 32;
-                let (_flaky, array, model) = filled(level, n, chunk, rows, rng);
-                let array = Arc::new(array);
-                let victim = rng.below(n as u64) as usize;
-                array.fail_member(victim);
-                assert!(array.detach_member(victim).is_some());
-                let fresh: Arc<dyn Member> =
-                    Arc::new(MemMember::new("fresh", rows * chunk).unwrap());
-                array.attach_member(victim, fresh).expect("attach");
-                let model = Arc::new(std::sync::Mutex::new(model));
-                let writer = {
-                    let (array, model) = (array.clone(), model.clone());
-                    let mut wrng = Rng(rng.next_u64());
-                    std::thread::spawn(move || {
-                        for _ in 0..100 {
-                            let mut m = model.lock().unwrap();
-                            let offset = wrng.below(m.len() as u64 - 1);
-                            let len = 1 + wrng.below((m.len() as u64 - offset).min(30_000));
-                            let mut data = vec![0u8; len as usize];
-                            wrng.fill(&mut data);
-                            array.write(offset, &data).expect("write during rebuild");
-                            m[offset as usize..(offset + len) as usize].copy_from_slice(&data);
-                        }
-                    })
-                };
-                let total = array.geometry().member_data_bytes(victim);
-                let mut offset = 0;
-                while offset < total {
-                    let len = (3 * chunk).min(total - offset);
-                    array
-                        .rebuild_step(victim, offset, len)
-                        .expect("rebuild step");
-                    offset += len;
-                }
-                writer.join().unwrap();
-                assert!(array.finish_rebuild(victim));
-                assert_eq!(array.health_of(victim), MemberHealth::InSync);
-                let report = array.check().unwrap();
-                assert!(report.is_consistent(), "{level}: {report:?}");
-                let model = model.lock().unwrap();
-                // Read with another member failed: the rebuilt one must serve its share.
-                let other = (victim + 1) % n;
-                array.fail_member(other);
-                assert_reads(&array, &model, 0, model.len() as u64, "after rebuild");
+    each_case(
+        "rebuild_onto_new_member_under_writes",
+        &REDUNDANT,
+        |rng, level, n| {
+            let chunk = 16 * KIB;
+            let rows = 32;
+            let (_flaky, array, model) = filled(level, n, chunk, rows, rng);
+            let array = Arc::new(array);
+            let victim = rng.below(n as u64) as usize;
+            array.fail_member(victim);
+            assert!(array.detach_member(victim).is_some());
+            let fresh: Arc<dyn Member> = Arc::new(MemMember::new("fresh", rows * chunk).unwrap());
+            array.attach_member(victim, fresh).expect("attach");
+            let model = Arc::new(std::sync::Mutex::new(model));
+            let writer = {
+                let (array, model) = (array.clone(), model.clone());
+                let mut wrng = Rng(rng.next_u64());
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        let mut m = model.lock().unwrap();
+                        let offset = wrng.below(m.len() as u64 - 1);
+                        let len = 1 + wrng.below((m.len() as u64 - offset).min(30_000));
+                        let mut data = vec![0u8; len as usize];
+                        wrng.fill(&mut data);
+                        array.write(offset, &data).expect("write during rebuild");
+                        m[offset as usize..(offset + len) as usize].copy_from_slice(&data);
+                    }
+                })
+            };
+            let total = array.geometry().member_data_bytes(victim);
+            let mut offset = 0;
+            while offset < total {
+                let len = (3 * chunk).min(total - offset);
+                array
+                    .rebuild_step(victim, offset, len)
+                    .expect("rebuild step");
+                offset += len;
             }
-        });
-    }
+            writer.join().unwrap();
+            assert!(array.finish_rebuild(victim));
+            assert_eq!(array.health_of(victim), MemberHealth::InSync);
+            let report = array.check().unwrap();
+            assert!(report.is_consistent(), "{level}: {report:?}");
+            let model = model.lock().unwrap();
+            // Read with another member failed: the rebuilt one must serve its share.
+            let other = (victim + 1) % n;
+            array.fail_member(other);
+            assert_reads(&array, &model, 0, model.len() as u64, "after rebuild");
+        },
+    );
 }
 
 #[test]

@@ -14,6 +14,23 @@ use std::sync::Arc;
 const CHUNK: u64 = 8 * KIB;
 const ROWS: u64 = 32;
 
+/// `array` filled with random bytes from `seed`: the model.
+fn filled(array: &Array, seed: u64) -> Vec<u8> {
+    let mut model = vec![0u8; array.size_bytes() as usize];
+    Rng(seed).fill(&mut model);
+    array.write(0, &model).unwrap();
+    model
+}
+
+/// A member of one array member's size whose filesystem is full: every write fails with
+/// `StorageFull`, until its control heals it.
+fn full_member(name: &str) -> (FaultyMember, FaultControl) {
+    let member = FaultyMember::new(Arc::new(MemMember::new(name, ROWS * CHUNK).unwrap()));
+    let control = member.control();
+    control.fail_writes_as(FaultRule::Always, ErrorKind::StorageFull);
+    (member, control)
+}
+
 fn faulty_array(level: Level, n: usize) -> (Vec<FaultControl>, Array) {
     let mut controls = Vec::new();
     let members: Vec<Arc<dyn Member>> = (0..n)
@@ -146,13 +163,9 @@ fn a_full_filesystem_fails_the_write_not_the_member() {
 #[test]
 fn a_rebuild_onto_a_full_member_waits_for_space() {
     let (controls, array) = faulty_array(Level::Raid5, 4);
-    let mut model = vec![0u8; array.size_bytes() as usize];
-    Rng(7).fill(&mut model);
-    array.write(0, &model).unwrap();
+    let model = filled(&array, 7);
     array.fail_member(2);
-    let spare = FaultyMember::new(Arc::new(MemMember::new("spare", ROWS * CHUNK).unwrap()));
-    let spare_control = spare.control();
-    spare_control.fail_writes_as(FaultRule::Always, ErrorKind::StorageFull);
+    let (spare, spare_control) = full_member("spare");
     array.detach_member(2);
     array.attach_member(2, Arc::new(spare)).unwrap();
     let len = ROWS * CHUNK;
@@ -244,12 +257,8 @@ fn writes_to_half_written_stripes_survive_a_loss_before_their_resync() {
 #[test]
 fn a_replace_onto_a_full_member_waits_for_space() {
     let (_controls, array) = faulty_array(Level::Raid5, 4);
-    let mut model = vec![0u8; array.size_bytes() as usize];
-    Rng(11).fill(&mut model);
-    array.write(0, &model).unwrap();
-    let new = FaultyMember::new(Arc::new(MemMember::new("new", ROWS * CHUNK).unwrap()));
-    let control = new.control();
-    control.fail_writes_as(FaultRule::Always, ErrorKind::StorageFull);
+    let model = filled(&array, 11);
+    let (new, control) = full_member("new");
     array.start_replace(1, Arc::new(new)).unwrap();
     let len = ROWS * CHUNK;
     let e = array

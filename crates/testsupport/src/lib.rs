@@ -28,6 +28,17 @@ pub mod server;
 
 pub use seeded::{given_seed, seed, seeds, Rng, SeedGuard};
 
+/// Where `got` first differs from `want` (a byte, or the end of the shorter one); `None` when
+/// they are equal. For tests comparing what they read with their model.
+pub fn first_difference(got: &[u8], want: &[u8]) -> Option<usize> {
+    (got != want).then(|| {
+        got.iter()
+            .zip(want)
+            .position(|(a, b)| a != b)
+            .unwrap_or(got.len().min(want.len()))
+    })
+}
+
 /// Set to `1` to skip (not fail) tests whose tools are missing.
 pub const ALLOW_MISSING_TOOLS_VAR: &str = "RAIDKIT_ALLOW_MISSING_TOOLS";
 /// The file every skip is appended to (one line: `kind<TAB>test<TAB>reason`).

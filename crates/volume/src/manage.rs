@@ -126,12 +126,7 @@ impl VolumeCore {
 
     pub(crate) fn held_member(&self, identity: &member::Identity) -> Option<Arc<dyn Member>> {
         let meta = self.lock_meta();
-        let found = meta
-            .roles
-            .iter()
-            .flatten()
-            .chain(&meta.spares)
-            .chain(meta.replacing.iter().map(|(_, h)| h))
+        let found = every_held(&meta)
             .find(|h| h.whole.identity().as_ref() == Some(identity))
             .map(|h| Arc::clone(&h.whole));
         found
@@ -177,13 +172,7 @@ impl VolumeCore {
                 self.level()
             )));
         }
-        let in_use = meta
-            .roles
-            .iter()
-            .flatten()
-            .chain(&meta.spares)
-            .chain(meta.replacing.iter().map(|(_, h)| h))
-            .any(|h| ondisk::same_member(&h.whole, &member));
+        let in_use = every_held(meta).any(|h| ondisk::same_member(&h.whole, &member));
         if in_use {
             return Err(bad("is already part of this array".into()));
         }
@@ -607,4 +596,14 @@ fn plain_status(role: Option<usize>, held: &Held, state: MemberState) -> MemberS
         filesystem: None,
         rebuild_offset_bytes: None,
     }
+}
+
+/// Every member the array holds: its roles', its spares and a replace's target.
+fn every_held(meta: &MetaState) -> impl Iterator<Item = &Held> {
+    let replacing = meta.replacing.iter().map(|(_, h)| h);
+    meta.roles
+        .iter()
+        .flatten()
+        .chain(&meta.spares)
+        .chain(replacing)
 }

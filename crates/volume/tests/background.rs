@@ -21,21 +21,31 @@ fn name(p: &std::path::Path) -> String {
     p.to_str().unwrap().to_string()
 }
 
-/// An array of `level` over `count` new files plus `spares` spare files.
+/// An array of `level` over `count` new files plus `spares` spare files: the members, the
+/// spares, and both.
 fn array_with_spares(
     dir: &std::path::Path,
     prefix: &str,
     level: &str,
     count: usize,
     spares: usize,
-) -> (Vec<PathBuf>, Vec<PathBuf>) {
+) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
     let all = files(dir, prefix, count + spares);
     let (roles, spare_paths) = all.split_at(count);
     let mut opts = CreateOptions::new(level.parse().unwrap(), prefix);
     opts.chunk_bytes = 64 * 1024;
     opts.spares = open_all(spare_paths);
     create(&open_all(roles), &opts).unwrap();
-    (roles.to_vec(), spare_paths.to_vec())
+    (roles.to_vec(), spare_paths.to_vec(), all)
+}
+
+/// Once `v`'s rebuild of role 0 is done: the array is consistent, and with role 1 failed
+/// the rebuilt member serves its share of `model`.
+fn rebuilt_serves(v: &Volume, model: &[u8]) {
+    assert!(v.wait_idle(WAIT));
+    assert!(v.check().unwrap().is_consistent());
+    v.fail("role 1").unwrap();
+    assert_data(v, model, "rebuilt member serves its share");
 }
 
 fn fill(v: &Volume, seed: u64) -> Vec<u8> {
@@ -47,8 +57,7 @@ fn fill(v: &Volume, seed: u64) -> Vec<u8> {
 fn assert_data(v: &Volume, model: &[u8], what: &str) {
     let mut got = vec![0u8; model.len()];
     v.read(0, &mut got).unwrap();
-    if got != model {
-        let at = got.iter().zip(model).position(|(a, b)| a != b).unwrap();
+    if let Some(at) = testsupport::first_difference(&got, model) {
         panic!("{what}: array byte {at} differs from the model");
     }
 }
@@ -96,8 +105,7 @@ fn write_error_marks_member_faulty_in_the_superblocks() {
 fn spare_takes_over_and_rebuild_completes_consistent() {
     for (level, count) in [("raid1", 2), ("raid5", 3), ("raid6", 4), ("raid10", 4)] {
         let dir = tempfile::tempdir().unwrap();
-        let (paths, spares) = array_with_spares(dir.path(), "sp", level, count, 1);
-        let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+        let (_, spares, all) = array_with_spares(dir.path(), "sp", level, count, 1);
         let v = assemble(open_all(&all), &AssembleOptions::default()).unwrap();
         v.set_speed_limits(fast());
         assert_eq!(
@@ -134,8 +142,7 @@ fn spare_takes_over_and_rebuild_completes_consistent() {
 #[test]
 fn rebuild_resumes_after_restart_at_the_saved_offset() {
     let dir = tempfile::tempdir().unwrap();
-    let (paths, spares) = array_with_spares(dir.path(), "rr", "raid5", 3, 1);
-    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let (_, spares, all) = array_with_spares(dir.path(), "rr", "raid5", 3, 1);
     let slow = SpeedLimits {
         min_bytes_per_sec: 256 << 10,
         max_bytes_per_sec: 512 << 10,
@@ -174,10 +181,7 @@ fn rebuild_resumes_after_restart_at_the_saved_offset() {
         task.done_bytes >= before,
         "{task:?} restarted below {before}"
     );
-    assert!(v.wait_idle(WAIT));
-    assert!(v.check().unwrap().is_consistent());
-    v.fail("role 1").unwrap();
-    assert_data(&v, &model, "rebuilt member serves its share");
+    rebuilt_serves(&v, &model);
 }
 
 #[test]
@@ -185,8 +189,7 @@ fn clean_close_mid_rebuild_saves_the_offset_reached() {
     // The periodic checkpoints are seconds apart; a clean shutdown (close) must save where the
     // rebuild got to, so the restarted rebuild starts at or past what status last showed.
     let dir = tempfile::tempdir().unwrap();
-    let (paths, spares) = array_with_spares(dir.path(), "rc", "raid5", 3, 1);
-    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let (_, spares, all) = array_with_spares(dir.path(), "rc", "raid5", 3, 1);
     let opts = AssembleOptions {
         speed_limits: SpeedLimits {
             min_bytes_per_sec: 256 << 10,
@@ -210,10 +213,7 @@ fn clean_close_mid_rebuild_saves_the_offset_reached() {
     let v = assemble(open_all(&all), &opts).unwrap();
     assert!(v.status().members[0].rebuild_offset_bytes.unwrap() >= shown);
     v.set_speed_limits(fast());
-    assert!(v.wait_idle(WAIT));
-    assert!(v.check().unwrap().is_consistent());
-    v.fail("role 1").unwrap();
-    assert_data(&v, &model, "rebuilt member serves its share");
+    rebuilt_serves(&v, &model);
 }
 
 #[test]
@@ -221,8 +221,7 @@ fn raising_the_speed_limit_applies_to_a_throttled_rebuild_at_once() {
     // Regression: the pacer computed its next start from the limit in force when a step ended,
     // so after one step at 1 byte/s a raised limit waited out days before taking effect.
     let dir = tempfile::tempdir().unwrap();
-    let (paths, spares) = array_with_spares(dir.path(), "sl", "raid1", 2, 1);
-    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let (_, _, all) = array_with_spares(dir.path(), "sl", "raid1", 2, 1);
     let crawl = SpeedLimits {
         min_bytes_per_sec: 1,
         max_bytes_per_sec: 1,
@@ -537,8 +536,7 @@ fn scrub_locates_and_repairs_corruption_in_a_member_file() {
 #[test]
 fn rebuild_rate_stays_under_the_maximum() {
     let dir = tempfile::tempdir().unwrap();
-    let (paths, spares) = array_with_spares(dir.path(), "th", "raid5", 3, 1);
-    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let (_, _, all) = array_with_spares(dir.path(), "th", "raid5", 3, 1);
     let v = assemble(open_all(&all), &AssembleOptions::default()).unwrap();
     let max = MIB;
     v.set_speed_limits(SpeedLimits {
@@ -646,7 +644,7 @@ fn writers_survive_fault_rebuild_scrub_and_replace_together() {
     for (level, count) in [("raid5", 4), ("raid6", 5), ("raid10", 4), ("raid1", 3)] {
         let seed = seed();
         let dir = tempfile::tempdir().unwrap();
-        let (paths, spares) = array_with_spares(dir.path(), "all", level, count, 1);
+        let (paths, spares, _) = array_with_spares(dir.path(), "all", level, count, 1);
         let new = files(dir.path(), "new", 1);
         let wrapped: Vec<Wrapped> = open_all(&paths)
             .into_iter()
@@ -728,8 +726,7 @@ fn writers_survive_fault_rebuild_scrub_and_replace_together() {
 #[test]
 fn rebuild_keeps_the_minimum_under_client_load() {
     let dir = tempfile::tempdir().unwrap();
-    let (paths, spares) = array_with_spares(dir.path(), "ld", "raid5", 3, 1);
-    let all: Vec<PathBuf> = paths.iter().chain(&spares).cloned().collect();
+    let (_, _, all) = array_with_spares(dir.path(), "ld", "raid5", 3, 1);
     let v = Arc::new(assemble(open_all(&all), &AssembleOptions::default()).unwrap());
     let (min, max) = (MIB, 4 * MIB);
     v.set_speed_limits(SpeedLimits {

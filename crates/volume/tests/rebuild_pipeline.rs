@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,20 +22,6 @@ fn unthrottled() -> SpeedLimits {
         min_bytes_per_sec: 1 << 40,
         max_bytes_per_sec: 1 << 40,
     }
-}
-
-/// `count` sparse files of `bytes` each, named `prefix0..`.
-fn sized_files(dir: &Path, prefix: &str, count: usize, bytes: u64) -> Vec<PathBuf> {
-    (0..count)
-        .map(|i| {
-            let path = dir.join(format!("{prefix}{i}"));
-            std::fs::File::create(&path)
-                .unwrap()
-                .set_len(bytes)
-                .unwrap();
-            path
-        })
-        .collect()
 }
 
 /// Shared between the members of one array: is a write to the watched member in flight, and
@@ -171,8 +157,7 @@ fn rebuild_under_writes(level: &str, count: usize, chunk: u64, member_bytes: u64
         for (w, model) in models.iter().enumerate() {
             let mut got = vec![0u8; region as usize];
             v.read(w as u64 * region, &mut got).unwrap();
-            if &got != model {
-                let at = got.iter().zip(model).position(|(a, b)| a != b).unwrap();
+            if let Some(at) = testsupport::first_difference(&got, model) {
                 panic!("{what}: {when}: region {w} byte {at} differs from the model");
             }
         }

@@ -3,9 +3,12 @@
 //! call — never a fresh timeout for work the request hands to other threads (the superblock
 //! writes recording a fault, the write-intent bitmap's blocks). Issue 10 item 4.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::sized_files;
 use member::{Detached, FaultControl, FaultyMember, Member, OpenOptions};
 use ondisk::{create, CreateOptions};
 use volume::{assemble, AssembleOptions, MemberState, Volume};
@@ -22,15 +25,9 @@ fn raid10(dir: &std::path::Path, bitmap: bool) -> (Volume, Vec<FaultControl>) {
         exclusive: false,
         ..OpenOptions::default()
     };
-    let files: Vec<Arc<dyn Member>> = (0..4)
-        .map(|i| {
-            let path = dir.join(format!("m{i}"));
-            std::fs::File::create(&path)
-                .unwrap()
-                .set_len(MEMBER_BYTES)
-                .unwrap();
-            member::open(path.to_str().unwrap(), &opts).unwrap()
-        })
+    let files: Vec<Arc<dyn Member>> = sized_files(dir, "m", 4, MEMBER_BYTES)
+        .iter()
+        .map(|path| member::open(path.to_str().unwrap(), &opts).unwrap())
         .collect();
     let mut create_opts = CreateOptions::new("raid10".parse().unwrap(), "stalled");
     create_opts.chunk_bytes = 64 * 1024;

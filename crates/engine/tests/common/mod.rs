@@ -35,6 +35,22 @@ pub fn with_seed(test_name: &str, seed: u64, body: impl FnOnce(&mut Rng)) {
     }
 }
 
+/// For every seed ([`seeds`]) and every `(level, members)` case: `body`, the seed printed on
+/// failure ([`with_seed`]).
+pub fn each_case(
+    test_name: &str,
+    cases: &[(Level, usize)],
+    mut body: impl FnMut(&mut Rng, Level, usize),
+) {
+    for seed in seeds() {
+        with_seed(test_name, seed, |rng| {
+            for &(level, n) in cases {
+                body(rng, level, n);
+            }
+        });
+    }
+}
+
 /// Each redundant level at its smallest width: (level, member count).
 pub const REDUNDANT_SMALLEST: [(Level, usize); 4] = [
     (Level::Raid1, 2),
@@ -95,13 +111,23 @@ pub fn member_sizes(n: usize, chunk: u64, rows: u64) -> Vec<u64> {
         .collect()
 }
 
+/// Writes random bytes (at most `max_len`) at a random offset of `array`; returns where and
+/// what.
+pub fn random_write(array: &Array, rng: &mut Rng, max_len: u64) -> (u64, Vec<u8>) {
+    let offset = rng.below(array.size_bytes() - 1);
+    let len = 1 + rng.below((array.size_bytes() - offset).min(max_len));
+    let mut data = vec![0u8; len as usize];
+    rng.fill(&mut data);
+    array.write(offset, &data).expect("write");
+    (offset, data)
+}
+
 /// Asserts the array reads back `model[offset..offset+len]`, naming the first differing byte.
 pub fn assert_reads(array: &Array, model: &[u8], offset: u64, len: u64, what: &str) {
     let mut buf = vec![0u8; len as usize];
     array.read(offset, &mut buf).expect("read");
     let want = &model[offset as usize..(offset + len) as usize];
-    if buf != want {
-        let at = buf.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+    if let Some(at) = testsupport::first_difference(&buf, want) {
         panic!(
             "{what}: read {offset}+{len} differs from the model at array byte {} (got {:#04x}, want {:#04x})",
             offset + at as u64,

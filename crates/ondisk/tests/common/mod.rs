@@ -13,13 +13,18 @@ use ondisk::{create, CreateOptions, Superblock, SUPERBLOCK_OFFSET};
 
 pub const MEMBER_BYTES: u64 = 4 << 20;
 
-/// Creates `count` sparse member files named `prefix0..` in `dir`.
+/// Creates `count` sparse member files of [`MEMBER_BYTES`] named `prefix0..` in `dir`.
 pub fn files(dir: &Path, prefix: &str, count: usize) -> Vec<PathBuf> {
+    sized_files(dir, prefix, count, MEMBER_BYTES)
+}
+
+/// Creates `count` sparse files of `bytes` each named `prefix0..` in `dir`.
+pub fn sized_files(dir: &Path, prefix: &str, count: usize, bytes: u64) -> Vec<PathBuf> {
     (0..count)
         .map(|i| {
             let path = dir.join(format!("{prefix}{i}"));
             let f = std::fs::File::create(&path).unwrap();
-            f.set_len(MEMBER_BYTES).unwrap();
+            f.set_len(bytes).unwrap();
             path
         })
         .collect()

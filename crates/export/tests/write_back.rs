@@ -86,6 +86,30 @@ fn stop(j: &Journal, v: &Volume, checkpointer: Checkpointer) -> u64 {
     checkpointer.stop()
 }
 
+/// After the write-back cache closed: the journal checkpoints empty, and each writer's slice
+/// of `v` (writer `t` wrote `[t * len, (t + 1) * len)`, `len` its model's length) reads as its
+/// model. `what` names the run in messages.
+fn assert_drained(
+    j: &Journal,
+    v: &Volume,
+    checkpointer: Checkpointer,
+    models: &[Vec<u8>],
+    what: &str,
+) {
+    assert_eq!(
+        stop(j, v, checkpointer),
+        0,
+        "{what}: records left after the drain"
+    );
+    for (t, model) in models.iter().enumerate() {
+        let mut got = vec![0u8; model.len()];
+        v.read(t as u64 * model.len() as u64, &mut got).unwrap();
+        if let Some(i) = testsupport::first_difference(&got, model) {
+            panic!("{what}: writer {t}'s slice byte {i} is not its newest write");
+        }
+    }
+}
+
 /// Write-back: writes from several threads are acknowledged from the journal while the
 /// applier runs; power is cut at a random moment; after replay every acknowledged write reads
 /// back, and still does with a member failed (the applier's stripes were write-hole safe).
@@ -192,16 +216,7 @@ fn write_back_concurrent_writers_zeroes_and_drain() {
     });
     wb.close().unwrap();
     assert_eq!(wb.buffered_bytes(), 0);
-    assert_eq!(
-        stop(&j, &a, checkpointer),
-        0,
-        "seed {base}: records left after drain"
-    );
-    for (t, model) in models.iter().enumerate() {
-        let mut got = vec![0u8; region as usize];
-        a.read(t as u64 * region, &mut got).unwrap();
-        assert!(&got == model, "seed {base}: region {t} differs after drain");
-    }
+    assert_drained(&j, &a, checkpointer, &models, &format!("seed {base}"));
     assert_eq!(a.check().unwrap().mismatch_count, 0);
 }
 
@@ -260,18 +275,7 @@ fn write_back_with_a_small_ring_never_wedges() {
         "seed {base}: the ring was never under pressure, so the test proved nothing"
     );
     wb.close().unwrap();
-    assert_eq!(
-        stop(&j, &a, checkpointer),
-        0,
-        "drained journal checkpoints empty"
-    );
-    for (t, model) in models.iter().enumerate() {
-        let mut got = vec![0u8; slice as usize];
-        a.read(t as u64 * slice, &mut got).unwrap();
-        if let Some(i) = (0..got.len()).find(|&i| got[i] != model[i]) {
-            panic!("seed {base}: writer {t}'s slice byte {i} is not the newest write");
-        }
-    }
+    assert_drained(&j, &a, checkpointer, &models, &format!("seed {base}"));
 }
 
 /// A journal of format version 1, written byte by byte as docs/FORMAT.md described it before

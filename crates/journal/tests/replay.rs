@@ -28,6 +28,27 @@ fn started(m: &Arc<SimMember>, mode: Mode) -> Arc<Journal> {
     Journal::start(Arc::clone(m) as Arc<dyn Member>, sb, &summary).unwrap()
 }
 
+/// A crashed write-back session on `m`: `count` `ArrayWrite` records of `len` bytes of `byte`
+/// at offsets 0, 1, ... appended, nothing checkpointed; replayed (see [`replay`]).
+fn crashed_session(
+    m: &Arc<SimMember>,
+    count: u64,
+    byte: u8,
+    len: usize,
+) -> (Vec<Seen>, ScanSummary, Superblock) {
+    let j = started(m, Mode::WriteBack);
+    let data = vec![byte; len];
+    for i in 0..count {
+        j.append(&[Record::ArrayWrite {
+            offset: i,
+            data: &data,
+        }])
+        .unwrap();
+    }
+    drop(j);
+    replay(m.as_ref())
+}
+
 /// (seq, offset, data) of one replayed ArrayWrite.
 type Seen = (u64, u64, Vec<u8>);
 
@@ -287,17 +308,8 @@ fn torn_last_record_is_ignored() {
 #[test]
 fn sequence_gap_stops_replay() {
     let m = Arc::new(SimMember::new("j", JOURNAL_BYTES));
-    let j = started(&m, Mode::WriteBack);
-    let nonce = j.superblock().nonce;
-    for i in 0..4u64 {
-        j.append(&[Record::ArrayWrite {
-            offset: i,
-            data: &[1; 100],
-        }])
-        .unwrap();
-    }
-    drop(j);
-    let (seen, _, sb) = replay(m.as_ref());
+    let (seen, _, sb) = crashed_session(&m, 4, 1, 100);
+    let nonce = sb.nonce;
     assert_eq!(seen.len(), 4);
     // Rewrite the third record (one sector) as a valid record with a later sequence number.
     let mut forged = Vec::new();
@@ -320,16 +332,7 @@ fn sequence_gap_stops_replay() {
 #[test]
 fn records_of_an_earlier_session_never_replay() {
     let m = Arc::new(SimMember::new("j", JOURNAL_BYTES));
-    let j = started(&m, Mode::WriteBack);
-    for i in 0..3u64 {
-        j.append(&[Record::ArrayWrite {
-            offset: i,
-            data: &[7; 1000],
-        }])
-        .unwrap();
-    }
-    drop(j);
-    let (seen, summary, sb) = replay(m.as_ref());
+    let (seen, summary, sb) = crashed_session(&m, 3, 7, 1000);
     assert_eq!(seen.len(), 3);
     // New session after replay: it starts after the replayed records, with a new nonce.
     let m2: Arc<dyn Member> = Arc::clone(&m) as Arc<dyn Member>;

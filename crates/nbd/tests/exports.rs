@@ -31,16 +31,13 @@ fn go_to(client: &mut RawClient, name: &str) -> Result<(u64, u16), u32> {
         return Err(*reply_type);
     }
     assert_eq!(replies.last(), Some(&OptionReply::Ack), "{replies:?}");
-    Ok(replies
-        .iter()
-        .find_map(|r| match r {
-            OptionReply::Info(Info::Export {
-                size,
-                transmission_flags,
-            }) => Some((*size, *transmission_flags)),
-            _ => None,
-        })
-        .expect("INFO_EXPORT"))
+    Ok(export_info(&replies))
+}
+
+/// Adds a writable 1 MiB RAM export named `name`.
+fn add_mem(exports: &Exports, name: &str) {
+    let export = Arc::new(MemExport::new(1 << 20));
+    exports.add(export, export_config(name, false)).unwrap();
 }
 
 fn listed(server: &TestServer) -> Vec<(String, String)> {
@@ -111,12 +108,7 @@ fn each_export_is_selected_by_name_with_its_own_size_and_flags() {
 #[test]
 fn exports_are_added_while_serving_and_names_are_unique() {
     let exports = Exports::new();
-    exports
-        .add(
-            Arc::new(MemExport::new(1 << 20)),
-            export_config("home", false),
-        )
-        .unwrap();
+    add_mem(&exports, "home");
     let server = TestServer::start_exports(exports.clone(), config(""), Transport::Tcp);
     // One export: the default name selects it, as with `serve`.
     assert_eq!(go_to(&mut server.connect(), "").unwrap().0, 1 << 20);
@@ -156,12 +148,7 @@ fn a_removed_export_answers_what_it_read_then_closes_and_others_keep_serving() {
     });
     slow.bytes.lock().unwrap()[8192..8192 + 512].fill(0x5A);
     exports.add(slow, export_config("old", false)).unwrap();
-    exports
-        .add(
-            Arc::new(MemExport::new(1 << 20)),
-            export_config("stays", false),
-        )
-        .unwrap();
+    add_mem(&exports, "stays");
     let server = TestServer::start_exports(exports.clone(), config(""), Transport::Unix);
     let mut old = server.connect();
     go_to(&mut old, "old").unwrap();
@@ -208,12 +195,7 @@ fn a_removed_export_answers_what_it_read_then_closes_and_others_keep_serving() {
 #[test]
 fn removing_an_export_nobody_uses_drains_at_once() {
     let exports = Exports::new();
-    exports
-        .add(
-            Arc::new(MemExport::new(1 << 20)),
-            export_config("idle", false),
-        )
-        .unwrap();
+    add_mem(&exports, "idle");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let removed = exports.remove("idle").unwrap();
     runtime

@@ -375,15 +375,7 @@ impl RawClient {
             requests: vec![INFO_BLOCK_SIZE],
         }));
         assert_eq!(r.last(), Some(&OptionReply::Ack), "{r:?}");
-        r.iter()
-            .find_map(|x| match x {
-                OptionReply::Info(Info::Export {
-                    size,
-                    transmission_flags,
-                }) => Some((*size, *transmission_flags)),
-                _ => None,
-            })
-            .expect("INFO_EXPORT")
+        export_info(&r)
     }
 
     pub fn request(&mut self, kind: u16, flags: u16, cookie: u64, offset: u64, length: u32) {
@@ -507,4 +499,18 @@ pub fn config(name: &str) -> ServerConfig {
         description: "test export".into(),
         ..ServerConfig::default()
     }
+}
+
+/// The size and transmission flags of the `INFO_EXPORT` reply among `replies`.
+pub fn export_info(replies: &[OptionReply]) -> (u64, u16) {
+    replies
+        .iter()
+        .find_map(|r| match r {
+            OptionReply::Info(Info::Export {
+                size,
+                transmission_flags,
+            }) => Some((*size, *transmission_flags)),
+            _ => None,
+        })
+        .expect("INFO_EXPORT")
 }

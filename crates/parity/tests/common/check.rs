@@ -76,13 +76,7 @@ pub fn md_q_byte(column: &[u8]) -> u8 {
 /// A random stripe: n data blocks of `len` bytes, then P and Q as md computes them.
 pub fn random_stripe(rng: &mut Rng, n: usize, len: usize) -> Vec<Vec<u8>> {
     let mut blocks: Vec<Vec<u8>> = (0..n).map(|_| rng.bytes(len)).collect();
-    let mut p = vec![0u8; len];
-    let mut q = vec![0u8; len];
-    for byte in 0..len {
-        let column: Vec<u8> = blocks.iter().map(|b| b[byte]).collect();
-        p[byte] = column.iter().fold(0, |acc, d| acc ^ d);
-        q[byte] = md_q_byte(&column);
-    }
+    let (p, q) = md_pq(&blocks, len);
     blocks.push(p);
     blocks.push(q);
     blocks
@@ -170,7 +164,7 @@ pub fn check_update(imp: Impl, rng: &mut Rng, n: usize, len: usize) {
     let (p, q) = parity.split_at_mut(1);
     imp.pq_update(&delta, i, &mut p[0], Some(&mut q[0]));
     head[i] = new_data;
-    let expected = random_stripe_from(&stripe[..n]);
+    let expected = md_pq(&stripe[..n], stripe[0].len());
     assert!(
         stripe[n] == expected.0,
         "{}: pq_update P n={n} i={i} len={len}",
@@ -191,8 +185,8 @@ pub fn check_update(imp: Impl, rng: &mut Rng, n: usize, len: usize) {
     );
 }
 
-fn random_stripe_from(data: &[Vec<u8>]) -> (Vec<u8>, Vec<u8>) {
-    let len = data[0].len();
+/// P and Q of `len`-byte data blocks as md computes them, byte by byte.
+fn md_pq(data: &[Vec<u8>], len: usize) -> (Vec<u8>, Vec<u8>) {
     let mut p = vec![0u8; len];
     let mut q = vec![0u8; len];
     for byte in 0..len {

@@ -48,6 +48,11 @@ impl Client {
         self.call(self.array.as_deref(), "POST", path, Some(body))
     }
 
+    /// GETs the endpoint `path` of the array `array` (whichever `--array` said).
+    pub fn get_from(&self, array: &str, path: &str) -> anyhow::Result<Value> {
+        self.call(Some(array), "GET", path, None)
+    }
+
     /// POSTs to the endpoint `path` of the array `array` (whichever `--array` said).
     pub fn post_to(&self, array: &str, path: &str, body: &Value) -> anyhow::Result<Value> {
         self.call(Some(array), "POST", path, Some(body))

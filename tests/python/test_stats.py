@@ -1,0 +1,130 @@
+"""I/O counters end to end (issue 13): ``raidkit iostat`` and the Prometheus metrics of a running
+``raidkit serve``, under a real load, against what the client did.
+
+The load is libnbd writes of 4 KiB at random aligned offsets, one at a time, counted by the test.
+``raidkit iostat --json 3 2`` takes its first reading (since the start) before the load and its
+second after it, so the interval holds every write: the array's write figures must be the
+client's exactly, and the members' the level's algorithm (RAID 1: two member writes per client
+write; RAID 5 of 5: read-modify-write, two member reads and two member writes).
+"""
+
+import json
+import random
+import subprocess
+import threading
+import time
+
+import nbd
+import pytest
+
+import skips
+from conftest import RAIDKIT_BIN, SEED, SERVER_KIND, run
+
+pytestmark = pytest.mark.skipif(
+    SERVER_KIND != "raidkit", reason=skips.env_reason("RAIDKIT_TEST_SERVER: raidkit's own counters"))
+
+MIB = 1024 * 1024
+MEMBERS = {"1": 2, "5": 5}
+
+
+def start(tmp_path, level, extra=()):
+    """``raidkit serve --create`` over file members with an admin socket; returns the process,
+    the NBD socket and the admin socket."""
+    members = [tmp_path / f"m{i}.img" for i in range(MEMBERS[level])]
+    sock, admin = tmp_path / "nbd.sock", tmp_path / "admin.sock"
+    cmd = [RAIDKIT_BIN, "serve", "--create", "--level", level, "--size", "64M",
+           "--chunk", "64K", "--unix", str(sock), "--admin", str(admin), *extra,
+           *map(str, members)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "raidkit: serving" not in line:
+        proc.kill()
+        pytest.fail(f"serve did not start: {line}{proc.stderr.read()}")
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    return proc, sock, admin
+
+
+def stop(proc):
+    proc.terminate()
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+
+
+def write_for(sock, seconds, rng):
+    """4 KiB writes at random aligned offsets, one at a time, for `seconds`; returns how many."""
+    h = nbd.NBD()
+    h.connect_uri(f"nbd+unix:///?socket={sock}")
+    blocks = h.get_size() // 4096
+    data = bytes(rng.randrange(256) for _ in range(4096))
+    done = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        h.pwrite(data, rng.randrange(blocks) * 4096)
+        done += 1
+    h.shutdown()
+    return done
+
+
+@pytest.mark.parametrize("level", ["1", "5"])
+def test_iostat_figures_are_what_the_client_did(tmp_path, level):
+    rng = random.Random(SEED)
+    proc, sock, admin = start(tmp_path, level)
+    try:
+        iostat = subprocess.Popen([RAIDKIT_BIN, "iostat", "--admin", str(admin), "--json", "3", "2"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = json.loads(iostat.stdout.readline())
+        writes = write_for(sock, 1.5, rng)
+        second = json.loads(iostat.stdout.readline())
+        assert iostat.wait(timeout=30) == 0, iostat.stderr.read()
+        assert writes > 50, f"only {writes} writes in 1.5 s"
+        assert first["arrays"][0]["since_start"] and not second["arrays"][0]["since_start"]
+        array = second["arrays"][0]
+        client = array["client"]
+        interval = client["interval_secs"]
+        assert 2.5 < interval < 4.0, interval
+        # Every write of the load and nothing else, to the operation and the byte.
+        assert client["write"]["ops_per_sec"] * interval == pytest.approx(writes, rel=1e-6)
+        assert client["write"]["bytes_per_sec"] * interval == pytest.approx(writes * 4096, rel=1e-6)
+        assert client["write"]["avg_size_bytes"] == 4096
+        assert client["read"]["ops_per_sec"] == 0
+        assert 0 < client["util_percent"] <= 100 and client["write"]["await_ms"] > 0
+        # Each device's rates are over its own reading's interval.
+        member_writes = sum(m["rates"]["write"]["ops_per_sec"] * m["rates"]["interval_secs"]
+                            for m in array["members"])
+        member_reads = sum(m["rates"]["read"]["ops_per_sec"] * m["rates"]["interval_secs"]
+                           for m in array["members"])
+        amp = array["amplification"]
+        if level == "1":
+            assert member_writes == pytest.approx(2 * writes, rel=1e-6)
+            assert member_reads == pytest.approx(0, abs=1e-6)
+            assert amp["write"] == pytest.approx(2.0) and amp["read"] == 0
+        else:
+            # RAID 5 of 5, 4 KiB inside one chunk: read-modify-write (old data and parity
+            # read, new data and parity written) beats reading the three other data chunks.
+            assert member_writes >= 2 * writes * (1 - 1e-9)
+            assert amp["write"] == pytest.approx(2.0) and amp["read"] == pytest.approx(2.0)
+        # The text report: the array's line and one per member, with the histograms asked for.
+        text = run([RAIDKIT_BIN, "iostat", "--admin", str(admin), "--latency", "--sizes"]).stdout
+        lines = text.splitlines()
+        assert "r/s" in lines[1] and "%util" in lines[1] and "mw/op" in lines[1], text
+        array_line = next(line for line in lines if line.startswith("e2e") or line.startswith("raidkit"))
+        assert float(array_line.split()[2]) > 0, text
+        for role in range(MEMBERS[level]):
+            assert any(line.startswith(f"  {role} ") and f"m{role}.img" in line for line in lines), text
+        # Since the start every client write is 4 KiB: the size histogram's 4K row holds the
+        # members' writes (and RAID 5's reads), nothing else is bigger.
+        row = next(line.split() for line in lines if line.split()[:1] == ["4K"])
+        per_member_writes = [int(x) for x in row[2::2]]
+        assert sum(per_member_writes) >= 2 * writes, text
+    finally:
+        stop(proc)
+
+
+def test_iostat_refuses_a_bad_interval_and_an_unknown_array(tmp_path):
+    proc, sock, admin = start(tmp_path, "1")
+    try:
+        bad = run([RAIDKIT_BIN, "iostat", "--admin", str(admin), "0"], check=False)
+        assert bad.returncode != 0 and "INTERVAL" in bad.stderr, bad.stderr
+        unknown = run([RAIDKIT_BIN, "iostat", "--admin", str(admin), "--array", "nope"], check=False)
+        assert unknown.returncode != 0 and "nope" in unknown.stderr, unknown.stderr
+    finally:
+        stop(proc)

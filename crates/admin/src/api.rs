@@ -15,12 +15,13 @@
 //! Each path acts on the only array the socket serves; `/v1/arrays/NAME/status` (and so on for
 //! every endpoint) names one of several ([`route`]).
 //!
-//! Two requests are about the whole process rather than one array ([`parse_process`]):
+//! Three requests are about the whole process rather than one array ([`parse_process`]):
 //!
 //! | method | path | body | does |
 //! |---|---|---|---|
 //! | GET | `/v1/arrays` | — | `{"arrays": {NAME: status, ...}}`: every array's status |
 //! | POST | `/v1/monitor/test` | — | raise `TestMessage` for every array (a daemon's alerts) |
+//! | POST | `/v1/reload` | — | re-read a daemon's configuration file and apply what changed |
 //!
 //! Success: 200 with a JSON object. Failure: a 4xx/5xx status with `{"error": "..."}`.
 
@@ -120,18 +121,23 @@ pub enum ProcessRequest {
     AllStatus,
     /// Raise a `TestMessage` alert for every array (`raidkit monitor --test`).
     TestAlerts,
+    /// Re-read the configuration file and apply what changed (`raidkit reload`).
+    Reload,
 }
 
 /// The path of every array's status.
 pub const ALL_STATUS_PATH: &str = "/v1/arrays";
 /// The path that raises a test alert for every array.
 pub const TEST_ALERTS_PATH: &str = "/v1/monitor/test";
+/// The path that reloads a daemon's configuration.
+pub const RELOAD_PATH: &str = "/v1/reload";
 
 /// Parses a request about the whole process; `None` when the path is not one of those.
 pub fn parse_process(method: &str, path: &str) -> Option<Result<ProcessRequest, ApiError>> {
     let (request, allowed) = match path {
         ALL_STATUS_PATH => (ProcessRequest::AllStatus, "GET"),
         TEST_ALERTS_PATH => (ProcessRequest::TestAlerts, "POST"),
+        RELOAD_PATH => (ProcessRequest::Reload, "POST"),
         _ => return None,
     };
     if method != allowed {
@@ -332,6 +338,17 @@ mod tests {
         assert_eq!(
             parse_process("POST", "/v1/monitor/test"),
             Some(Ok(ProcessRequest::TestAlerts))
+        );
+        assert_eq!(
+            parse_process("POST", "/v1/reload"),
+            Some(Ok(ProcessRequest::Reload))
+        );
+        assert_eq!(
+            parse_process("GET", "/v1/reload")
+                .unwrap()
+                .unwrap_err()
+                .status,
+            405
         );
         assert_eq!(
             parse_process("POST", "/v1/arrays")

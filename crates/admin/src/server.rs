@@ -52,6 +52,11 @@ pub trait Control: Send + Sync + 'static {
 /// alerter; `POST /v1/monitor/test`). Called on a blocking thread.
 pub type TestAlerts = Box<dyn Fn(&[String]) -> Result<Value, ApiError> + Send + Sync>;
 
+/// Re-reads the daemon's configuration file and applies it, answering what changed or (422)
+/// the file's problems (`POST /v1/reload`). Called on a blocking thread; may block long (arrays
+/// started and drained).
+pub type Reload = Box<dyn Fn() -> Result<Value, ApiError> + Send + Sync>;
+
 /// The arrays one admin socket serves, by name (`/v1/arrays/NAME/...`); a path without a
 /// name addresses the only one. Arrays may be added and removed while the socket serves.
 #[derive(Default)]
@@ -59,6 +64,8 @@ pub struct Arrays {
     by_name: RwLock<BTreeMap<String, Arc<dyn Control>>>,
     /// Set by a process that raises alerts (the daemon); `serve` has none.
     test_alerts: OnceLock<TestAlerts>,
+    /// Set by a process that reads a configuration file (the daemon).
+    reload: OnceLock<Reload>,
 }
 
 impl Arrays {
@@ -81,6 +88,11 @@ impl Arrays {
     /// Answers `POST /v1/monitor/test` with `raise` from now on (once; false if already set).
     pub fn set_test_alerts(&self, raise: TestAlerts) -> bool {
         self.test_alerts.set(raise).is_ok()
+    }
+
+    /// Answers `POST /v1/reload` with `reload` from now on (once; false if already set).
+    pub fn set_reload(&self, reload: Reload) -> bool {
+        self.reload.set(reload).is_ok()
     }
 
     /// The names and controls of every array, in name order.
@@ -116,6 +128,16 @@ impl Arrays {
                 }
                 let names: Vec<String> = arrays.into_iter().map(|(name, _)| name).collect();
                 raise(&names)
+            }
+            ProcessRequest::Reload => {
+                let reload = self.reload.get().ok_or_else(|| {
+                    ApiError::new(
+                        404,
+                        "this server reads no configuration file to reload (`raidkit serve` \
+                         takes flags; reload is `raidkit daemon`'s)",
+                    )
+                })?;
+                reload()
             }
         }
     }

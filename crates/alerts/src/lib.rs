@@ -18,7 +18,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -244,7 +244,8 @@ pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A running alerter; see the crate documentation.
 pub struct Alerter {
-    sinks: Vec<Sink>,
+    /// Replaced whole by [`Alerter::retarget`].
+    sinks: RwLock<Vec<Sink>>,
     log: Log,
 }
 
@@ -259,21 +260,27 @@ impl Alerter {
     /// Starts one delivery thread per configured target. With none, says at once that no
     /// alert will reach anyone (events are still logged).
     pub fn start(targets: &Targets, log: Log) -> Alerter {
-        let sinks: Vec<Sink> = deliver::Target::all(targets)
-            .into_iter()
-            .map(|target| Sink::start(target, targets, Arc::clone(&log)))
-            .collect();
-        let alerter = Alerter { sinks, log };
-        if alerter.sinks.is_empty() {
-            (alerter.log)(
-                "warning: no alert target is configured ([alerts] program, mail_to, webhook or \
-                 syslog): events are only logged, no alert will reach anyone",
-            );
-        } else {
-            let kinds = alerter.target_kinds().join(", ");
-            (alerter.log)(&format!("alerts go to: {kinds}"));
+        Alerter {
+            sinks: RwLock::new(Sink::start_all(targets, &log)),
+            log,
         }
-        alerter
+    }
+
+    /// Sends the alerts raised from now on to `targets` instead (the configuration was
+    /// reloaded): the new targets' threads start, the old ones deliver what they have queued
+    /// and end by themselves. Says where alerts go now, as [`Alerter::start`] does.
+    pub fn retarget(&self, targets: &Targets) {
+        let new = Sink::start_all(targets, &self.log);
+        let old = std::mem::replace(
+            &mut *self.sinks.write().unwrap_or_else(|p| p.into_inner()),
+            new,
+        );
+        // Dropping a queue's sender ends its thread once the alerts queued are delivered.
+        drop(old);
+    }
+
+    fn sinks(&self) -> RwLockReadGuard<'_, Vec<Sink>> {
+        self.sinks.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Logs `alert` and queues it for every target; never blocks.
@@ -285,7 +292,7 @@ impl Alerter {
         };
         (self.log)(&format!("{word}: {}", alert.summary()));
         let alert = Arc::new(alert);
-        for sink in &self.sinks {
+        for sink in self.sinks().iter() {
             match sink.queue.try_send(Arc::clone(&alert)) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
@@ -308,12 +315,12 @@ impl Alerter {
     /// The kinds of the configured targets (`program`, `mail`, `webhook`, `syslog`); empty
     /// when alerts are only logged.
     pub fn target_kinds(&self) -> Vec<&'static str> {
-        self.sinks.iter().map(|s| s.target.kind()).collect()
+        self.sinks().iter().map(|s| s.target.kind()).collect()
     }
 
     /// Alerts dropped for each target because its queue was full.
     pub fn dropped(&self) -> Vec<(&'static str, u64)> {
-        self.sinks
+        self.sinks()
             .iter()
             .map(|s| (s.target.kind(), s.dropped.load(Ordering::Relaxed)))
             .collect()
@@ -323,7 +330,8 @@ impl Alerter {
     /// still waiting then are logged as lost.
     pub fn shutdown(self, grace: Duration) {
         let deadline = Instant::now() + grace;
-        for sink in self.sinks {
+        let sinks = self.sinks.into_inner().unwrap_or_else(|p| p.into_inner());
+        for sink in sinks {
             drop(sink.queue);
             while !sink.thread.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
@@ -339,6 +347,25 @@ impl Alerter {
 }
 
 impl Sink {
+    /// One sink per configured target, their threads started. With none, says at once that
+    /// no alert will reach anyone (events are still logged).
+    fn start_all(targets: &Targets, log: &Log) -> Vec<Sink> {
+        let sinks: Vec<Sink> = deliver::Target::all(targets)
+            .into_iter()
+            .map(|target| Sink::start(target, targets, Arc::clone(log)))
+            .collect();
+        if sinks.is_empty() {
+            log(
+                "warning: no alert target is configured ([alerts] program, mail_to, webhook or \
+                 syslog): events are only logged, no alert will reach anyone",
+            );
+        } else {
+            let kinds: Vec<&str> = sinks.iter().map(|s| s.target.kind()).collect();
+            log(&format!("alerts go to: {}", kinds.join(", ")));
+        }
+        sinks
+    }
+
     fn start(target: deliver::Target, targets: &Targets, log: Log) -> Sink {
         let (queue, alerts) = mpsc::sync_channel(QUEUE_ALERTS);
         let policy = (targets.attempts.max(1), targets.backoff, targets.timeout);

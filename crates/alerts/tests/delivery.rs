@@ -378,3 +378,57 @@ fn rebuild_progress_raises_each_mark_once() {
     assert_eq!(Event::rebuild_progress(79, 100), Some(Event::Rebuild80));
     assert_eq!(Event::rebuild_progress(80, 100), None);
 }
+
+#[test]
+fn retarget_sends_later_alerts_to_the_new_targets_and_delivers_the_queued_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old_out, new_out) = (dir.path().join("old"), dir.path().join("new"));
+    // The old program is slow: its alert is still queued when the targets change.
+    let old = script(
+        dir.path(),
+        "old",
+        &format!("sleep 0.3; echo \"$@\" >> {}", old_out.display()),
+    );
+    let new = script(
+        dir.path(),
+        "new",
+        &format!("echo \"$@\" >> {}", new_out.display()),
+    );
+    let (log, lines) = log();
+    let alerter = Alerter::start(
+        &quick(Targets {
+            program: Some(old),
+            ..Targets::default()
+        }),
+        log,
+    );
+    alerter.raise(Alert::new(Event::Fail, "home", Some("a"), "first"));
+    alerter.raise(Alert::new(Event::Fail, "home", Some("b"), "queued"));
+    alerter.retarget(&quick(Targets {
+        program: Some(new),
+        ..Targets::default()
+    }));
+    alerter.raise(Alert::new(Event::DegradedArray, "home", None, "after"));
+    wait_for_file(&new_out, "DegradedArray home");
+    wait_for_file(&old_out, "Fail home b");
+    assert!(
+        !std::fs::read_to_string(&new_out).unwrap().contains("Fail"),
+        "an alert raised before the change went to the new target"
+    );
+    assert!(
+        !std::fs::read_to_string(&old_out)
+            .unwrap()
+            .contains("DegradedArray"),
+        "an alert raised after the change went to the old target"
+    );
+    assert_eq!(
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("alerts go to: program"))
+            .count(),
+        2
+    );
+    alerter.shutdown(Duration::from_secs(5));
+}

@@ -25,10 +25,18 @@
 //! problems are reported at once, and a file with any problem yields no `Config`, so nothing is
 //! started or changed on a half-understood file.
 //!
+//! The daemon reads the file at start and again at each reload (SIGHUP, `raidkit reload`): a
+//! reloaded file with any problem changes nothing, and for one without, [`ArrayConfig::changed_keys`]
+//! (and `Daemon`'s and `Alerts`') name the keys whose values changed — values, not where they
+//! stand in the file; members and spares as sets. Which of them a running array takes at once
+//! (the speed limits, the read-error limits, the gather wait) and which need its restart is the
+//! daemon's to say (README, "reload").
+//!
 //! Arrays are not created from the file (`raidkit create` does that); the file names the
 //! members of arrays that exist, and the superblocks on them say the rest.
 
 mod check;
+mod diff;
 mod model;
 mod scan;
 mod schedule;

@@ -31,7 +31,7 @@ pub struct Config {
 }
 
 /// `[daemon]`: the service as a whole.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Daemon {
     /// TCP listeners (`HOST:PORT`) every array without its own listener is served on, each
@@ -60,7 +60,7 @@ pub enum LogFormat {
 
 /// `[alerts]`: where events (Fail, DegradedArray, RebuildFinished, ...) are sent. Each is
 /// optional and several may be given; events are logged whatever is configured.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Alerts {
     /// Run as `program EVENT ARRAY [MEMBER]`, details in environment variables (mdadm's

@@ -23,8 +23,10 @@ use volume::{AssembleOptions, FaultPolicy, SpeedLimits};
 use super::manage::rate_arg;
 use super::serve::{self, defaults};
 use arrays::{ArraySet, Routes};
+use reload::Reloader;
 
 mod arrays;
+mod reload;
 
 /// The admin socket when the configuration names none.
 pub(crate) const ADMIN_DEFAULT: &str = "/run/raidkit/admin.sock";
@@ -37,7 +39,9 @@ const ALERT_GRACE: Duration = Duration::from_secs(5);
 /// on the daemon's listeners (or its own), as `raidkit serve` would serve it; an array that
 /// cannot start is reported and the others are served. The admin socket serves them all
 /// (`raidkit status --admin PATH --array NAME`). Every event (a member failing, an array
-/// degraded, a rebuild's progress) is logged and sent to the [alerts] targets. With
+/// degraded, a rebuild's progress) is logged and sent to the [alerts] targets. SIGHUP (or
+/// `raidkit reload`) reads the file again: new arrays are served, removed ones drained and
+/// closed, speed and error limits changed live, other changes reported. With
 /// --check-config the file is only checked: every problem is printed with its line and key,
 /// and nothing is opened.
 #[derive(Debug, clap::Args)]
@@ -121,17 +125,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("raidkit: admin API on {}", admin_path.display());
     let watchdog = Watchdog::start(Arc::clone(&monitor));
     let ready = format!("serving {} of {} arrays", arrays.len(), config.arrays.len());
+    let reloader = Arc::new(Reloader::new(
+        args.config.clone(),
+        &config,
+        arrays,
+        Arc::clone(&alerter),
+    ));
+    admin_arrays.set_reload(reload::admin_hook(Arc::clone(&reloader)));
     systemd(&[NotifyState::Ready, NotifyState::Status(&ready)]);
 
-    let served = runtime.block_on(listeners.serve(&admin, admin_arrays, Arc::clone(&log), signals));
+    let served = runtime.block_on(listeners.serve(
+        &admin,
+        Arc::clone(&admin_arrays),
+        Arc::clone(&log),
+        signals,
+        Arc::clone(&reloader),
+    ));
     systemd(&[NotifyState::Stopping]);
     drop(watchdog);
     drop(admin);
+    // No reload can run any more: the admin socket and the SIGHUP task are gone.
+    drop(admin_arrays);
     let mut failed = served.err();
-    if let Some(e) = arrays.remove_all() {
+    if let Some(e) = reloader.remove_all() {
         failed.get_or_insert(e);
     }
-    drop(arrays);
+    drop(reloader);
     drop(monitor);
     if let Ok(alerter) = Arc::try_unwrap(alerter) {
         alerter.shutdown(ALERT_GRACE);
@@ -143,8 +162,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The signals the daemon handles, registered before it starts any array: SIGINT and SIGTERM
-/// stop it, SIGHUP is logged (reload is not built yet; its default action would kill the
-/// daemon without closing its arrays).
+/// stop it, SIGHUP reloads the configuration (once serving began; until then its default
+/// action, which would kill the daemon without closing its arrays, is held off).
 struct Signals {
     shutdown: serve::ShutdownSignals,
     hangups: Option<tokio::signal::unix::Signal>,
@@ -482,16 +501,18 @@ impl Listeners {
         arrays: Arc<Arrays>,
         log: admin::Log,
         signals: Signals,
+        reloader: Arc<Reloader>,
     ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let Signals { shutdown, hangups } = signals;
         let hangup_task = tokio::spawn(async move {
             let Some(mut hangups) = hangups else { return };
             while hangups.recv().await.is_some() {
-                eprintln!(
-                    "raidkit: SIGHUP: reloading the configuration is not built yet; nothing \
-                     changed (restart the daemon to apply a new configuration)"
-                );
+                eprintln!("raidkit: SIGHUP: reloading the configuration");
+                // Starting and closing arrays blocks: off the runtime's workers. The result
+                // is logged by the reload.
+                let reloader = Arc::clone(&reloader);
+                let _ = tokio::task::spawn_blocking(move || reloader.reload()).await;
             }
         });
         let signal_task = tokio::spawn(async move {

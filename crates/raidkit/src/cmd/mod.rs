@@ -7,6 +7,7 @@ pub mod iostat;
 pub mod journal;
 pub mod manage;
 pub mod monitor;
+pub mod reload;
 pub mod serve;
 pub mod status;
 

@@ -14,8 +14,22 @@ use config::ArrayConfig;
 use service::monitor::Monitor;
 use service::running::RunningArray;
 
-use super::{buffer_memory, open_options, remote_options, start_array};
+use super::{array_options, buffer_memory, open_options, remote_options, start_array};
 use crate::cmd::serve;
+
+/// The `[[array]]` keys a running array takes without a restart: the background rate limits
+/// (`Volume::set_speed_limits`), the fault policy's read-error count and window
+/// (`Volume::set_fault_policy`) and the RAID 5/6 partial-stripe wait (`Volume::set_gather_wait`).
+/// The others are fixed when the array starts: its members, spares and journal, how members
+/// are opened (`io_timeout_secs` is also each remote member's client deadline), the read cache
+/// and its read-ahead threads, the export's name, listener and buffer budget, read-only.
+pub(super) const LIVE_KEYS: [&str; 5] = [
+    "speed_min",
+    "speed_max",
+    "read_errors_max",
+    "read_error_window_secs",
+    "gather_wait_ms",
+];
 
 /// Where each array's export is added: the export set of the daemon's shared listeners, or
 /// that of the array's own listeners (bound at start).
@@ -96,6 +110,39 @@ impl ArraySet {
 
     pub fn is_empty(&self) -> bool {
         self.served.is_empty()
+    }
+
+    /// The names of the arrays served, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.served.keys().cloned().collect()
+    }
+
+    /// The entry array `name` runs with.
+    pub fn config_of(&self, name: &str) -> Option<&ArrayConfig> {
+        self.served.get(name).map(|s| &s.config)
+    }
+
+    /// Gives the served array of `new`'s name the values of `new`'s [`LIVE_KEYS`] (its other
+    /// keys are left as they run).
+    pub fn retune(&mut self, new: &ArrayConfig) -> anyhow::Result<()> {
+        let name = new.name.get_ref();
+        let served = self
+            .served
+            .get_mut(name)
+            .with_context(|| format!("no array {name:?} is served"))?;
+        let mut config = served.config.clone();
+        config.speed_min = new.speed_min.clone();
+        config.speed_max = new.speed_max.clone();
+        config.read_errors_max = new.read_errors_max.clone();
+        config.read_error_window_secs = new.read_error_window_secs.clone();
+        config.gather_wait_ms = new.gather_wait_ms.clone();
+        let opts = array_options(&config)?;
+        let volume = served.array.volume();
+        volume.set_speed_limits(opts.assemble.speed_limits);
+        volume.set_fault_policy(opts.assemble.fault_policy);
+        volume.set_gather_wait(opts.stack.gather_wait);
+        served.config = config;
+        Ok(())
     }
 
     /// Starts the array `a` describes and serves it: its export on its listeners, its

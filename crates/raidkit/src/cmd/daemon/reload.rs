@@ -1,0 +1,263 @@
+//! Reload: the configuration file read again (SIGHUP, `raidkit reload`, `POST /v1/reload`) and
+//! what changed applied without disturbing what did not.
+//!
+//! A file with any problem changes nothing: the problems are logged and returned, each with
+//! its file, line and key. Otherwise arrays are matched by name against the set being served
+//! (not against the last file read, so an array that failed to start is tried again):
+//! arrays no longer named are removed first (drained and closed: their members may be named by
+//! a new entry), then each served array's changed keys are applied live when the running array
+//! can take them ([`LIVE_KEYS`]) and reported as needing that array's restart otherwise, then
+//! new arrays are started and served. Unchanged arrays are not touched. `[daemon]` changes
+//! need a daemon restart; `[alerts]` changes are applied at once (`Alerter::retarget`).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use admin::api::ApiError;
+use alerts::Alerter;
+use config::Config;
+use sd_notify::NotifyState;
+use serde::Serialize;
+
+use super::arrays::{ArraySet, LIVE_KEYS};
+use super::{systemd, targets};
+
+/// What a reload did to one array, or to the daemon (`array` none).
+#[derive(Debug, Serialize)]
+pub(super) struct Change {
+    pub array: Option<String>,
+    /// `added`, `removed`, `changed` (applied live), `restart_needed` or `failed`.
+    pub change: &'static str,
+    pub message: String,
+}
+
+/// What a reload did.
+#[derive(Debug, Serialize)]
+pub(super) struct Reloaded {
+    pub config: PathBuf,
+    pub changes: Vec<Change>,
+    /// Arrays served before and after, untouched.
+    pub unchanged: Vec<String>,
+}
+
+/// The configuration as the daemon runs it, and the arrays it serves.
+pub(super) struct Reloader {
+    path: PathBuf,
+    alerter: Arc<Alerter>,
+    state: Mutex<State>,
+}
+
+struct State {
+    arrays: ArraySet,
+    /// `[daemon]` as the daemon started with it (its changes need a restart).
+    daemon: config::Daemon,
+    /// `[alerts]` in force.
+    alerts: config::Alerts,
+}
+
+impl Reloader {
+    pub fn new(path: PathBuf, config: &Config, arrays: ArraySet, alerter: Arc<Alerter>) -> Self {
+        Reloader {
+            path,
+            alerter,
+            state: Mutex::new(State {
+                arrays,
+                daemon: config.daemon.clone(),
+                alerts: config.alerts.clone(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Removes every array (the daemon is stopping); the first error is returned.
+    pub fn remove_all(&self) -> Option<anyhow::Error> {
+        self.lock().arrays.remove_all()
+    }
+
+    /// Reads the file again and applies it (see the module documentation), one log line per
+    /// change. `Err`: the file's problems, one `FILE:LINE: key `KEY`: ...` line each; nothing
+    /// changed. Reloads run one at a time.
+    pub fn reload(&self) -> Result<Reloaded, String> {
+        let mut state = self.lock();
+        // systemd's reload protocol: RELOADING=1 with the time, READY=1 when done.
+        let mut reloading = vec![NotifyState::Reloading];
+        reloading.extend(NotifyState::monotonic_usec_now().ok());
+        systemd(&reloading);
+        let result = self.apply(&mut state);
+        let status = format!("serving {} arrays", state.arrays.len());
+        systemd(&[NotifyState::Ready, NotifyState::Status(&status)]);
+        result
+    }
+
+    fn apply(&self, state: &mut State) -> Result<Reloaded, String> {
+        let path = self.path.display();
+        eprintln!("raidkit: reload: reading {path}");
+        let refused = |problems: String| {
+            for line in problems.lines() {
+                eprintln!("raidkit: reload: {line}");
+            }
+            eprintln!("raidkit: reload: refused, nothing changed");
+            Err(problems)
+        };
+        let new = match Config::load(&self.path) {
+            Ok(config) => config,
+            Err(problems) => {
+                let count = problems.list.len();
+                return refused(format!(
+                    "{problems}\n{count} problem(s) in the configuration: nothing changed"
+                ));
+            }
+        };
+        if new.arrays.is_empty() {
+            return refused(format!(
+                "{path} names no [[array]]: nothing changed (stop the daemon to stop serving \
+                 every array)"
+            ));
+        }
+        let mut changes = Vec::new();
+        let mut daemon_change = |message: String| {
+            changes.push(Change {
+                array: None,
+                change: "restart_needed",
+                message,
+            })
+        };
+        for key in state.daemon.changed_keys(&new.daemon) {
+            daemon_change(format!(
+                "[daemon] {key} changed: restart the daemon for it to take effect (the running \
+                 daemon keeps the old value)"
+            ));
+        }
+        let alert_keys = state.alerts.changed_keys(&new.alerts);
+        if !alert_keys.is_empty() {
+            self.alerter.retarget(&targets(&new));
+            state.alerts = new.alerts.clone();
+            changes.push(Change {
+                array: None,
+                change: "changed",
+                message: format!("[alerts] {} changed: applied", alert_keys.join(", ")),
+            });
+        }
+
+        let arrays = &mut state.arrays;
+        let named: Vec<&str> = new
+            .arrays
+            .iter()
+            .map(|a| a.name.get_ref().as_str())
+            .collect();
+        for name in arrays.names() {
+            if named.contains(&name.as_str()) {
+                continue;
+            }
+            changes.push(match arrays.remove(&name) {
+                Ok(()) => Change {
+                    array: Some(name),
+                    change: "removed",
+                    message: "no longer in the file: drained and closed cleanly".to_string(),
+                },
+                Err(e) => Change {
+                    array: Some(name),
+                    change: "failed",
+                    message: format!("no longer in the file: did not close cleanly: {e:#}"),
+                },
+            });
+        }
+        let mut unchanged = Vec::new();
+        let mut to_add = Vec::new();
+        for a in &new.arrays {
+            let name = a.name.get_ref().clone();
+            let Some(served) = arrays.config_of(&name) else {
+                to_add.push(a);
+                continue;
+            };
+            let keys = served.changed_keys(a);
+            if keys.is_empty() {
+                unchanged.push(name);
+                continue;
+            }
+            let (live, restart): (Vec<&str>, Vec<&str>) =
+                keys.iter().partition(|k| LIVE_KEYS.contains(k));
+            if !live.is_empty() {
+                changes.push(match arrays.retune(a) {
+                    Ok(()) => Change {
+                        array: Some(name.clone()),
+                        change: "changed",
+                        message: format!("{} applied", live.join(", ")),
+                    },
+                    Err(e) => Change {
+                        array: Some(name.clone()),
+                        change: "failed",
+                        message: format!("{} not applied: {e:#}", live.join(", ")),
+                    },
+                });
+            }
+            if !restart.is_empty() {
+                changes.push(Change {
+                    array: Some(name.clone()),
+                    change: "restart_needed",
+                    message: format!(
+                        "{} changed: the running array cannot take {} without a restart; it \
+                         keeps running as before. To apply: take the entry out of the file and \
+                         reload (the array is drained and closed), put it back and reload \
+                         again; or restart the daemon",
+                        restart.join(", "),
+                        if restart.len() == 1 { "it" } else { "them" },
+                    ),
+                });
+            }
+        }
+        for a in to_add {
+            let name = a.name.get_ref().clone();
+            changes.push(match arrays.add(a) {
+                Ok(()) => Change {
+                    array: Some(name),
+                    change: "added",
+                    message: "assembled and served".to_string(),
+                },
+                Err(e) => Change {
+                    array: Some(name),
+                    change: "failed",
+                    message: format!("not started: {e:#}"),
+                },
+            });
+        }
+        for c in &changes {
+            let what = match &c.array {
+                Some(name) => format!("array \"{name}\""),
+                None => "daemon".to_string(),
+            };
+            let word = match c.change {
+                "failed" => "error: ",
+                "restart_needed" => "warning: ",
+                _ => "",
+            };
+            eprintln!(
+                "raidkit: reload: {word}{what}: {}: {}",
+                c.change.replace('_', " "),
+                c.message
+            );
+        }
+        eprintln!(
+            "raidkit: reload of {path} done: {} change(s), {} array(s) unchanged",
+            changes.len(),
+            unchanged.len()
+        );
+        Ok(Reloaded {
+            config: self.path.clone(),
+            changes,
+            unchanged,
+        })
+    }
+}
+
+/// `POST /v1/reload` on the admin socket: what changed, or (422) the file's problems.
+pub(super) fn admin_hook(reloader: Arc<Reloader>) -> admin::server::Reload {
+    Box::new(move || match reloader.reload() {
+        Ok(reloaded) => serde_json::to_value(reloaded)
+            .map_err(|e| ApiError::new(500, format!("cannot encode the reload: {e}"))),
+        Err(problems) => Err(ApiError::new(422, problems)),
+    })
+}

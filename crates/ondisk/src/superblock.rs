@@ -272,6 +272,19 @@ fn field_err(field: &'static str, reason: impl Into<String>) -> SuperblockError 
     }
 }
 
+/// `field`'s offset, when there is one, is at most `limit`; `past` names what lies beyond.
+fn offset_within(
+    field: &'static str,
+    offset: Option<u64>,
+    limit: u64,
+    past: &str,
+) -> Result<(), SuperblockError> {
+    match offset.is_some_and(|r| r > limit) {
+        true => Err(field_err(field, format!("past {past}"))),
+        false => Ok(()),
+    }
+}
+
 /// Level ⇄ on-disk code.
 pub fn level_code(level: Level) -> u32 {
     match level {
@@ -654,12 +667,12 @@ impl Superblock {
         if self.journal.is_some_and(|j| j.kind == 0) {
             return Err(field_err("journal", "a journal of kind 0"));
         }
-        if self
-            .recovery_offset_bytes
-            .is_some_and(|r| r > self.data_bytes)
-        {
-            return Err(field_err("recovery_offset", "past the data area"));
-        }
+        offset_within(
+            "recovery_offset",
+            self.recovery_offset_bytes,
+            self.data_bytes,
+            "the data area",
+        )?;
         let has_bit = self.feature_compat & FEATURE_COMPAT_RESYNC_OFFSET != 0;
         if has_bit != self.resync_offset_bytes.is_some() {
             return Err(field_err(
@@ -667,12 +680,12 @@ impl Superblock {
                 "present without its feature bit, or the bit without the offset",
             ));
         }
-        if self
-            .resync_offset_bytes
-            .is_some_and(|r| r > self.array_size_bytes)
-        {
-            return Err(field_err("resync_offset", "past the end of the array"));
-        }
+        offset_within(
+            "resync_offset",
+            self.resync_offset_bytes,
+            self.array_size_bytes,
+            "the end of the array",
+        )?;
         self.validate_owner()?;
         self.validate_replace()
     }
@@ -715,13 +728,12 @@ impl Superblock {
                 "present on a member that is not the recorded replacement, or missing on it",
             ));
         }
-        if self
-            .replace_offset_bytes
-            .is_some_and(|r| r > self.data_bytes)
-        {
-            return Err(field_err("replace_offset", "past the data area"));
-        }
-        Ok(())
+        offset_within(
+            "replace_offset",
+            self.replace_offset_bytes,
+            self.data_bytes,
+            "the data area",
+        )
     }
 
     fn validate_bitmap(&self) -> Result<(), SuperblockError> {

@@ -112,16 +112,22 @@ impl FilesystemStatus {
     }
 }
 
+impl FilesystemStatus {
+    /// The mount point, with the filesystem's type when known: `/mnt/t (tmpfs)`.
+    pub fn place(&self) -> String {
+        match self.fs_type.is_empty() {
+            true => self.mount_point.clone(),
+            false => format!("{} ({})", self.mount_point, self.fs_type),
+        }
+    }
+}
+
 impl std::fmt::Display for FilesystemStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.fs_type.is_empty() {
-            true => String::new(),
-            false => format!(" ({})", self.fs_type),
-        };
         write!(
             f,
-            "filesystem {}{kind}: {} free of {}",
-            self.mount_point,
+            "filesystem {}: {} free of {}",
+            self.place(),
             mib(self.free_bytes),
             mib(self.size_bytes)
         )

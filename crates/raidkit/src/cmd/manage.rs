@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::admin_client::Admin;
+use crate::admin_client::{Admin, Client};
 use crate::cmd::status::{render, scrub_report};
 use crate::units::human_bytes;
 
@@ -139,9 +139,15 @@ pub fn remove(args: RemoveArgs) -> anyhow::Result<()> {
 pub fn add(args: AddArgs) -> anyhow::Result<()> {
     let client = args.admin.client()?;
     let reply = client.post("/v1/add", &json!({ "member": args.member }))?;
-    println!("{}", message(&reply));
-    if args.wait {
-        crate::progress::follow(&client, "rebuild")?;
+    answered(&client, &reply, args.wait.then_some("rebuild"))
+}
+
+/// Prints the server's answer; with `follow`, follows that task to its end (a progress line)
+/// and prints the status then.
+fn answered(client: &Client, reply: &Value, follow: Option<&str>) -> anyhow::Result<()> {
+    println!("{}", message(reply));
+    if let Some(task) = follow {
+        crate::progress::follow(client, task)?;
         print!("{}", render(&client.status()?));
     }
     Ok(())
@@ -151,12 +157,7 @@ pub fn replace(args: ReplaceArgs) -> anyhow::Result<()> {
     let client = args.admin.client()?;
     let body = json!({ "member": args.member, "with": args.with });
     let reply = client.post("/v1/replace", &body)?;
-    println!("{}", message(&reply));
-    if args.wait {
-        crate::progress::follow(&client, "replace")?;
-        print!("{}", render(&client.status()?));
-    }
-    Ok(())
+    answered(&client, &reply, args.wait.then_some("replace"))
 }
 
 pub fn scrub(args: ScrubArgs) -> anyhow::Result<()> {

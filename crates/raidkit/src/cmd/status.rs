@@ -351,18 +351,12 @@ fn no_space_line(m: &MemberStatus) -> String {
         return String::new();
     }
     let place = match &m.filesystem {
-        Some(fs) => {
-            let kind = match fs.fs_type.is_empty() {
-                true => String::new(),
-                false => format!(" ({})", fs.fs_type),
-            };
-            format!(
-                "; filesystem {}{kind} has {} free of {}",
-                fs.mount_point,
-                human_bytes(fs.free_bytes),
-                human_bytes(fs.size_bytes)
-            )
-        }
+        Some(fs) => format!(
+            "; filesystem {} has {} free of {}",
+            fs.place(),
+            human_bytes(fs.free_bytes),
+            human_bytes(fs.size_bytes)
+        ),
         None => String::new(),
     };
     format!(

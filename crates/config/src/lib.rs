@@ -35,6 +35,25 @@
 //! Arrays are not created from the file (`raidkit create` does that); the file names the
 //! members of arrays that exist, and the superblocks on them say the rest.
 
+/// Serde for a type written as text in the file: read by its `parse`, written by its
+/// `Display` (which `parse` reads back).
+macro_rules! serde_as_text {
+    ($t:ty) => {
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <String as serde::Deserialize>::deserialize(d)?;
+                <$t>::parse(&text).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.to_string())
+            }
+        }
+    };
+}
+
 mod check;
 mod diff;
 mod model;

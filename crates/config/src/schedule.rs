@@ -30,8 +30,6 @@ use std::fmt;
 
 use jiff::civil::{Date, DateTime};
 use jiff::{Timestamp, ZonedDateTime};
-use serde::de::{self, Deserializer};
-use serde::{Deserialize, Serialize, Serializer};
 
 /// When a scheduled scrub is due; see the module docs for the forms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -335,18 +333,7 @@ fn field(
     Ok(bits)
 }
 
-impl<'de> Deserialize<'de> for Schedule {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Schedule::parse(&text).map_err(de::Error::custom)
-    }
-}
-
-impl Serialize for Schedule {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
+serde_as_text!(Schedule);
 
 #[cfg(test)]
 mod tests {

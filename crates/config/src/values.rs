@@ -158,18 +158,7 @@ impl fmt::Display for TimeWindow {
     }
 }
 
-impl<'de> Deserialize<'de> for TimeWindow {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        TimeWindow::parse(&text).map_err(de::Error::custom)
-    }
-}
-
-impl Serialize for TimeWindow {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
+serde_as_text!(TimeWindow);
 
 #[cfg(test)]
 mod tests {

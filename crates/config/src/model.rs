@@ -141,12 +141,12 @@ pub struct ArrayConfig {
     pub reconnect_interval_max_secs: Option<Spanned<u64>>,
     /// When the daemon starts a scrub (check only) by itself: `off` (default), `daily`,
     /// `weekly`, `monthly`, a cron spec or `every DURATION` (see [`Schedule`]); skipped, with
-    /// a log line, while the array is degraded or any background task runs. Not acted on
-    /// yet (docs/DESIGN.md "Known limits").
+    /// a log line, while the array is degraded or any background task runs (docs/DESIGN.md
+    /// "Scheduled scrubs and the background window").
     pub scrub_schedule: Option<Spanned<Schedule>>,
     /// Daily local-time window for scrubs and resyncs, `"HH:MM-HH:MM"` (default: any time):
-    /// outside it they pause where they are and resume when it opens (see [`TimeWindow`]).
-    /// Not acted on yet (docs/DESIGN.md "Known limits").
+    /// outside it they pause where they are and resume when it opens (see [`TimeWindow`]);
+    /// rebuilds and replaces do not.
     pub background_window: Option<Spanned<TimeWindow>>,
 }
 

@@ -116,7 +116,7 @@ pub struct TimeWindow {
 }
 
 impl TimeWindow {
-    fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || format!("{text:?} is not a time window: write it as \"HH:MM-HH:MM\"");
         let (start, end) = text.split_once('-').ok_or_else(bad)?;
         let minute = |t: &str| -> Option<u16> {

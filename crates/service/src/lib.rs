@@ -19,6 +19,8 @@
 //! - [`running`]: one array from its members to serving and back ([`running::RunningArray`]):
 //!   members opened, the array assembled and its stack built, the resync, reconnect and lease
 //!   around it, the close; what happens is told to the front end as [`running::Happening`]s.
+//! - [`schedule`]: scheduled scrubs and the background window ([`schedule::Scheduler`], one
+//!   thread for the daemon's arrays, driven by a [`schedule::Clock`]).
 //! - [`reconnect`]: the remote-member reconnect policy and its thread ([`reconnect::Reconnector`]):
 //!   a remote member whose server disconnected is added back once it answers again with this
 //!   array's superblock.
@@ -32,5 +34,6 @@ pub mod members;
 pub mod monitor;
 pub mod reconnect;
 pub mod running;
+pub mod schedule;
 pub mod stack;
 pub mod start;

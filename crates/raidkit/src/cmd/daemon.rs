@@ -16,6 +16,7 @@ use service::array_journal::JournalOptions;
 use service::monitor::Monitor;
 use service::reconnect;
 use service::running::{self, ArrayOptions, Happening, RunningArray};
+use service::schedule::{self, Scheduler};
 use service::stack::StackOptions;
 use service::start::StartNotice;
 use volume::{AssembleOptions, FaultPolicy, SpeedLimits};
@@ -89,6 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let admin = bind_admin(&admin_path, &log)?;
     let alerter = Arc::new(Alerter::start(&targets(&config), Arc::clone(&log)));
     let monitor = Arc::new(Monitor::start(Arc::clone(&alerter)));
+    let scheduler = Arc::new(start_scheduler());
     // Before any array starts or is announced: from here on SIGINT/SIGTERM stop the daemon
     // cleanly (a signal during the start is acted on once serving begins) and SIGHUP cannot
     // kill it.
@@ -104,6 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         routes,
         Arc::clone(&admin_arrays),
         Arc::clone(&monitor),
+        Arc::clone(&scheduler),
         Arc::clone(&alerter),
         Arc::clone(&log),
         runtime.handle().clone(),
@@ -151,6 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         failed.get_or_insert(e);
     }
     drop(reloader);
+    drop(scheduler);
     drop(monitor);
     if let Ok(alerter) = Arc::try_unwrap(alerter) {
         alerter.shutdown(ALERT_GRACE);
@@ -271,6 +275,26 @@ fn test_alerts(alerter: &Arc<Alerter>) -> admin::server::TestAlerts {
             "targets": alerter.target_kinds(),
         }))
     })
+}
+
+/// The scheduler of the arrays' scrub schedules and background windows, on the system's
+/// clock and time zone; what it does is logged under each array's name.
+fn start_scheduler() -> Scheduler {
+    let tell: schedule::Tell =
+        Arc::new(|array: &str, note| eprintln!("raidkit: array \"{array}\": {note}"));
+    Scheduler::start(Arc::new(schedule::SystemClock), tell, schedule::TICK)
+}
+
+/// What the scheduler does for array `a`: its `scrub_schedule` (default off) and
+/// `background_window` (default none).
+fn scrub_plan(a: &ArrayConfig) -> schedule::Plan {
+    schedule::Plan {
+        schedule: a
+            .scrub_schedule
+            .as_ref()
+            .map_or(config::Schedule::Off, |s| s.get_ref().clone()),
+        window: a.background_window.as_ref().map(|w| *w.get_ref()),
+    }
 }
 
 /// Starts one array, its happenings logged under its name and the takeover alerted.

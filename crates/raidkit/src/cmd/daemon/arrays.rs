@@ -13,6 +13,7 @@ use anyhow::{anyhow, Context};
 use config::ArrayConfig;
 use service::monitor::Monitor;
 use service::running::RunningArray;
+use service::schedule::Scheduler;
 
 use super::{array_options, buffer_memory, open_options, remote_options, start_array};
 use crate::cmd::serve;
@@ -77,6 +78,8 @@ pub(super) struct ArraySet {
     routes: Routes,
     admin: Arc<Arrays>,
     monitor: Arc<Monitor>,
+    /// Scheduled scrubs and the background window.
+    scheduler: Arc<Scheduler>,
     alerter: Arc<Alerter>,
     log: admin::Log,
     /// Where a removed export's drain is awaited (from a thread outside the runtime's tasks).
@@ -89,6 +92,7 @@ impl ArraySet {
         routes: Routes,
         admin: Arc<Arrays>,
         monitor: Arc<Monitor>,
+        scheduler: Arc<Scheduler>,
         alerter: Arc<Alerter>,
         log: admin::Log,
         runtime: tokio::runtime::Handle,
@@ -97,6 +101,7 @@ impl ArraySet {
             routes,
             admin,
             monitor,
+            scheduler,
             alerter,
             log,
             runtime,
@@ -176,6 +181,7 @@ impl ArraySet {
         for alert in self.monitor.watch(array.stack(), a.spares.len()) {
             self.alerter.raise(alert);
         }
+        self.scheduler.watch(&name, &volume, super::scrub_plan(a));
         println!(
             "raidkit: serving \"{export}\" ({}) at {}",
             serve::describe(&volume),
@@ -206,6 +212,7 @@ impl ArraySet {
             .with_context(|| format!("no array {name:?} is served"))?;
         self.admin.remove(name);
         self.monitor.forget(served.array.volume());
+        self.scheduler.forget(served.array.volume());
         if let Some(removed) = served.exports.remove(served.config.export_name()) {
             self.runtime.block_on(removed.drained());
         }

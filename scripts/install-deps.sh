@@ -4,7 +4,8 @@
 #
 #   Debian packages: fio qemu-utils libnbd-bin nbdkit python3-libnbd e2fsprogs fuse3
 #                    python3-pytest mount (losetup), gcc (linker for cargo),
-#                    systemd (systemd-analyze verify of the unit)
+#                    systemd (systemd-analyze verify of the unit),
+#                    chromium chromium-driver python3-selenium (the dashboard in a browser)
 #   Rust toolchain:  rustup (stable), only when cargo is missing or older than rust-version.
 set -euo pipefail
 
@@ -25,6 +26,9 @@ PROBES=(
   "losetup:mount"
   "cc:gcc"
   "systemd-analyze:systemd"
+  "chromium:chromium"
+  "chromedriver:chromium-driver"
+  "py:selenium:python3-selenium"
 )
 
 have() {

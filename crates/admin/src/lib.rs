@@ -10,6 +10,8 @@
 //! - [`control`]: [`control::VolumeControl`], the `Control` over a `volume::Volume`.
 //! - [`status`]: [`status::Status`], what `GET /v1/status` serves and the CLI decodes: the
 //!   volume's status with the journal and read-cache sections the front end fills in.
+//! - [`pages`]: [`pages::Pages`], what answers the metrics listener's other paths (the web
+//!   dashboard), with its plain request and response.
 //! - [`stats`]: [`stats::Snapshot`], what `GET /v1/stats` serves: the I/O counters of the
 //!   array (as its clients see it) and of each member, with the status, at one moment.
 //!
@@ -20,6 +22,7 @@ use std::sync::Arc;
 
 pub mod api;
 pub mod control;
+pub mod pages;
 pub mod server;
 pub mod stats;
 pub mod status;

@@ -22,6 +22,11 @@
     while (n >= 1024 && i < UNITS.length - 1) { n /= 1024; i++; }
     return (i === 0 ? n.toFixed(0) : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : n.toFixed(0)) + ' ' + UNITS[i];
   }
+  // 19660800 -> "18.8M": a member cell's narrow figures.
+  function short(n) {
+    const text = bytes(n);
+    return text === '0 B' ? '0' : text.replace(/ (.)iB$/, '$1').replace(/ B$/, '');
+  }
   const perSec = (n) => bytes(n) + '/s';
   function count(n) {
     if (!isFinite(n)) return '0';
@@ -41,6 +46,7 @@
     return `${s}s`;
   }
   const clock = (unixMs) => new Date(unixMs).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  const hhmm = (secs) => new Date(secs * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
   const words = (s) => String(s).replace(/_/g, ' ');
   const baseName = (path) => {
     if (/^[a-z+]+:\/\//.test(path)) return path.replace(/^[a-z+]+:\/\//, '');
@@ -59,9 +65,10 @@
   const GLYPH = { active: 'U', replacing: 'U', spare: 'S', faulty: 'F', missing: '_', rebuilding: 'R', replacement_target: 'R' };
 
   function memberIo(rates) {
-    if (!rates) return '';
-    const r = rates.read.bytes_per_sec, w = rates.write.bytes_per_sec;
-    return `r ${perSec(r)} · w ${perSec(w)} · ${rates.util_percent.toFixed(0)}%`;
+    const io = el('div', 'cell-io');
+    io.append(el('div', '', `r ${short(rates.read.bytes_per_sec)}/s · w ${short(rates.write.bytes_per_sec)}/s`),
+      el('div', '', `${count(rates.read.ops_per_sec + rates.write.ops_per_sec)} IOPS · ${rates.util_percent.toFixed(0)}% busy`));
+    return io;
   }
 
   function renderGrid(card, array) {
@@ -75,7 +82,7 @@
       cell.dataset.role = m.role === null ? 'spare' : String(m.role);
       if (m.name) cell.dataset.member = m.name;
       const top = el('div', 'cell-top');
-      top.append(el('span', 'cell-role', m.role === null ? 'spare' : `role ${m.role}`), el('span', 'cell-glyph', GLYPH[m.state] || '?'));
+      top.append(el('span', 'cell-role', m.role !== null ? `role ${m.role}` : m.state === 'spare' ? 'spare' : 'no role'), el('span', 'cell-glyph', GLYPH[m.state] || '?'));
       const name = el('div', 'cell-name', m.name ? baseName(m.name) : '(missing)');
       name.title = m.name || 'no member in this role';
       const state = el('div', 'cell-state', words(m.state));
@@ -89,7 +96,7 @@
         cell.append(el('div', 'cell-errors', `${m.read_errors} read · ${m.write_errors} write errors · ${m.timeouts} timeouts`));
       }
       if (m.role !== null && array.members[m.role] && m.state !== 'replacement_target') {
-        cell.append(el('div', 'cell-io', memberIo(array.members[m.role])));
+        cell.append(memberIo(array.members[m.role]));
       }
       if (actionsOn()) {
         const can = m.role !== null && ['active', 'rebuilding', 'replacing'].includes(m.state) ? 'fail'
@@ -209,7 +216,7 @@
       cursor: { drag: { x: false, y: false }, points: { size: 6 } },
       scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max * 1.1, kind === 'latency' ? 1 : kind === 'iops' ? 10 : 1024 * 1024)] } },
       axes: [
-        { stroke: axis, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font: '11px system-ui, sans-serif' },
+        { stroke: axis, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font: '11px system-ui, sans-serif', size: 32, space: 48, incrs: [15, 30, 60, 120, 300, 600, 1800, 3600], values: (u, vals) => vals.map(hhmm) },
         { stroke: axis, grid: { stroke: grid, width: 1 }, ticks: { show: false }, size: 64, font: '11px system-ui, sans-serif', values: (u, vals) => vals.map(spec.axis) },
       ],
       series: [

@@ -40,57 +40,19 @@ const _: () = assert!(EVENTS_SERVED <= history::EVENTS_KEPT);
 /// The actions the dashboard offers (with a token), as the admin API names them.
 pub const ACTIONS: [&str; 4] = ["fail", "add", "remove", "scrub"];
 
-/// One HTTP request as the carrying server read it.
-#[derive(Clone, Copy, Debug)]
-pub struct Request<'a> {
-    pub method: &'a str,
-    /// The path without the query.
-    pub path: &'a str,
-    pub query: Option<&'a str>,
-    /// The [`token::TOKEN_HEADER`] header's value, if sent.
-    pub token: Option<&'a [u8]>,
-    /// The whole body (bounded by the carrying server).
-    pub body: &'a [u8],
+pub use admin::pages::{PageRequest as Request, PageResponse as Response};
+
+fn json_response(status: u16, value: &Value) -> Response {
+    Response {
+        status,
+        content_type: "application/json",
+        body: value.to_string().into_bytes(),
+        cache: "no-store",
+    }
 }
 
-/// The answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Response {
-    pub status: u16,
-    pub content_type: &'static str,
-    pub body: Vec<u8>,
-    /// `cache-control`'s value.
-    pub cache: &'static str,
-}
-
-impl Response {
-    fn json(status: u16, value: &Value) -> Response {
-        Response {
-            status,
-            content_type: "application/json",
-            body: value.to_string().into_bytes(),
-            cache: "no-store",
-        }
-    }
-
-    fn error(e: ApiError) -> Response {
-        Response::json(e.status, &json!({ "error": e.message }))
-    }
-
-    /// Headers every answer carries: no framing by other sites (the action buttons), no
-    /// content sniffing, scripts and styles from this origin only, no referrer.
-    pub fn security_headers() -> [(&'static str, &'static str); 4] {
-        [
-            ("x-frame-options", "DENY"),
-            ("x-content-type-options", "nosniff"),
-            (
-                "content-security-policy",
-                "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-                 connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
-            ),
-            ("referrer-policy", "no-referrer"),
-        ]
-    }
+fn error_response(e: ApiError) -> Response {
+    json_response(e.status, &json!({ "error": e.message }))
 }
 
 struct Shared {
@@ -157,13 +119,13 @@ impl Dashboard {
                     body: asset.body.to_vec(),
                     cache: "no-cache",
                 },
-                _ => Response::error(not_allowed(method, path, "GET")),
+                _ => error_response(not_allowed(method, path, "GET")),
             };
         }
         if path == "/api/dashboard" {
             return match method {
-                "GET" => Response::json(200, &self.shared.json(since(request.query))),
-                _ => Response::error(not_allowed(method, path, "GET")),
+                "GET" => json_response(200, &self.shared.json(since(request.query))),
+                _ => error_response(not_allowed(method, path, "GET")),
             };
         }
         if path == "/api/unlock" {
@@ -171,9 +133,9 @@ impl Dashboard {
                 "POST" => (self
                     .shared
                     .allowed(request)
-                    .map(|()| Response::json(200, &json!({ "ok": true }))))
-                .unwrap_or_else(Response::error),
-                _ => Response::error(not_allowed(method, path, "POST")),
+                    .map(|()| json_response(200, &json!({ "ok": true }))))
+                .unwrap_or_else(error_response),
+                _ => error_response(not_allowed(method, path, "POST")),
             };
         }
         if let Some(rest) = path.strip_prefix("/api/arrays/") {
@@ -181,11 +143,21 @@ impl Dashboard {
                 "POST" => self
                     .shared
                     .act(rest, request)
-                    .unwrap_or_else(Response::error),
-                _ => Response::error(not_allowed(method, path, "POST")),
+                    .unwrap_or_else(error_response),
+                _ => error_response(not_allowed(method, path, "POST")),
             };
         }
-        Response::error(ApiError::new(404, format!("no page {path}")))
+        error_response(ApiError::new(404, format!("no page {path}")))
+    }
+}
+
+impl admin::pages::Pages for Dashboard {
+    fn token_header(&self) -> &'static str {
+        token::TOKEN_HEADER
+    }
+
+    fn answer(&self, request: &Request) -> Response {
+        self.handle(request)
     }
 }
 
@@ -291,7 +263,7 @@ impl Shared {
         let admin_request = admin::api::parse("POST", &format!("/v1/{action}"), request.body)?;
         let control = self.arrays.pick(Some(&name))?;
         let answer = control.handle(admin_request)?;
-        Ok(Response::json(200, &answer))
+        Ok(json_response(200, &answer))
     }
 
     /// Ok when actions are enabled and `request` carries the token.

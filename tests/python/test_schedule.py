@@ -5,6 +5,8 @@
   starts a scrub by itself (log line), it finds the mismatch, the alert program is called with
   ``MismatchesFound``, the finish is logged; once a member has failed the next runs are skipped
   ("the array is degraded") and no scrub starts.
+- ``test_a_reload_applies_the_window_and_the_schedule_at_once``: both keys are live on reload:
+  taking the window away lets a paused scrub go on at once, and the new schedule is followed.
 - ``test_the_window_pauses_a_scrub_where_it_is_and_it_goes_on_from_there``: a slow scrub
   (speed_max 128K: one stripe a second) inside ``background_window``; the window closes for a
   few seconds and opens again. To make a daily window close and open within seconds, the daemon
@@ -156,3 +158,33 @@ def test_the_window_pauses_a_scrub_where_it_is_and_it_goes_on_from_there(tmp_pat
            "pause where they are (rebuilds go on)" in log, log
     assert f'array "media": inside the background window {window}: scrubs and resyncs go on' \
         in log, log
+
+
+def test_a_reload_applies_the_window_and_the_schedule_at_once(tmp_path):
+    """``scrub_schedule`` and ``background_window`` are live keys: a reload that takes the
+    window away lets the paused scrub go on at once, and the new schedule is followed."""
+    create(tmp_path, "5", "media", 3)
+    now = time.gmtime()
+    window = f"{(now.tm_hour + 2) % 24:02}:00-{(now.tm_hour + 3) % 24:02}:00"  # not now (UTC)
+    scanned = raidkit("examine", "--scan", f"{tmp_path}/media*").stdout
+    tunables = 'speed_min = "128K"\nspeed_max = "128K"\n'
+    config, admin = config_for(tmp_path, scanned + tunables + f'background_window = "{window}"\n')
+    daemon = Daemon(config, 1, env=dict(os.environ, TZ="UTC"))
+    try:
+        raidkit("scrub", "--admin", admin)
+        task = status(admin)["task"]
+        assert task["paused"] == f"outside the background window {window}", task
+        config.write_text(config.read_text().replace(f'background_window = "{window}"\n',
+                                                     'scrub_schedule = "every 1h"\n'))
+        out = raidkit("reload", "--admin", admin).stdout
+        assert 'array "media": changed: scrub_schedule, background_window applied' in out, out
+        deadline = time.monotonic() + 10
+        while "paused" in (status(admin)["task"] or {"paused": True}):
+            assert time.monotonic() < deadline, status(admin)
+            time.sleep(0.1)
+        wait_for_line(daemon.log, 'array "media": scrub schedule "every 1h": next at ',
+                      time.monotonic(), 5)
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert f'array "media": outside the background window {window}' in log, log

@@ -20,16 +20,20 @@ use crate::cmd::serve;
 
 /// The `[[array]]` keys a running array takes without a restart: the background rate limits
 /// (`Volume::set_speed_limits`), the fault policy's read-error count and window
-/// (`Volume::set_fault_policy`) and the RAID 5/6 partial-stripe wait (`Volume::set_gather_wait`).
+/// (`Volume::set_fault_policy`), the RAID 5/6 partial-stripe wait (`Volume::set_gather_wait`),
+/// and the scrub schedule and background window (the scheduler follows the new plan from now:
+/// the next run counts from the reload, the window is applied at once).
 /// The others are fixed when the array starts: its members, spares and journal, how members
 /// are opened (`io_timeout_secs` is also each remote member's client deadline), the read cache
 /// and its read-ahead threads, the export's name, listener and buffer budget, read-only.
-pub(super) const LIVE_KEYS: [&str; 5] = [
+pub(super) const LIVE_KEYS: [&str; 7] = [
     "speed_min",
     "speed_max",
     "read_errors_max",
     "read_error_window_secs",
     "gather_wait_ms",
+    "scrub_schedule",
+    "background_window",
 ];
 
 /// Where each array's export is added: the export set of the daemon's shared listeners, or
@@ -141,11 +145,18 @@ impl ArraySet {
         config.read_errors_max = new.read_errors_max.clone();
         config.read_error_window_secs = new.read_error_window_secs.clone();
         config.gather_wait_ms = new.gather_wait_ms.clone();
+        config.scrub_schedule = new.scrub_schedule.clone();
+        config.background_window = new.background_window.clone();
         let opts = array_options(&config)?;
         let volume = served.array.volume();
         volume.set_speed_limits(opts.assemble.speed_limits);
         volume.set_fault_policy(opts.assemble.fault_policy);
         volume.set_gather_wait(opts.stack.gather_wait);
+        let plan = super::scrub_plan(&config);
+        if plan != super::scrub_plan(&served.config) {
+            self.scheduler.forget(volume);
+            self.scheduler.watch(name, volume, plan);
+        }
         served.config = config;
         Ok(())
     }

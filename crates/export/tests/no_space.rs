@@ -72,6 +72,18 @@ impl Rig {
         WriteBack::start(j, Arc::clone(v), BUFFER_BYTES).unwrap()
     }
 
+    /// A fresh write-back session on the volume, written until the array ran out of space
+    /// and a write was refused: the volume, the cache, the model of every acknowledged write,
+    /// and how many were acknowledged.
+    fn out_of_space(&self) -> (Arc<Volume>, WriteBack, Vec<u8>, usize) {
+        let a = self.volume();
+        let wb = self.write_back(&a, true);
+        let mut model = vec![0u8; a.size_bytes() as usize];
+        self.fill();
+        let acked = write_until_refused(&wb, &mut model);
+        (a, wb, model, acked)
+    }
+
     fn fill(&self) {
         for role in [1, 2] {
             self.controls[role].fail_writes_as(FaultRule::Always, ErrorKind::StorageFull);
@@ -108,11 +120,7 @@ fn write_until_refused(wb: &WriteBack, model: &mut [u8]) -> usize {
 #[test]
 fn write_back_keeps_records_while_the_array_is_out_of_space() {
     let rig = Rig::new();
-    let a = rig.volume();
-    let wb = rig.write_back(&a, true);
-    let mut model = vec![0u8; a.size_bytes() as usize];
-    rig.fill();
-    let acked = write_until_refused(&wb, &mut model);
+    let (a, wb, mut model, acked) = rig.out_of_space();
     assert!(acked > 0, "writes into the journal were acknowledged first");
     assert!(wb.flush().is_ok(), "the journal itself has not failed");
     let mut got = vec![0u8; model.len()];
@@ -143,11 +151,7 @@ fn write_back_keeps_records_while_the_array_is_out_of_space() {
 #[test]
 fn a_close_while_out_of_space_leaves_the_records_for_replay() {
     let rig = Rig::new();
-    let a = rig.volume();
-    let wb = rig.write_back(&a, true);
-    let mut model = vec![0u8; a.size_bytes() as usize];
-    rig.fill();
-    write_until_refused(&wb, &mut model);
+    let (a, wb, model, _) = rig.out_of_space();
     let e = wb.close().expect_err("the buffer cannot be drained");
     assert_eq!(e.kind(), ErrorKind::StorageFull, "{e}");
     drop(wb);

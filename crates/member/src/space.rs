@@ -139,11 +139,7 @@ mod tests {
     #[test]
     fn this_filesystem_and_preallocation() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m");
-        std::fs::File::create(&path)
-            .unwrap()
-            .set_len(1 << 20)
-            .unwrap();
+        let path = testsupport::server::sparse_file(&dir.path().join("m"), 1 << 20);
         let fs = filesystem_of(&path).unwrap();
         assert!(fs.size_bytes > 0 && fs.free_bytes <= fs.size_bytes);
         assert!(path.starts_with(&fs.mount_point), "{fs:?}");

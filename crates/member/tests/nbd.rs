@@ -20,6 +20,17 @@ use testsupport::server::{nbdkit, qemu_nbd, sparse_file, unix_uri, Server};
 
 /// A new temporary directory and the socket path `s` in it, once `tool` is there (None when
 /// it is missing and may be: see `testsupport::require_tool`).
+/// With `tool` installed: a temporary directory and an 8 MiB sparse `disk.img` in it; `None`
+/// (the skip recorded) without it.
+fn with_disk(tool: &str) -> Option<(TempDir, PathBuf)> {
+    if !testsupport::require_tool(tool) {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = sparse_file(&dir.path().join("disk.img"), 8 << 20);
+    Some((dir, file))
+}
+
 fn socket_dir(tool: &str) -> Option<(TempDir, PathBuf)> {
     if !testsupport::require_tool(tool) {
         return None;
@@ -178,11 +189,9 @@ fn nbdkit_memory_over_tcp_ipv4_and_ipv6() {
 
 #[test]
 fn nbdkit_file_plugin_data_lands_in_the_file() {
-    if !testsupport::require_tool("nbdkit") {
+    let Some((dir, file)) = with_disk("nbdkit") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let file = sparse_file(&dir.path().join("disk.img"), 8 << 20);
+    };
     let sock = dir.path().join("s");
     let _server = nbdkit(&sock, &["file", file.to_str().unwrap()]);
     let m = unix_member(&sock);
@@ -197,11 +206,9 @@ fn nbdkit_file_plugin_data_lands_in_the_file() {
 
 #[test]
 fn qemu_nbd_named_export() {
-    if !testsupport::require_tool("qemu-nbd") {
+    let Some((dir, file)) = with_disk("qemu-nbd") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let file = sparse_file(&dir.path().join("disk.img"), 8 << 20);
+    };
     let sock = dir.path().join("q");
     let file = file.to_str().unwrap();
     let _server = qemu_nbd(
@@ -584,11 +591,9 @@ fn requests_in_flight_stay_bounded() {
 
 #[test]
 fn qemu_nbd_with_4k_alignment() {
-    if !testsupport::require_tool("qemu-nbd") {
+    let Some((dir, file)) = with_disk("qemu-nbd") else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let file = sparse_file(&dir.path().join("disk.img"), 8 << 20);
+    };
     let sock = dir.path().join("q");
     let image = format!(
         "driver=blkdebug,align=4096,image.driver=file,image.filename={}",
@@ -610,11 +615,7 @@ fn server_without_flush_is_described_as_not_durable() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("disk.img");
-    std::fs::File::create(&file)
-        .unwrap()
-        .set_len(1 << 20)
-        .unwrap();
+    let file = sparse_file(&dir.path().join("disk.img"), 1 << 20);
     let sock = dir.path().join("s");
     let f = file.display();
     let get_size = "get_size=echo 1048576".to_string();

@@ -272,6 +272,18 @@ fn field_err(field: &'static str, reason: impl Into<String>) -> SuperblockError 
     }
 }
 
+/// `field`'s `offset` is 4 KiB-aligned and past the superblock.
+fn aligned_past_superblock(field: &'static str, offset: u64) -> Result<(), SuperblockError> {
+    let sb_end = SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
+    match offset < sb_end || !offset.is_multiple_of(4096) {
+        true => Err(field_err(
+            field,
+            format!("{offset} is not 4 KiB-aligned past the superblock"),
+        )),
+        false => Ok(()),
+    }
+}
+
 /// `field`'s offset, when there is one, is at most `limit`; `past` names what lies beyond.
 fn offset_within(
     field: &'static str,
@@ -639,16 +651,7 @@ impl Superblock {
             }
         }
         let data_end = self.data_offset_bytes.checked_add(self.data_bytes);
-        let sb_end = SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
-        if self.data_offset_bytes < sb_end || !self.data_offset_bytes.is_multiple_of(4096) {
-            return Err(field_err(
-                "data_offset",
-                format!(
-                    "{} is not a 4 KiB-aligned offset past the superblock",
-                    self.data_offset_bytes
-                ),
-            ));
-        }
+        aligned_past_superblock("data_offset", self.data_offset_bytes)?;
         if data_end.is_none_or(|end| end > self.member_bytes) || self.data_bytes == 0 {
             return Err(field_err(
                 "data_bytes",
@@ -747,16 +750,7 @@ impl Superblock {
         let Some(b) = self.bitmap else {
             return Ok(());
         };
-        let sb_end = SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
-        if b.offset_bytes < sb_end || !b.offset_bytes.is_multiple_of(4096) {
-            return Err(field_err(
-                "bitmap_offset",
-                format!(
-                    "{} is not 4 KiB-aligned past the superblock",
-                    b.offset_bytes
-                ),
-            ));
-        }
+        aligned_past_superblock("bitmap_offset", b.offset_bytes)?;
         let end = b.offset_bytes.checked_add(b.bytes);
         if b.bytes == 0
             || !b.bytes.is_multiple_of(4096)

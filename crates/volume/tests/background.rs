@@ -658,39 +658,7 @@ fn writers_survive_fault_rebuild_scrub_and_replace_together() {
             min_bytes_per_sec: 8 << 20,
             max_bytes_per_sec: 32 << 20,
         });
-        let writers = 3u64;
-        let region = v.size_bytes() / writers;
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let handles: Vec<_> = (0..writers)
-            .map(|w| {
-                let (v, stop) = (v.clone(), stop.clone());
-                std::thread::spawn(move || {
-                    let base = w * region;
-                    let mut model = vec![0u8; region as usize];
-                    let mut x = seed ^ (w + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    while !stop.load(Ordering::Relaxed) {
-                        x = x
-                            .wrapping_mul(6364136223846793005)
-                            .wrapping_add(1442695040888963407);
-                        let len = 1 + (x >> 40) % 40_000;
-                        let at = (x >> 8) % (region - len);
-                        if x.is_multiple_of(3) {
-                            let mut got = vec![0u8; len as usize];
-                            v.read(base + at, &mut got).unwrap();
-                            assert!(
-                                got == model[at as usize..(at + len) as usize],
-                                "seed {seed}"
-                            );
-                        } else {
-                            let data = pattern(len as usize, x);
-                            v.write(base + at, &data).unwrap();
-                            model[at as usize..(at + len) as usize].copy_from_slice(&data);
-                        }
-                    }
-                    model
-                })
-            })
-            .collect();
+        let writers = RegionWriters::start(&v, 3, seed, 40_000);
         std::thread::sleep(Duration::from_millis(100));
         wrapped[0].writes_fail.store(true, Ordering::Relaxed);
         // Role 0 leaves Active, or has already been rebuilt onto the spare (a one-step rebuild
@@ -703,8 +671,7 @@ fn writers_survive_fault_rebuild_scrub_and_replace_together() {
         let with = member::open(&name(&new[0]), &OpenOptions::default()).unwrap();
         v.replace("role 2", with).unwrap();
         assert!(v.wait_idle(WAIT), "{level}: background work did not finish");
-        stop.store(true, Ordering::Relaxed);
-        let models: Vec<Vec<u8>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let models = writers.stop();
         let status = v.status();
         assert_eq!(
             status.health,
@@ -714,11 +681,7 @@ fn writers_survive_fault_rebuild_scrub_and_replace_together() {
         assert_eq!(status.members[0].name, name(&spares[0]));
         assert_eq!(status.members[2].name, name(&new[0]));
         assert!(v.check().unwrap().is_consistent(), "{level} seed {seed}");
-        for (w, model) in models.iter().enumerate() {
-            let mut got = vec![0u8; region as usize];
-            v.read(w as u64 * region, &mut got).unwrap();
-            assert!(&got == model, "{level} seed {seed}: region {w}");
-        }
+        assert_regions(&v, &models, &format!("{level} seed {seed}"));
     }
 }
 

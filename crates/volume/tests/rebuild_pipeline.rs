@@ -80,41 +80,6 @@ fn slow_array(
     (v, overlap)
 }
 
-/// One writer thread's random writes (and read checks) over its own region; returns its model.
-fn writer(
-    v: Arc<volume::Volume>,
-    base: u64,
-    region: u64,
-    seed: u64,
-    stop: Arc<AtomicBool>,
-) -> Vec<u8> {
-    let mut model = vec![0u8; region as usize];
-    v.read(base, &mut model).unwrap();
-    let mut x = seed | 1;
-    while !stop.load(Ordering::Relaxed) {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let len = 1 + (x >> 40) % 50_000;
-        let at = (x >> 8) % (region - len);
-        let range = at as usize..(at + len) as usize;
-        if x.is_multiple_of(4) {
-            let mut got = vec![0u8; len as usize];
-            v.read(base + at, &mut got).unwrap();
-            assert!(
-                got == model[range],
-                "seed {seed}: read back at {}",
-                base + at
-            );
-        } else {
-            let data = pattern(len as usize, x);
-            v.write(base + at, &data).unwrap();
-            model[range].copy_from_slice(&data);
-        }
-    }
-    model
-}
-
 /// Rebuilds role 1 onto a (slow) spare while writers run; everything must match the models,
 /// the check and a scrub must find nothing, and the array without role 0 (reading the
 /// rebuilt member) must still read the models.
@@ -131,21 +96,11 @@ fn rebuild_under_writes(level: &str, count: usize, chunk: u64, member_bytes: u64
     let v = Arc::new(v);
     let first = pattern(v.size_bytes() as usize, seed);
     v.write(0, &first).unwrap();
-    let writers = 3u64;
-    let region = v.size_bytes() / writers;
-    let stop = Arc::new(AtomicBool::new(false));
-    let handles: Vec<_> = (0..writers)
-        .map(|w| {
-            let (v, stop) = (v.clone(), stop.clone());
-            let s = seed ^ (w + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            std::thread::spawn(move || writer(v, w * region, region, s, stop))
-        })
-        .collect();
+    let writers = RegionWriters::start(&v, 3, seed, 50_000);
     std::thread::sleep(Duration::from_millis(50));
     v.fail("role 1").unwrap();
     assert!(v.wait_idle(WAIT), "{what}: rebuild did not finish");
-    stop.store(true, Ordering::Relaxed);
-    let models: Vec<Vec<u8>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let models = writers.stop();
     let status = v.status();
     assert_eq!(status.health, ArrayHealth::Active, "{what}: {status:?}");
     assert!(v.check().unwrap().is_consistent(), "{what}");
@@ -153,19 +108,14 @@ fn rebuild_under_writes(level: &str, count: usize, chunk: u64, member_bytes: u64
     assert!(v.wait_idle(WAIT), "{what}: scrub did not finish");
     let scrub = v.status().last_scrub.unwrap();
     assert!(scrub.finished && scrub.mismatches == 0, "{what}: {scrub:?}");
-    let check_models = |when: &str| {
-        for (w, model) in models.iter().enumerate() {
-            let mut got = vec![0u8; region as usize];
-            v.read(w as u64 * region, &mut got).unwrap();
-            if let Some(at) = testsupport::first_difference(&got, model) {
-                panic!("{what}: {when}: region {w} byte {at} differs from the model");
-            }
-        }
-    };
-    check_models("after the rebuild");
+    assert_regions(&v, &models, &format!("{what}: after the rebuild"));
     // Without role 0, reads depend on the rebuilt member (for RAID 1 x2 it is the only copy).
     v.fail("role 0").unwrap();
-    check_models("with the rebuilt member serving");
+    assert_regions(
+        &v,
+        &models,
+        &format!("{what}: with the rebuilt member serving"),
+    );
 }
 
 /// Without clients, reads of the surviving members happen while the new member is writing:

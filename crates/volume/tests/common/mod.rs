@@ -57,3 +57,85 @@ pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// `count` writer threads over equal regions of a volume, each making random writes (and, one
+/// in four, read checks against its model) in its own region until stopped.
+pub struct RegionWriters {
+    stop: Arc<AtomicBool>,
+    handles: Vec<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+impl RegionWriters {
+    /// Starts the writers; each write is 1 to `max_len` bytes, drawn from `seed`.
+    pub fn start(v: &Arc<volume::Volume>, count: u64, seed: u64, max_len: u64) -> RegionWriters {
+        let region = v.size_bytes() / count;
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles = (0..count)
+            .map(|w| {
+                let (v, stop) = (Arc::clone(v), Arc::clone(&stop));
+                let seed = seed ^ (w + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                std::thread::spawn(move || {
+                    region_writer(&v, w * region, region, seed, max_len, &stop)
+                })
+            })
+            .collect();
+        RegionWriters { stop, handles }
+    }
+
+    /// Stops the writers: each one's model of its region.
+    pub fn stop(self) -> Vec<Vec<u8>> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect()
+    }
+}
+
+/// One writer's random writes and read checks over `[base, base + region)` until `stop`;
+/// returns its model of the region.
+fn region_writer(
+    v: &volume::Volume,
+    base: u64,
+    region: u64,
+    seed: u64,
+    max_len: u64,
+    stop: &AtomicBool,
+) -> Vec<u8> {
+    let mut model = vec![0u8; region as usize];
+    v.read(base, &mut model).unwrap();
+    let mut x = seed | 1;
+    while !stop.load(Ordering::Relaxed) {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let len = 1 + (x >> 40) % max_len;
+        let at = (x >> 8) % (region - len);
+        let range = at as usize..(at + len) as usize;
+        if x.is_multiple_of(4) {
+            let mut got = vec![0u8; len as usize];
+            v.read(base + at, &mut got).unwrap();
+            assert!(
+                got == model[range],
+                "seed {seed}: read back at {}",
+                base + at
+            );
+        } else {
+            let data = pattern(len as usize, x);
+            v.write(base + at, &data).unwrap();
+            model[range].copy_from_slice(&data);
+        }
+    }
+    model
+}
+
+/// Region `w` of `v` (each region as long as a model) reads as `models[w]`.
+pub fn assert_regions(v: &volume::Volume, models: &[Vec<u8>], what: &str) {
+    for (w, model) in models.iter().enumerate() {
+        let mut got = vec![0u8; model.len()];
+        v.read(w as u64 * model.len() as u64, &mut got).unwrap();
+        if let Some(at) = testsupport::first_difference(&got, model) {
+            panic!("{what}: region {w} byte {at} differs from the model");
+        }
+    }
+}

@@ -27,6 +27,10 @@ storage service.
 - ``test_spares_missing_and_journal_pressure_are_raised``: a listed spare that is gone is left
   out (the array starts) and ``SparesMissing`` is raised at start; a write-back journal too
   small for a write flood raises ``JournalPressure`` once, with its figures.
+- ``test_a_spare_moves_within_its_spare_group``: two RAID 1 arrays of one spare group, only B
+  with a spare; a member of A fails → B's spare moves to A (``MoveSpare``), A rebuilds to
+  healthy with its data, B keeps serving (``SparesMissing``); after a restart A assembles the
+  moved spare from its superblock and B starts without it.
 """
 
 import json
@@ -491,3 +495,77 @@ def test_reload_adds_changes_and_removes_arrays_under_load(tmp_path):
         daemon.kill()
     for name in ("home", "media", "extra", "backup"):
         assert f'array "{name}" closed cleanly' in log, log
+
+
+def test_a_spare_moves_within_its_spare_group(tmp_path):
+    """mdadm's spare groups: arrays "a" and "b" share the group "shelf"; only "b" has a spare.
+    A member of "a" fails: "b"'s spare is taken out of "b" (its superblock erased) and added to
+    "a", which rebuilds onto it. The alert program hears MoveSpare (naming the spare, and "b"
+    in the details), RebuildStarted, SpareActive and RebuildFinished for "a", SparesMissing for
+    "b"; "a"'s data reads back; "b" keeps serving. After a restart with the same file, "a"
+    assembles the spare it got (found by its superblock among the group's devices) and "b"
+    starts without it."""
+    require_tools("qemu-io")
+    a = create(tmp_path, "1", "a", 2)
+    b = create(tmp_path, "1", "b", 2)
+    spare = tmp_path / "b-spare"
+    with open(spare, "wb") as f:
+        f.truncate(16 << 20)
+    program, alerts = alert_program(tmp_path)
+    program.write_text(f'#!/bin/sh\necho "$@ from=$RAIDKIT_FROM_ARRAY" >> {alerts}\n')
+    admin = tmp_path / "admin.sock"
+    config = tmp_path / "raidkit.toml"
+    config.write_text(
+        f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{admin}"\n\n'
+        f'[alerts]\nprogram = "{program}"\n\n'
+        f'[[array]]\nname = "a"\nmembers = {json.dumps(list(map(str, a)))}\n'
+        'spare_group = "shelf"\n\n'
+        f'[[array]]\nname = "b"\nmembers = {json.dumps(list(map(str, b)))}\n'
+        f'spares = ["{spare}"]\nspare_group = "shelf"\n')
+    daemon = Daemon(config, 2)
+    try:
+        qemu_io(daemon.serving["a"], "write -P 0xa1 0 15M", "flush")
+        qemu_io(daemon.serving["b"], "write -P 0xb2 0 1M", "flush")
+        since = time.monotonic()
+        raidkit("fail", "--admin", admin, "--array", "a", a[1])
+        wait_for_line(alerts, f"Fail a {a[1]}", since, ALERT_WAIT_S)
+        wait_for_line(alerts, f"MoveSpare a {spare} from=b\n", since, 2)
+        for event in ("RebuildStarted a", f"SpareActive a {spare}", "RebuildFinished a",
+                      "SparesMissing b"):
+            wait_for_line(alerts, event, since, 30)
+        raidkit("status", "--admin", admin, "--watch", timeout=120)
+        statuses = json.loads(raidkit("status", "--admin", admin, "--json").stdout)["arrays"]
+        got = statuses["a"]
+        assert got["health"] in ("active", "clean"), got
+        holders = {m["name"]: m["state"] for m in got["members"] if m["role"] is not None}
+        assert holders == {str(a[0]): "active", str(spare): "active"}, got["members"]
+        assert not [m for m in statuses["b"]["members"] if m["role"] is None], statuses["b"]
+        text = raidkit("status", "--admin", admin).stdout
+        assert f"{spare}[1]" in text.split("b : ")[0] and "[2/2] [UU]" in text, text
+        qemu_io(daemon.serving["a"], "read -P 0xa1 0 15M")
+        qemu_io(daemon.serving["b"], "read -P 0xb2 0 1M", "write -P 0xb3 1M 1M",
+                "read -P 0xb3 1M 1M")
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert 'MoveSpare on array "a", member ' + str(spare) in log, log
+    assert 'spare moved from array "b" (spare group "shelf") to array "a"' in log, log
+    assert alerts.read_text().count("MoveSpare") == 1, alerts.read_text()
+
+    # The configuration still lists the spare under "b": "a" finds it by its superblock.
+    (tmp_path / "daemon.log").unlink()
+    since = time.monotonic()
+    daemon = Daemon(config, 2)
+    try:
+        wait_for_line(alerts, "SparesMissing b", since, ALERT_WAIT_S)
+        statuses = json.loads(raidkit("status", "--admin", admin, "--json").stdout)["arrays"]
+        assert statuses["a"]["health"] == "clean", statuses["a"]
+        assert {m["name"] for m in statuses["a"]["members"]} == {str(a[0]), str(spare)}
+        assert statuses["b"]["health"] == "clean" and len(statuses["b"]["members"]) == 2
+        qemu_io(daemon.serving["a"], "read -P 0xa1 0 15M")
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert f"{spare} is assembled as a member: it carries this array's superblock" in log, log
+    assert f"spare {spare} left out" in log, log
+    assert "DegradedArray" not in log, log

@@ -48,8 +48,12 @@ pub enum Event {
     DeviceDisappeared,
     /// An array was assembled and is served.
     NewArray,
-    /// The array has fewer spares than its configuration names.
+    /// The array has fewer spares than its configuration names (or, degraded, none of its
+    /// spare group fits it).
     SparesMissing,
+    /// A spare was moved to this array from another of its spare group, to replace a failed
+    /// or missing member.
+    MoveSpare,
     /// A scrub found parity or mirror copies that disagree.
     MismatchesFound,
     /// Sent on request (`raidkit monitor --test`) to prove alerts arrive.
@@ -87,6 +91,7 @@ impl Event {
             Event::DeviceDisappeared => "DeviceDisappeared",
             Event::NewArray => "NewArray",
             Event::SparesMissing => "SparesMissing",
+            Event::MoveSpare => "MoveSpare",
             Event::MismatchesFound => "MismatchesFound",
             Event::TestMessage => "TestMessage",
             Event::MemberTimeout => "MemberTimeout",
@@ -114,6 +119,7 @@ impl Event {
             | Event::Rebuild80
             | Event::RebuildFinished
             | Event::NewArray
+            | Event::MoveSpare
             | Event::TestMessage => Severity::Info,
         }
     }

@@ -97,7 +97,11 @@ pub struct ArrayConfig {
     /// than listed raises `SparesMissing`.
     #[serde(default)]
     pub spares: Vec<Spanned<String>>,
-    /// Arrays sharing a spare group lend each other their spares (mdadm's `spare-group`).
+    /// Arrays sharing a spare group lend each other their spares (mdadm's `spare-group`):
+    /// when one is degraded and has no spare of its own, the daemon moves to it the smallest
+    /// spare that fits from another array of the group that is not degraded itself (raising
+    /// `MoveSpare`); that array rebuilds onto it. At start, an array also assembles any spare
+    /// its group's other arrays list that carries its superblock (one lent to it earlier).
     pub spare_group: Option<Spanned<String>>,
     /// The array's journal device (serve's `--journal`).
     pub journal: Option<Spanned<String>>,

@@ -24,6 +24,9 @@
 //! - [`reconnect`]: the remote-member reconnect policy and its thread ([`reconnect::Reconnector`]):
 //!   a remote member whose server disconnected is added back once it answers again with this
 //!   array's superblock.
+//! - [`monitor`]: mdadm's `--monitor` events from each array's status, on a thread of its own,
+//!   which also moves spares within spare groups as [`spares`] decides.
+//! - [`spares`]: spare groups: which spare of a group moves to a degraded array ([`spares::decide`]).
 //!
 //! Errors are `anyhow::Error`: every one ends as a message to an operator with its cause
 //! chain, and no caller decides anything by its kind.
@@ -35,5 +38,6 @@ pub mod monitor;
 pub mod reconnect;
 pub mod running;
 pub mod schedule;
+pub mod spares;
 pub mod stack;
 pub mod start;

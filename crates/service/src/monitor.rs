@@ -6,13 +6,14 @@
 //! [`PRESSURE_ALERT_INTERVAL`]). [`Monitor`] polls every array's status every
 //! [`POLL_INTERVAL`] on a thread of its own and raises what they find.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::spares::{self, ArrayView, Decision};
 use crate::stack::ArrayStack;
 use alerts::{Alert, Alerter, Event};
 use export::JournalLayer;
@@ -279,10 +280,21 @@ pub struct Monitor {
     thread: Option<JoinHandle<()>>,
 }
 
+/// What the monitor is told of an array beside its stack.
+#[derive(Clone, Debug, Default)]
+pub struct WatchOptions {
+    /// Its name in the configuration (unique in the daemon): what spare moves name.
+    pub name: String,
+    /// The spares its configuration lists.
+    pub spares_listed: usize,
+    /// Its spare group: arrays of one group lend each other their spares ([`spares`]).
+    pub spare_group: Option<String>,
+}
+
 struct Watched {
     volume: Arc<Volume>,
     journal: Arc<JournalLayer>,
-    spares_listed: usize,
+    opts: WatchOptions,
     last: VolumeStatus,
     pressure: PressureReported,
 }
@@ -292,7 +304,11 @@ impl Watched {
     fn look(&mut self) -> Vec<Alert> {
         let now = self.volume.status();
         let mut alerts = changes(&self.last, &now);
-        alerts.extend(spares_missing(self.spares_listed, Some(&self.last), &now));
+        alerts.extend(spares_missing(
+            self.opts.spares_listed,
+            Some(&self.last),
+            &now,
+        ));
         if let Some(figures) = journal_figures(&self.journal) {
             let at = Instant::now();
             if let Some(alert) = journal_pressure(&now.name, &self.pressure, &figures, at) {
@@ -324,6 +340,7 @@ impl Monitor {
         let polled = Arc::clone(&watched);
         let (polled_ms, started) = (Arc::new(AtomicU64::new(0)), Instant::now());
         let heartbeat = Arc::clone(&polled_ms);
+        let mut lending = Lending::default();
         let thread = std::thread::Builder::new()
             .name("monitor".into())
             .spawn(move || loop {
@@ -337,6 +354,9 @@ impl Monitor {
                         alerter.raise(alert);
                     }
                 }
+                for alert in lending.round(&watched) {
+                    alerter.raise(alert);
+                }
                 heartbeat.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
             })
             .expect("spawning the monitor thread");
@@ -349,14 +369,13 @@ impl Monitor {
         }
     }
 
-    /// Watches the array `stack` serves from now on, `spares_listed` being the spares its
-    /// configuration names; what [`at_start`] and [`spares_missing`] find is returned to be
-    /// raised.
-    pub fn watch(&self, stack: &ArrayStack, spares_listed: usize) -> Vec<Alert> {
+    /// Watches the array `stack` serves from now on; what [`at_start`] and
+    /// [`spares_missing`] find is returned to be raised.
+    pub fn watch(&self, stack: &ArrayStack, opts: WatchOptions) -> Vec<Alert> {
         let volume = stack.volume();
         let last = volume.status();
         let mut alerts = at_start(&last);
-        alerts.extend(spares_missing(spares_listed, None, &last));
+        alerts.extend(spares_missing(opts.spares_listed, None, &last));
         let journal = Arc::clone(stack.journal());
         let pressure = PressureReported {
             applies: journal_figures(&journal).map_or(0, |f| f.pressure_applies),
@@ -366,7 +385,7 @@ impl Monitor {
         watched.push(Watched {
             volume: Arc::clone(volume),
             journal,
-            spares_listed,
+            opts,
             last,
             pressure,
         });
@@ -385,6 +404,133 @@ impl Monitor {
     pub fn forget(&self, volume: &Arc<Volume>) {
         let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
         watched.retain(|w| !Arc::ptr_eq(&w.volume, volume));
+    }
+}
+
+/// The spare groups' moves, round after round (one round per poll), with what must not be
+/// repeated: moves that failed, and arrays already told that no spare of their group fits.
+#[derive(Default)]
+struct Lending {
+    failed: BTreeSet<(String, String)>,
+    told_none_fits: BTreeSet<String>,
+}
+
+impl Lending {
+    /// Decides ([`spares::decide`]) and makes the moves; returns the alerts to raise.
+    fn round(&mut self, watched: &[Watched]) -> Vec<Alert> {
+        let grouped: Vec<&Watched> = (watched.iter())
+            .filter(|w| w.opts.spare_group.is_some())
+            .collect();
+        let still: BTreeSet<String> = (grouped.iter())
+            .filter(|w| spares::roles_wanting(&w.last) > 0)
+            .map(|w| w.opts.name.clone())
+            .collect();
+        self.told_none_fits.retain(|name| still.contains(name));
+        if still.is_empty() {
+            self.failed.clear();
+            return Vec::new();
+        }
+        let views: Vec<ArrayView> = grouped
+            .iter()
+            .map(|w| ArrayView {
+                name: w.opts.name.clone(),
+                group: w.opts.spare_group.clone(),
+                roles_wanting: spares::roles_wanting(&w.last),
+                spares: w.volume.spare_sizes(),
+                member_bytes_needed: w.volume.member_bytes_needed(),
+            })
+            .collect();
+        let named = |name: &str| grouped.iter().find(|w| w.opts.name == name);
+        let mut alerts = Vec::new();
+        for decision in spares::decide(&views, &self.failed) {
+            match decision {
+                Decision::Move {
+                    group,
+                    from,
+                    to,
+                    spare,
+                    spare_bytes,
+                } => {
+                    let (Some(lender), Some(borrower)) = (named(&from), named(&to)) else {
+                        continue;
+                    };
+                    match move_spare(lender, borrower, &spare) {
+                        Ok(()) => alerts.push(
+                            Alert::new(
+                                Event::MoveSpare,
+                                &to,
+                                Some(&spare),
+                                format!(
+                                    "spare moved from array \"{from}\" (spare group \"{group}\") \
+                                     to array \"{to}\", which rebuilds onto it"
+                                ),
+                            )
+                            .with("from_array", &from)
+                            .with("to_array", &to)
+                            .with("spare_group", &group)
+                            .with("spare_bytes", spare_bytes),
+                        ),
+                        Err(why) => {
+                            self.failed.insert((from.clone(), spare.clone()));
+                            alerts.push(
+                                Alert::new(
+                                    Event::SparesMissing,
+                                    &to,
+                                    Some(&spare),
+                                    format!(
+                                        "degraded, and the spare of array \"{from}\" (spare \
+                                         group \"{group}\") could not be moved to it: {why}"
+                                    ),
+                                )
+                                .with("from_array", &from),
+                            );
+                        }
+                    }
+                }
+                Decision::NoneFits {
+                    group,
+                    to,
+                    needed,
+                    largest: (from, spare, bytes),
+                } => {
+                    if self.told_none_fits.insert(to.clone()) {
+                        alerts.push(
+                            Alert::new(
+                                Event::SparesMissing,
+                                &to,
+                                None,
+                                format!(
+                                    "degraded, and no spare of spare group \"{group}\" is large \
+                                     enough for it: a member needs {needed} bytes, the largest \
+                                     spare ({spare} of array \"{from}\") has {bytes}; nothing \
+                                     was moved"
+                                ),
+                            )
+                            .with("member_bytes_needed", needed)
+                            .with("largest_spare_bytes", bytes),
+                        );
+                    }
+                }
+            }
+        }
+        alerts
+    }
+}
+
+/// Takes `spare` out of `lender` and adds it to `borrower` (which rebuilds onto it). If the
+/// add fails, the spare is given back to `lender`. The error says what happened.
+fn move_spare(lender: &Watched, borrower: &Watched, spare: &str) -> Result<(), String> {
+    let taken = (lender.volume.take_spare(spare)).map_err(|e| format!("taking it: {e}"))?;
+    let Err(refused) = borrower.volume.add(Arc::clone(&taken)) else {
+        return Ok(());
+    };
+    match lender.volume.add(taken) {
+        Ok(()) => Err(format!(
+            "adding it: {refused}; it is the spare of its array again"
+        )),
+        Err(e) => Err(format!(
+            "adding it: {refused}; giving it back failed too ({e}): it is in no array now"
+        )),
     }
 }
 

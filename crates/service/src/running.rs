@@ -30,6 +30,10 @@ pub struct ArrayOptions {
     pub uuid: Option<ondisk::Uuid>,
     pub members: Vec<String>,
     pub spares: Vec<String>,
+    /// Devices other arrays of its spare group list as spares: one that carries this array's
+    /// superblock (a spare lent to it, rebuilt onto) is assembled as its member; the others
+    /// are left alone (closed at once, nothing written).
+    pub group_spares: Vec<String>,
     pub journal: JournalOptions,
     /// Serve without writing anything (no resync, no reconnect, no owner record).
     pub read_only: bool,
@@ -69,6 +73,43 @@ pub enum Happening {
 /// Where [`Happening`]s go; called from several threads.
 pub type Tell = Arc<dyn Fn(Happening) + Send + Sync>;
 
+/// This array's uuid: the configuration's, else the first member superblock's.
+fn our_uuid(opts: &ArrayOptions, members: &[Arc<dyn Member>]) -> Option<ondisk::Uuid> {
+    opts.uuid.or_else(|| {
+        members
+            .iter()
+            .find_map(|m| ondisk::read_superblock(m.as_ref()).ok())
+            .map(|sb| sb.array_uuid)
+    })
+}
+
+/// The devices of `opts.group_spares` that carry this array's superblock: spares another
+/// array of the spare group lent it. One that cannot be opened (held by the array it belongs
+/// to, or gone) or belongs to another array is skipped without a word: it is not ours.
+fn lent_to_us(
+    opts: &ArrayOptions,
+    members: &[Arc<dyn Member>],
+    tell: &Tell,
+) -> Vec<Arc<dyn Member>> {
+    let Some(ours) = our_uuid(opts, members) else {
+        return Vec::new();
+    };
+    let mut lent = Vec::new();
+    for spec in &opts.group_spares {
+        let Ok(device) = member::open_with(spec, &opts.open, &opts.remote) else {
+            continue;
+        };
+        if ondisk::read_superblock(device.as_ref()).is_ok_and(|sb| sb.array_uuid == ours) {
+            tell(Happening::Warning(format!(
+                "{spec} is assembled as a member: it carries this array's superblock (a spare \
+                 its spare group lent it; the configuration lists it under another array)"
+            )));
+            lent.push(device);
+        }
+    }
+    lent
+}
+
 /// The spares an existing array starts with: a spare that cannot be opened (a dead disk) or
 /// that carries another array's superblock (lent to another array of its spare group, or a
 /// device name that moved) is left out with a warning: the array starts without it, and
@@ -78,12 +119,7 @@ fn usable_spares(
     members: &[Arc<dyn Member>],
     tell: &Tell,
 ) -> Vec<Arc<dyn Member>> {
-    let ours = opts.uuid.or_else(|| {
-        members
-            .iter()
-            .find_map(|m| ondisk::read_superblock(m.as_ref()).ok())
-            .map(|sb| sb.array_uuid)
-    });
+    let ours = our_uuid(opts, members);
     let mut usable = Vec::new();
     for spec in &opts.spares {
         let spare = match member::open_with(spec, &opts.open, &opts.remote) {
@@ -125,8 +161,11 @@ impl RunningArray {
         create: Option<Create>,
         tell: Tell,
     ) -> anyhow::Result<RunningArray> {
-        let (members, left_out) =
+        let (mut members, left_out) =
             members::open_for_assembly(&opts.members, &opts.open, &opts.remote, create.is_some())?;
+        if create.is_none() {
+            members.extend(lent_to_us(&opts, &members, &tell));
+        }
         let left_out: Vec<String> = left_out
             .into_iter()
             .map(|left| {

@@ -14,6 +14,7 @@ use service::monitor::{
     at_start, changes, journal_pressure, spares_missing, spares_present, JournalFigures,
     PressureReported, PRESSURE_ALERT_INTERVAL,
 };
+use service::spares::roles_wanting;
 use volume::{ArrayHealth, MemberState, ScrubReport, TaskKind, TaskStatus, VolumeStatus};
 
 /// The status of a clean RAID 5 of four RAM members with one spare.
@@ -243,4 +244,20 @@ fn journal_pressure_is_raised_when_the_count_rises_at_most_once_an_interval() {
     assert!(journal_pressure("home", &raised, &figures(5), later).is_none());
     let again = journal_pressure("home", &raised, &figures(9), later).expect("risen, quiet long");
     assert_eq!(again.details["pressure_applies_new"], "4");
+}
+
+#[test]
+fn roles_wanting_counts_faulty_and_missing_roles_of_an_array_not_failed() {
+    let clean = status();
+    assert_eq!(roles_wanting(&clean), 0);
+    let mut hurt = clean.clone();
+    hurt.members[1].state = MemberState::Faulty;
+    hurt.members[2].state = MemberState::Missing;
+    hurt.members[3].state = MemberState::Rebuilding;
+    // A faulty spare holds no role: nothing to rebuild for it.
+    hurt.members[4].state = MemberState::Faulty;
+    hurt.health = ArrayHealth::Degraded;
+    assert_eq!(roles_wanting(&hurt), 2);
+    hurt.health = ArrayHealth::Failed;
+    assert_eq!(roles_wanting(&hurt), 0, "nothing left to rebuild from");
 }

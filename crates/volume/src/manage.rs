@@ -18,6 +18,13 @@ use crate::work::WorkState;
 use ondisk::{read_superblock, ReadSuperblockError};
 use ondisk::{Role, Superblock, MAX_MEMBERS};
 
+/// The bytes a whole member needs to take any role of the array.
+fn member_bytes_needed(meta: &MetaState) -> u64 {
+    let t = &meta.template;
+    let largest = (0..meta.roles.len()).map(|r| t.roles[r].data_bytes).max();
+    t.data_offset_bytes + largest.unwrap_or(0)
+}
+
 /// What a member name given by the operator refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
@@ -124,6 +131,48 @@ impl VolumeCore {
         self.write_superblocks(&mut meta)
     }
 
+    pub(crate) fn take_spare(&self, name: &str) -> Result<Arc<dyn Member>, VolumeError> {
+        let mut meta = self.lock_meta();
+        let Target::Spare(i) = self.resolve(&meta, name)? else {
+            return Err(VolumeError::Refused {
+                what: format!("take spare {name}"),
+                reason: "it is not a spare of this array".into(),
+            });
+        };
+        let held = meta.spares.remove(i);
+        if let Err(e) = self.write_superblocks(&mut meta) {
+            meta.spares.insert(i, held);
+            return Err(e);
+        }
+        drop(meta);
+        let zeros = [0u8; ondisk::SUPERBLOCK_BYTES];
+        let erased = (held.whole.write_at(&zeros, ondisk::SUPERBLOCK_OFFSET))
+            .and_then(|()| held.whole.flush());
+        erased.map_err(|e| VolumeError::Superblock {
+            name: name.to_string(),
+            source: std::io::Error::new(
+                e.kind(),
+                format!(
+                    "taken out of the array, but erasing its superblock failed ({e}): it still \
+                     says it is this array's spare"
+                ),
+            ),
+        })?;
+        Ok(held.whole)
+    }
+
+    pub(crate) fn spare_sizes(&self) -> Vec<(String, u64)> {
+        let meta = self.lock_meta();
+        let sizes = meta.spares.iter();
+        sizes
+            .map(|h| (h.whole.name().to_string(), h.whole.len()))
+            .collect()
+    }
+
+    pub(crate) fn member_bytes_needed(&self) -> u64 {
+        member_bytes_needed(&self.lock_meta())
+    }
+
     pub(crate) fn held_member(&self, identity: &member::Identity) -> Option<Arc<dyn Member>> {
         let meta = self.lock_meta();
         let found = every_held(&meta)
@@ -193,18 +242,14 @@ impl VolumeCore {
                 "the array already has {MAX_MEMBERS} members and spares"
             )));
         }
-        let t = &meta.template;
-        let needed = (0..meta.roles.len())
-            .map(|r| t.roles[r].data_bytes)
-            .max()
-            .unwrap_or(0);
-        if member.len() < t.data_offset_bytes + needed {
+        let needed = member_bytes_needed(meta);
+        if member.len() < needed {
             return Err(bad(format!(
-                "too small: {} bytes, a member of this array needs {}",
-                member.len(),
-                t.data_offset_bytes + needed
+                "too small: {} bytes, a member of this array needs {needed}",
+                member.len()
             )));
         }
+        let t = &meta.template;
         let mut sb: Superblock = t.clone();
         sb.member_uuid = Uuid::new_v4();
         sb.role = Role::Spare;

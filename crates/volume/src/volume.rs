@@ -415,6 +415,16 @@ forward_to_core! {
     /// that is the storage `identity` names: a member given back to `add` after `fail` is
     /// the one the array still holds, and cannot be opened a second time while held.
     fn held_member(&self, identity: &member::Identity) -> Option<Arc<dyn Member>>;
+    /// Takes the spare `name` out of this array (the other members' superblocks no longer
+    /// list it, as `remove` does) and erases its superblock, so another array's `add` takes
+    /// it as a blank device: a spare lent within a spare group. The handle is returned still
+    /// open (its lock held). Refused for anything but a spare.
+    fn take_spare(&self, name: &str) -> Result<Arc<dyn Member>, VolumeError>;
+    /// Each spare's name and whole size in bytes.
+    fn spare_sizes(&self) -> Vec<(String, u64)>;
+    /// The size in bytes a whole member needs to take any role of this array (`add` refuses
+    /// a smaller one).
+    fn member_bytes_needed(&self) -> u64;
     /// Adds a member: it receives a spare superblock of this array and becomes a spare, or
     /// the target of a rebuild when a role is missing or faulty (the worker starts it).
     /// A member coming back to the role it held (faulty or missing) is re-added with a rebuild

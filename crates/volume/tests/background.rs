@@ -731,3 +731,53 @@ fn rebuild_keeps_the_minimum_under_client_load() {
         "rate {rate}: no back-off under load (max {max})"
     );
 }
+
+/// A spare lent to another array (a spare group): `take_spare` takes it out of its array —
+/// the other members' superblocks no longer list it — and erases its superblock, so the
+/// borrowing array's `add` accepts it (it refuses another array's spare) and rebuilds onto
+/// it. Only a spare can be taken; the sizes say whether it fits.
+#[test]
+fn a_spare_taken_from_one_array_rebuilds_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a_paths, _, _) = array_with_spares(dir.path(), "a", "raid1", 2, 0);
+    let (b_paths, b_spares, b_all) = array_with_spares(dir.path(), "b", "raid1", 2, 1);
+    let a = assemble_paths(&a_paths);
+    let b = assemble_paths(&b_all);
+    a.set_speed_limits(fast());
+    let model = fill(&a, 7);
+    let spare = name(&b_spares[0]);
+    let size = std::fs::metadata(&b_spares[0]).unwrap().len();
+    assert_eq!(b.spare_sizes(), [(spare.clone(), size)]);
+    assert!(a.spare_sizes().is_empty());
+    assert!(a.member_bytes_needed() <= size && a.member_bytes_needed() > 0);
+
+    a.fail("role 1").unwrap();
+    let unheld = open_all(&b_spares[..1]).remove(0);
+    let refused = a.add(unheld).unwrap_err().to_string();
+    assert!(refused.contains("belongs to another array"), "{refused}");
+    assert!(matches!(
+        b.take_spare("role 0"),
+        Err(volume::VolumeError::Refused { .. })
+    ));
+
+    let taken = b.take_spare(&spare).unwrap();
+    assert!(b.spare_sizes().is_empty());
+    assert!(b.status().members.iter().all(|m| m.name != spare));
+    for path in &b_paths {
+        let listed = read_sb(path)
+            .roles
+            .iter()
+            .any(|r| r.state == RoleState::Spare);
+        assert!(!listed, "{} still lists a spare", path.display());
+    }
+    assert!(ondisk::read_superblock(taken.as_ref()).is_err(), "erased");
+    a.add(taken).unwrap();
+    assert!(a.wait_idle(WAIT), "rebuild did not finish");
+    let status = a.status();
+    assert_eq!(status.health, ArrayHealth::Active, "{status:?}");
+    assert_eq!(status.members[1].name, spare);
+    assert_data(&a, &model, "after the rebuild onto the lent spare");
+    assert_eq!(read_sb(&b_spares[0]).array_uuid, a.uuid());
+    a.close().unwrap();
+    b.close().unwrap();
+}

@@ -111,6 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Arc::clone(&log),
         runtime.handle().clone(),
     );
+    arrays.know_peers(&config.arrays);
     for a in &config.arrays {
         if let Err(e) = arrays.add(a) {
             let name = a.name.get_ref();
@@ -298,8 +299,13 @@ fn scrub_plan(a: &ArrayConfig) -> schedule::Plan {
 }
 
 /// Starts one array, its happenings logged under its name and the takeover alerted.
-fn start_array(a: &ArrayConfig, alerter: &Arc<Alerter>) -> anyhow::Result<RunningArray> {
-    let opts = array_options(a)?;
+fn start_array(
+    a: &ArrayConfig,
+    peers: &[ArrayConfig],
+    alerter: &Arc<Alerter>,
+) -> anyhow::Result<RunningArray> {
+    let mut opts = array_options(a)?;
+    opts.group_spares = group_spares(a, peers);
     RunningArray::start(opts, None, tell(a.name.get_ref(), alerter))
 }
 
@@ -397,6 +403,19 @@ fn buffer_memory(a: &ArrayConfig) -> u64 {
     )
 }
 
+/// The spares the other arrays of `a`'s spare group list (in `peers`, the configuration's
+/// arrays): one lent to `a` carries its superblock and is assembled as its member.
+fn group_spares(a: &ArrayConfig, peers: &[ArrayConfig]) -> Vec<String> {
+    let Some(group) = &a.spare_group else {
+        return Vec::new();
+    };
+    peers
+        .iter()
+        .filter(|p| p.name != a.name && p.spare_group.as_ref() == Some(group))
+        .flat_map(|p| p.spares.iter().map(|s| s.get_ref().clone()))
+        .collect()
+}
+
 /// What `raidkit serve` would run with the same options (the file's checks already passed).
 fn array_options(a: &ArrayConfig) -> anyhow::Result<ArrayOptions> {
     let rate = |value: &Option<config::Spanned<config::Rate>>, default: &str| {
@@ -425,6 +444,7 @@ fn array_options(a: &ArrayConfig) -> anyhow::Result<ArrayOptions> {
         },
         members: a.members.iter().map(|m| m.get_ref().clone()).collect(),
         spares: a.spares.iter().map(|m| m.get_ref().clone()).collect(),
+        group_spares: Vec::new(),
         journal: JournalOptions {
             path: a.journal.as_ref().map(|j| j.get_ref().clone()),
             allow_volatile: a.allow_volatile_journal,

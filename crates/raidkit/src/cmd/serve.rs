@@ -418,6 +418,7 @@ fn start_array(args: &Args, stack: StackOptions) -> anyhow::Result<RunningArray>
         uuid: None,
         members: args.members.clone(),
         spares: args.spare.clone(),
+        group_spares: Vec::new(),
         journal: journal.clone(),
         read_only: args.read_only,
         open: open_options(args),

@@ -11,7 +11,7 @@ use admin::server::Arrays;
 use alerts::Alerter;
 use anyhow::{anyhow, Context};
 use config::ArrayConfig;
-use service::monitor::Monitor;
+use service::monitor::{Monitor, WatchOptions};
 use service::running::RunningArray;
 use service::schedule::Scheduler;
 
@@ -89,6 +89,9 @@ pub(super) struct ArraySet {
     /// Where a removed export's drain is awaited (from a thread outside the runtime's tasks).
     runtime: tokio::runtime::Handle,
     served: BTreeMap<String, Served>,
+    /// Every array of the configuration, served or not: where an array of a spare group
+    /// looks for the spares lent to it.
+    peers: Vec<ArrayConfig>,
 }
 
 impl ArraySet {
@@ -110,7 +113,13 @@ impl ArraySet {
             log,
             runtime,
             served: BTreeMap::new(),
+            peers: Vec::new(),
         }
+    }
+
+    /// The configuration's arrays (all of them, served or not), for spare groups.
+    pub fn know_peers(&mut self, arrays: &[ArrayConfig]) {
+        self.peers = arrays.to_vec();
     }
 
     pub fn len(&self) -> usize {
@@ -173,7 +182,7 @@ impl ArraySet {
         );
         let (exports, at) = self.routes.of(a)?;
         let (exports, uri) = (Arc::clone(exports), at.map(|at| at.uri(a.export_name())));
-        let array = start_array(a, &self.alerter)?;
+        let array = start_array(a, &self.peers, &self.alerter)?;
         let volume = Arc::clone(array.volume());
         let export = a.export_name().to_string();
         let server = serve::server_config(export.clone(), &volume, a.read_only, buffer_memory(a));
@@ -189,7 +198,12 @@ impl ArraySet {
                 .stack()
                 .control(open_options(a), remote_options(a), Arc::clone(&self.log));
         self.admin.insert(&name, Arc::new(control));
-        for alert in self.monitor.watch(array.stack(), a.spares.len()) {
+        let watch = WatchOptions {
+            name: name.clone(),
+            spares_listed: a.spares.len(),
+            spare_group: a.spare_group.as_ref().map(|g| g.get_ref().clone()),
+        };
+        for alert in self.monitor.watch(array.stack(), watch) {
             self.alerter.raise(alert);
         }
         self.scheduler.watch(&name, &volume, super::scrub_plan(a));

@@ -209,6 +209,8 @@ impl Reloader {
                 });
             }
         }
+        // An added array of a spare group looks for spares lent to it among the new file's.
+        arrays.know_peers(&new.arrays);
         for a in to_add {
             let name = a.name.get_ref().clone();
             changes.push(match arrays.add(a) {

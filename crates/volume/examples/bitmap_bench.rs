@@ -17,6 +17,9 @@ use member::{Member, OpenOptions};
 use ondisk::{create, CreateOptions};
 use volume::{assemble, AssembleOptions};
 
+#[allow(dead_code)] // the benchmarks' shared helpers; this one uses few of them
+mod common;
+
 const REQUEST_BYTES: usize = 1 << 20;
 /// DIR `mem`: RAM members (the cheapest data path, so the largest relative overhead).
 static RAM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -33,14 +36,7 @@ fn make_members(
                 let spec = format!("mem:{bytes}");
                 return member::open(&spec, &OpenOptions::default()).expect("RAM member");
             }
-            let path = dir.join(format!("{tag}{i}"));
-            let _ = std::fs::remove_file(&path);
-            let opts = OpenOptions {
-                create_size: Some(bytes),
-                read_only: false,
-                ..OpenOptions::default()
-            };
-            member::open(path.to_str().expect("utf-8 path"), &opts).expect("open member")
+            common::new_file_member(&dir.join(format!("{tag}{i}")), bytes)
         })
         .collect()
 }

@@ -15,12 +15,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use member::{Member, OpenOptions};
+use member::Member;
 use ondisk::{create, CreateOptions};
 use volume::{assemble, AssembleOptions};
 
 mod common;
-use common::{best_reads, best_rebuilds, raw_write, unthrottle_and_fill, view, MIB};
+use common::{
+    best_reads, best_rebuilds, new_file_member, raw_write, unthrottle_and_fill, view, MIB,
+};
 
 const READ_BYTES: usize = 1 << 20;
 const ROUNDS: usize = 3;
@@ -49,17 +51,6 @@ fn bench_dir(base: &std::path::Path) -> std::path::PathBuf {
     dir
 }
 
-fn file(dir: &std::path::Path, name: &str, bytes: u64) -> Arc<dyn Member> {
-    let path = dir.join(name);
-    let _ = std::fs::remove_file(&path);
-    let opts = OpenOptions {
-        create_size: Some(bytes),
-        read_only: false,
-        ..OpenOptions::default()
-    };
-    member::open(path.to_str().expect("utf-8 path"), &opts).expect("member file")
-}
-
 fn read_all(array: &engine::Array) -> f64 {
     let mut buf = vec![0u8; READ_BYTES];
     let size = array.size_bytes();
@@ -75,7 +66,7 @@ fn read_all(array: &engine::Array) -> f64 {
 
 fn run(dir: &std::path::Path, level: &str, count: usize, member_bytes: u64) {
     let members: Vec<Arc<dyn Member>> = (0..count)
-        .map(|i| file(dir, &format!("{level}-{i}"), member_bytes))
+        .map(|i| new_file_member(&dir.join(format!("{level}-{i}")), member_bytes))
         .collect();
     let opts = CreateOptions::new(level.parse().expect("level"), "bench");
     create(&members, &opts).expect("create");
@@ -90,8 +81,8 @@ fn run(dir: &std::path::Path, level: &str, count: usize, member_bytes: u64) {
     let (raw, rebuild) = best_rebuilds(
         &v,
         ROUNDS,
-        |_, bytes| raw_write(file(dir, "raw", bytes).as_ref(), bytes),
-        |round| file(dir, &format!("{level}-spare{round}"), member_bytes),
+        |_, bytes| raw_write(new_file_member(&dir.join("raw"), bytes).as_ref(), bytes),
+        |round| new_file_member(&dir.join(format!("{level}-spare{round}")), member_bytes),
     );
     println!(
         "| {level} | {count} | {healthy:.0} | {degraded:.0} | {:.0}% | {raw:.0} | {rebuild:.0} | {:.0}% |",

@@ -2,7 +2,18 @@
 
 use std::sync::Arc;
 
-use member::{Member, Window};
+use member::{Member, OpenOptions, Window};
+
+/// A new file member of `bytes` at `path` (an old file there is replaced).
+pub fn new_file_member(path: &std::path::Path, bytes: u64) -> Arc<dyn Member> {
+    let _ = std::fs::remove_file(path);
+    let opts = OpenOptions {
+        create_size: Some(bytes),
+        read_only: false,
+        ..OpenOptions::default()
+    };
+    member::open(path.to_str().expect("utf-8 path"), &opts).expect("open member")
+}
 
 /// A second engine array over the data areas of `v`'s `members` (in role order), with
 /// `missing` left out: the benchmarks time degraded reads and rebuild steps on it without

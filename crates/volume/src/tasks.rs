@@ -225,6 +225,12 @@ impl VolumeCore {
         }
     }
 
+    /// A replace or rebuild is due: [`choose`] would pick it before a scrub.
+    fn repair_of_redundancy_due(&self) -> bool {
+        let f = self.facts();
+        f.replacing.is_some() || f.recovering.is_some() || f.spare_for.is_some()
+    }
+
     fn run_task(&self, task: Task) -> Result<(), VolumeError> {
         let result = match task {
             Task::Replace(role) => self.run_replace(role),
@@ -602,7 +608,9 @@ impl VolumeCore {
         };
         let mut pacer = Pacer::new(self);
         while unit < units {
-            if !pacer.wait_turn(self) {
+            // A rebuild or replace became due (a member failed and a spare is there): it
+            // restores redundancy, so it goes first; the scrub goes on from here after it.
+            if self.repair_of_redundancy_due() || !pacer.wait_turn(self) {
                 self.work.lock().scrub_position = Some(ScrubPosition {
                     repair,
                     unit,
@@ -611,6 +619,7 @@ impl VolumeCore {
                 return Ok(());
             }
             let step = (pacer.step_bytes(self, chunk) / chunk).min(units - unit);
+            let mut reached = unit + step;
             for u in unit..unit + step {
                 let gate = if repair {
                     Some(self.begin_write()?)
@@ -619,12 +628,18 @@ impl VolumeCore {
                 };
                 let found = self.array.sync_unit(u, mode)?;
                 drop(gate);
+                if !found.checked && self.repair_of_redundancy_due() {
+                    // A member left during the step and a rebuild is due: this unit is
+                    // checked after the rebuild, not passed over.
+                    reached = u;
+                    break;
+                }
                 self.report_data_changes(&found);
                 self.add_to_report(&mut report, found);
             }
             self.settle()?;
-            unit += step;
-            pacer.done(self, step * chunk);
+            pacer.done(self, (reached - unit).max(1) * chunk);
+            unit = reached;
             self.report(kind, None, unit * chunk, units * chunk, &pacer);
             self.work.lock().last_scrub = Some(report.clone());
         }

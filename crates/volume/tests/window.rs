@@ -1,6 +1,7 @@
 //! The background window (`Volume::defer_background`): outside it a scrub or a resync returns
 //! after its step and waits, keeping its position, shown paused with the reason; a rebuild
-//! goes on; when the window opens the waiting work goes on from where it stopped.
+//! goes on; when the window opens the waiting work goes on from where it stopped. A scrub also
+//! gives way to a rebuild that becomes due, and goes on from its position after it.
 
 mod common;
 
@@ -147,4 +148,51 @@ fn a_resync_outside_the_window_waits_and_finishes_after_it_opens() {
     resync.join().unwrap().unwrap();
     assert_eq!(v.status().health, ArrayHealth::Active);
     assert_eq!(v.check().unwrap().mismatch_count, 0);
+}
+
+#[test]
+fn a_running_scrub_gives_way_to_a_rebuild_and_goes_on_from_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = files(dir.path(), "g", 4);
+    let mut opts = ondisk::CreateOptions::new("raid5".parse().unwrap(), "g");
+    opts.chunk_bytes = 64 * 1024;
+    opts.spares = open_all(&all[3..]);
+    ondisk::create(&open_all(&all[..3]), &opts).unwrap();
+    let mut members: Vec<Arc<dyn Member>> = open_all(&all[..3]);
+    members.extend(open_all(&all[3..]));
+    let v = volume::assemble(members, &volume::AssembleOptions::default()).unwrap();
+    v.write(0, &pattern(v.size_bytes() as usize, 9)).unwrap();
+    v.set_speed_limits(limits(256 << 10));
+    v.scrub(false).unwrap();
+    let chunk = v.chunk_bytes();
+    assert!(wait_for(30, || task(&v).is_some_and(|t| t.done_bytes >= 3 * chunk)));
+    let before = task(&v).unwrap();
+    v.fail("role 2").unwrap();
+    // The rebuild onto the spare starts without waiting for the scrub's end.
+    assert!(wait_for(30, || task(&v).is_some_and(|t| t.kind == TaskKind::Rebuild)));
+    let mut at_fail = None;
+    // Fast enough for the rebuild, slow enough to see the scrub's first step after it.
+    v.set_speed_limits(limits(2 << 20));
+    assert!(wait_for(30, || {
+        let t = task(&v);
+        if at_fail.is_none() {
+            at_fail = v.status().last_scrub.map(|r| r.stripes_checked);
+        }
+        t.is_some_and(|t| t.kind == TaskKind::Scrub)
+    }));
+    let resumed = task(&v).unwrap();
+    assert!(
+        resumed.done_bytes > before.done_bytes,
+        "resumed at {} after {} were checked",
+        resumed.done_bytes,
+        before.done_bytes
+    );
+    v.set_speed_limits(limits(1 << 40));
+    assert!(v.wait_idle(WAIT));
+    let status = v.status();
+    assert_eq!(status.health, ArrayHealth::Active, "rebuilt (and written): {status:?}");
+    let report = status.last_scrub.unwrap();
+    assert!(report.finished && report.mismatches == 0, "{report:?}");
+    assert_eq!(report.stripes_checked, before.total_bytes / chunk, "every stripe once");
+    assert!(at_fail.is_some_and(|n| n < report.stripes_checked));
 }

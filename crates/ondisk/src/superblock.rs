@@ -272,6 +272,22 @@ fn field_err(field: &'static str, reason: impl Into<String>) -> SuperblockError 
     }
 }
 
+/// `field` is recorded exactly when its feature bit is set (`what`: the field, for the message).
+fn present_with_bit(
+    field: &'static str,
+    has_bit: bool,
+    present: bool,
+    what: &str,
+) -> Result<(), SuperblockError> {
+    match has_bit == present {
+        true => Ok(()),
+        false => Err(field_err(
+            field,
+            format!("present without its feature bit, or the bit without {what}"),
+        )),
+    }
+}
+
 /// `field`'s `offset` is 4 KiB-aligned and past the superblock.
 fn aligned_past_superblock(field: &'static str, offset: u64) -> Result<(), SuperblockError> {
     let sb_end = SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
@@ -676,13 +692,12 @@ impl Superblock {
             self.data_bytes,
             "the data area",
         )?;
-        let has_bit = self.feature_compat & FEATURE_COMPAT_RESYNC_OFFSET != 0;
-        if has_bit != self.resync_offset_bytes.is_some() {
-            return Err(field_err(
-                "resync_offset",
-                "present without its feature bit, or the bit without the offset",
-            ));
-        }
+        present_with_bit(
+            "resync_offset",
+            self.feature_compat & FEATURE_COMPAT_RESYNC_OFFSET != 0,
+            self.resync_offset_bytes.is_some(),
+            "the offset",
+        )?;
         offset_within(
             "resync_offset",
             self.resync_offset_bytes,
@@ -694,13 +709,12 @@ impl Superblock {
     }
 
     fn validate_owner(&self) -> Result<(), SuperblockError> {
-        let has_bit = self.feature_compat & FEATURE_COMPAT_OWNER != 0;
-        if has_bit != self.owner.is_some() {
-            return Err(field_err(
-                "owner",
-                "present without its feature bit, or the bit without an owner",
-            ));
-        }
+        present_with_bit(
+            "owner",
+            self.feature_compat & FEATURE_COMPAT_OWNER != 0,
+            self.owner.is_some(),
+            "an owner",
+        )?;
         let Some(owner) = &self.owner else {
             return Ok(());
         };
@@ -740,13 +754,12 @@ impl Superblock {
     }
 
     fn validate_bitmap(&self) -> Result<(), SuperblockError> {
-        let has_bit = self.feature_incompat & FEATURE_INCOMPAT_BITMAP != 0;
-        if has_bit != self.bitmap.is_some() {
-            return Err(field_err(
-                "bitmap",
-                "present without its feature bit, or the bit without a bitmap",
-            ));
-        }
+        present_with_bit(
+            "bitmap",
+            self.feature_incompat & FEATURE_INCOMPAT_BITMAP != 0,
+            self.bitmap.is_some(),
+            "a bitmap",
+        )?;
         let Some(b) = self.bitmap else {
             return Ok(());
         };

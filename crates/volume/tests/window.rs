@@ -190,9 +190,17 @@ fn a_running_scrub_gives_way_to_a_rebuild_and_goes_on_from_its_position() {
     v.set_speed_limits(limits(1 << 40));
     assert!(v.wait_idle(WAIT));
     let status = v.status();
-    assert_eq!(status.health, ArrayHealth::Active, "rebuilt (and written): {status:?}");
+    assert_eq!(
+        status.health,
+        ArrayHealth::Active,
+        "rebuilt (and written): {status:?}"
+    );
     let report = status.last_scrub.unwrap();
     assert!(report.finished && report.mismatches == 0, "{report:?}");
-    assert_eq!(report.stripes_checked, before.total_bytes / chunk, "every stripe once");
+    assert_eq!(
+        report.stripes_checked,
+        before.total_bytes / chunk,
+        "every stripe once"
+    );
     assert!(at_fail.is_some_and(|n| n < report.stripes_checked));
 }

@@ -31,6 +31,8 @@ storage service.
   with a spare; a member of A fails → B's spare moves to A (``MoveSpare``), A rebuilds to
   healthy with its data, B keeps serving (``SparesMissing``); after a restart A assembles the
   moved spare from its superblock and B starts without it.
+- ``test_a_spare_too_small_is_not_moved``: the group's only spare is smaller than the degraded
+  array's members: nothing moves, ``SparesMissing`` says why, once.
 """
 
 import json
@@ -569,3 +571,42 @@ def test_a_spare_moves_within_its_spare_group(tmp_path):
     assert f"{spare} is assembled as a member: it carries this array's superblock" in log, log
     assert f"spare {spare} left out" in log, log
     assert "DegradedArray" not in log, log
+
+
+def test_a_spare_too_small_is_not_moved(tmp_path):
+    """Array "big" (members of 32 MiB) and "b" (16 MiB, with a 16 MiB spare) share a spare group.
+    A member of "big" fails: "b"'s spare is too small to rebuild it, so it stays with "b" and
+    "big" raises SparesMissing once, saying no spare of the group is large enough."""
+    big = [tmp_path / f"big{i}" for i in range(2)]
+    raidkit("create", "--level", "1", "--name", "big", "--size", "32M", *big)
+    b = create(tmp_path, "1", "b", 2)
+    spare = tmp_path / "b-spare"
+    with open(spare, "wb") as f:
+        f.truncate(16 << 20)
+    program, alerts = alert_program(tmp_path)
+    admin = tmp_path / "admin.sock"
+    config = tmp_path / "raidkit.toml"
+    config.write_text(
+        f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{admin}"\n\n'
+        f'[alerts]\nprogram = "{program}"\n\n'
+        f'[[array]]\nname = "big"\nmembers = {json.dumps(list(map(str, big)))}\n'
+        'spare_group = "shelf"\n\n'
+        f'[[array]]\nname = "b"\nmembers = {json.dumps(list(map(str, b)))}\n'
+        f'spares = ["{spare}"]\nspare_group = "shelf"\n')
+    daemon = Daemon(config, 2)
+    try:
+        since = time.monotonic()
+        raidkit("fail", "--admin", admin, "--array", "big", big[1])
+        wait_for_line(alerts, "SparesMissing big", since, 2)
+        time.sleep(1)  # five more polls: said once, and nothing moves
+        statuses = json.loads(raidkit("status", "--admin", admin, "--json").stdout)["arrays"]
+        assert statuses["big"]["health"] == "degraded", statuses["big"]
+        kept = [m for m in statuses["b"]["members"] if m["role"] is None]
+        assert [(m["name"], m["state"]) for m in kept] == [(str(spare), "spare")], kept
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert "MoveSpare" not in alerts.read_text(), alerts.read_text()
+    assert alerts.read_text().count("SparesMissing big") == 1, alerts.read_text()
+    assert 'no spare of spare group "shelf" is large enough for it' in log, log
+    assert f"the largest spare ({spare} of array \"b\")" in log, log

@@ -101,7 +101,8 @@ pub struct ArrayConfig {
     /// when one is degraded and has no spare of its own, the daemon moves to it the smallest
     /// spare that fits from another array of the group that is not degraded itself (raising
     /// `MoveSpare`); that array rebuilds onto it. At start, an array also assembles any spare
-    /// its group's other arrays list that carries its superblock (one lent to it earlier).
+    /// its group's other arrays list that carries its superblock (one lent to it earlier). A
+    /// `read_only` array takes no part (it writes no superblock).
     pub spare_group: Option<Spanned<String>>,
     /// The array's journal device (serve's `--journal`).
     pub journal: Option<Spanned<String>>,

@@ -201,7 +201,10 @@ impl ArraySet {
         let watch = WatchOptions {
             name: name.clone(),
             spares_listed: a.spares.len(),
-            spare_group: a.spare_group.as_ref().map(|g| g.get_ref().clone()),
+            // A read-only array writes no superblock: it neither lends nor borrows.
+            spare_group: (a.spare_group.as_ref())
+                .filter(|_| !a.read_only)
+                .map(|g| g.get_ref().clone()),
         };
         for alert in self.monitor.watch(array.stack(), watch) {
             self.alerter.raise(alert);

@@ -10,7 +10,7 @@ use crate::error::{IoError, Op};
 use crate::members::Members;
 use crate::state::{is_no_space, FaultReason};
 use layout::Geometry;
-use member::Member;
+use member::{Member, StartCall};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -150,7 +150,13 @@ impl<'a> Runner<'a> {
     /// request is timed and counted (`Members::io`: operations, bytes, latency, busy time), and
     /// where faults are judged (see [`Runner::judge`]). During a replace,
     /// every write-type operation on the role is repeated on the replacement.
-    pub(crate) fn member_io(&self, mut op: MemOp<'_>) -> Result<(), IoError> {
+    pub(crate) fn member_io(&self, op: MemOp<'_>) -> Result<(), IoError> {
+        self.member_io_begun(op, None)
+    }
+
+    /// [`Runner::member_io`] of an operation whose call [`Runner::start`] may have handed to
+    /// the member already (`begun`): then its result is waited for here.
+    fn member_io_begun(&self, mut op: MemOp<'_>, begun: Option<Begun>) -> Result<(), IoError> {
         let role = op.role();
         let (kind, offset, len) = op.describe();
         if kind != Op::Flush {
@@ -158,6 +164,11 @@ impl<'a> Runner<'a> {
         }
         let (member, replacement) = self.members.slot(role);
         let Some(member) = member else {
+            if let Some(Begun { call, counted }) = begun {
+                let (result, _) = call.finish(&mut |_| {});
+                let ok = result.is_ok();
+                self.members.io(role).end(counted, kind.counted(), len, ok);
+            }
             // Removed after the request was planned: a write is moot, a read must be retried.
             return match kind {
                 Op::Read => Err(self.member_error(role, "(removed)", kind, offset, len, gone())),
@@ -165,13 +176,31 @@ impl<'a> Runner<'a> {
             };
         };
         let counters = self.members.io(role);
-        let started = counters.begin();
-        let result = match &mut op {
-            MemOp::Read { offset, buf, .. } => member.read_at(buf, *offset),
-            MemOp::ReadV { offset, bufs, .. } => member.read_vectored_at(bufs, *offset),
-            other => other.apply(member.as_ref()),
+        let (result, elapsed) = match begun {
+            // Timed by the call itself for the fault policy: it may have returned long before
+            // this group's turn. The counters' latency runs from its start to here.
+            Some(Begun { call, counted }) => {
+                let (result, took) = match &mut op {
+                    MemOp::Read { buf, .. } => call.finish(&mut |data| buf.copy_from_slice(data)),
+                    MemOp::ReadV { bufs, .. } => {
+                        call.finish(&mut |data| member::scatter(data, bufs))
+                    }
+                    _ => call.finish(&mut |_| {}),
+                };
+                counters.end(counted, kind.counted(), len, result.is_ok());
+                (result, took)
+            }
+            None => {
+                let started = counters.begin();
+                let result = match &mut op {
+                    MemOp::Read { offset, buf, .. } => member.read_at(buf, *offset),
+                    MemOp::ReadV { offset, bufs, .. } => member.read_vectored_at(bufs, *offset),
+                    other => other.apply(member.as_ref()),
+                };
+                let elapsed = counters.end(started, kind.counted(), len, result.is_ok());
+                (result, elapsed)
+            }
         };
-        let elapsed = counters.end(started, kind.counted(), len, result.is_ok());
         if let (Some(new), true) = (replacement, op.is_write()) {
             if let Err(e) = op.apply(new.as_ref()) {
                 self.members.drop_failed_replacement(role, &new, &e);
@@ -179,6 +208,33 @@ impl<'a> Runner<'a> {
         }
         self.judge(role, kind, result, elapsed)
             .map_err(|source| self.member_error(role, member.name(), kind, offset, len, source))
+    }
+
+    /// Hands `op`'s call to its member without waiting for it, where the member can
+    /// (`member::Member::start`: a local member under `--local-io-deadline`); `None` otherwise
+    /// (the call is then made by `member_io`).
+    fn start(&self, op: &MemOp<'_>) -> Option<Begun> {
+        let (kind, offset, len) = op.describe();
+        let role = op.role();
+        if kind != Op::Flush && offset + len > self.geometry.member_data_bytes(role) {
+            return None; // member_io's bound check reports it
+        }
+        let member = self.members.slot(role).0?;
+        let one: [&[u8]; 1];
+        let call = match op {
+            MemOp::Read { .. } | MemOp::ReadV { .. } => StartCall::Read { offset, len },
+            MemOp::Write { buf, .. } => {
+                one = [buf];
+                StartCall::Write { offset, bufs: &one }
+            }
+            MemOp::WriteV { bufs, .. } => StartCall::Write { offset, bufs },
+            MemOp::Trim { .. } => StartCall::Trim { offset, len },
+            MemOp::Zero { .. } => StartCall::WriteZeroes { offset, len },
+            MemOp::Flush { .. } => StartCall::Flush,
+        };
+        let call = member.start(call)?;
+        let counted = self.members.io(role).begin();
+        Some(Begun { call, counted })
     }
 
     fn member_error(
@@ -285,21 +341,16 @@ impl<'a> Runner<'a> {
             .map(coalesce)
             .partition(|g| group_cost(g) >= threshold);
         if big.len() < 2 {
-            return big
-                .into_iter()
-                .chain(small)
-                .map(|g| self.run_group(g))
-                .fold(Ok(()), Result::and);
+            return self.run_here(big.into_iter().chain(small).collect());
         }
         std::thread::scope(|scope| {
             let handles: Vec<_> = big
                 .into_iter()
-                .map(|group| scope.spawn(member::carry_deadline(move || self.run_group(group))))
+                .map(|group| {
+                    scope.spawn(member::carry_deadline(move || self.run_group(group, None)))
+                })
                 .collect();
-            let mine = small
-                .into_iter()
-                .map(|g| self.run_group(g))
-                .fold(Ok(()), Result::and);
+            let mine = self.run_here(small);
             let mut first = Ok(());
             for handle in handles {
                 let result = handle
@@ -311,13 +362,38 @@ impl<'a> Runner<'a> {
         })
     }
 
-    fn run_group(&self, group: Vec<MemOp<'_>>) -> Result<(), IoError> {
+    /// Runs `groups` on the calling thread, one after the other. With two or more, the first
+    /// call of each is handed to its member first where the member can start calls ahead
+    /// ([`Runner::start`]): members stalled in one batch then wait out its deadline together,
+    /// not one after the other.
+    fn run_here(&self, groups: Vec<Vec<MemOp<'_>>>) -> Result<(), IoError> {
+        let mut begun: Vec<Option<Begun>> = Vec::new();
+        if groups.len() > 1 {
+            begun = groups.iter().map(|g| self.start(g.first()?)).collect();
+        }
+        let mut begun = begun.into_iter();
+        groups
+            .into_iter()
+            .map(|g| self.run_group(g, begun.next().flatten()))
+            .fold(Ok(()), Result::and)
+    }
+
+    /// Runs one member's operations in order; the first one's call may have begun already.
+    fn run_group(&self, group: Vec<MemOp<'_>>, begun: Option<Begun>) -> Result<(), IoError> {
+        let mut begun = begun;
         let mut first = Ok(());
         for op in group {
-            first = first.and(self.member_io(op));
+            first = first.and(self.member_io_begun(op, begun.take()));
         }
         first
     }
+}
+
+/// A call handed to its member ahead of waiting for it ([`Runner::start`]), and its counters'
+/// start.
+struct Begun {
+    call: member::Started,
+    counted: iostats::Started,
 }
 
 /// Bytes a group moves; a flush (milliseconds on real disks) always counts as large.

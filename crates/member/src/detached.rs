@@ -24,7 +24,7 @@
 
 use crate::Member;
 use std::cell::Cell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -93,6 +93,121 @@ pub(crate) fn call_deadline(started: Instant, timeout: Duration) -> Instant {
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// A member call to start ahead of waiting for it ([`Member::start`]).
+#[derive(Debug, Clone, Copy)]
+pub enum StartCall<'a> {
+    /// Reads `len` bytes at `offset`; [`Started::finish`] hands them over.
+    Read {
+        offset: u64,
+        len: u64,
+    },
+    /// Writes `bufs` one after the other from `offset` on (copied when the call starts).
+    Write {
+        offset: u64,
+        bufs: &'a [&'a [u8]],
+    },
+    Trim {
+        offset: u64,
+        len: u64,
+    },
+    WriteZeroes {
+        offset: u64,
+        len: u64,
+    },
+    Flush,
+}
+
+impl StartCall<'_> {
+    /// The bytes the call touches (`None` for a flush).
+    pub fn range(&self) -> Option<(u64, u64)> {
+        match *self {
+            StartCall::Read { offset, len }
+            | StartCall::Trim { offset, len }
+            | StartCall::WriteZeroes { offset, len } => Some((offset, len)),
+            StartCall::Write { offset, bufs } => {
+                Some((offset, crate::vectored_len(bufs.iter().map(|b| b.len()))))
+            }
+            StartCall::Flush => None,
+        }
+    }
+
+    /// The same call `by` bytes further on (a window's view of its inner member).
+    pub fn moved(self, by: u64) -> Self {
+        match self {
+            StartCall::Read { offset, len } => StartCall::Read {
+                offset: offset + by,
+                len,
+            },
+            StartCall::Write { offset, bufs } => StartCall::Write {
+                offset: offset + by,
+                bufs,
+            },
+            StartCall::Trim { offset, len } => StartCall::Trim {
+                offset: offset + by,
+                len,
+            },
+            StartCall::WriteZeroes { offset, len } => StartCall::WriteZeroes {
+                offset: offset + by,
+                len,
+            },
+            StartCall::Flush => StartCall::Flush,
+        }
+    }
+}
+
+type Finish = Box<dyn FnOnce(&mut dyn FnMut(&[u8])) -> (io::Result<()>, Duration) + Send>;
+
+/// A member call [`Member::start`] started on another thread. [`Started::finish`] waits for
+/// it (until its deadline); one dropped unfinished is waited for all the same (its result is
+/// dropped), so nothing is left running that its owner does not know about.
+#[must_use = "a started call is waited for by finish"]
+pub struct Started(Option<Finish>);
+
+impl Started {
+    /// A started call whose end `finish` waits for, handing a read's bytes to its argument,
+    /// and returning the result and how long the call took.
+    pub fn new(
+        finish: impl FnOnce(&mut dyn FnMut(&[u8])) -> (io::Result<()>, Duration) + Send + 'static,
+    ) -> Self {
+        Started(Some(Box::new(finish)))
+    }
+
+    /// A call that failed to start: `finish` returns `e`.
+    pub fn failed(e: io::Error) -> Self {
+        Started::new(move |_| (Err(e), Duration::ZERO))
+    }
+
+    /// Waits for the call; a read hands its bytes to `out` (once). Returns the call's result
+    /// and how long it took from its start until it returned (or was abandoned): not the time
+    /// it waited for `finish` after it returned.
+    pub fn finish(mut self, out: &mut dyn FnMut(&[u8])) -> (io::Result<()>, Duration) {
+        let finish = self.0.take().expect("a started call is finished once");
+        finish(out)
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(finish) = self.0.take() {
+            let _ = finish(&mut |_| {});
+        }
+    }
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Started")
+    }
+}
+
+/// What a worker or the member's wedging tells a waiting caller.
+enum Message<T> {
+    /// The call returned, at this instant.
+    Done(io::Result<T>, Instant),
+    /// Another call to the member was abandoned: this one is not waited for any more.
+    Wedged,
+}
+
 /// What a call does, for the bounds and messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -121,6 +236,10 @@ impl Kind {
 struct State {
     /// Jobs no worker has taken yet.
     queue: VecDeque<Job>,
+    /// The callers waiting for a call (queued or running), by call number: woken when the
+    /// member wedges. At most one per caller thread waiting.
+    waiting: HashMap<u64, Box<dyn FnOnce() + Send>>,
+    next_call: u64,
     threads: usize,
     /// Workers waiting for a job and not yet woken.
     idle: usize,
@@ -143,6 +262,24 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take_buffer(&self, len: usize) -> Vec<u8> {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buf = pool.pop().unwrap_or_default();
+        drop(pool);
+        buf.resize(len, 0);
+        buf
+    }
+
+    fn recycle(&self, buf: Vec<u8>) {
+        if buf.capacity() > POOL_BUFFER_BYTES_MAX {
+            return;
+        }
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < POOL_BUFFERS_MAX {
+            pool.push(buf);
+        }
     }
 }
 
@@ -199,46 +336,77 @@ impl Detached {
         None
     }
 
-    /// Runs `f` on a worker and waits for it until the deadline.
+    /// Runs `f` on a worker and waits for it until the deadline, or until another call to the
+    /// member is abandoned (the member wedges: nothing waits for it any more).
     fn call<T: Send + 'static>(
         &self,
         kind: Kind,
         f: impl FnOnce(&dyn Member) -> io::Result<T> + Send + 'static,
     ) -> io::Result<T> {
-        let started = Instant::now();
-        let deadline = self.deadline(started);
-        let (tx, rx) = mpsc::sync_channel::<io::Result<T>>(1);
-        let inner = Arc::clone(&self.inner);
-        let shared = Arc::clone(&self.shared);
-        let job: Job = Box::new(move || {
-            // A call queued before the member wedged must not reach it afterwards.
-            let result = if shared.wedged.load(Ordering::Acquire) {
-                Err(wedged_error(inner.name(), kind))
-            } else {
-                f(inner.as_ref())
-            };
-            let mut state = shared.lock();
-            // Under the lock: the caller decides to abandon under it too.
-            if tx.send(result).is_err() {
-                state.stuck -= 1;
-            }
-        });
-        self.submit(kind, job)?;
-        let wait = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(wait) {
-            Ok(result) => result,
-            Err(_) => self.abandon(kind, started, rx),
-        }
+        self.begin(kind, f)?.wait()
     }
 
-    /// Queues `job` and makes sure a worker will take it: an idle one, or a new one while
-    /// there are fewer than [`WORKERS_MAX`].
-    fn submit(&self, kind: Kind, job: Job) -> io::Result<()> {
+    /// Hands `f` to a worker and returns at once; the deadline is set now, from the calling
+    /// thread's request deadline.
+    fn begin<T: Send + 'static>(
+        &self,
+        kind: Kind,
+        f: impl FnOnce(&dyn Member) -> io::Result<T> + Send + 'static,
+    ) -> io::Result<Pending<T>> {
+        let started = Instant::now();
+        let deadline = self.deadline(started);
+        // Room for the result and a wedge notice: neither sender ever blocks.
+        let (tx, rx) = mpsc::sync_channel::<Message<T>>(2);
+        let wake = tx.clone();
+        let inner = Arc::clone(&self.inner);
+        let shared = Arc::clone(&self.shared);
+        let make_job = move |id: u64| -> Job {
+            Box::new(move || {
+                // A call queued before the member wedged must not reach it afterwards.
+                let result = if shared.wedged.load(Ordering::Acquire) {
+                    Err(wedged_error(inner.name(), kind))
+                } else {
+                    f(inner.as_ref())
+                };
+                let mut state = shared.lock();
+                state.waiting.remove(&id);
+                // Under the lock: the caller decides to abandon under it too.
+                if tx.send(Message::Done(result, Instant::now())).is_err() {
+                    state.stuck -= 1;
+                }
+            })
+        };
+        let waiter = Box::new(move || {
+            let _ = wake.try_send(Message::Wedged);
+        });
+        self.submit(kind, make_job, waiter)?;
+        Ok(Pending {
+            rx,
+            kind,
+            started,
+            deadline,
+            inner: Arc::clone(&self.inner),
+            shared: Arc::clone(&self.shared),
+        })
+    }
+
+    /// Queues the job `make_job` builds for its call number and makes sure a worker will take
+    /// it: an idle one, or a new one while there are fewer than [`WORKERS_MAX`]. `waiter` is
+    /// called if the member wedges before the job returned.
+    fn submit(
+        &self,
+        kind: Kind,
+        make_job: impl FnOnce(u64) -> Job,
+        waiter: Box<dyn FnOnce() + Send>,
+    ) -> io::Result<()> {
         let mut state = self.shared.lock();
         if let Some(e) = self.refuse(kind, &state) {
             return Err(e);
         }
-        state.queue.push_back(job);
+        let id = state.next_call;
+        state.next_call += 1;
+        state.waiting.insert(id, waiter);
+        state.queue.push_back(make_job(id));
         if state.queue.len() <= state.idle {
             self.shared.work.notify_one();
             return Ok(());
@@ -257,6 +425,7 @@ impl Detached {
             }
             Err(e) => {
                 state.queue.pop_back();
+                state.waiting.remove(&id);
                 Err(io::Error::new(
                     e.kind(),
                     format!(
@@ -268,35 +437,6 @@ impl Detached {
         }
     }
 
-    fn abandon<T>(
-        &self,
-        kind: Kind,
-        started: Instant,
-        rx: mpsc::Receiver<io::Result<T>>,
-    ) -> io::Result<T> {
-        let mut state = self.shared.lock();
-        if let Ok(result) = rx.try_recv() {
-            return result; // returned just now
-        }
-        drop(rx); // the worker's send now fails: it knows the call was abandoned
-        state.stuck += 1;
-        state.abandoned_total += 1;
-        self.shared.wedged.store(true, Ordering::Release);
-        let message = format!(
-            "member {}: {} stuck in the kernel for {} ms: abandoned ({} call(s) still stuck, {} \
-             abandoned in all; at {STUCK_MAX} stuck every call fails at once); the member is not \
-             used again",
-            self.inner.name(),
-            kind.name(),
-            started.elapsed().as_millis(),
-            state.stuck,
-            state.abandoned_total
-        );
-        drop(state);
-        eprintln!("raidkit: {message}");
-        Err(io::Error::new(io::ErrorKind::TimedOut, message))
-    }
-
     /// The call's own deadline (start + timeout), or the thread's batch deadline if earlier —
     /// but never less than a grace of a quarter of the timeout from the start: a call that
     /// starts after an earlier member of the batch used up the deadline still gets time to
@@ -306,39 +446,38 @@ impl Detached {
         call_deadline(started, self.timeout)
     }
 
-    fn take_buffer(&self, len: usize) -> Vec<u8> {
-        let mut pool = self.shared.pool.lock().unwrap_or_else(|p| p.into_inner());
-        let mut buf = pool.pop().unwrap_or_default();
-        drop(pool);
-        buf.resize(len, 0);
-        buf
-    }
-
-    fn recycle(&self, buf: Vec<u8>) {
-        if buf.capacity() > POOL_BUFFER_BYTES_MAX {
-            return;
-        }
-        let mut pool = self.shared.pool.lock().unwrap_or_else(|p| p.into_inner());
-        if pool.len() < POOL_BUFFERS_MAX {
-            pool.push(buf);
-        }
-    }
-
     /// Reads `len` bytes at `offset` into an owned buffer, then hands it to `out`.
     fn read_owned(&self, len: usize, offset: u64, out: impl FnOnce(&[u8])) -> io::Result<()> {
-        let mut buf = self.take_buffer(len);
-        let buf = self.call(Kind::Read, move |m| {
-            m.read_at(&mut buf, offset)?;
-            Ok(buf)
-        })?;
+        let buf = self.begin_read(len, offset)?.wait()?;
         out(&buf);
-        self.recycle(buf);
+        self.shared.recycle(buf);
         Ok(())
     }
 
+    /// Starts a read of `len` bytes at `offset` into an owned buffer (the call's result).
+    fn begin_read(&self, len: usize, offset: u64) -> io::Result<Pending<Vec<u8>>> {
+        let mut buf = self.shared.take_buffer(len);
+        self.begin(Kind::Read, move |m| {
+            m.read_at(&mut buf, offset)?;
+            Ok(buf)
+        })
+    }
+
     fn write_owned(&self, parts: &[&[u8]], offset: u64, durable: bool) -> io::Result<()> {
+        let buf = self.begin_write(parts, offset, durable)?.wait()?;
+        self.shared.recycle(buf);
+        Ok(())
+    }
+
+    /// Starts a write of `parts` (copied into an owned buffer, the call's result) at `offset`.
+    fn begin_write(
+        &self,
+        parts: &[&[u8]],
+        offset: u64,
+        durable: bool,
+    ) -> io::Result<Pending<Vec<u8>>> {
         let len = parts.iter().map(|p| p.len()).sum();
-        let mut buf = self.take_buffer(0);
+        let mut buf = self.shared.take_buffer(0);
         buf.reserve(len);
         for part in parts {
             buf.extend_from_slice(part);
@@ -348,16 +487,151 @@ impl Detached {
         } else {
             Kind::Write
         };
-        let buf = self.call(kind, move |m| {
+        self.begin(kind, move |m| {
             if durable {
                 m.write_durable_at(&buf, offset)?;
             } else {
                 m.write_at(&buf, offset)?;
             }
             Ok(buf)
-        })?;
-        self.recycle(buf);
-        Ok(())
+        })
+    }
+
+    /// [`Member::start`]: the call handed to a worker now, waited for by [`Started::finish`].
+    fn start_call(&self, call: StartCall<'_>) -> io::Result<Started> {
+        let shared = Arc::clone(&self.shared);
+        let recycle = move |(buf, took): (io::Result<Vec<u8>>, Duration),
+                            out: &mut dyn FnMut(&[u8])| {
+            match buf {
+                Ok(buf) => {
+                    out(&buf);
+                    shared.recycle(buf);
+                    (Ok(()), took)
+                }
+                Err(e) => (Err(e), took),
+            }
+        };
+        Ok(match call {
+            StartCall::Read { offset, len } => {
+                crate::check_range(self.name(), "read", offset, len, self.len())?;
+                let pending = self.begin_read(len as usize, offset)?;
+                Started::new(move |out| recycle(pending.wait_timed(), out))
+            }
+            StartCall::Write { offset, bufs } => {
+                let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+                crate::check_range(self.name(), "write", offset, len, self.len())?;
+                let pending = self.begin_write(bufs, offset, false)?;
+                Started::new(move |_| recycle(pending.wait_timed(), &mut |_| {}))
+            }
+            StartCall::Trim { offset, len } => {
+                let pending = self.begin(Kind::Trim, move |m| m.trim(offset, len))?;
+                Started::new(move |_| pending.wait_timed())
+            }
+            StartCall::WriteZeroes { offset, len } => {
+                let pending =
+                    self.begin(Kind::WriteZeroes, move |m| m.write_zeroes(offset, len))?;
+                Started::new(move |_| pending.wait_timed())
+            }
+            StartCall::Flush => {
+                let pending = self.begin(Kind::Flush, |m| m.flush())?;
+                Started::new(move |_| pending.wait_timed())
+            }
+        })
+    }
+}
+
+/// A call handed to a worker ([`Detached::begin`]), not yet waited for.
+struct Pending<T> {
+    rx: mpsc::Receiver<Message<T>>,
+    kind: Kind,
+    started: Instant,
+    deadline: Instant,
+    inner: Arc<dyn Member>,
+    shared: Arc<Shared>,
+}
+
+impl<T> Pending<T> {
+    /// Waits for the call until its deadline, or until another call to the member is
+    /// abandoned (the member wedges: nothing waits for it any more).
+    fn wait(self) -> io::Result<T> {
+        self.wait_timed().0
+    }
+
+    /// [`Pending::wait`], and how long the call took: until it returned, or until it was
+    /// abandoned (not until it was waited for).
+    fn wait_timed(self) -> (io::Result<T>, Duration) {
+        let wait = self.deadline.saturating_duration_since(Instant::now());
+        match self.rx.recv_timeout(wait) {
+            Ok(Message::Done(result, returned)) => (result, returned - self.started),
+            Ok(Message::Wedged) => self.abandon(false),
+            Err(_) => self.abandon(true),
+        }
+    }
+
+    /// Leaves a call behind: at its deadline (`timed_out`), or because another call to the
+    /// member was abandoned meanwhile. The first abandonment wedges the member and wakes
+    /// every other caller still waiting for it.
+    fn abandon(self, timed_out: bool) -> (io::Result<T>, Duration) {
+        let Pending {
+            rx,
+            kind,
+            started,
+            shared,
+            inner,
+            ..
+        } = self;
+        let mut state = shared.lock();
+        while let Ok(message) = rx.try_recv() {
+            if let Message::Done(result, returned) = message {
+                return (result, returned - started); // returned just now
+            }
+        }
+        drop(rx); // the worker's send now fails: it knows the call was abandoned
+        state.stuck += 1;
+        state.abandoned_total += 1;
+        if !timed_out {
+            // Counted, not logged: the abandonment that wedged the member was.
+            let e = io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "member {}: {} abandoned after {} ms: another call to the member was stuck \
+                     in the kernel, so it is not used again",
+                    inner.name(),
+                    kind.name(),
+                    started.elapsed().as_millis()
+                ),
+            );
+            return (Err(e), started.elapsed());
+        }
+        shared.wedged.store(true, Ordering::Release);
+        for (_, wake) in state.waiting.drain() {
+            wake();
+        }
+        let message = format!(
+            "member {}: {} stuck in the kernel for {} ms: abandoned ({} call(s) still stuck, {} \
+             abandoned in all; at {STUCK_MAX} stuck every call fails at once); the member is not \
+             used again",
+            inner.name(),
+            kind.name(),
+            started.elapsed().as_millis(),
+            state.stuck,
+            state.abandoned_total
+        );
+        drop(state);
+        eprintln!("raidkit: {message}");
+        (
+            Err(io::Error::new(io::ErrorKind::TimedOut, message)),
+            started.elapsed(),
+        )
+    }
+}
+
+/// Copies `data` into `bufs`, one after the other (a vectored read served from one buffer).
+pub fn scatter(data: &[u8], bufs: &mut [&mut [u8]]) {
+    let mut at = 0;
+    for b in bufs.iter_mut() {
+        b.copy_from_slice(&data[at..at + b.len()]);
+        at += b.len();
     }
 }
 
@@ -425,13 +699,7 @@ impl Member for Detached {
     fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
         let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
         crate::check_range(self.name(), "read", offset, len, self.len())?;
-        self.read_owned(len as usize, offset, |data| {
-            let mut at = 0;
-            for b in bufs.iter_mut() {
-                b.copy_from_slice(&data[at..at + b.len()]);
-                at += b.len();
-            }
-        })
+        self.read_owned(len as usize, offset, |data| scatter(data, bufs))
     }
 
     /// One write of `bufs` copied into an owned buffer.
@@ -459,6 +727,10 @@ impl Member for Detached {
 
     fn identity(&self) -> Option<crate::Identity> {
         self.inner.identity()
+    }
+
+    fn start(&self, call: StartCall<'_>) -> Option<Started> {
+        Some(self.start_call(call).unwrap_or_else(Started::failed))
     }
 
     fn stuck_calls(&self) -> (usize, u64) {
@@ -626,6 +898,38 @@ mod tests {
         assert!(waited < timeout + timeout / 4 + timeout / 8, "{waited:?}");
         a.set_closed(false);
         b.set_closed(false);
+    }
+
+    #[test]
+    fn callers_waiting_on_a_member_are_released_when_another_call_is_abandoned() {
+        // One request's deadline runs out while another request still waits for the same
+        // stuck member with a later deadline: the member is known not to answer from the
+        // first abandonment, so the second caller stops waiting then, not at its own deadline.
+        let gated = Gated::new();
+        let timeout = Duration::from_millis(1500);
+        let m = Arc::new(Detached::new(gated.clone(), timeout));
+        gated.set_closed(true);
+        let started = Instant::now();
+        let later = {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || {
+                let e = m.write_at(b"later", 0).unwrap_err();
+                (e, started.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        with_deadline(started + TIMEOUT, || {
+            let e = m.read_at(&mut [0u8; 8], 0).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        });
+        let (e, waited) = later.join().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(e.to_string().contains("another call"), "{e}");
+        assert!(waited < TIMEOUT + timeout / 4, "waited {waited:?}");
+        // Both calls are left behind, both counted.
+        assert_eq!(m.abandoned(), (2, 2));
+        gated.set_closed(false);
+        wait_until(|| m.abandoned() == (0, 2));
     }
 
     #[test]

@@ -63,7 +63,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use detached::{
-    carry_deadline, current_deadline, with_deadline, Detached, STUCK_MAX, WORKERS_MAX,
+    carry_deadline, current_deadline, scatter, with_deadline, Detached, StartCall, Started,
+    STUCK_MAX, WORKERS_MAX,
 };
 pub use error::{check_range, Holder, MemberError};
 pub use exclusive::{holder_of, Identity};
@@ -137,6 +138,14 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     /// device's number, an NBD server and export): two members with the same identity are the
     /// same storage. `None` for storage that cannot be named twice (RAM, simulated members).
     fn identity(&self) -> Option<Identity> {
+        None
+    }
+    /// Starts `call` on another thread and returns at once, so that the calls of one batch to
+    /// several members run, and wait out their deadline, together ([`Detached`]); `None` (the
+    /// default) when the member makes its calls on the caller's thread: the caller then makes
+    /// the call as usual.
+    fn start(&self, call: StartCall<'_>) -> Option<Started> {
+        let _ = call;
         None
     }
     /// Calls abandoned at their deadline and still stuck in the kernel, and calls abandoned

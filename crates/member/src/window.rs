@@ -105,6 +105,15 @@ impl Member for Window {
         self.inner.write_zeroes(self.offset_bytes + offset, len)
     }
 
+    /// Started on the inner member at the window's offset; a call outside the window is not
+    /// started (the caller's own call then fails with the range error).
+    fn start(&self, call: crate::StartCall<'_>) -> Option<crate::Started> {
+        if let Some((offset, len)) = call.range() {
+            check_member_range(self, "call", offset, len).ok()?;
+        }
+        self.inner.start(call.moved(self.offset_bytes))
+    }
+
     fn stuck_calls(&self) -> (usize, u64) {
         self.inner.stuck_calls()
     }

@@ -171,7 +171,10 @@ def test_a_reload_applies_the_window_and_the_schedule_at_once(tmp_path):
     config, admin = config_for(tmp_path, scanned + tunables + f'background_window = "{window}"\n')
     daemon = Daemon(config, 1, env=dict(os.environ, TZ="UTC"))
     try:
-        raidkit("scrub", "--admin", admin)
+        # `scrub --wait` returns at once: the scrub waits for the window, and it says so.
+        out = raidkit("scrub", "--admin", admin, "--wait", timeout=30).stdout
+        assert f"the scrub is paused (outside the background window {window}); it goes on " \
+               "by itself when the window opens" in out, out
         task = status(admin)["task"]
         assert task["paused"] == f"outside the background window {window}", task
         config.write_text(config.read_text().replace(f'background_window = "{window}"\n',

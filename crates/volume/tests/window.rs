@@ -26,6 +26,18 @@ fn task(v: &Volume) -> Option<TaskStatus> {
     v.status().task
 }
 
+/// A RAID 5 of three new files with a fourth as its spare, assembled.
+fn raid5_with_a_spare(dir: &std::path::Path, prefix: &str) -> Volume {
+    let all = files(dir, prefix, 4);
+    let mut opts = ondisk::CreateOptions::new("raid5".parse().unwrap(), prefix);
+    opts.chunk_bytes = 64 * 1024;
+    opts.spares = open_all(&all[3..]);
+    ondisk::create(&open_all(&all[..3]), &opts).unwrap();
+    let mut members: Vec<Arc<dyn Member>> = open_all(&all[..3]);
+    members.extend(open_all(&all[3..]));
+    volume::assemble(members, &volume::AssembleOptions::default()).unwrap()
+}
+
 #[test]
 fn a_scrub_outside_the_window_pauses_at_its_position_and_goes_on_from_there() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,14 +108,7 @@ fn a_scrub_outside_the_window_pauses_at_its_position_and_goes_on_from_there() {
 #[test]
 fn a_scrub_asked_for_outside_the_window_waits_for_it_and_a_rebuild_does_not() {
     let dir = tempfile::tempdir().unwrap();
-    let all = files(dir.path(), "r", 4);
-    let mut opts = ondisk::CreateOptions::new("raid5".parse().unwrap(), "r");
-    opts.chunk_bytes = 64 * 1024;
-    opts.spares = open_all(&all[3..]);
-    ondisk::create(&open_all(&all[..3]), &opts).unwrap();
-    let mut members: Vec<Arc<dyn Member>> = open_all(&all[..3]);
-    members.extend(open_all(&all[3..]));
-    let v = volume::assemble(members, &volume::AssembleOptions::default()).unwrap();
+    let v = raid5_with_a_spare(dir.path(), "r");
     v.set_speed_limits(limits(1 << 40));
     v.defer_background(Some(OUTSIDE.into()));
     v.scrub(false).unwrap();
@@ -153,14 +158,7 @@ fn a_resync_outside_the_window_waits_and_finishes_after_it_opens() {
 #[test]
 fn a_running_scrub_gives_way_to_a_rebuild_and_goes_on_from_its_position() {
     let dir = tempfile::tempdir().unwrap();
-    let all = files(dir.path(), "g", 4);
-    let mut opts = ondisk::CreateOptions::new("raid5".parse().unwrap(), "g");
-    opts.chunk_bytes = 64 * 1024;
-    opts.spares = open_all(&all[3..]);
-    ondisk::create(&open_all(&all[..3]), &opts).unwrap();
-    let mut members: Vec<Arc<dyn Member>> = open_all(&all[..3]);
-    members.extend(open_all(&all[3..]));
-    let v = volume::assemble(members, &volume::AssembleOptions::default()).unwrap();
+    let v = raid5_with_a_spare(dir.path(), "g");
     v.write(0, &pattern(v.size_bytes() as usize, 9)).unwrap();
     v.set_speed_limits(limits(256 << 10));
     v.scrub(false).unwrap();

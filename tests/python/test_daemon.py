@@ -33,6 +33,9 @@ storage service.
   moved spare from its superblock and B starts without it.
 - ``test_a_spare_too_small_is_not_moved``: the group's only spare is smaller than the degraded
   array's members: nothing moves, ``SparesMissing`` says why, once.
+- ``test_a_read_only_array_neither_lends_nor_borrows``: a read-only array's spare stays with it
+  when another array of its group is degraded (it writes no superblock); its status is served,
+  its actions refused (the daemon used to panic at its start).
 """
 
 import json
@@ -499,6 +502,21 @@ def test_reload_adds_changes_and_removes_arrays_under_load(tmp_path):
         assert f'array "{name}" closed cleanly' in log, log
 
 
+def group_config(tmp_path, program, lender, borrower, members_of, spare, extra=""):
+    """A configuration of two arrays in the spare group "shelf": ``borrower`` with no spare,
+    ``lender`` with ``spare`` (and ``extra`` lines); returns (config, admin socket)."""
+    admin = tmp_path / "admin.sock"
+    config = tmp_path / "raidkit.toml"
+    config.write_text(
+        f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{admin}"\n\n'
+        f'[alerts]\nprogram = "{program}"\n\n'
+        f'[[array]]\nname = "{borrower}"\nmembers = {json.dumps(list(map(str, members_of[borrower])))}\n'
+        'spare_group = "shelf"\n\n'
+        f'[[array]]\nname = "{lender}"\nmembers = {json.dumps(list(map(str, members_of[lender])))}\n'
+        f'spares = ["{spare}"]\nspare_group = "shelf"\n{extra}')
+    return config, admin
+
+
 def test_a_spare_moves_within_its_spare_group(tmp_path):
     """mdadm's spare groups: arrays "a" and "b" share the group "shelf"; only "b" has a spare.
     A member of "a" fails: "b"'s spare is taken out of "b" (its superblock erased) and added to
@@ -515,15 +533,8 @@ def test_a_spare_moves_within_its_spare_group(tmp_path):
         f.truncate(16 << 20)
     program, alerts = alert_program(tmp_path)
     program.write_text(f'#!/bin/sh\necho "$@ from=$RAIDKIT_FROM_ARRAY" >> {alerts}\n')
-    admin = tmp_path / "admin.sock"
-    config = tmp_path / "raidkit.toml"
-    config.write_text(
-        f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{admin}"\n\n'
-        f'[alerts]\nprogram = "{program}"\n\n'
-        f'[[array]]\nname = "a"\nmembers = {json.dumps(list(map(str, a)))}\n'
-        'spare_group = "shelf"\n\n'
-        f'[[array]]\nname = "b"\nmembers = {json.dumps(list(map(str, b)))}\n'
-        f'spares = ["{spare}"]\nspare_group = "shelf"\n')
+    config, admin = group_config(tmp_path, program, "b", "a",
+                                 {"a": a, "b": b}, spare)
     daemon = Daemon(config, 2)
     try:
         qemu_io(daemon.serving["a"], "write -P 0xa1 0 15M", "flush")
@@ -584,15 +595,8 @@ def test_a_spare_too_small_is_not_moved(tmp_path):
     with open(spare, "wb") as f:
         f.truncate(16 << 20)
     program, alerts = alert_program(tmp_path)
-    admin = tmp_path / "admin.sock"
-    config = tmp_path / "raidkit.toml"
-    config.write_text(
-        f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{admin}"\n\n'
-        f'[alerts]\nprogram = "{program}"\n\n'
-        f'[[array]]\nname = "big"\nmembers = {json.dumps(list(map(str, big)))}\n'
-        'spare_group = "shelf"\n\n'
-        f'[[array]]\nname = "b"\nmembers = {json.dumps(list(map(str, b)))}\n'
-        f'spares = ["{spare}"]\nspare_group = "shelf"\n')
+    config, admin = group_config(tmp_path, program, "b", "big",
+                                 {"big": big, "b": b}, spare)
     daemon = Daemon(config, 2)
     try:
         since = time.monotonic()
@@ -610,3 +614,35 @@ def test_a_spare_too_small_is_not_moved(tmp_path):
     assert alerts.read_text().count("SparesMissing big") == 1, alerts.read_text()
     assert 'no spare of spare group "shelf" is large enough for it' in log, log
     assert f"the largest spare ({spare} of array \"b\")" in log, log
+
+
+def test_a_read_only_array_neither_lends_nor_borrows(tmp_path):
+    """A read-only array writes nothing, not even a superblock: its spare is never taken for a
+    degraded array of its group (the move failed on its read-only handles and alerted). Its
+    status is served and actions are refused (the daemon panicked at the start of a read-only
+    array: its admin control asserted a writable array)."""
+    a = create(tmp_path, "1", "a", 2)
+    ro = [tmp_path / f"ro{i}" for i in range(2)]
+    spare = tmp_path / "ro-spare"
+    raidkit("create", "--level", "1", "--name", "ro", "--size", "16M", "--spare", spare, *ro)
+    program, alerts = alert_program(tmp_path)
+    config, admin = group_config(tmp_path, program, "ro", "a",
+                                 {"a": a, "ro": ro}, spare, extra="read_only = true\n")
+    daemon = Daemon(config, 2)
+    try:
+        since = time.monotonic()
+        raidkit("fail", "--admin", admin, "--array", "a", a[1])
+        wait_for_line(alerts, "DegradedArray a", since, ALERT_WAIT_S)
+        time.sleep(1)  # five polls of the monitor
+        statuses = json.loads(raidkit("status", "--admin", admin, "--json").stdout)["arrays"]
+        assert statuses["a"]["health"] == "degraded", statuses["a"]
+        kept = [m["name"] for m in statuses["ro"]["members"] if m["role"] is None]
+        assert kept == [str(spare)], statuses["ro"]["members"]
+        # Its status is served; an action is refused, and says why.
+        refused = raidkit("fail", "--admin", admin, "--array", "ro", ro[0], check=False)
+        assert refused.returncode != 0 and "is served read-only" in refused.stderr, refused
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert "MoveSpare" not in log and "could not be moved" not in log, log
+    assert "SparesMissing a" not in alerts.read_text(), alerts.read_text()

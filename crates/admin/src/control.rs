@@ -14,7 +14,8 @@ use crate::status::Status;
 use crate::Log;
 
 /// Acts on one volume; members named by `add`/`replace` are opened here, on the server, with
-/// the same options as the array's members.
+/// the same options as the array's members. A read-only array (its members opened read-only)
+/// answers status, stats and wait, and refuses every action with 409.
 pub struct VolumeControl {
     volume: Arc<Volume>,
     open: OpenOptions,
@@ -37,7 +38,6 @@ impl VolumeControl {
         remote: RemoteOptions,
         log: Log,
     ) -> VolumeControl {
-        assert!(!open.read_only, "a read-only array has no admin actions");
         VolumeControl {
             volume,
             open,
@@ -150,6 +150,20 @@ impl Control for VolumeControl {
 
     fn handle(&self, request: Request) -> Result<Value, ApiError> {
         let v = &self.volume;
+        let reads = matches!(
+            request,
+            Request::Status | Request::Stats | Request::Wait { .. }
+        );
+        if self.open.read_only && !reads {
+            return Err(ApiError::new(
+                409,
+                format!(
+                    "array {:?} is served read-only: it takes no action (serve it without \
+                     read-only to manage it)",
+                    v.name()
+                ),
+            ));
+        }
         match request {
             Request::Status => self.status(),
             Request::Stats => encode(self.stats()),

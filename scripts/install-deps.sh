@@ -4,7 +4,7 @@
 #
 #   Debian packages: fio qemu-utils libnbd-bin nbdkit python3-libnbd e2fsprogs fuse3
 #                    python3-pytest mount (losetup), gcc (linker for cargo),
-#                    systemd (systemd-analyze verify of the unit),
+#                    systemd (systemd-analyze verify of the unit), prometheus (promtool check metrics),
 #                    chromium chromium-driver python3-selenium (the dashboard in a browser)
 #   Rust toolchain:  rustup (stable), only when cargo is missing or older than rust-version.
 set -euo pipefail
@@ -29,6 +29,7 @@ PROBES=(
   "chromium:chromium"
   "chromedriver:chromium-driver"
   "py:selenium:python3-selenium"
+  "promtool:prometheus"
 )
 
 have() {

@@ -18,7 +18,7 @@ import nbd
 import pytest
 
 import skips
-from conftest import RAIDKIT_BIN, SEED, SERVER_KIND, run
+from conftest import RAIDKIT_BIN, SEED, SERVER_KIND, free_tcp_port, require_tools, run
 
 pytestmark = pytest.mark.skipif(
     SERVER_KIND != "raidkit", reason=skips.env_reason("RAIDKIT_TEST_SERVER: raidkit's own counters"))
@@ -128,3 +128,104 @@ def test_iostat_refuses_a_bad_interval_and_an_unknown_array(tmp_path):
         assert unknown.returncode != 0 and "nope" in unknown.stderr, unknown.stderr
     finally:
         stop(proc)
+
+
+def scrape(port):
+    """The metrics text, and its samples by name and labels."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        assert reply.headers["content-type"].startswith("text/plain; version=0.0.4")
+        text = reply.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            samples[key] = float(value)
+    return text, samples
+
+
+def test_metrics_move_under_load_and_pass_promtool(tmp_path):
+    require_tools("promtool")
+    rng = random.Random(SEED)
+    port = free_tcp_port()
+    # A port alone: loopback.
+    proc, sock, admin = start(tmp_path, "1", extra=["--metrics", str(port)])
+    try:
+        before_text, before = scrape(port)
+        writes = write_for(sock, 1.0, rng)
+        after_text, after = scrape(port)
+        for text in (before_text, after_text):
+            path = tmp_path / "metrics.txt"
+            path.write_text(text)
+            checked = run(["promtool", "check", "metrics"], check=False, stdin=open(path))
+            assert checked.returncode == 0, checked.stdout + checked.stderr
+        name = "raidkit"
+        writes_key = f'raidkit_array_requests_total{{array="{name}",op="write"}}'
+        assert after[writes_key] - before[writes_key] == writes
+        bytes_key = f'raidkit_array_bytes_total{{array="{name}",op="write"}}'
+        assert after[bytes_key] - before[bytes_key] == writes * 4096
+        member_writes = sum(
+            after[k] - before.get(k, 0) for k in after
+            if k.startswith("raidkit_member_requests_total{") and 'op="write"' in k)
+        assert member_writes == 2 * writes, "RAID 1: every write to both members"
+        count_key = f'raidkit_array_request_duration_seconds_count{{array="{name}",op="write"}}'
+        assert after[count_key] - before[count_key] == writes
+        assert after[f'raidkit_array_busy_seconds_total{{array="{name}"}}'] > \
+            before[f'raidkit_array_busy_seconds_total{{array="{name}"}}']
+        # Health and member states are gauges of a state set.
+        assert after[f'raidkit_array_health{{array="{name}",health="active"}}'] == 1
+        assert after[f'raidkit_array_health{{array="{name}",health="degraded"}}'] == 0
+        for i in range(2):
+            member = tmp_path / f"m{i}.img"
+            key = f'raidkit_member_state{{array="{name}",member="{member}",role="{i}",state="active"}}'
+            assert after[key] == 1, after_text
+        # A failed member shows as such.
+        run([RAIDKIT_BIN, "fail", "--admin", str(admin), str(tmp_path / "m1.img")])
+        _, failed = scrape(port)
+        key = f'raidkit_member_state{{array="{name}",member="{tmp_path / "m1.img"}",role="1",state="faulty"}}'
+        assert failed[key] == 1
+        assert failed[f'raidkit_array_health{{array="{name}",health="degraded"}}'] == 1
+        # Only GET /metrics.
+        import urllib.error
+        import urllib.request
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+        assert e.value.code == 404
+    finally:
+        stop(proc)
+
+
+def test_metrics_address_is_checked_before_the_array_is_touched(tmp_path):
+    members = [tmp_path / f"m{i}.img" for i in range(2)]
+    bad = run([RAIDKIT_BIN, "serve", "--create", "--level", "1", "--size", "64M",
+               "--unix", str(tmp_path / "nbd.sock"), "--metrics", "no-such-host.invalid:9",
+               *map(str, members)], check=False)
+    assert bad.returncode != 0 and "metrics address" in bad.stderr, bad.stderr
+    assert not any(m.exists() for m in members), "nothing created"
+
+
+def test_the_daemon_serves_every_arrays_metrics(tmp_path):
+    require_tools("promtool")
+    from test_daemon import Daemon, create
+    entries = []
+    for name in ("home", "media"):
+        create(tmp_path, "1", name, 2)
+        entries.append(run([RAIDKIT_BIN, "examine", "--scan", f"{tmp_path}/{name}0",
+                            f"{tmp_path}/{name}1"]).stdout)
+    port = free_tcp_port()
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n'
+                      f'metrics = "127.0.0.1:{port}"\n\n' + "\n".join(entries))
+    daemon = Daemon(config, 2)
+    try:
+        text, samples = scrape(port)
+        for name in ("home", "media"):
+            assert samples[f'raidkit_array_health{{array="{name}",health="clean"}}'] == 1, text
+            assert f'raidkit_member_requests_total{{array="{name}",member="{tmp_path}/{name}1",role="1",op="write"}}' in samples
+        path = tmp_path / "metrics.txt"
+        path.write_text(text)
+        checked = run(["promtool", "check", "metrics"], check=False, stdin=open(path))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    finally:
+        daemon.stop()
+        daemon.kill()

@@ -12,6 +12,8 @@
 //!   volume's status with the journal and read-cache sections the front end fills in.
 //! - [`pages`]: [`pages::Pages`], what answers the metrics listener's other paths (the web
 //!   dashboard), with its plain request and response.
+//! - [`metrics`]: the Prometheus text exposition of the arrays' snapshots and its HTTP
+//!   listener (`GET /metrics`), bounded like the admin socket.
 //! - [`stats`]: [`stats::Snapshot`], what `GET /v1/stats` serves: the I/O counters of the
 //!   array (as its clients see it) and of each member, with the status, at one moment.
 //!
@@ -22,6 +24,7 @@ use std::sync::Arc;
 
 pub mod api;
 pub mod control;
+pub mod metrics;
 pub mod pages;
 pub mod server;
 pub mod stats;

@@ -258,28 +258,49 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let listener = tokio::net::UnixListener::from_std(socket.listener.try_clone()?)?;
-    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let accept = || async { listener.accept().await.map(|(stream, _)| stream) };
+    let served = |stream| serve_connection(stream, Arc::clone(&arrays), Arc::clone(&log));
+    accept_bounded(accept, CONNECTIONS_MAX, "admin", &log, shutdown, served).await;
+    Ok(())
+}
+
+/// Accepts connections until `shutdown`, at most `max` served at once (more are answered 503
+/// naming `what` and closed), each served by `serve` on a task of its own.
+pub(crate) async fn accept_bounded<S, A, F>(
+    accept: impl Fn() -> A,
+    max: usize,
+    what: &str,
+    log: &Log,
+    shutdown: impl Future<Output = ()>,
+    serve: impl Fn(S) -> F,
+) where
+    A: Future<Output = io::Result<S>>,
+    S: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(max));
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+            _ = &mut shutdown => return,
+            accepted = accept() => match accepted {
+                Ok(stream) => stream,
                 Err(e) => {
-                    log(&format!("admin socket: accept failed: {e}"));
+                    log(&format!("{what} listener: accept failed: {e}"));
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
         };
         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-            tokio::spawn(refuse_busy(stream));
+            let busy = format!("too many {what} connections (at most {max})");
+            tokio::spawn(refuse_busy(stream, busy));
             continue;
         };
-        let (arrays, log) = (Arc::clone(&arrays), Arc::clone(&log));
+        let served = serve(stream);
         tokio::spawn(async move {
             let _permit = permit;
-            serve_connection(stream, arrays, log).await;
+            served.await;
         });
     }
 }
@@ -301,10 +322,9 @@ async fn serve_connection(stream: tokio::net::UnixStream, arrays: Arc<Arrays>, l
     }
 }
 
-/// Answers a connection over the bound with 503 and closes it.
-async fn refuse_busy(mut stream: tokio::net::UnixStream) {
-    let body = json!({"error": format!("too many admin connections (at most {CONNECTIONS_MAX})")})
-        .to_string();
+/// Answers a connection over the bound with 503 (`message`) and closes it.
+pub(crate) async fn refuse_busy(mut stream: impl tokio::io::AsyncWrite + Unpin, message: String) {
+    let body = json!({ "error": message }).to_string();
     let reply = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n{body}",

@@ -88,6 +88,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .as_ref()
         .map_or_else(|| PathBuf::from(ADMIN_DEFAULT), |p| p.get_ref().clone());
     let admin = bind_admin(&admin_path, &log)?;
+    let metrics = (config.daemon.metrics.as_ref())
+        .map(|addr| serve::bind_metrics(addr.get_ref()))
+        .transpose()?;
     let alerter = Arc::new(Alerter::start(&targets(&config), Arc::clone(&log)));
     let monitor = Arc::new(Monitor::start(Arc::clone(&alerter)));
     let scheduler = Arc::new(start_scheduler());
@@ -136,6 +139,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Arc::clone(&alerter),
     ));
     admin_arrays.set_reload(reload::admin_hook(Arc::clone(&reloader)));
+    // Stopped below once the listeners have drained.
+    let metrics = metrics.map(|listener| {
+        let served = Arc::clone(&admin_arrays);
+        let log = Arc::clone(&log);
+        runtime.spawn(serve::serve_metrics(
+            listener,
+            served,
+            log,
+            std::future::pending(),
+        ))
+    });
     systemd(&[NotifyState::Ready, NotifyState::Status(&ready)]);
 
     let served = runtime.block_on(listeners.serve(
@@ -146,6 +160,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Arc::clone(&reloader),
     ));
     systemd(&[NotifyState::Stopping]);
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
     drop(watchdog);
     drop(admin);
     // No reload can run any more: the admin socket and the SIGHUP task are gone.

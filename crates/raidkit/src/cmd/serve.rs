@@ -137,6 +137,12 @@ pub struct Args {
     #[arg(long, value_name = "PATH", conflicts_with = "read_only")]
     admin: Option<PathBuf>,
 
+    /// Serve Prometheus metrics (text format, `GET /metrics`) on TCP HOST:PORT; a port alone
+    /// is 127.0.0.1:PORT. The address is bound as given: the metrics name the array and its
+    /// members to whoever can reach it.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "read_only")]
+    metrics: Option<String>,
+
     /// A member with more read errors than this within --read-error-window is marked faulty.
     #[arg(long, value_name = "N", default_value_t = defaults::READ_ERRORS_MAX)]
     read_errors_max: u32,
@@ -319,6 +325,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let metrics = args.metrics.as_deref().map(bind_metrics).transpose()?;
     let running = start_array(&args, stack_options)?;
     let volume = Arc::clone(running.volume());
     let export_name = args
@@ -332,15 +339,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         assert!(arrays.insert(volume.name(), Arc::new(control)));
         arrays
     };
-    let admin_served = admin
-        .as_ref()
-        .map(|socket| (socket, arrays(), Arc::clone(&log)));
+    let served_arrays = (admin.is_some() || metrics.is_some()).then(arrays);
+    let admin_served = (admin.as_ref().zip(served_arrays.clone()))
+        .map(|(socket, arrays)| (socket, arrays, Arc::clone(&log)));
+    let metrics_served = metrics.zip(served_arrays);
     let served = runtime.block_on(serve(
         &volume,
         running.stack().export(),
         endpoint,
         server_config(export_name, &volume, args.read_only, args.buffer_memory),
         admin_served,
+        metrics_served.map(|(listener, arrays)| (listener, arrays, Arc::clone(&log))),
     ));
     drop(admin);
     // Close even if serving failed: requests already answered must be flushed.
@@ -354,6 +363,48 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     closed.journal?;
     eprintln!("raidkit: array \"{}\" closed cleanly", volume.name());
     Ok(())
+}
+
+/// Binds the metrics listener at `text`: `HOST:PORT`, or a port alone on 127.0.0.1.
+pub(crate) fn bind_metrics(text: &str) -> anyhow::Result<std::net::TcpListener> {
+    let with_host;
+    let addr_text = match text.parse::<u16>() {
+        Ok(port) => {
+            with_host = format!("127.0.0.1:{port}");
+            with_host.as_str()
+        }
+        Err(_) => text,
+    };
+    let addr = addr_text
+        .to_socket_addrs()
+        .with_context(|| format!("metrics address {text:?}: not HOST:PORT or a port"))?
+        .next()
+        .with_context(|| format!("metrics address {text:?}: the host has no address"))?;
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    listener
+        .set_nonblocking(true)
+        .context("metrics listener: non-blocking mode")?;
+    Ok(listener)
+}
+
+/// Serves the metrics of `arrays` on `listener` (bound by [`bind_metrics`]) until `stop`.
+/// Must run inside the runtime.
+pub(crate) async fn serve_metrics(
+    listener: std::net::TcpListener,
+    arrays: Arc<Arrays>,
+    log: admin::Log,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr().context("metrics listener address")?;
+    let listener = tokio::net::TcpListener::from_std(listener).context("metrics listener")?;
+    eprintln!(
+        "raidkit: metrics on http://{addr}{}",
+        admin::metrics::METRICS_PATH
+    );
+    admin::metrics::serve(listener, arrays, log, stop)
+        .await
+        .context("metrics listener")
 }
 
 fn endpoint(args: &Args) -> anyhow::Result<Endpoint> {
@@ -515,6 +566,7 @@ async fn serve(
     endpoint: Endpoint,
     config: nbd::ServerConfig,
     admin: Option<(&AdminSocket, Arc<Arrays>, admin::Log)>,
+    metrics: Option<(std::net::TcpListener, Arc<Arrays>, admin::Log)>,
 ) -> anyhow::Result<()> {
     let listener = match &endpoint {
         Endpoint::Unix(path) => nbd::Listener::bind_unix(path)
@@ -558,10 +610,20 @@ async fn serve(
             None => Ok(()),
         }
     };
-    let (nbd_result, admin_result) = tokio::join!(nbd_served, admin_served);
+    let metrics_served = async {
+        match metrics {
+            Some((listener, arrays, log)) => {
+                serve_metrics(listener, arrays, log, stopped(stop_rx.clone())).await
+            }
+            None => Ok(()),
+        }
+    };
+    let (nbd_result, admin_result, metrics_result) =
+        tokio::join!(nbd_served, admin_served, metrics_served);
     signal_task.abort();
     nbd_result?;
     admin_result.context("admin socket")?;
+    metrics_result?;
     Ok(())
 }
 

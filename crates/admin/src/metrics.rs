@@ -1,0 +1,508 @@
+//! Prometheus metrics of the arrays in an [`Arrays`]: the text exposition format (0.0.4,
+//! written by the `prometheus-client` crate from each array's [`Snapshot`] at scrape time) on
+//! a small HTTP listener (`raidkit serve --metrics HOST:PORT`, the daemon's `[daemon]
+//! metrics`).
+//!
+//! Names start with `raidkit_`, carry their unit (`_bytes`, `_seconds`) and counters end in
+//! `_total`; labels are `array`, `member`, `role`, `op`, and `state`/`health`/`task` for the
+//! gauges of a state set (1 for the current state, 0 for the others). The listener answers
+//! `GET /metrics` only, to at most [`CONNECTIONS_MAX`] connections at once (more get a 503),
+//! with headers within [`HEADER_READ_TIMEOUT`] and a connection's life bounded by
+//! [`CONNECTION_TIMEOUT`]. It exposes array and member names to whoever can reach it: it binds
+//! what it is given (loopback by default).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request as HttpRequest, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use iostats::{latency_bucket_upper_ns, IoSnapshot, KindSnapshot, OpKind, LATENCY_BUCKETS};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use volume::{ArrayHealth, MemberState};
+
+use crate::server::Arrays;
+use crate::stats::Snapshot;
+use crate::status::wire_name;
+use crate::Log;
+
+/// The path metrics are served on.
+pub const METRICS_PATH: &str = "/metrics";
+/// Scrapes served at once.
+pub const CONNECTIONS_MAX: usize = 4;
+/// Time allowed to send the request headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest life of one connection.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest request head (hyper's read buffer).
+pub const REQUEST_BYTES_MAX: usize = 16 * 1024;
+
+/// The text exposition of every array in `arrays` (an array that cannot give its counters is
+/// left out).
+pub fn render(arrays: &Arrays) -> String {
+    let snapshots: Vec<(String, Snapshot)> = (arrays.all().into_iter())
+        .filter_map(|(name, control)| Some((name, control.snapshot().ok()?)))
+        .collect();
+    encode(snapshots)
+}
+
+/// The text exposition of these arrays' snapshots, by array name.
+pub fn encode(arrays: Vec<(String, Snapshot)>) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape { arrays }));
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
+        .expect("writing to a String cannot fail");
+    text
+}
+
+/// One scrape's snapshots, encoded once.
+#[derive(Debug)]
+struct Scrape {
+    arrays: Vec<(String, Snapshot)>,
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for family in self.families() {
+            family.encode(&mut encoder)?;
+        }
+        Ok(())
+    }
+}
+
+/// A metric's labels.
+type Labels = Vec<(&'static str, String)>;
+
+/// One metric family: its samples under one descriptor.
+struct Family {
+    name: String,
+    help: String,
+    samples: Vec<(Labels, Value)>,
+}
+
+enum Value {
+    Counter(u64),
+    /// A counter of seconds.
+    Seconds(f64),
+    Gauge(i64),
+    /// Per-bucket counts with each bucket's upper bound, and the sum.
+    Histogram(Vec<(f64, u64)>, f64),
+}
+
+impl Family {
+    fn new(
+        name: impl Into<String>,
+        help: impl Into<String>,
+        samples: Vec<(Labels, Value)>,
+    ) -> Family {
+        Family {
+            name: name.into(),
+            help: help.into(),
+            samples,
+        }
+    }
+
+    fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some((_, first)) = self.samples.first() else {
+            return Ok(()); // nothing to say (no journal, no task): no family
+        };
+        let kind = match first {
+            Value::Counter(_) | Value::Seconds(_) => MetricType::Counter,
+            Value::Gauge(_) => MetricType::Gauge,
+            Value::Histogram(..) => MetricType::Histogram,
+        };
+        let mut family = encoder.encode_descriptor(&self.name, &self.help, None, kind)?;
+        for (labels, value) in &self.samples {
+            let mut metric = family.encode_family(labels)?;
+            match value {
+                Value::Counter(v) => ConstCounter::new(*v).encode(metric)?,
+                Value::Seconds(v) => ConstCounter::new(*v).encode(metric)?,
+                Value::Gauge(v) => ConstGauge::new(*v).encode(metric)?,
+                Value::Histogram(buckets, sum) => {
+                    let count = buckets.iter().map(|(_, n)| n).sum();
+                    metric.encode_histogram::<NoLabelSet>(*sum, count, buckets, None)?
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The latency histogram of one kind of operation, in seconds.
+fn latency(k: &KindSnapshot) -> Value {
+    let buckets = (0..LATENCY_BUCKETS)
+        .map(|b| {
+            let upper = latency_bucket_upper_ns(b).map_or(f64::INFINITY, |ns| ns as f64 / 1e9);
+            (upper, k.latency[b])
+        })
+        .collect();
+    Value::Histogram(buckets, k.time_ns as f64 / 1e9)
+}
+
+/// A device's I/O families, `{prefix}_requests_total`, `_bytes_total`, `_errors_total`,
+/// `_request_duration_seconds` (by `op`), `_requests_in_flight` and `_busy_seconds_total`, for
+/// `devices` (each one's labels and counters).
+fn io_families(prefix: &str, what: &str, devices: &[(Labels, &IoSnapshot)]) -> Vec<Family> {
+    let per_op = |value: fn(&KindSnapshot) -> Value| -> Vec<(Labels, Value)> {
+        let mut samples = Vec::new();
+        for (labels, io) in devices {
+            for op in OpKind::ALL {
+                let mut labels = labels.clone();
+                labels.push(("op", op.name().to_string()));
+                samples.push((labels, value(io.kind(op))));
+            }
+        }
+        samples
+    };
+    let per_device = |value: fn(&IoSnapshot) -> Value| -> Vec<(Labels, Value)> {
+        (devices.iter())
+            .map(|(labels, io)| (labels.clone(), value(io)))
+            .collect()
+    };
+    vec![
+        Family::new(
+            format!("{prefix}_requests"),
+            format!("Requests completed {what}, by operation."),
+            per_op(|k| Value::Counter(k.ops)),
+        ),
+        Family::new(
+            format!("{prefix}_bytes"),
+            format!("Bytes of the requests completed {what}, by operation."),
+            per_op(|k| Value::Counter(k.bytes)),
+        ),
+        Family::new(
+            format!("{prefix}_errors"),
+            format!("Requests that failed {what}, by operation."),
+            per_op(|k| Value::Counter(k.errors)),
+        ),
+        Family::new(
+            format!("{prefix}_request_duration_seconds"),
+            format!(
+                "Time of the requests {what}, by operation; the rate of the sums over all \
+                 operations is iostat's aqu-sz."
+            ),
+            per_op(latency),
+        ),
+        Family::new(
+            format!("{prefix}_requests_in_flight"),
+            format!("Requests started and not finished {what}."),
+            per_device(|io| gauge(io.in_flight)),
+        ),
+        Family::new(
+            format!("{prefix}_busy_seconds"),
+            format!(
+                "Time with at least one request in flight {what}; its rate is iostat's %util / 100."
+            ),
+            per_device(|io| Value::Seconds(io.busy_ns as f64 / 1e9)),
+        ),
+    ]
+}
+
+const HEALTHS: [ArrayHealth; 6] = [
+    ArrayHealth::Clean,
+    ArrayHealth::Active,
+    ArrayHealth::Degraded,
+    ArrayHealth::Resyncing,
+    ArrayHealth::Rebuilding,
+    ArrayHealth::Failed,
+];
+
+const MEMBER_STATES: [MemberState; 7] = [
+    MemberState::Active,
+    MemberState::Faulty,
+    MemberState::Missing,
+    MemberState::Rebuilding,
+    MemberState::Spare,
+    MemberState::Replacing,
+    MemberState::ReplacementTarget,
+];
+
+fn array_labels(name: &str) -> Labels {
+    vec![("array", name.to_string())]
+}
+
+fn member_labels(array: &str, member: &str, role: Option<usize>) -> Labels {
+    vec![
+        ("array", array.to_string()),
+        ("member", member.to_string()),
+        ("role", role.map(|r| r.to_string()).unwrap_or_default()),
+    ]
+}
+
+fn gauge(v: u64) -> Value {
+    Value::Gauge(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn counter(v: u64) -> Value {
+    Value::Counter(v)
+}
+
+impl Scrape {
+    /// Every family, each with the samples of every array.
+    fn families(&self) -> Vec<Family> {
+        let arrays = &self.arrays;
+        let mut families = self.state_families();
+        let clients: Vec<(Labels, &IoSnapshot)> = (arrays.iter())
+            .filter_map(|(name, s)| Some((array_labels(name), s.client.as_ref()?)))
+            .collect();
+        families.extend(io_families(
+            "raidkit_array",
+            "by the array's clients",
+            &clients,
+        ));
+        let members: Vec<(Labels, &IoSnapshot)> = (arrays.iter())
+            .flat_map(|(name, s)| {
+                (s.members.iter().enumerate()).map(move |(role, io)| {
+                    let member = s.member_name(role).unwrap_or_default();
+                    (member_labels(name, member, Some(role)), io)
+                })
+            })
+            .collect();
+        families.extend(io_families(
+            "raidkit_member",
+            "by the array to the member",
+            &members,
+        ));
+        families.extend(self.section_families());
+        families
+    }
+
+    /// Size, health, member states and error counts, the background task.
+    fn state_families(&self) -> Vec<Family> {
+        let mut info = Vec::new();
+        let mut size = Vec::new();
+        let mut health = Vec::new();
+        let mut states = Vec::new();
+        let (mut read_errors, mut write_errors, mut timeouts) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let (mut task_done, mut task_total) = (Vec::new(), Vec::new());
+        for (name, s) in &self.arrays {
+            let v = &s.status.volume;
+            let mut labels = array_labels(name);
+            labels.push(("level", v.level.clone()));
+            labels.push(("uuid", v.uuid.to_string()));
+            info.push((labels, gauge(1)));
+            size.push((array_labels(name), gauge(v.size_bytes)));
+            for h in HEALTHS {
+                let mut labels = array_labels(name);
+                labels.push(("health", wire_name(h)));
+                health.push((labels, gauge(u64::from(v.health == h))));
+            }
+            for m in &v.members {
+                let labels = member_labels(name, &m.name, m.role);
+                for state in MEMBER_STATES {
+                    let mut labels = labels.clone();
+                    labels.push(("state", wire_name(state)));
+                    states.push((labels, gauge(u64::from(m.state == state))));
+                }
+                read_errors.push((labels.clone(), counter(m.read_errors)));
+                write_errors.push((labels.clone(), counter(m.write_errors)));
+                timeouts.push((labels, counter(m.timeouts)));
+            }
+            if let Some(task) = &v.task {
+                let mut labels = array_labels(name);
+                labels.push(("task", wire_name(task.kind)));
+                task_done.push((labels.clone(), gauge(task.done_bytes)));
+                task_total.push((labels, gauge(task.total_bytes)));
+            }
+        }
+        vec![
+            Family::new("raidkit_array_info", "The arrays served, with their level and UUID.", info),
+            Family::new("raidkit_array_size_bytes", "Size of the array as its clients see it.", size),
+            Family::new(
+                "raidkit_array_health",
+                "The array's health: 1 for the current one (clean, active, degraded, resyncing, rebuilding, failed).",
+                health,
+            ),
+            Family::new(
+                "raidkit_member_state",
+                "Each member's state: 1 for the current one (role empty for spares).",
+                states,
+            ),
+            Family::new("raidkit_member_read_errors", "Read errors of the member (repaired from redundancy).", read_errors),
+            Family::new("raidkit_member_write_errors", "Write errors of the member.", write_errors),
+            Family::new("raidkit_member_timeouts", "Member requests slower than the I/O timeout.", timeouts),
+            Family::new("raidkit_task_done_bytes", "The background task's progress, per member.", task_done),
+            Family::new("raidkit_task_total_bytes", "The background task's size, per member.", task_total),
+        ]
+    }
+
+    /// The read cache and the journal.
+    fn section_families(&self) -> Vec<Family> {
+        let mut f: Vec<Family> = [
+            (
+                "raidkit_cache_hits",
+                "Read-cache block lookups answered from memory.",
+            ),
+            (
+                "raidkit_cache_misses",
+                "Read-cache block lookups that read below.",
+            ),
+            (
+                "raidkit_cache_allocated_bytes",
+                "Memory the read cache holds.",
+            ),
+            (
+                "raidkit_cache_capacity_bytes",
+                "The read cache's memory limit.",
+            ),
+            ("raidkit_journal_ring_bytes", "Size of the journal's ring."),
+            ("raidkit_journal_used_bytes", "Journal ring bytes in use."),
+            ("raidkit_journal_commits", "Journal group commits."),
+            ("raidkit_journal_checkpoints", "Journal checkpoints."),
+            (
+                "raidkit_journal_pressure_applies",
+                "Write-back applies forced by a full ring.",
+            ),
+            (
+                "raidkit_journal_unapplied_bytes",
+                "Write-back: acknowledged bytes not yet on the members.",
+            ),
+        ]
+        .into_iter()
+        .map(|(name, help)| Family::new(name, help, vec![]))
+        .collect();
+        for (name, s) in &self.arrays {
+            let l = || array_labels(name);
+            if let Some(c) = &s.status.cache {
+                f[0].samples.push((l(), counter(c.hits)));
+                f[1].samples.push((l(), counter(c.misses)));
+                f[2].samples.push((l(), gauge(c.allocated_bytes)));
+                f[3].samples.push((l(), gauge(c.capacity_bytes)));
+            }
+            if let Some(j) = &s.status.journal {
+                f[4].samples.push((l(), gauge(j.ring_bytes)));
+                f[5].samples.push((l(), gauge(j.used_bytes)));
+                f[6].samples.push((l(), counter(j.commits)));
+                f[7].samples.push((l(), counter(j.checkpoints)));
+                f[8].samples.push((l(), counter(j.pressure_applies)));
+                if let Some(unapplied) = j.unapplied_bytes {
+                    f[9].samples.push((l(), gauge(unapplied)));
+                }
+            }
+        }
+        f
+    }
+}
+
+/// Serves the metrics of `arrays` on `listener` until `shutdown` completes. Must run inside a
+/// tokio runtime.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    arrays: Arc<Arrays>,
+    log: Log,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let accept = || async { listener.accept().await.map(|(stream, _)| stream) };
+    let served = |stream| serve_connection(stream, Arc::clone(&arrays), Arc::clone(&log));
+    crate::server::accept_bounded(accept, CONNECTIONS_MAX, "metrics", &log, shutdown, served).await;
+    Ok(())
+}
+
+async fn serve_connection(stream: tokio::net::TcpStream, arrays: Arc<Arrays>, log: Log) {
+    let service = service_fn(move |req| scrape(req, Arc::clone(&arrays)));
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(REQUEST_BYTES_MAX)
+        .serve_connection(TokioIo::new(stream), service);
+    match tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
+        Ok(Ok(())) | Err(_) => {}
+        Ok(Err(e)) if e.is_incomplete_message() => {}
+        Ok(Err(e)) => log(&format!("metrics connection: {e}")),
+    }
+}
+
+async fn scrape(
+    req: HttpRequest<Incoming>,
+    arrays: Arc<Arrays>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (status, content_type, body) = match (req.method().as_str(), req.uri().path()) {
+        ("GET", METRICS_PATH) => {
+            // Reading a status may touch the members' filesystems: off the runtime's threads.
+            match tokio::task::spawn_blocking(move || render(&arrays)).await {
+                Ok(text) => (
+                    200,
+                    prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+                    text,
+                ),
+                Err(e) => (500, "text/plain", format!("metrics failed: {e}\n")),
+            }
+        }
+        (_, METRICS_PATH) => (405, "text/plain", format!("only GET {METRICS_PATH}\n")),
+        (_, path) => (
+            404,
+            "text/plain",
+            format!("no {path} here: metrics are at {METRICS_PATH}\n"),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = hyper::StatusCode::from_u16(status).expect("a valid status");
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_names_units_labels_and_histograms() {
+        let mut status = crate::status::tests::full();
+        status.volume.members[0].name = "a \"quoted\" \\ name".into();
+        let mut client = IoSnapshot::default();
+        client.write.ops = 3;
+        client.write.bytes = 3 * 4096;
+        client.write.latency[2] = 3;
+        client.write.time_ns = 9_000;
+        client.busy_ns = 1_500_000_000;
+        let snapshot = Snapshot {
+            unix_ms: 1,
+            status,
+            client: Some(client),
+            members: vec![client, IoSnapshot::default()],
+        };
+        let text = encode(vec![("home".into(), snapshot)]);
+        let has = |line: &str| assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        has("# TYPE raidkit_array_requests_total counter");
+        has(r#"raidkit_array_requests_total{array="home",op="write"} 3"#);
+        has(r#"raidkit_array_bytes_total{array="home",op="write"} 12288"#);
+        has(r#"raidkit_array_busy_seconds_total{array="home"} 1.5"#);
+        has("# TYPE raidkit_array_request_duration_seconds histogram");
+        has(
+            r#"raidkit_array_request_duration_seconds_bucket{array="home",op="write",le="2e-06"} 0"#,
+        );
+        has(
+            r#"raidkit_array_request_duration_seconds_bucket{array="home",op="write",le="4e-06"} 3"#,
+        );
+        has(
+            r#"raidkit_array_request_duration_seconds_bucket{array="home",op="write",le="+Inf"} 3"#,
+        );
+        has(r#"raidkit_array_request_duration_seconds_count{array="home",op="write"} 3"#);
+        has(r#"raidkit_array_health{array="home",health="rebuilding"} 1"#);
+        has(r#"raidkit_array_health{array="home",health="clean"} 0"#);
+        // Label values are escaped.
+        has(
+            r#"raidkit_member_state{array="home",member="a \"quoted\" \\ name",role="0",state="active"} 1"#,
+        );
+        has(r#"raidkit_member_requests_total{array="home",member="b",role="1",op="read"} 0"#);
+        has(r#"raidkit_journal_unapplied_bytes{array="home"} 1048576"#);
+        has(r#"raidkit_task_done_bytes{array="home",task="replace"} 1048576"#);
+        assert!(!text.contains("# EOF"), "Prometheus text, not OpenMetrics");
+    }
+}

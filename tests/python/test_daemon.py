@@ -17,6 +17,9 @@ storage service.
   members closed clean (it serves again with its data); fio saw no error. A file with a
   problem changes nothing (the line and key are printed, exit 1); a change that needs a
   restart is reported, by SIGHUP too.
+- ``test_a_taken_over_array_stops_alone``: another host forces its way onto one array's NBD
+  members; the daemon stops serving that array (``TakenOver`` raised, nothing more written to
+  it) and keeps serving the other.
 - ``test_an_array_that_cannot_start_leaves_the_others_serving``: one array's member is gone and
   another's device names point at a different array (its ``uuid`` refuses them); the third is
   served, and the daemon says why the others are not. No alert target: the daemon says no alert
@@ -646,3 +649,58 @@ def test_a_read_only_array_neither_lends_nor_borrows(tmp_path):
         daemon.kill()
     assert "MoveSpare" not in log and "could not be moved" not in log, log
     assert "SparesMissing a" not in alerts.read_text(), alerts.read_text()
+
+
+def test_a_taken_over_array_stops_alone(tmp_path):
+    """Another host takes one array over (``serve --force-owner`` from another pid namespace, on
+    the same NBD members): at its next lease renewal the daemon stops serving that array only —
+    its export leaves the list, the alert program hears ``TakenOver``, nothing more is written
+    to its members (not even at the daemon's stop) — and keeps serving the other, then stops
+    cleanly. (The whole daemon used to exit 3.)"""
+    require_tools("nbdkit", "qemu-io", "nbdinfo")
+    from test_faults import Nbdkit
+    from test_owner import RENEW_INTERVAL_S, OtherHost, serve_cmd
+
+    nbdkits = [Nbdkit(tmp_path, f"t{i}") for i in range(2)]
+    raidkit("create", "--level", "1", "--name", "taken", *[m.image for m in nbdkits])
+    for m in nbdkits:
+        m.start()
+    uris = [m.uri for m in nbdkits]
+    create(tmp_path, "1", "home", 2)
+    program, alerts = alert_program(tmp_path)
+    socket = tmp_path / "nbd.sock"
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{socket}"\nadmin = "{tmp_path}/a.sock"\n\n'
+                      f'[alerts]\nprogram = "{program}"\n\n'
+                      + raidkit("examine", "--scan", f"{tmp_path}/home[0-9]").stdout
+                      + f'\n[[array]]\nname = "taken"\nmembers = {json.dumps(uris)}\n')
+    daemon = Daemon(config, 2)
+    second = None
+    try:
+        qemu_io(daemon.serving["taken"], "write -P 0x71 0 64k", "flush")
+        second = OtherHost(serve_cmd(tmp_path, "b", uris, "--force-owner"))
+        second.serving()
+        since = time.monotonic()
+        wait_for_line(alerts, "TakenOver taken\n", since, RENEW_INTERVAL_S + 5)
+        while nbd_list(socket) != ["home"]:
+            assert time.monotonic() - since < RENEW_INTERVAL_S + 10, nbd_list(socket)
+            time.sleep(0.1)
+        assert daemon.proc.poll() is None, daemon.log.read_text()
+        qemu_io(daemon.serving["home"], "write -P 0x21 0 64k", "read -P 0x21 0 64k")
+        images = [str(m.image) for m in nbdkits]
+        owners = [s["owner"] for s in json.loads(raidkit("examine", "--json", *images).stdout)]
+        assert all(o is not None and o["pid"] != daemon.proc.pid for o in owners), owners
+        second.stop()
+        second = None
+        after_second = json.loads(raidkit("examine", "--json", *images).stdout)
+        assert all(s["state"] == "clean" and s["owner"] is None for s in after_second)
+    finally:
+        if second is not None:
+            second.kill()
+        log = daemon.stop() if daemon.proc.poll() is None else daemon.log.read_text()
+        daemon.kill()
+    assert 'array "home" closed cleanly' in log, log
+    assert 'array "taken" no longer served: another process took it over' in log, log
+    assert 'array "taken" closed cleanly' not in log, log
+    assert json.loads(raidkit("examine", "--json", *images).stdout) == after_second, \
+        "the daemon wrote to the taken array's members after it lost it"

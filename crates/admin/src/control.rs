@@ -25,6 +25,8 @@ pub struct VolumeControl {
     client: Option<Arc<IoCounters>>,
     /// Each action done is logged ("admin: member M marked faulty").
     log: Log,
+    /// The array's fence: every member `add` and `replace` open is put behind it.
+    fence: Option<member::Fence>,
 }
 
 /// Makes the served status from the volume's, read at each request: the front end adds what
@@ -48,6 +50,7 @@ impl VolumeControl {
                 cache: None,
             }),
             client: None,
+            fence: None,
             log,
         }
     }
@@ -55,6 +58,13 @@ impl VolumeControl {
     /// Serves `status(volume status)` as the status (default: the volume's status alone).
     pub fn with_status(mut self, status: StatusSource) -> VolumeControl {
         self.status = status;
+        self
+    }
+
+    /// Puts every member `add` and `replace` open behind `fence` (the array's other members
+    /// are), so that closing it stops every write to the array.
+    pub fn with_fence(mut self, fence: member::Fence) -> VolumeControl {
+        self.fence = Some(fence);
         self
     }
 
@@ -84,7 +94,10 @@ impl VolumeControl {
     /// and given back to `add`) cannot be opened twice while held: the held one is used.
     fn open_member(&self, spec: &str) -> Result<Arc<dyn member::Member>, ApiError> {
         match member::open_with(spec, &self.open, &self.remote) {
-            Ok(m) => Ok(m),
+            Ok(m) => Ok(match &self.fence {
+                Some(fence) => fence.wrap(m),
+                None => m,
+            }),
             Err(e @ member::MemberError::InUse { .. }) => self
                 .held_by_this_array(spec)
                 .ok_or_else(|| ApiError::bad_request(format!("cannot open member {spec}: {e}"))),

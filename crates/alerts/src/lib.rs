@@ -64,6 +64,8 @@ pub enum Event {
     JournalPressure,
     /// The write-back journal is on RAM: a power cut loses acknowledged writes.
     VolatileJournal,
+    /// Another process took the array over (its owner lease): this one stopped serving it.
+    TakenOver,
 }
 
 /// How bad an event is: syslog's severity and the log line's word.
@@ -97,6 +99,7 @@ impl Event {
             Event::MemberTimeout => "MemberTimeout",
             Event::JournalPressure => "JournalPressure",
             Event::VolatileJournal => "VolatileJournal",
+            Event::TakenOver => "TakenOver",
         }
     }
 
@@ -106,7 +109,8 @@ impl Event {
             | Event::FailSpare
             | Event::DegradedArray
             | Event::DeviceDisappeared
-            | Event::MismatchesFound => Severity::Critical,
+            | Event::MismatchesFound
+            | Event::TakenOver => Severity::Critical,
             Event::SparesMissing
             | Event::MemberTimeout
             | Event::JournalPressure

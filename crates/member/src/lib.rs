@@ -47,6 +47,7 @@ mod detached;
 mod error;
 mod exclusive;
 mod faulty;
+mod fence;
 mod file;
 mod hooked;
 mod mem;
@@ -69,6 +70,7 @@ pub use detached::{
 pub use error::{check_range, Holder, MemberError};
 pub use exclusive::{holder_of, Identity};
 pub use faulty::{FaultControl, FaultRule, FaultyMember};
+pub use fence::Fence;
 pub use file::FileMember;
 pub use hooked::{Call, Hook, Hooked, Op};
 pub use mem::MemMember;

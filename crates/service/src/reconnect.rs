@@ -211,6 +211,7 @@ impl Reconnector {
         volume: Arc<Volume>,
         left_out: Vec<String>,
         config: Config,
+        fence: member::Fence,
         report: EventSink,
     ) -> std::io::Result<Reconnector> {
         assert!(
@@ -221,7 +222,7 @@ impl Reconnector {
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("reconnect".into())
-            .spawn(move || Watcher::new(volume, left_out, config, report).run(&flag))?;
+            .spawn(move || Watcher::new(volume, left_out, config, fence, report).run(&flag))?;
         Ok(Reconnector { stop, thread })
     }
 
@@ -238,6 +239,8 @@ impl Reconnector {
 struct Watcher {
     volume: Arc<Volume>,
     config: Config,
+    /// The array's fence: a member added back is put behind it.
+    fence: member::Fence,
     tracked: BTreeMap<String, Tracked>,
     report: EventSink,
 }
@@ -247,6 +250,7 @@ impl Watcher {
         volume: Arc<Volume>,
         left_out: Vec<String>,
         mut config: Config,
+        fence: member::Fence,
         report: EventSink,
     ) -> Watcher {
         config.remote.io_timeout = config.remote.io_timeout.min(PROBE_TIMEOUT_MAX);
@@ -259,6 +263,7 @@ impl Watcher {
         Watcher {
             volume,
             config,
+            fence,
             tracked,
             report,
         }
@@ -342,7 +347,7 @@ impl Watcher {
             Err(e) => return Probe::Unreachable(e.to_string()),
         };
         match ondisk::read_superblock(member.as_ref()) {
-            Ok(sb) if sb.array_uuid == self.volume.uuid() => Probe::Ready(member),
+            Ok(sb) if sb.array_uuid == self.volume.uuid() => Probe::Ready(self.fence.wrap(member)),
             Ok(sb) => Probe::Refused(format!(
                 "its superblock belongs to another array (\"{}\" {}), not \"{}\" {}",
                 sb.name,

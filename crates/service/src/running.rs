@@ -16,7 +16,7 @@ use anyhow::Context;
 use member::{Member, OpenOptions};
 use volume::{AssembleOptions, TakenOver, Volume, VolumeError};
 
-use crate::array_journal::{JournalOptions, Replayed};
+use crate::array_journal::{JournalAtStart, JournalOptions, Replayed};
 use crate::lifecycle::{self, Closed, LeaseRenewal};
 use crate::members::{self, LeftOut};
 use crate::reconnect::{self, Reconnector};
@@ -65,8 +65,9 @@ pub enum Happening {
     Reconnect(reconnect::Event),
     /// The reconnect thread could not start: remote members will not come back by themselves.
     ReconnectUnavailable(std::io::Error),
-    /// Another process took the array (named) over: the front end must stop writing to it
-    /// at once.
+    /// Another process took the array (named) over. Its members are fenced already (every
+    /// write to them fails from then on: [`member::Fence`]); the front end stops serving it
+    /// ([`RunningArray::abandon`], or the process exits).
     TakenOver(String, TakenOver),
 }
 
@@ -149,6 +150,7 @@ pub type Create<'a> = &'a dyn Fn(&[Arc<dyn Member>], &[Arc<dyn Member>]) -> anyh
 /// An array being served; see the module documentation.
 pub struct RunningArray {
     stack: ArrayStack,
+    fence: member::Fence,
     reconnector: Option<Reconnector>,
     lease: LeaseRenewal,
     tell: Tell,
@@ -202,6 +204,11 @@ impl RunningArray {
         if let Some(create) = create {
             create(&members, &spares)?;
         }
+        // Every member the array will hold, behind one fence: closed when another process
+        // takes the array over, after which nothing more reaches them.
+        let fence = member::Fence::new();
+        let members: Vec<_> = members.into_iter().map(|m| fence.wrap(m)).collect();
+        let spares: Vec<_> = spares.into_iter().map(|m| fence.wrap(m)).collect();
         let notice = |notice: StartNotice| tell(Happening::Start(notice));
         let assembled = start::assemble(
             members,
@@ -221,7 +228,11 @@ impl RunningArray {
             hook_tell(Happening::Warning(line.to_string()))
         }));
         // The journal is replayed before anything else writes (resync included).
-        let (stack, replayed) = ArrayStack::build(volume, assembled.journal, &opts.stack)?;
+        let journal = match assembled.journal {
+            JournalAtStart::Use(jm, jsb) => JournalAtStart::Use(fence.wrap(jm), jsb),
+            other => other,
+        };
+        let (stack, replayed) = ArrayStack::build(volume, journal, &opts.stack, fence.clone())?;
         if let Some(replayed) = replayed {
             tell(Happening::Replayed(replayed));
         }
@@ -238,7 +249,8 @@ impl RunningArray {
             Some(config) if !opts.read_only && volume.level().has_redundancy() => {
                 let events = Arc::clone(&tell);
                 let sink = Box::new(move |event| events(Happening::Reconnect(event)));
-                match Reconnector::start(Arc::clone(&volume), left_out, config, sink) {
+                let fenced = fence.clone();
+                match Reconnector::start(Arc::clone(&volume), left_out, config, fenced, sink) {
                     Ok(reconnector) => Some(reconnector),
                     Err(e) => {
                         tell(Happening::ReconnectUnavailable(e));
@@ -248,10 +260,14 @@ impl RunningArray {
             }
             _ => None,
         };
-        let taken = Arc::clone(&tell);
-        let lease = LeaseRenewal::start(&volume, move |t| taken(Happening::TakenOver(name, t)));
+        let (taken, fenced) = (Arc::clone(&tell), fence.clone());
+        let lease = LeaseRenewal::start(&volume, move |t| {
+            fenced.close();
+            taken(Happening::TakenOver(name, t))
+        });
         Ok(RunningArray {
             stack,
+            fence,
             reconnector,
             lease,
             tell,
@@ -278,5 +294,28 @@ impl RunningArray {
         }
         drop(self.lease);
         self.stack.close()
+    }
+
+    /// True once the array was taken over (its fence closed): it must be [`abandon`]ed, not
+    /// closed.
+    ///
+    /// [`abandon`]: RunningArray::abandon
+    pub fn taken_over(&self) -> bool {
+        self.fence.is_closed()
+    }
+
+    /// Lets go of an array another process took over, writing nothing more to it: closes the
+    /// fence (if the lease renewal has not), stops the reconnect and the lease renewal, and
+    /// drops the stack without closing it (no flush, no clean mark, no owner release: the
+    /// members are the other process's now). Every export clone should be dropped first; a
+    /// request still running fails at the fence. Not from the lease renewal's own thread (the
+    /// `Tell` of `TakenOver`): it waits for that thread to end.
+    pub fn abandon(self) {
+        self.fence.close();
+        if let Some(reconnector) = self.reconnector {
+            let _ = reconnector.stop();
+        }
+        drop(self.lease);
+        drop(self.stack);
     }
 }

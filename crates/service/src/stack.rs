@@ -36,6 +36,8 @@ pub type CachedExport = nbd::Counted<ReadCache<JournalExport>>;
 /// One array's serving stack: volume ← journal layer ← read cache ← client counters.
 pub struct ArrayStack {
     volume: Arc<Volume>,
+    /// Every member of the array is behind it (see [`member::Fence`]).
+    fence: member::Fence,
     journal: Arc<JournalLayer>,
     export: Arc<CachedExport>,
 }
@@ -44,10 +46,13 @@ impl ArrayStack {
     /// After assembly (`start::assemble`), before anything else reads or writes the array
     /// (resync included): attaches the journal with its replay and puts the read cache in
     /// front. Returns what the replay found, for the operator.
+    /// `fence` is the one the array's members (and journal) are behind; members the admin
+    /// actions open are put behind it too.
     pub fn build(
         volume: Volume,
         journal: JournalAtStart,
         opts: &StackOptions,
+        fence: member::Fence,
     ) -> anyhow::Result<(ArrayStack, Option<Replayed>)> {
         let volume = Arc::new(volume);
         volume.set_gather_wait(opts.gather_wait);
@@ -67,6 +72,7 @@ impl ArrayStack {
         }));
         let stack = ArrayStack {
             volume,
+            fence,
             journal,
             export,
         };
@@ -103,7 +109,8 @@ impl ArrayStack {
         let volatile = journal
             .status()
             .and_then(|j| member::volatile_storage(&j.name).ok().flatten());
-        let control = VolumeControl::new(Arc::clone(&self.volume), open, remote, log);
+        let control = VolumeControl::new(Arc::clone(&self.volume), open, remote, log)
+            .with_fence(self.fence.clone());
         let client = Arc::clone(self.export.counters());
         (control.with_client_counters(client)).with_status(Box::new(move |volume| Status {
             volume,
@@ -120,6 +127,7 @@ impl ArrayStack {
             volume,
             journal,
             export,
+            fence: _,
         } = self;
         drop(export);
         lifecycle::close(&volume, &journal)

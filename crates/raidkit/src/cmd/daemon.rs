@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use admin::server::{AdminSocket, Arrays};
@@ -105,24 +105,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let admin_arrays = Arc::new(Arrays::default());
     admin_arrays.set_test_alerts(test_alerts(&alerter));
-    let mut arrays = ArraySet::new(
-        routes,
-        Arc::clone(&admin_arrays),
-        Arc::clone(&monitor),
-        Arc::clone(&scheduler),
-        Arc::clone(&alerter),
-        Arc::clone(&log),
-        runtime.handle().clone(),
-    );
-    arrays.know_peers(&config.arrays);
-    for a in &config.arrays {
-        if let Err(e) = arrays.add(a) {
-            let name = a.name.get_ref();
-            eprintln!("raidkit: error: array {name:?} not started: {e:#}");
-        }
-    }
-    if arrays.is_empty() {
-        drop(arrays);
+    let reloader = Arc::new_cyclic(|me: &Weak<Reloader>| {
+        let me = me.clone();
+        let taken: arrays::TakenOverHook = Arc::new(move |name: &str| {
+            let (me, name) = (me.clone(), name.to_string());
+            // Not on the lease renewal's thread that tells it: abandoning waits for that one.
+            std::thread::spawn(move || {
+                if let Some(reloader) = me.upgrade() {
+                    reloader.abandon(&name);
+                }
+            });
+        });
+        let mut arrays = ArraySet::new(
+            routes,
+            Arc::clone(&admin_arrays),
+            Arc::clone(&monitor),
+            Arc::clone(&scheduler),
+            Arc::clone(&alerter),
+            Arc::clone(&log),
+            runtime.handle().clone(),
+        );
+        arrays.on_taken_over(taken);
+        arrays.know_peers(&config.arrays);
+        Reloader::new(args.config.clone(), &config, arrays, Arc::clone(&alerter))
+    });
+    let started = reloader.start_all(&config.arrays);
+    if started == 0 {
+        drop(reloader);
         drop(monitor);
         if let Ok(alerter) = Arc::try_unwrap(alerter) {
             alerter.shutdown(ALERT_GRACE);
@@ -131,13 +140,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     eprintln!("raidkit: admin API on {}", admin_path.display());
     let watchdog = Watchdog::start(Arc::clone(&monitor));
-    let ready = format!("serving {} of {} arrays", arrays.len(), config.arrays.len());
-    let reloader = Arc::new(Reloader::new(
-        args.config.clone(),
-        &config,
-        arrays,
-        Arc::clone(&alerter),
-    ));
+    let ready = format!("serving {started} of {} arrays", config.arrays.len());
     admin_arrays.set_reload(reload::admin_hook(Arc::clone(&reloader)));
     // Stopped below once the listeners have drained.
     let metrics = metrics.map(|listener| {
@@ -315,20 +318,23 @@ fn scrub_plan(a: &ArrayConfig) -> schedule::Plan {
     }
 }
 
-/// Starts one array, its happenings logged under its name and the takeover alerted.
+/// Starts one array, its happenings logged under its name; a takeover is alerted and handed
+/// to `taken` (which stops serving the array).
 fn start_array(
     a: &ArrayConfig,
     peers: &[ArrayConfig],
     alerter: &Arc<Alerter>,
+    taken: &arrays::TakenOverHook,
 ) -> anyhow::Result<RunningArray> {
     let mut opts = array_options(a)?;
     opts.group_spares = group_spares(a, peers);
-    RunningArray::start(opts, None, tell(a.name.get_ref(), alerter))
+    RunningArray::start(opts, None, tell(a.name.get_ref(), alerter, taken))
 }
 
-fn tell(array: &str, alerter: &Arc<Alerter>) -> running::Tell {
+fn tell(array: &str, alerter: &Arc<Alerter>, taken: &arrays::TakenOverHook) -> running::Tell {
     let array = array.to_string();
     let alerter = Arc::clone(alerter);
+    let taken = Arc::clone(taken);
     Arc::new(move |happening| {
         let line = match happening {
             Happening::LeftOut(left) => {
@@ -377,14 +383,14 @@ fn tell(array: &str, alerter: &Arc<Alerter>) -> running::Tell {
                 "warning: cannot start the reconnect thread ({e}): remote members will not come \
                  back by themselves"
             ),
-            Happening::TakenOver(_, taken) => {
-                // Two writers would corrupt the array: stop at once, writing nothing more.
-                // (The other arrays are left dirty and resynced at the next start.)
-                eprintln!(
-                    "raidkit: error: array \"{array}\": {taken}; stopping the daemon now \
-                     without writing anything more"
-                );
-                std::process::exit(3);
+            Happening::TakenOver(_, by) => {
+                // Its members are fenced already: nothing more reaches them. Two writers would
+                // corrupt the array: this one stops serving it; the other arrays go on.
+                let message =
+                    format!("{by}; this daemon stopped serving it and writes nothing more to it");
+                alerter.raise(Alert::new(Event::TakenOver, &array, None, message.clone()));
+                taken(&array);
+                format!("error: {message}")
             }
         };
         eprintln!("raidkit: array \"{array}\": {line}");

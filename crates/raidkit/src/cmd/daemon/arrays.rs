@@ -36,6 +36,10 @@ pub(super) const LIVE_KEYS: [&str; 7] = [
     "background_window",
 ];
 
+/// Told the name of an array another process took over (its members are fenced already), from
+/// the array's lease renewal thread.
+pub(super) type TakenOverHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Where each array's export is added: the export set of the daemon's shared listeners, or
 /// that of the array's own listeners (bound at start).
 pub(super) struct Routes {
@@ -88,6 +92,7 @@ pub(super) struct ArraySet {
     log: admin::Log,
     /// Where a removed export's drain is awaited (from a thread outside the runtime's tasks).
     runtime: tokio::runtime::Handle,
+    taken: TakenOverHook,
     served: BTreeMap<String, Served>,
     /// Every array of the configuration, served or not: where an array of a spare group
     /// looks for the spares lent to it.
@@ -112,9 +117,16 @@ impl ArraySet {
             alerter,
             log,
             runtime,
+            // Until `on_taken_over`: the array stays fenced and listed until the daemon stops.
+            taken: Arc::new(|_| {}),
             served: BTreeMap::new(),
             peers: Vec::new(),
         }
+    }
+
+    /// `taken` hears each array another process takes over (see [`TakenOverHook`]).
+    pub fn on_taken_over(&mut self, taken: TakenOverHook) {
+        self.taken = taken;
     }
 
     /// The configuration's arrays (all of them, served or not), for spare groups.
@@ -124,10 +136,6 @@ impl ArraySet {
 
     pub fn len(&self) -> usize {
         self.served.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.served.is_empty()
     }
 
     /// The names of the arrays served, in order.
@@ -182,7 +190,7 @@ impl ArraySet {
         );
         let (exports, at) = self.routes.of(a)?;
         let (exports, uri) = (Arc::clone(exports), at.map(|at| at.uri(a.export_name())));
-        let array = start_array(a, &self.peers, &self.alerter)?;
+        let array = start_array(a, &self.peers, &self.alerter, &self.taken)?;
         let volume = Arc::clone(array.volume());
         let export = a.export_name().to_string();
         let server = serve::server_config(export.clone(), &volume, a.read_only, buffer_memory(a));
@@ -244,12 +252,28 @@ impl ArraySet {
         if let Some(removed) = served.exports.remove(served.config.export_name()) {
             self.runtime.block_on(removed.drained());
         }
+        if served.array.taken_over() {
+            served.array.abandon();
+            eprintln!(
+                "raidkit: array \"{name}\" no longer served: another process took it over \
+                 (nothing more was written to it)"
+            );
+            return Ok(());
+        }
         let closed = close(served.array);
         match &closed {
             Ok(()) => eprintln!("raidkit: array \"{name}\" closed cleanly"),
             Err(e) => eprintln!("raidkit: error: array \"{name}\" did not close cleanly: {e:#}"),
         }
         closed
+    }
+
+    /// Stops serving array `name`, which another process took over (its fence is closed),
+    /// writing nothing more to it; nothing if it is not served (a reload removed it).
+    pub fn abandon(&mut self, name: &str) {
+        if self.served.get(name).is_some_and(|s| s.array.taken_over()) {
+            let _ = self.remove(name);
+        }
     }
 
     /// Removes every array (the daemon is stopping); the first error is returned.

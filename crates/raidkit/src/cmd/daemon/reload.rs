@@ -72,6 +72,24 @@ impl Reloader {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Starts and serves each array of the file the daemon started with; those that cannot
+    /// start are reported. Returns how many are served.
+    pub fn start_all(&self, arrays: &[config::ArrayConfig]) -> usize {
+        let mut state = self.lock();
+        for a in arrays {
+            if let Err(e) = state.arrays.add(a) {
+                let name = a.name.get_ref();
+                eprintln!("raidkit: error: array {name:?} not started: {e:#}");
+            }
+        }
+        state.arrays.len()
+    }
+
+    /// Stops serving array `name`, which another process took over.
+    pub fn abandon(&self, name: &str) {
+        self.lock().arrays.abandon(name);
+    }
+
     /// Removes every array (the daemon is stopping); the first error is returned.
     pub fn remove_all(&self) -> Option<anyhow::Error> {
         self.lock().arrays.remove_all()

@@ -403,6 +403,72 @@ fn stalled_server_times_out_within_the_deadline() {
     assert!(start.elapsed() < Duration::from_millis(100));
 }
 
+/// Requests started on two stalled servers before either is waited for (`Member::start`, as
+/// the engine does for a batch) time out together at the request's deadline: one timeout, not
+/// one and a grace as when called one after the other (below). A started request on a healthy
+/// server returns its bytes, timed until its reply came, not until it was waited for.
+#[test]
+fn requests_started_together_time_out_together() {
+    if !testsupport::require_tool("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socks = [
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+    ];
+    let _servers: Vec<Server> = socks
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match i {
+            2 => nbdkit(s, &["memory", "8M"]),
+            _ => nbdkit(s, &["--filter=delay", "memory", "8M", "rdelay=5"]),
+        })
+        .collect();
+    let members: Vec<_> = socks
+        .iter()
+        .map(|s| open_with(&unix_uri(s, ""), &OpenOptions::default(), &remote(1000)).unwrap())
+        .collect();
+    let pattern: Vec<u8> = (0..4096).map(|i| (i % 253) as u8).collect();
+    let written = members[2]
+        .start(member::StartCall::Write {
+            offset: 4096,
+            bufs: &[&pattern[..1000], &pattern[1000..]],
+        })
+        .expect("an aligned write starts");
+    written.finish(&mut |_| {}).0.unwrap();
+    let start = Instant::now();
+    member::with_deadline(start + Duration::from_millis(1000), || {
+        let read = member::StartCall::Read {
+            offset: 4096,
+            len: 4096,
+        };
+        let started: Vec<_> = members
+            .iter()
+            .map(|m| m.start(read).expect("an aligned read starts"))
+            .collect();
+        for (i, call) in started.into_iter().enumerate() {
+            let mut got = Vec::new();
+            let (result, took) = call.finish(&mut |data| got.extend_from_slice(data));
+            if i == 2 {
+                result.unwrap();
+                assert_eq!(got, pattern);
+                assert!(took < Duration::from_millis(500), "{took:?}");
+            } else {
+                let err = result.unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+                assert!(err.to_string().contains(members[i].name()), "{err}");
+            }
+        }
+    });
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(1150),
+        "{took:?}"
+    );
+}
+
 /// Two stalled servers called one after the other under one request deadline
 /// (`member::with_deadline`, as the engine does for a batch) time out together: one timeout
 /// plus the grace of a quarter, not one timeout each.

@@ -147,7 +147,15 @@ type Reply = Result<Vec<u8>, Failure>;
 struct Pending {
     /// Payload bytes expected with a successful reply (reads only).
     read_len: u32,
-    tx: SyncSender<Reply>,
+    /// The reply, and when it came.
+    tx: SyncSender<(Reply, Instant)>,
+}
+
+impl Pending {
+    /// Hands `reply` to the waiter (if it still waits).
+    fn answer(&self, reply: Reply) {
+        let _ = self.tx.try_send((reply, Instant::now()));
+    }
 }
 
 #[derive(Default)]
@@ -182,7 +190,7 @@ impl Shared {
         }
         let (kind, reason) = state.broken.clone().unwrap_or((kind, String::new()));
         for (_, p) in state.pending.drain() {
-            let _ = p.tx.try_send(Err(Failure::Broken {
+            p.answer(Err(Failure::Broken {
                 kind,
                 reason: reason.clone(),
             }));
@@ -195,7 +203,8 @@ impl Shared {
 
 /// A request that was sent and waits for its reply.
 pub struct Ticket {
-    rx: Receiver<Reply>,
+    rx: Receiver<(Reply, Instant)>,
+    started: Instant,
     deadline: Instant,
 }
 
@@ -282,7 +291,8 @@ impl Connection {
         }
         // The thread's batch deadline applies too: the members of one engine batch are called
         // one after the other, and their deadlines must not add up.
-        let deadline = crate::detached::call_deadline(Instant::now(), timeout);
+        let started = Instant::now();
+        let deadline = crate::detached::call_deadline(started, timeout);
         let read_len = if cmd == CMD_READ { len } else { 0 };
         let (cookie, rx) = self.register(read_len, deadline)?;
         let header = Request {
@@ -307,7 +317,11 @@ impl Connection {
             self.shared
                 .break_with(kind, format!("sending a request failed: {e}"));
         }
-        Ok(Ticket { rx, deadline })
+        Ok(Ticket {
+            rx,
+            started,
+            deadline,
+        })
     }
 
     /// Waits for a slot and the send turn; registers the reply channel. Returns with the send
@@ -316,7 +330,7 @@ impl Connection {
         &self,
         read_len: u32,
         deadline: Instant,
-    ) -> Result<(u64, Receiver<Reply>), Failure> {
+    ) -> Result<(u64, Receiver<(Reply, Instant)>), Failure> {
         let shared = &*self.shared;
         let mut state = shared.lock();
         loop {
@@ -370,9 +384,23 @@ impl Connection {
     /// Waits for the reply of `ticket` until its deadline; a missed deadline breaks the
     /// connection.
     pub fn wait(&self, ticket: Ticket, timeout: Duration) -> Result<Vec<u8>, Failure> {
+        self.wait_timed(ticket, timeout).0
+    }
+
+    /// [`Connection::wait`], and how long the request took: until its reply came (not until
+    /// it was waited for), or until the wait ended without one.
+    pub fn wait_timed(&self, ticket: Ticket, timeout: Duration) -> (Reply, Duration) {
+        let started = ticket.started;
+        match self.wait_reply(ticket, timeout) {
+            Ok((reply, at)) => (reply, at.saturating_duration_since(started)),
+            Err(failure) => (Err(failure), started.elapsed()),
+        }
+    }
+
+    fn wait_reply(&self, ticket: Ticket, timeout: Duration) -> Result<(Reply, Instant), Failure> {
         let remaining = ticket.deadline.saturating_duration_since(Instant::now());
         match ticket.rx.recv_timeout(remaining) {
-            Ok(reply) => reply,
+            Ok(answer) => Ok(answer),
             Err(RecvTimeoutError::Timeout) => {
                 let reason = format!("no reply within {} ms", timeout.as_millis());
                 self.shared
@@ -458,7 +486,7 @@ fn read_one_reply(shared: &Shared, stream: &mut Stream) -> Result<(), (io::Error
         )));
     };
     if errno != 0 {
-        let _ = pending.tx.try_send(Err(Failure::Errno(errno)));
+        pending.answer(Err(Failure::Errno(errno)));
         return Ok(());
     }
     let mut data = vec![0u8; pending.read_len as usize];
@@ -468,10 +496,10 @@ fn read_one_reply(shared: &Shared, stream: &mut Stream) -> Result<(), (io::Error
             kind,
             reason: reason.clone(),
         };
-        let _ = pending.tx.try_send(Err(failure));
+        pending.answer(Err(failure));
         return Err((kind, reason));
     }
     // The waiter may have given up (deadline); then the reply is dropped.
-    let _ = pending.tx.try_send(Ok(data));
+    pending.answer(Ok(data));
     Ok(())
 }

@@ -269,29 +269,58 @@ impl NbdMember {
         kind: io::ErrorKind,
         reason: String,
     ) -> io::Error {
-        io::Error::new(
-            kind,
-            format!(
-                "member {}: {op} of {len} bytes at offset {offset}: {reason}",
-                self.name
-            ),
-        )
+        annotate(&self.name, op, offset, len, kind, reason)
     }
 
     fn failure(&self, op: &'static str, offset: u64, len: u64, f: Failure) -> io::Error {
-        match f {
-            Failure::Errno(errno) => io::Error::new(
-                errno_kind(errno),
-                NbdServerError {
-                    member: self.name.clone(),
-                    op,
-                    offset,
-                    len,
-                    errno,
-                },
-            ),
-            Failure::Broken { kind, reason } => self.annotate(op, offset, len, kind, reason),
+        failure(&self.name, op, offset, len, f)
+    }
+
+    /// [`Member::start`]: one request sent now and waited for by [`crate::Started::finish`],
+    /// for a read or write that is aligned and fits one request, and for a flush; `None` for
+    /// the rest (made inline as usual).
+    fn start_request(&self, call: crate::StartCall<'_>) -> Option<crate::Started> {
+        use crate::StartCall;
+        let (op, cmd, offset, len, payload): (_, _, _, _, &[&[u8]]) = match call {
+            StartCall::Read { offset, len } => ("read", CMD_READ, offset, len, &[]),
+            StartCall::Write { offset, bufs } => {
+                let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
+                self.check_writable("write", offset, len).ok()?;
+                ("write", CMD_WRITE, offset, len, bufs)
+            }
+            StartCall::Flush => {
+                if self.read_only || !self.connection().info().has(FLAG_SEND_FLUSH) {
+                    return None;
+                }
+                ("flush", CMD_FLUSH, 0, 0, &[])
+            }
+            StartCall::Trim { .. } | StartCall::WriteZeroes { .. } => return None,
+        };
+        if cmd != CMD_FLUSH
+            && (len == 0
+                || len > self.max_request_bytes
+                || !self.is_aligned(offset, len)
+                || check_range(&self.name, op, offset, len, self.size_bytes).is_err())
+        {
+            return None;
         }
+        let conn = self.connection();
+        let timeout = self.remote.io_timeout;
+        let ticket = match conn.submit(cmd, 0, offset, len as u32, payload, timeout) {
+            Ok(ticket) => ticket,
+            Err(f) => return Some(crate::Started::failed(self.failure(op, offset, len, f))),
+        };
+        let name = self.name.clone();
+        Some(crate::Started::new(move |out| {
+            let (reply, took) = conn.wait_timed(ticket, timeout);
+            match reply {
+                Ok(data) => {
+                    out(&data);
+                    (Ok(()), took)
+                }
+                Err(f) => (Err(failure(&name, op, offset, len, f)), took),
+            }
+        }))
     }
 
     fn check_writable(&self, op: &str, offset: u64, len: u64) -> io::Result<()> {
@@ -537,12 +566,48 @@ impl Member for NbdMember {
         self.zero("write-zeroes", offset, len)
     }
 
+    fn start(&self, call: crate::StartCall<'_>) -> Option<crate::Started> {
+        self.start_request(call)
+    }
+
     fn reconnect(&self) -> io::Result<()> {
         NbdMember::reconnect(self)
     }
 }
 
 /// Bytes `range` of the concatenation of `parts`, as slices of the parts.
+/// The error of a failed request of member `name`.
+fn failure(name: &str, op: &'static str, offset: u64, len: u64, f: Failure) -> io::Error {
+    match f {
+        Failure::Errno(errno) => io::Error::new(
+            errno_kind(errno),
+            NbdServerError {
+                member: name.to_string(),
+                op,
+                offset,
+                len,
+                errno,
+            },
+        ),
+        Failure::Broken { kind, reason } => annotate(name, op, offset, len, kind, reason),
+    }
+}
+
+/// An error of member `name`'s `op` of `len` bytes at `offset`.
+fn annotate(
+    name: &str,
+    op: &str,
+    offset: u64,
+    len: u64,
+    kind: io::ErrorKind,
+    reason: String,
+) -> io::Error {
+    io::Error::new(
+        kind,
+        format!("member {name}: {op} of {len} bytes at offset {offset}: {reason}"),
+    )
+}
+
 fn sub_slices<'b>(parts: &[&'b [u8]], range: std::ops::Range<usize>) -> Vec<&'b [u8]> {
     let mut out = Vec::new();
     let mut start = 0;

@@ -59,7 +59,9 @@ impl KindCounters {
 pub struct IoCounters {
     kinds: [KindCounters; 5],
     in_flight: AtomicU64,
-    /// Time with at least one request in flight, accounted up to `stamp_ns`.
+    /// Time with at least one request in flight, accounted up to `stamp_ns`: each request's
+    /// end adds the time since the stamp (the last end, or the start that ended an idle
+    /// time) and moves the stamp; a start from idle moves it without adding.
     busy_ns: AtomicU64,
     /// When `busy_ns` was last brought up to date ([`now_ns`]).
     stamp_ns: AtomicU64,
@@ -100,8 +102,10 @@ impl IoCounters {
     #[inline]
     pub fn begin(&self) -> Started {
         let now = now_ns();
-        self.account_busy(now, false);
-        self.in_flight.fetch_add(1, Relaxed);
+        if self.in_flight.fetch_add(1, Relaxed) == 0 {
+            // Idle until now: busy time starts here.
+            self.stamp_ns.store(now, Relaxed);
+        }
         Started { at_ns: now }
     }
 
@@ -110,7 +114,10 @@ impl IoCounters {
     #[inline]
     pub fn end(&self, started: Started, kind: OpKind, bytes: u64, ok: bool) -> Duration {
         let now = now_ns();
-        self.account_busy(now, true);
+        // Since the last stamp (a start from idle, or the last end) a request was in flight:
+        // this one. One swap: each interval between stamps is accounted once.
+        let stamp = self.stamp_ns.swap(now, Relaxed);
+        self.busy_ns.fetch_add(now.saturating_sub(stamp), Relaxed);
         self.in_flight.fetch_sub(1, Relaxed);
         let ns = now.saturating_sub(started.at_ns);
         let k = &self.kinds[kind.index()];
@@ -125,24 +132,6 @@ impl IoCounters {
             k.errors.fetch_add(1, Relaxed);
         }
         Duration::from_nanos(ns)
-    }
-
-    /// Brings busy time up to `now` (Linux's `update_io_ticks`): the time since the last stamp
-    /// was busy if a request was in flight through it — always so when a request ends
-    /// (`ending`: it was), otherwise if any is in flight. One thread wins the stamp; a loser's
-    /// interval was just accounted by the winner, up to a few nanoseconds.
-    #[inline]
-    fn account_busy(&self, now: u64, ending: bool) {
-        let stamp = self.stamp_ns.load(Relaxed);
-        if now > stamp
-            && self
-                .stamp_ns
-                .compare_exchange(stamp, now, Relaxed, Relaxed)
-                .is_ok()
-            && (ending || self.in_flight.load(Relaxed) > 0)
-        {
-            self.busy_ns.fetch_add(now - stamp, Relaxed);
-        }
     }
 
     /// Requests in flight now.

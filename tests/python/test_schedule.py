@@ -88,30 +88,32 @@ def test_a_scheduled_scrub_runs_reports_mismatches_and_skips_a_degraded_array(tm
     assert 'array "media" closed cleanly' in log, log
 
 
-def posix_tz_jumping(t1, t2):
-    """A TZ of UTC whose daylight saving time (UTC+1) starts at ``t1`` and ends at ``t2``
-    (Unix seconds, the same UTC day): local time jumps an hour ahead at t1 and back at t2."""
+def posix_tz_jumping(t1, t2, std_offset=0):
+    """A TZ whose standard time is UTC + ``std_offset`` (seconds, whole hours) and whose daylight
+    saving time (one hour ahead) starts at ``t1`` and ends at ``t2`` (Unix seconds, within the
+    same local year): local time jumps an hour ahead at t1 and back at t2."""
     def rule(t, offset):
         tm = time.gmtime(t + offset)
         return f"{tm.tm_yday - 1}/{tm.tm_hour:02}:{tm.tm_min:02}:{tm.tm_sec:02}"
-    # The start is in standard time (UTC), the end in daylight saving time (UTC+1).
-    return f"RKS0RKD,{rule(t1, 0)},{rule(t2, 3600)}"
+    # POSIX counts the offset west of Greenwich. The start is in standard time, the end in
+    # daylight saving time.
+    return f"RKS{-std_offset // 3600}RKD,{rule(t1, std_offset)},{rule(t2, std_offset + 3600)}"
 
 
 def test_the_window_pauses_a_scrub_where_it_is_and_it_goes_on_from_there(tmp_path):
     files = create(tmp_path, "5", "media", 3)
     now = time.time()
-    if time.gmtime(now).tm_year != time.gmtime(now + 3700).tm_year:
-        time.sleep(3700 - now % 3600)  # the rule needs one year: wait past new year's hour
-        now = time.time()
+    # The rule must fall within one local year: in the last hour of a UTC year, local standard
+    # time is put two hours behind UTC.
+    std = 0 if time.gmtime(now).tm_year == time.gmtime(now + 3700).tm_year else -7200
     t1, t2 = int(now) + 12, int(now) + 20
-    # The window: the half hour either side of now (UTC); an hour ahead is outside it.
-    lo, hi = time.gmtime(now - 1800), time.gmtime(now + 1800)
+    # The window: the half hour either side of now (local); an hour ahead is outside it.
+    lo, hi = time.gmtime(now + std - 1800), time.gmtime(now + std + 1800)
     window = f"{lo.tm_hour:02}:{lo.tm_min:02}-{hi.tm_hour:02}:{hi.tm_min:02}"
     scanned = raidkit("examine", "--scan", f"{tmp_path}/media*").stdout
     config, admin = config_for(tmp_path, scanned + f'background_window = "{window}"\n'
                                'speed_min = "128K"\nspeed_max = "128K"\n')
-    env = dict(os.environ, TZ=posix_tz_jumping(t1, t2))
+    env = dict(os.environ, TZ=posix_tz_jumping(t1, t2, std))
     daemon = Daemon(config, 1, env=env)
     try:
         raidkit("scrub", "--admin", admin)

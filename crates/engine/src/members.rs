@@ -158,9 +158,12 @@ impl Members {
     }
 
     /// Puts `member` in `role`'s slot (the caller transitions its health); returns the
-    /// previous one.
+    /// previous one. The epoch moves while the slot is held: a read that finds the new member
+    /// sees the new epoch afterwards (`plain::read` relies on it).
     pub(crate) fn set_member(&self, role: usize, member: MaybeMember) -> MaybeMember {
-        std::mem::replace(&mut self.slot_mut(role).member, member)
+        let mut slot = self.slot_mut(role);
+        self.bump_epoch();
+        std::mem::replace(&mut slot.member, member)
     }
 
     /// Starts filling `new` as the replacement of `role`; refused (with the role's health)

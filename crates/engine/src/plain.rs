@@ -9,15 +9,41 @@ use crate::parts::Parts;
 use crate::Discard;
 use layout::{MemberAddress, Piece};
 
+/// Reads without a lock when no member changes state meanwhile, else again under the chunks'
+/// locks. A plan names roles, and `member_io` reads whichever member serves a role when it
+/// runs: a read planned while a mirror's role was in sync, whose I/O runs after that member
+/// was failed and a spare attached in its slot, would read the spare's not yet rebuilt bytes.
+/// Every such swap is preceded by a state change that moves the epoch (the fail, the detach,
+/// the attach), so an unchanged epoch after the read proves the plan held throughout. Under
+/// the chunks' locks no member is swapped (attach, detach and the end of a replace take every
+/// stripe lock) and every write to those chunks is wholly before or after, its failed copies
+/// already out of the snapshot (RAID 5/6's healthy read does the same, `raid56_read`).
 pub(crate) fn read(io: &Parts, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
-    let present = io.usable()?;
     let pieces = io.geometry.pieces(offset, buf.len() as u64);
+    let epoch = io.members.epoch();
+    let present = io.usable()?;
+    read_pieces(io, &pieces, buf, &present)?;
+    if io.members.epoch() == epoch {
+        return Ok(());
+    }
+    let _held = io.locks.lock(mirror_keys(io, &pieces).into_iter());
+    let present = io.usable()?;
+    read_pieces(io, &pieces, buf, &present)
+}
+
+/// Reads `pieces` into `buf`, each from one copy `present` allows.
+fn read_pieces(
+    io: &Parts,
+    pieces: &[Piece],
+    buf: &mut [u8],
+    present: &[bool],
+) -> Result<(), IoError> {
     let mut ops = Vec::with_capacity(pieces.len());
     let mut rest: &mut [u8] = buf;
-    for piece in &pieces {
+    for piece in pieces {
         let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece.len as usize);
         rest = tail;
-        let copy = pick_copy(io, piece, &present);
+        let copy = pick_copy(io, piece, present);
         ops.push(MemOp::Read {
             role: copy.role,
             offset: copy.member_offset,

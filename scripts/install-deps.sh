@@ -5,7 +5,8 @@
 #   Debian packages: fio qemu-utils libnbd-bin nbdkit python3-libnbd e2fsprogs fuse3
 #                    python3-pytest mount (losetup), gcc (linker for cargo),
 #                    systemd (systemd-analyze verify of the unit), prometheus (promtool check metrics),
-#                    chromium chromium-driver python3-selenium (the dashboard in a browser)
+#                    chromium chromium-driver python3-selenium (the dashboard in a browser),
+#                    prometheus-node-exporter (reads the mdstat file in test_mdstat.py)
 #   Rust toolchain:  rustup (stable), only when cargo is missing or older than rust-version.
 set -euo pipefail
 
@@ -30,6 +31,7 @@ PROBES=(
   "chromedriver:chromium-driver"
   "py:selenium:python3-selenium"
   "promtool:prometheus"
+  "prometheus-node-exporter:prometheus-node-exporter"
 )
 
 have() {

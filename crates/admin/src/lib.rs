@@ -16,6 +16,8 @@
 //!   listener (`GET /metrics`), bounded like the admin socket.
 //! - [`stats`]: [`stats::Snapshot`], what `GET /v1/stats` serves: the I/O counters of the
 //!   array (as its clients see it) and of each member, with the status, at one moment.
+//! - [`mdstat`]: the arrays' statuses in exactly /proc/mdstat's format, for the tools that
+//!   parse that file (node_exporter, telegraf); a pure renderer.
 //!
 //! Nothing here prints: lines for the operator (an action done, a stale socket removed, a
 //! connection error) go to the front end's [`Log`].
@@ -24,6 +26,7 @@ use std::sync::Arc;
 
 pub mod api;
 pub mod control;
+pub mod mdstat;
 pub mod metrics;
 pub mod pages;
 pub mod server;

@@ -26,6 +26,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
 use crate::api::{self, ApiError, ProcessRequest, Request};
+use crate::status::Status;
 use crate::Log;
 
 /// Admin connections served at once.
@@ -102,6 +103,23 @@ impl Arrays {
             .iter()
             .map(|(name, control)| (name.clone(), Arc::clone(control)))
             .collect()
+    }
+
+    /// Every array's status by name, as `GET /v1/arrays` serves them, decoded; may block as a
+    /// status request may.
+    pub fn statuses(&self) -> Result<BTreeMap<String, Status>, ApiError> {
+        let mut statuses = BTreeMap::new();
+        for (name, control) in self.all() {
+            let value = control.handle(Request::Status)?;
+            let status = serde_json::from_value(value).map_err(|e| {
+                ApiError::new(
+                    500,
+                    format!("the status of array {name:?} does not decode: {e}"),
+                )
+            })?;
+            statuses.insert(name, status);
+        }
+        Ok(statuses)
     }
 
     /// A request about the whole process; may block (run on a blocking thread).

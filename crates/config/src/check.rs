@@ -155,6 +155,32 @@ impl Checker<'_> {
         if let Some(metrics) = &daemon.metrics {
             self.address(metrics, "daemon.metrics");
         }
+        if let Some(mdstat) = &daemon.mdstat {
+            self.mdstat(mdstat, daemon);
+        }
+    }
+
+    /// A file's path, not a directory's nor a socket's of the daemon.
+    fn mdstat(&mut self, mdstat: &Spanned<PathBuf>, daemon: &Daemon) {
+        let path = mdstat.get_ref();
+        let sockets = [
+            (&daemon.admin, "daemon.admin"),
+            (&daemon.unix, "daemon.unix"),
+        ];
+        let taken = sockets
+            .into_iter()
+            .find(|(socket, _)| socket.as_ref().is_some_and(|s| s.get_ref() == path));
+        let message = if path.file_name().is_none() || path.to_string_lossy().ends_with('/') {
+            format!(
+                "{:?} names no file (e.g. /run/raidkit/mdstat)",
+                path.display()
+            )
+        } else if let Some((_, key)) = taken {
+            format!("{:?} is {key}'s socket too", path.display())
+        } else {
+            return;
+        };
+        self.at(mdstat.span(), "daemon.mdstat", message);
     }
 
     fn alerts(&mut self, config: &Config) {

@@ -79,6 +79,7 @@ impl Daemon {
                 unix,
                 admin,
                 metrics,
+                mdstat,
                 log_format,
             }
         )

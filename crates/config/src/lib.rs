@@ -7,6 +7,7 @@
 //! [daemon]
 //! listen = ["127.0.0.1:10809"]
 //! admin = "/run/raidkit/admin.sock"
+//! mdstat = "/run/raidkit/mdstat"   # /proc/mdstat's format, for node_exporter and telegraf
 //!
 //! [alerts]
 //! program = "/usr/local/sbin/raid-alert"

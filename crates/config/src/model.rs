@@ -3,7 +3,7 @@
 //! take `raidkit serve`'s default for the same option (named in each field's comment), so the
 //! two front ends cannot drift apart.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -44,9 +44,25 @@ pub struct Daemon {
     pub admin: Option<Spanned<PathBuf>>,
     /// The metrics and dashboard listener (`HOST:PORT`).
     pub metrics: Option<Spanned<String>>,
+    /// The file the daemon keeps in exactly /proc/mdstat's format for its arrays, for the
+    /// tools that watch md arrays (node_exporter's mdadm collector, telegraf's mdstat input).
+    /// Default: `mdstat` in the admin socket's directory ([`Daemon::mdstat_path`]).
+    pub mdstat: Option<Spanned<PathBuf>>,
     /// How log lines are written: `text` (default) or `json`.
     #[serde(default)]
     pub log_format: LogFormat,
+}
+
+impl Daemon {
+    /// Where the mdstat file is kept: `mdstat` if given, else `mdstat` beside the admin socket
+    /// at `admin` (so /run/raidkit/mdstat for the default socket, and two daemons with their
+    /// own sockets keep their own files).
+    pub fn mdstat_path(&self, admin: &Path) -> PathBuf {
+        match &self.mdstat {
+            Some(path) => path.get_ref().clone(),
+            None => admin.with_file_name("mdstat"),
+        }
+    }
 }
 
 /// One log line per event: for people (`text`) or for machines (`json`).

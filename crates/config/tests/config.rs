@@ -366,3 +366,53 @@ fn an_empty_file_is_a_daemon_with_no_arrays() {
     assert!(config.arrays.is_empty());
     assert!(config.daemon.listen.is_empty());
 }
+
+#[test]
+fn the_mdstat_file_defaults_beside_the_admin_socket() {
+    let admin = Path::new("/run/raidkit/admin.sock");
+    let config = parse("[daemon]\nadmin = \"/srv/r/admin.sock\"\n").unwrap();
+    assert_eq!(
+        config.daemon.mdstat_path(admin),
+        Path::new("/run/raidkit/mdstat")
+    );
+    let config = parse("[daemon]\nmdstat = \"/var/lib/node/md/mdstat\"\n").unwrap();
+    assert_eq!(
+        config.daemon.mdstat_path(admin),
+        Path::new("/var/lib/node/md/mdstat")
+    );
+    assert_eq!(
+        parse("")
+            .unwrap()
+            .daemon
+            .mdstat_path(Path::new("/tmp/t/a.sock")),
+        Path::new("/tmp/t/mdstat")
+    );
+}
+
+#[test]
+fn an_mdstat_path_must_name_a_file_of_its_own() {
+    assert_problem(
+        "[daemon]\nmdstat = \"/run/raidkit/\"\n",
+        2,
+        "daemon.mdstat",
+        "names no file",
+    );
+    assert_problem(
+        "[daemon]\nadmin = \"/run/r/a\"\nmdstat = \"/run/r/a\"\n",
+        3,
+        "daemon.mdstat",
+        "is daemon.admin's socket too",
+    );
+    assert_problem(
+        "[daemon]\nunix = \"/run/r/nbd\"\nmdstat = \"/run/r/nbd\"\n",
+        3,
+        "daemon.mdstat",
+        "is daemon.unix's socket too",
+    );
+    assert_problem(
+        "[daemon]\nmdstat = 3\n",
+        2,
+        "mdstat",
+        "expected path string",
+    );
+}

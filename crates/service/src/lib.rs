@@ -27,12 +27,15 @@
 //! - [`monitor`]: mdadm's `--monitor` events from each array's status, on a thread of its own,
 //!   which also moves spares within spare groups as [`spares`] decides.
 //! - [`spares`]: spare groups: which spare of a group moves to a degraded array ([`spares::decide`]).
+//! - [`mdstat_file`]: the file in /proc/mdstat's format a process keeps for its arrays
+//!   ([`mdstat_file::MdstatFile`]), for node_exporter, telegraf and md's scripts.
 //!
 //! Errors are `anyhow::Error`: every one ends as a message to an operator with its cause
 //! chain, and no caller decides anything by its kind.
 
 pub mod array_journal;
 pub mod lifecycle;
+pub mod mdstat_file;
 pub mod members;
 pub mod monitor;
 pub mod reconnect;

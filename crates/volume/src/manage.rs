@@ -628,18 +628,11 @@ impl VolumeCore {
 }
 
 fn plain_status(role: Option<usize>, held: &Held, state: MemberState) -> MemberStatus {
+    let (stuck, abandoned) = held.whole.stuck_calls();
     MemberStatus {
-        role,
-        name: held.whole.name().to_string(),
-        state,
-        read_errors: 0,
-        write_errors: 0,
-        timeouts: 0,
-        stuck_calls: held.whole.stuck_calls().0 as u64,
-        abandoned_calls: held.whole.stuck_calls().1,
-        no_space_errors: 0,
-        filesystem: None,
-        rebuild_offset_bytes: None,
+        stuck_calls: stuck as u64,
+        abandoned_calls: abandoned,
+        ..MemberStatus::new(role, held.whole.name(), state)
     }
 }
 

@@ -86,6 +86,25 @@ pub struct MemberStatus {
     pub rebuild_offset_bytes: Option<u64>,
 }
 
+impl MemberStatus {
+    /// Member `name` in `state`, with no error, stuck call, filesystem or progress to report.
+    pub fn new(role: Option<usize>, name: impl Into<String>, state: MemberState) -> MemberStatus {
+        MemberStatus {
+            role,
+            name: name.into(),
+            state,
+            read_errors: 0,
+            write_errors: 0,
+            timeouts: 0,
+            no_space_errors: 0,
+            stuck_calls: 0,
+            abandoned_calls: 0,
+            filesystem: None,
+            rebuild_offset_bytes: None,
+        }
+    }
+}
+
 /// The filesystem under a file member (see [`MemberStatus::filesystem`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FilesystemStatus {

@@ -13,6 +13,7 @@ use config::{ArrayConfig, Config};
 use member::{OpenOptions, RemoteOptions};
 use sd_notify::NotifyState;
 use service::array_journal::JournalOptions;
+use service::mdstat_file::{self, MdstatFile};
 use service::monitor::Monitor;
 use service::reconnect;
 use service::running::{self, ArrayOptions, Happening, RunningArray};
@@ -40,8 +41,10 @@ const ALERT_GRACE: Duration = Duration::from_secs(5);
 /// on the daemon's listeners (or its own), as `raidkit serve` would serve it; an array that
 /// cannot start is reported and the others are served. The admin socket serves them all
 /// (`raidkit status --admin PATH --array NAME`). Every event (a member failing, an array
-/// degraded, a rebuild's progress) is logged and sent to the [alerts] targets. SIGHUP (or
-/// `raidkit reload`) reads the file again: new arrays are served, removed ones drained and
+/// degraded, a rebuild's progress) is logged and sent to the [alerts] targets. The arrays are
+/// also described in a file in /proc/mdstat's format, for node_exporter and telegraf
+/// (`[daemon] mdstat`; default `mdstat` beside the admin socket, /run/raidkit/mdstat). SIGHUP
+/// (or `raidkit reload`) reads the file again: new arrays are served, removed ones drained and
 /// closed, speed and error limits changed live, other changes reported. With
 /// --check-config the file is only checked: every problem is printed with its line and key,
 /// and nothing is opened.
@@ -91,6 +94,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let metrics = (config.daemon.metrics.as_ref())
         .map(|addr| serve::bind_metrics(addr.get_ref()))
         .transpose()?;
+    let mdstat_path = config.daemon.mdstat_path(&admin_path);
+    if let Some(dir) = mdstat_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create {} for the mdstat file", dir.display()))?;
+    }
+    // The arrays on the admin socket, listed in the mdstat file under the same names.
+    let admin_arrays = Arc::new(Arrays::default());
+    let mdstat = MdstatFile::start(
+        &mdstat_path,
+        mdstat_file::served_by(Arc::clone(&admin_arrays)),
+        Arc::clone(&log),
+    )?;
     let alerter = Arc::new(Alerter::start(&targets(&config), Arc::clone(&log)));
     let monitor = Arc::new(Monitor::start(Arc::clone(&alerter)));
     let scheduler = Arc::new(start_scheduler());
@@ -103,7 +118,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let (listeners, routes) = runtime.block_on(Listeners::bind(&config))?;
 
-    let admin_arrays = Arc::new(Arrays::default());
     admin_arrays.set_test_alerts(test_alerts(&alerter));
     let reloader = Arc::new_cyclic(|me: &Weak<Reloader>| {
         let me = me.clone();
@@ -176,6 +190,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     drop(reloader);
     drop(scheduler);
+    if let Err(e) = mdstat.finish() {
+        failed.get_or_insert(e);
+    }
     drop(monitor);
     if let Ok(alerter) = Arc::try_unwrap(alerter) {
         alerter.shutdown(ALERT_GRACE);

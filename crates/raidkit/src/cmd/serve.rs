@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use admin::server::{AdminSocket, Arrays};
@@ -18,6 +18,7 @@ use ondisk::CreateOptions;
 use volume::{AssembleOptions, FaultPolicy, SpeedLimits, Volume};
 
 use service::array_journal;
+use service::mdstat_file::{MdstatFile, Statuses};
 use service::reconnect;
 use service::running::{self, ArrayOptions, Happening, RunningArray};
 use service::stack::{CachedExport, StackOptions};
@@ -60,7 +61,9 @@ pub(crate) mod defaults {
 /// turns this off). When a member fails and a spare is present, the rebuild starts by itself,
 /// throttled between --speed-min and --speed-max; its progress is kept in the superblocks and
 /// resumes after a restart. With --admin PATH the operator commands (raidkit status, fail,
-/// remove, add, replace, scrub, speed-limit) control the running array.
+/// remove, add, replace, scrub, speed-limit) control the running array. With --mdstat PATH
+/// the array is also described in a file in /proc/mdstat's format, for the tools that watch md
+/// arrays (node_exporter, telegraf).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Listen on a Unix socket at PATH (it must not exist) instead of TCP.
@@ -142,6 +145,13 @@ pub struct Args {
     /// members to whoever can reach it.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "read_only")]
     metrics: Option<String>,
+
+    /// Keep a file at PATH describing the array in exactly /proc/mdstat's format (replaced
+    /// atomically when its state changes, every 500 ms while a rebuild, resync or scrub runs;
+    /// left listing no array at exit), for node_exporter's mdadm collector (PATH =
+    /// DIR/mdstat, --path.procfs=DIR), telegraf's mdstat input (file_name) and md's scripts.
+    #[arg(long, value_name = "PATH")]
+    mdstat: Option<PathBuf>,
 
     /// A member with more read errors than this within --read-error-window is marked faulty.
     #[arg(long, value_name = "N", default_value_t = defaults::READ_ERRORS_MAX)]
@@ -326,8 +336,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let metrics = args.metrics.as_deref().map(bind_metrics).transpose()?;
+    // Listed in the mdstat file once assembled (the file is written first, empty).
+    let listed: Arc<OnceLock<Arc<Volume>>> = Arc::default();
+    let mdstat = match &args.mdstat {
+        Some(path) => Some(MdstatFile::start(
+            path,
+            listed_statuses(&listed),
+            Arc::clone(&log),
+        )?),
+        None => None,
+    };
     let running = start_array(&args, stack_options)?;
     let volume = Arc::clone(running.volume());
+    let _ = listed.set(Arc::clone(&volume));
     let export_name = args
         .export
         .clone()
@@ -357,10 +378,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Ok(left) = &closed.journal {
         journal_args::report_left(left.clone());
     }
+    // Closed (or not): the process serves no array any more.
+    let listed_none = mdstat.map_or(Ok(()), MdstatFile::finish);
     served?;
     closed.drained?;
     closed.volume?;
     closed.journal?;
+    listed_none?;
     eprintln!("raidkit: array \"{}\" closed cleanly", volume.name());
     Ok(())
 }
@@ -405,6 +429,16 @@ pub(crate) async fn serve_metrics(
     admin::metrics::serve(listener, arrays, log, stop)
         .await
         .context("metrics listener")
+}
+
+/// The served array's status under its name, once there is one.
+fn listed_statuses(listed: &Arc<OnceLock<Arc<Volume>>>) -> Statuses {
+    let listed = Arc::clone(listed);
+    Box::new(move || {
+        Ok((listed.get().into_iter())
+            .map(|v| (v.name().to_string(), v.status()))
+            .collect())
+    })
 }
 
 fn endpoint(args: &Args) -> anyhow::Result<Endpoint> {

@@ -10,6 +10,7 @@ use volume::{AtRisk, MemberState, MemberStatus, ScrubReport};
 use crate::admin_client::Client;
 use crate::progress::{follow_with, task_line};
 use crate::units::human_bytes;
+use admin::mdstat::sync_summary;
 use admin::status::{wire_name, JournalSection, Status};
 
 /// Show a running array's state (asks `raidkit serve --admin PATH`, or the daemon's).
@@ -26,6 +27,10 @@ use admin::status::{wire_name, JournalSection, Status};
 /// background task with progress, speed and ETA, the speed limits, the
 /// journal (mode, ring in use, write-back data not yet on the members, applies under ring
 /// pressure), the read cache (memory held, hit rate) and the last scrub's result.
+///
+/// --mdstat prints every array of the server (or the one --array names) in exactly
+/// /proc/mdstat's format, as the file `serve --mdstat` and the daemon keep, for tools that
+/// parse /proc/mdstat.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -39,6 +44,11 @@ pub struct Args {
     /// in a terminal the task is a progress bar with speed and ETA, else one line a second.
     #[arg(long)]
     watch: bool,
+
+    /// Print the arrays in exactly /proc/mdstat's format (every array of the server, or the
+    /// one --array names), as node_exporter and telegraf parse it.
+    #[arg(long, conflicts_with_all = ["json", "watch"])]
+    mdstat: bool,
 }
 
 /// Ranges at risk listed in the text status (`--json` lists up to 1024).
@@ -46,6 +56,16 @@ const AT_RISK_LISTED: usize = 16;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let client = args.admin.client()?;
+    if args.mdstat {
+        let mut statuses = client.statuses()?;
+        if let Some(name) = &args.admin.array {
+            statuses.retain(|n, _| n == name);
+            anyhow::ensure!(!statuses.is_empty(), "no array {name:?} is served here");
+        }
+        let arrays = statuses.iter().map(|(n, s)| (n.as_str(), &s.volume));
+        print!("{}", admin::mdstat::render(arrays));
+        return Ok(());
+    }
     if !args.admin.names_array() {
         let all = client.process("GET", admin::api::ALL_STATUS_PATH)?;
         if all["arrays"].as_object().is_some_and(|a| a.len() > 1) {
@@ -122,7 +142,9 @@ pub fn render_all(statuses: &BTreeMap<String, Status>) -> String {
 }
 
 /// `home : degraded raid1 /dev/sdb[0] /dev/sdc[1](F) /dev/sdd(S)`, then size, chunk and
-/// `[2/1] [U_]`, then the background task and a journal under pressure, as /proc/mdstat.
+/// `[2/1] [U_]`, then the background task and a journal under pressure: /proc/mdstat's
+/// shape for a person (health, human sizes, every member named); `status --mdstat` is the
+/// exact format (`admin::mdstat`), whose `[n/m] [U_]` this shares.
 pub fn mdstat_block(name: &str, status: &Status) -> String {
     let s = &status.volume;
     let members: Vec<String> = s
@@ -157,7 +179,7 @@ pub fn mdstat_block(name: &str, status: &Status) -> String {
         "      {}, chunk {} {}\n",
         human_bytes(s.size_bytes),
         human_bytes(s.chunk_bytes),
-        mdstat(&s.members)
+        sync_summary(&s.members)
     );
     if let Some(task) = &s.task {
         out += &format!("      {}\n", task_line(task));
@@ -179,22 +201,6 @@ pub fn decode_statuses(all: serde_json::Value) -> anyhow::Result<BTreeMap<String
     serde_json::from_value(arrays).context("the server's statuses do not decode")
 }
 
-/// `[4/3] [UU_U]`: roles, roles in sync, and one letter per role.
-pub fn mdstat(members: &[MemberStatus]) -> String {
-    let roles: Vec<&MemberStatus> = members
-        .iter()
-        .filter(|m| m.role.is_some() && m.state != MemberState::ReplacementTarget)
-        .collect();
-    let in_sync =
-        |m: &MemberStatus| matches!(m.state, MemberState::Active | MemberState::Replacing);
-    let up = roles.iter().filter(|m| in_sync(m)).count();
-    let letters: String = roles
-        .iter()
-        .map(|m| if in_sync(m) { 'U' } else { '_' })
-        .collect();
-    format!("[{}/{up}] [{letters}]", roles.len())
-}
-
 /// The whole status as text.
 pub fn render(status: &Status) -> String {
     let s = &status.volume;
@@ -205,7 +211,7 @@ pub fn render(status: &Status) -> String {
         human_bytes(s.chunk_bytes),
         human_bytes(s.size_bytes),
         wire_name(s.health),
-        mdstat(&s.members)
+        sync_summary(&s.members)
     );
     out += &format!("  uuid {}, events {}\n", s.uuid, s.events);
     for m in &s.members {
@@ -397,19 +403,7 @@ mod tests {
 
     /// A member with no errors and nothing optional.
     fn member(role: Option<usize>, name: &str, state: MemberState) -> MemberStatus {
-        MemberStatus {
-            role,
-            name: name.to_string(),
-            state,
-            read_errors: 0,
-            write_errors: 0,
-            timeouts: 0,
-            no_space_errors: 0,
-            stuck_calls: 0,
-            abandoned_calls: 0,
-            filesystem: None,
-            rebuild_offset_bytes: None,
-        }
+        MemberStatus::new(role, name, state)
     }
 
     /// The array "demo" with no members, no optional part and no section.
@@ -434,19 +428,6 @@ mod tests {
             journal: None,
             cache: None,
         }
-    }
-
-    #[test]
-    fn mdstat_counts_roles_in_sync() {
-        let members = [
-            member(Some(0), "", MemberState::Active),
-            member(Some(1), "", MemberState::Active),
-            member(Some(2), "", MemberState::Faulty),
-            member(Some(3), "", MemberState::Replacing),
-            member(Some(3), "", MemberState::ReplacementTarget),
-            member(None, "", MemberState::Spare),
-        ];
-        assert_eq!(mdstat(&members), "[4/3] [UU_U]");
     }
 
     #[test]

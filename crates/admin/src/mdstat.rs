@@ -148,7 +148,9 @@ fn action(kind: TaskKind) -> &'static str {
 /// `[==>..................]  recovery = 12.6% (37043392/292945152) finish=127.5min
 /// speed=33440K/sec`: the bar in twentieths, the per-mille done, the member's KiB done and to
 /// do, the time left and the member rate. Before a rate is measured the time left is the
-/// longest it can take, at the minimum speed limit (md never prints a line without both).
+/// longest it can take, at the minimum speed limit (md never prints a line without both); a
+/// task paused outside the background window keeps its position at speed 0, its time left
+/// counted the same way.
 pub fn progress(task: &TaskStatus, limits: &SpeedLimits) -> String {
     let total = task.total_bytes.max(1);
     let done = task.done_bytes.min(total);
@@ -156,9 +158,11 @@ pub fn progress(task: &TaskStatus, limits: &SpeedLimits) -> String {
     let filled = (per_milli / 50) as usize;
     let bar = format!("{}>{}", "=".repeat(filled), ".".repeat(20 - filled));
     let left = total - done;
-    let secs = task
-        .eta_secs
-        .unwrap_or(left / limits.min_bytes_per_sec.max(1));
+    let (rate, eta) = match task.paused {
+        Some(_) => (0, None),
+        None => (task.bytes_per_sec, task.eta_secs),
+    };
+    let secs = eta.unwrap_or(left / limits.min_bytes_per_sec.max(1));
     format!(
         "[{bar}]  {} ={:3}.{}% ({}/{}) finish={}.{}min speed={}K/sec",
         action(task.kind),
@@ -168,7 +172,7 @@ pub fn progress(task: &TaskStatus, limits: &SpeedLimits) -> String {
         total / 1024,
         secs / 60,
         secs % 60 / 6,
-        task.bytes_per_sec / 1024
+        rate / 1024
     )
 }
 

@@ -331,6 +331,7 @@ fn task(
         total_bytes,
         bytes_per_sec: rate,
         eta_secs: eta,
+        paused: None,
     }
 }
 
@@ -426,6 +427,13 @@ fn the_progress_line_is_md_s() {
     assert_eq!(
         progress(&fresh, &limits),
         "[>....................]  recovery =  0.0% (0/614400) finish=10.0min speed=0K/sec"
+    );
+    // Paused outside the background window: its position, no speed.
+    let mut paused = task(TaskKind::Scrub, 300 << 20, 600 << 20, 8 << 20, Some(37));
+    paused.paused = Some("outside the background window 19:00-05:00".into());
+    assert_eq!(
+        progress(&paused, &limits),
+        "[==========>..........]  check = 50.0% (307200/614400) finish=5.0min speed=0K/sec"
     );
     for kind in [TaskKind::Repair, TaskKind::InitialSync] {
         assert!(progress(&task(kind, 1, 2, 0, None), &limits).contains("  resync = 50.0% "));

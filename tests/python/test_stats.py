@@ -229,3 +229,24 @@ def test_the_daemon_serves_every_arrays_metrics(tmp_path):
     finally:
         daemon.stop()
         daemon.kill()
+
+
+def test_a_read_only_array_has_metrics_too(tmp_path):
+    proc, sock, admin = start(tmp_path, "1")
+    stop(proc)
+    port = free_tcp_port()
+    members = [str(tmp_path / f"m{i}.img") for i in range(2)]
+    ro = subprocess.Popen([RAIDKIT_BIN, "serve", "--read-only", "--unix", str(sock), "--metrics",
+                           str(port), *members], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    try:
+        line = ro.stdout.readline()
+        assert "raidkit: serving" in line, line + ro.stderr.read()
+        h = nbd.NBD()
+        h.connect_uri(f"nbd+unix:///?socket={sock}")
+        h.pread(4096, 0)
+        h.shutdown()
+        text, samples = scrape(port)
+        assert samples['raidkit_array_requests_total{array="raidkit",op="read"}'] >= 1, text
+    finally:
+        stop(ro)

@@ -143,7 +143,7 @@ pub struct Args {
     /// Serve Prometheus metrics (text format, `GET /metrics`) on TCP HOST:PORT; a port alone
     /// is 127.0.0.1:PORT. The address is bound as given: the metrics name the array and its
     /// members to whoever can reach it.
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "read_only")]
+    #[arg(long, value_name = "HOST:PORT")]
     metrics: Option<String>,
 
     /// Keep a file at PATH describing the array in exactly /proc/mdstat's format (replaced

@@ -704,3 +704,34 @@ def test_a_taken_over_array_stops_alone(tmp_path):
     assert 'array "taken" closed cleanly' not in log, log
     assert json.loads(raidkit("examine", "--json", *images).stdout) == after_second, \
         "the daemon wrote to the taken array's members after it lost it"
+
+
+def test_json_log_lines(tmp_path):
+    """``[daemon] log_format = "json"``: every line the daemon logs is one JSON object with time,
+    level, array, event and message — the alerter's events with their name and array, the
+    reload's lines with ``reload``, an array's close with its array."""
+    create(tmp_path, "1", "home", 2)
+    admin = tmp_path / "admin.sock"
+    config = tmp_path / "raidkit.toml"
+    head = f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{admin}"\nlog_format = "json"\n\n'
+    entry = raidkit("examine", "--scan", f"{tmp_path}/home[0-9]").stdout
+    config.write_text(head + entry)
+    daemon = Daemon(config, 1)
+    try:
+        config.write_text(head + entry.replace('name = "home"\n', 'name = "home"\ncache_size = "8M"\n'))
+        raidkit("reload", "--admin", admin)
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    lines = [json.loads(line) for line in log.splitlines()]
+    assert lines and all(set(line) == {"time", "level", "array", "event", "message"}
+                         for line in lines), log
+    assert all(line["time"].endswith("Z") and line["level"] in
+               ("info", "warning", "error", "critical") for line in lines), log
+    assert {"level": "info", "array": "home", "event": "NewArray"}.items() <= \
+        next(line for line in lines if line["event"] == "NewArray").items(), log
+    restart = next(line for line in lines if "restart needed" in line["message"])
+    assert (restart["level"], restart["array"], restart["event"]) == \
+        ("warning", "home", "reload"), restart
+    assert any(line["array"] == "home" and line["message"] == 'array "home" closed cleanly'
+               for line in lines), log

@@ -9,6 +9,7 @@
 mod admin_client;
 mod cmd;
 mod journal_args;
+mod log;
 mod progress;
 mod space;
 mod units;

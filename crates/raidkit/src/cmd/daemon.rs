@@ -57,6 +57,18 @@ pub struct Args {
     /// Check the configuration and exit: 0 when it has no problem.
     #[arg(long)]
     check_config: bool,
+
+    /// How log lines are written to stderr: `text` (for people) or `json` (one object per
+    /// line: time, level, array, event, message). Default: [daemon] log_format, else text.
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<LogFormatArg>,
+}
+
+/// `--log-format`'s values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Text,
+    Json,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -64,6 +76,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let count = problems.list.len();
         anyhow!("{problems}\n{count} problem(s) in the configuration: nothing was started")
     })?;
+    let json = match args.log_format {
+        Some(format) => matches!(format, LogFormatArg::Json),
+        None => config.daemon.log_format == config::LogFormat::Json,
+    };
+    crate::log::set_format(match json {
+        true => crate::log::Format::Json,
+        false => crate::log::Format::Text,
+    });
     if args.check_config {
         println!(
             "{}: {} array(s), no problem found",
@@ -84,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let log: admin::Log = Arc::new(|line| eprintln!("raidkit: {line}"));
+    let log: admin::Log = Arc::new(crate::log::emit);
     let admin_path = config
         .daemon
         .admin
@@ -152,7 +172,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         bail!("no array of {} could be started", args.config.display());
     }
-    eprintln!("raidkit: admin API on {}", admin_path.display());
+    crate::log::emit(&format!("admin API on {}", admin_path.display()));
     let watchdog = Watchdog::start(Arc::clone(&monitor));
     let ready = format!("serving {started} of {} arrays", config.arrays.len());
     admin_arrays.set_reload(reload::admin_hook(Arc::clone(&reloader)));
@@ -225,7 +245,7 @@ impl Signals {
 /// Tells systemd (when it started the daemon as `Type=notify`; else nothing happens).
 fn systemd(state: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(state) {
-        eprintln!("raidkit: warning: cannot notify systemd: {e}");
+        crate::log::emit(&format!("warning: cannot notify systemd: {e}"));
     }
 }
 
@@ -253,7 +273,7 @@ impl Watchdog {
             if monitor.alive(interval / 2) {
                 systemd(&[NotifyState::Watchdog]);
             } else {
-                eprintln!("raidkit: warning: the monitor is stuck: not pinging the watchdog");
+                crate::log::emit("warning: the monitor is stuck: not pinging the watchdog");
             }
         });
         Watchdog {
@@ -319,7 +339,7 @@ fn test_alerts(alerter: &Arc<Alerter>) -> admin::server::TestAlerts {
 /// clock and time zone; what it does is logged under each array's name.
 fn start_scheduler() -> Scheduler {
     let tell: schedule::Tell =
-        Arc::new(|array: &str, note| eprintln!("raidkit: array \"{array}\": {note}"));
+        Arc::new(|array: &str, note| crate::log::emit(&format!("array \"{array}\": {note}")));
     Scheduler::start(Arc::new(schedule::SystemClock), tell, schedule::TICK)
 }
 
@@ -410,7 +430,7 @@ fn tell(array: &str, alerter: &Arc<Alerter>, taken: &arrays::TakenOverHook) -> r
                 format!("error: {message}")
             }
         };
-        eprintln!("raidkit: array \"{array}\": {line}");
+        crate::log::emit(&format!("array \"{array}\": {line}"));
     })
 }
 
@@ -592,7 +612,7 @@ impl Listeners {
         let hangup_task = tokio::spawn(async move {
             let Some(mut hangups) = hangups else { return };
             while hangups.recv().await.is_some() {
-                eprintln!("raidkit: SIGHUP: reloading the configuration");
+                crate::log::emit("SIGHUP: reloading the configuration");
                 // Starting and closing arrays blocks: off the runtime's workers. The result
                 // is logged by the reload.
                 let reloader = Arc::clone(&reloader);

@@ -681,7 +681,7 @@ impl ShutdownSignals {
         ) {
             (Ok(int), Ok(term)) => ShutdownSignals(Some((int, term))),
             _ => {
-                eprintln!("raidkit: cannot install signal handlers; serving until killed");
+                crate::log::emit("cannot install signal handlers; serving until killed");
                 ShutdownSignals(None)
             }
         }
@@ -696,7 +696,7 @@ impl ShutdownSignals {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
-        eprintln!("raidkit: shutting down: finishing requests in flight");
+        crate::log::emit("shutting down: finishing requests in flight");
     }
 }
 

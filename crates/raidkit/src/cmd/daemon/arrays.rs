@@ -254,16 +254,18 @@ impl ArraySet {
         }
         if served.array.taken_over() {
             served.array.abandon();
-            eprintln!(
-                "raidkit: array \"{name}\" no longer served: another process took it over \
+            crate::log::emit(&format!(
+                "array \"{name}\" no longer served: another process took it over \
                  (nothing more was written to it)"
-            );
+            ));
             return Ok(());
         }
         let closed = close(served.array);
         match &closed {
-            Ok(()) => eprintln!("raidkit: array \"{name}\" closed cleanly"),
-            Err(e) => eprintln!("raidkit: error: array \"{name}\" did not close cleanly: {e:#}"),
+            Ok(()) => crate::log::emit(&format!("array \"{name}\" closed cleanly")),
+            Err(e) => crate::log::emit(&format!(
+                "error: array \"{name}\" did not close cleanly: {e:#}"
+            )),
         }
         closed
     }

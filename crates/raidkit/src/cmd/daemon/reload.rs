@@ -79,7 +79,7 @@ impl Reloader {
         for a in arrays {
             if let Err(e) = state.arrays.add(a) {
                 let name = a.name.get_ref();
-                eprintln!("raidkit: error: array {name:?} not started: {e:#}");
+                crate::log::emit(&format!("error: array {name:?} not started: {e:#}"));
             }
         }
         state.arrays.len()
@@ -112,12 +112,12 @@ impl Reloader {
 
     fn apply(&self, state: &mut State) -> Result<Reloaded, String> {
         let path = self.path.display();
-        eprintln!("raidkit: reload: reading {path}");
+        crate::log::emit(&format!("reload: reading {path}"));
         let refused = |problems: String| {
             for line in problems.lines() {
-                eprintln!("raidkit: reload: {line}");
+                crate::log::emit(&format!("reload: {line}"));
             }
-            eprintln!("raidkit: reload: refused, nothing changed");
+            crate::log::emit("reload: refused, nothing changed");
             Err(problems)
         };
         let new = match Config::load(&self.path) {
@@ -254,17 +254,17 @@ impl Reloader {
                 "restart_needed" => "warning: ",
                 _ => "",
             };
-            eprintln!(
-                "raidkit: reload: {word}{what}: {}: {}",
+            crate::log::emit(&format!(
+                "reload: {word}{what}: {}: {}",
                 c.change.replace('_', " "),
                 c.message
-            );
+            ));
         }
-        eprintln!(
-            "raidkit: reload of {path} done: {} change(s), {} array(s) unchanged",
+        crate::log::emit(&format!(
+            "reload of {path} done: {} change(s), {} array(s) unchanged",
             changes.len(),
             unchanged.len()
-        );
+        ));
         Ok(Reloaded {
             config: self.path.clone(),
             changes,

@@ -7,7 +7,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::{Identity, Member};
+use crate::{Identity, Member, StartCall, Started};
 
 /// The switch; clones share it. Open until [`Fence::close`].
 #[derive(Debug, Clone, Default)]
@@ -117,6 +117,24 @@ impl Member for Fenced {
         self.inner.identity()
     }
 
+    /// Started on the inner member while the fence is open (reads always); a call that
+    /// changes bytes once it is closed is "started" as its refusal.
+    fn start(&self, call: StartCall<'_>) -> Option<Started> {
+        let what = match call {
+            StartCall::Read { .. } => None,
+            StartCall::Write { .. } => Some("write"),
+            StartCall::Trim { .. } => Some("trim"),
+            StartCall::WriteZeroes { .. } => Some("write-zeroes"),
+            StartCall::Flush => Some("flush"),
+        };
+        if let Some(what) = what {
+            if let Err(e) = self.fence.check(self, what) {
+                return Some(Started::failed(e));
+            }
+        }
+        self.inner.start(call)
+    }
+
     fn stuck_calls(&self) -> (usize, u64) {
         self.inner.stuck_calls()
     }
@@ -161,5 +179,37 @@ mod tests {
             .read_vectored_at(&mut [&mut buf[..], &mut one[..]], 0)
             .unwrap();
         assert_eq!(fenced.name(), "m");
+    }
+
+    /// A member that starts calls ahead (`Detached`) behind the fence: started calls pass while
+    /// it is open; once closed, a started write or flush is its refusal and a read still runs.
+    #[test]
+    fn started_calls_pass_the_fence_as_calls_do() {
+        let inner: Arc<dyn Member> = Arc::new(crate::Detached::new(
+            Arc::new(MemMember::new("m", 1 << 20).unwrap()),
+            std::time::Duration::from_secs(5),
+        ));
+        let fence = Fence::new();
+        let fenced = fence.wrap(inner);
+        let write = StartCall::Write {
+            offset: 0,
+            bufs: &[b"ab", b"c"],
+        };
+        let started = fenced.start(write).expect("Detached starts calls");
+        started.finish(&mut |_| {}).0.unwrap();
+        fence.close();
+        for call in [write, StartCall::Flush] {
+            let (result, _) = fenced.start(call).unwrap().finish(&mut |_| {});
+            let e = result.unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        }
+        let mut got = Vec::new();
+        let read = StartCall::Read { offset: 0, len: 4 };
+        let (result, _) = fenced
+            .start(read)
+            .unwrap()
+            .finish(&mut |d| got.extend_from_slice(d));
+        result.unwrap();
+        assert_eq!(got, b"abc\0");
     }
 }

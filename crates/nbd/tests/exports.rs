@@ -203,3 +203,35 @@ fn removing_an_export_nobody_uses_drains_at_once() {
         .expect("nothing to wait for");
     assert!(exports.names().is_empty());
 }
+
+#[test]
+fn a_removed_exports_client_that_reads_no_reply_is_cut_after_the_grace() {
+    let exports = Exports::new();
+    let export = Arc::new(MemExport::new(1 << 20));
+    let grace = Duration::from_millis(300);
+    let config = ServerConfig {
+        shutdown_grace: grace,
+        ..export_config("deaf", false)
+    };
+    exports.add(export, config).unwrap();
+    let server = TestServer::start_exports(exports.clone(), common::config(""), Transport::Unix);
+    let mut deaf = server.connect();
+    go_to(&mut deaf, "deaf").unwrap();
+    // 32 MiB of replies asked for and none read: the server's writes block on the socket.
+    for cookie in 0..32 {
+        deaf.request(CMD_READ, 0, cookie, 0, 1 << 20);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let removed = exports.remove("deaf").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let started = Instant::now();
+    runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), removed.drained()).await })
+        .expect("a client that reads nothing held the drain past the grace");
+    let took = started.elapsed();
+    assert!(took >= grace, "cut before the grace: {took:?}");
+    assert!(
+        took < grace + Duration::from_secs(3),
+        "drained after {took:?}"
+    );
+}

@@ -6,6 +6,8 @@
 //! Removing an export is clean: new clients can no longer select it, its connections stop
 //! reading requests, the requests they already read are answered, and
 //! [`Removed::drained`] returns once the last of them closed — then its export may be closed.
+//! A connection whose client reads no reply is cut after the export's `shutdown_grace`, so the
+//! drain is bounded (by the grace and the export calls still running).
 //! Selection and removal take the same lock, so a connection either never selected the
 //! export or is counted before `remove` looks.
 

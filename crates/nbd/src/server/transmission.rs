@@ -149,7 +149,19 @@ pub(crate) async fn serve(
     };
     if stopped {
         conn.stop_reading();
-        let _ = done_rx.await;
+        // Replies a client does not read would hold the stop (and an export's drain) forever:
+        // after the grace the connection is cut, so writes blocked on it fail; export calls
+        // still running end by themselves (members have deadlines) and are waited for.
+        let grace = selected.shared.config.shutdown_grace;
+        if tokio::time::timeout(grace, &mut done_rx).await.is_err() {
+            log::warn!(
+                "nbd: a connection to export {:?} still had replies to send {grace:?} after \
+                 its stop; cutting it",
+                selected.shared.config.export_name
+            );
+            conn.cut();
+            let _ = done_rx.await;
+        }
     }
     let error = conn.error.lock().unwrap_or_else(|p| p.into_inner()).take();
     match error {
@@ -165,8 +177,7 @@ struct CutOnDrop(Arc<Conn>);
 impl Drop for CutOnDrop {
     fn drop(&mut self) {
         if self.0.lock_counts().threads > 0 {
-            self.0.stopping.store(true, Ordering::SeqCst);
-            self.0.control.shutdown(Shutdown::Both);
+            self.0.cut();
         }
     }
 }
@@ -209,6 +220,12 @@ impl Conn {
             .name("nbd-request".into())
             .spawn(move || conn.run_thread())
             .map(drop)
+    }
+
+    /// Stops the connection both ways: threads blocked on the socket end.
+    fn cut(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.control.shutdown(Shutdown::Both);
     }
 
     fn stop_reading(&self) {

@@ -146,7 +146,8 @@ fn action(kind: TaskKind) -> &'static str {
 }
 
 /// `[==>..................]  recovery = 12.6% (37043392/292945152) finish=127.5min
-/// speed=33440K/sec`: the bar in twentieths, the per-mille done, the member's KiB done and to
+/// speed=33440K/sec`: the bar in twentieths, the per-mille done (at most 999, as md), the
+/// member's KiB done and to
 /// do, the time left and the member rate. Before a rate is measured the time left is the
 /// longest it can take, at the minimum speed limit (md never prints a line without both); a
 /// task paused outside the background window keeps its position at speed 0, its time left
@@ -154,7 +155,9 @@ fn action(kind: TaskKind) -> &'static str {
 pub fn progress(task: &TaskStatus, limits: &SpeedLimits) -> String {
     let total = task.total_bytes.max(1);
     let done = task.done_bytes.min(total);
-    let per_milli = (u128::from(done) * 1000 / u128::from(total)) as u64;
+    // At most 99.9 %, as md (which divides by total + 1): "100.0%" would leave no space
+    // after the `=`, and procfs's `= (.+)%` would not match.
+    let per_milli = (u128::from(done) * 1000 / u128::from(total)).min(999) as u64;
     let filled = (per_milli / 50) as usize;
     let bar = format!("{}>{}", "=".repeat(filled), ".".repeat(20 - filled));
     let left = total - done;

@@ -420,8 +420,9 @@ fn the_progress_line_is_md_s() {
         progress(&t, &limits),
         "[>....................]  check =  0.0% (1024/292945152) finish=0.9min speed=33440K/sec"
     );
+    // Done but not yet over: 99.9 % as md shows it (never "=100.0%", which procfs refuses).
     (t.kind, t.done_bytes) = (TaskKind::Resync, t.total_bytes);
-    assert!(progress(&t, &limits).starts_with("[====================>]  resync =100.0% "));
+    assert!(progress(&t, &limits).starts_with("[===================>.]  resync = 99.9% "));
     // No rate measured yet: the time left at the minimum speed limit (1 MiB/s).
     let fresh = task(TaskKind::Replace, 0, 600 << 20, 0, None);
     assert_eq!(
@@ -458,6 +459,13 @@ fn each_background_task_reads_as_its_md_state_with_the_blocks_synced() {
         (TaskKind::Resync, "resyncing"),
         (TaskKind::InitialSync, "resyncing"),
     ];
+    let done = |kind| task(kind, 128 << 20, 128 << 20, 8 << 20, Some(0));
+    for kind in [TaskKind::Rebuild, TaskKind::Scrub, TaskKind::Resync] {
+        raid6.task = Some(done(kind));
+        let text = render([("r6", &raid6)]);
+        let p = &parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))[0];
+        assert_eq!((p.synced, p.pct), (128 << 10, 99.9), "{text}");
+    }
     for (kind, state) in cases {
         raid6.task = Some(task(kind, 40 << 20, 128 << 20, 8 << 20, Some(11)));
         for bitmap in [

@@ -19,7 +19,6 @@ pub fn now_ns() -> u64 {
 
 /// The counters of one kind of operation.
 struct KindCounters {
-    ops: AtomicU64,
     bytes: AtomicU64,
     errors: AtomicU64,
     time_ns: AtomicU64,
@@ -30,7 +29,6 @@ struct KindCounters {
 impl KindCounters {
     fn new() -> KindCounters {
         KindCounters {
-            ops: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             time_ns: AtomicU64::new(0),
@@ -39,13 +37,16 @@ impl KindCounters {
         }
     }
 
+    /// The totals; operations are the latency histogram's (one add less per operation).
     fn read(&self) -> KindSnapshot {
+        let latency: [u64; LATENCY_BUCKETS] =
+            std::array::from_fn(|k| self.latency[k].load(Relaxed));
         KindSnapshot {
-            ops: self.ops.load(Relaxed),
+            ops: latency.iter().sum(),
             bytes: self.bytes.load(Relaxed),
             errors: self.errors.load(Relaxed),
             time_ns: self.time_ns.load(Relaxed),
-            latency: std::array::from_fn(|k| self.latency[k].load(Relaxed)),
+            latency,
             sizes: std::array::from_fn(|k| self.sizes[k].load(Relaxed)),
         }
     }
@@ -121,7 +122,6 @@ impl IoCounters {
         self.in_flight.fetch_sub(1, Relaxed);
         let ns = now.saturating_sub(started.at_ns);
         let k = &self.kinds[kind.index()];
-        k.ops.fetch_add(1, Relaxed);
         k.bytes.fetch_add(bytes, Relaxed);
         k.time_ns.fetch_add(ns, Relaxed);
         k.latency[latency_bucket(ns)].fetch_add(1, Relaxed);

@@ -1,17 +1,22 @@
 """Shared pieces of the fio benchmarks in bench/: servers as processes (ready detection, CPU time,
-peak memory, SIGTERM stop), fio runs over the nbd engine, sizes and medians."""
+peak memory, SIGTERM stop), fio runs over the nbd engine, sizes and medians, and a run's results
+file and charts (--json, --plot: bench/plot.py)."""
 
 import json
 import os
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import plot
+
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
+RESULTS_FORMAT = plot.FORMAT
 
 
 def parse_size(text):
@@ -114,3 +119,38 @@ def run_job(uri, job, runtime, size, server=None):
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
+
+
+def run_identity():
+    """(date, commit) naming a run in its results file and charts: UTC start time and the
+    repository's short commit (+ '-dirty' with uncommitted changes; 'unknown' outside git)."""
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True).stdout
+        commit += "-dirty" if dirty.strip() else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return date, commit
+
+
+def save_results(data, json_path, plot_dir, default_stem):
+    """Writes the results file (--json) and the charts (--plot DIR); with --plot alone the
+    results file goes into DIR too, so the charts can be re-plotted (bench/plot.py)."""
+    stem = Path(json_path).stem if json_path else default_stem
+    if plot_dir and not json_path:
+        json_path = Path(plot_dir) / f"{stem}.json"
+    if json_path:
+        plot.write_results(data, json_path)
+        print(f"results: {json_path}", file=sys.stderr)
+    if plot_dir:
+        for path in plot.plot(data, plot_dir, stem):
+            print(f"chart: {path}", file=sys.stderr)
+
+
+def check_plotting(plot_dir):
+    """Fails before a long run, not after it, if --plot cannot draw (matplotlib missing)."""
+    if plot_dir:
+        plot.pyplot()

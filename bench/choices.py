@@ -30,7 +30,11 @@ Tables:
 Usage: bench/choices.py [--members disk|ram] [--runtime 5] [--size 256M] [--chunks 64K,128K,512K]
                         [--levels linear,1,0,10,5,6] [--jobs seq-write,...] [--tables 1,2]
                         [--member-rate 200M] [--member-latency-ms 1] [--raidkit-arg=ARG]
+                        [--json OUT.json] [--plot DIR]
 Results and the date and machine go in docs/PERFORMANCE.md ("What each choice costs").
+`--json OUT` also writes the figures as a results file, `--plot DIR` one chart per table (SVG
+and PNG: a group of bars per array, one bar per job, its length the figure over the single
+member's; bench/plot.py, which re-plots a results file).
 """
 
 import argparse
@@ -42,7 +46,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import MIB, REPO, Proc, parse_size, run_job
+from benchlib import (MIB, REPO, RESULTS_FORMAT, Proc, check_plotting, parse_size, run_identity,
+                      run_job, save_results)
 
 JOBS = [
     ("seq-write", ["--rw=write", "--bs=1m", "--iodepth=16"], "write", "MB/s"),
@@ -181,7 +186,12 @@ def main():
                         help="extra argument for every raidkit serve (repeatable)")
     parser.add_argument("--raidkit", default=os.environ.get(
         "RAIDKIT_BIN", str(REPO / "target" / "release" / "raidkit")))
+    parser.add_argument("--json", metavar="OUT", help="also write the figures to this results "
+                        "file (bench/plot.py re-plots it)")
+    parser.add_argument("--plot", metavar="DIR", help="write SVG and PNG charts (and the "
+                        "results file, unless --json names one) into DIR")
     args = parser.parse_args()
+    check_plotting(args.plot)
     args.size_bytes = parse_size(args.size)
     args.member_rate_bits = parse_size(args.member_rate) * 8
     args.jobs = [j for j in args.jobs.split(",") if j]
@@ -201,7 +211,7 @@ def main():
     workdir = Path(args.dir)
     workdir.mkdir(parents=True, exist_ok=True)
     jobs = [j for j in JOBS if j[0] in args.jobs]
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    started, commit = run_identity()
     no_cache = ["--cache-size", "0"]
 
     print(f"== single member (baseline), members: {args.members}", file=sys.stderr)
@@ -244,6 +254,28 @@ def main():
         print_table("Levels and chunk sizes (read cache off, no journal)", rows1, baseline, jobs)
     if rows2:
         print_table("RAID 5 x4, chunk 128K: read cache and journal", rows2, baseline, jobs)
+    if args.json or args.plot:
+        tables = [("levels", "levels and chunk sizes (read cache off, no journal)", rows1),
+                  ("cache-journal", "RAID 5 x4, chunk 128K, read cache and journal",
+                   rows1[:1] + rows2)]
+        data = {
+            "format": RESULTS_FORMAT,
+            "bench": "choices",
+            "date": started,
+            "commit": commit,
+            "title": "What each choice costs",
+            "setup": (f"Members: {member_text.replace('`', '')}; {args.size} working set, "
+                      f"{args.runtime} s per job after a sequential prefill; "
+                      f"{os.cpu_count()} cores."),
+            "raidkit_args": args.raidkit_arg,
+            "jobs": [{"name": j[0], "unit": j[3]} for j in jobs],
+            "baseline": baseline,
+            "tables": [{"key": key, "title": title, "rows": [{"label": label, "figures": r}
+                                                             for label, r in rows]}
+                       for key, title, rows in tables if len(rows) > 1],
+        }
+        stem = f"choices-{started[:10]}-{started[11:13]}{started[14:16]}-{commit}"
+        save_results(data, args.json, args.plot, stem)
 
 
 if __name__ == "__main__":

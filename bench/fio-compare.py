@@ -21,7 +21,9 @@ median of the rounds. File-backed writes depend on when the kernel writes back d
 moves a single figure by up to 2x: use several rounds.
 
 Prints markdown tables (medians, raidkit/reference ratios, server CPU time per request, peak
-server memory = VmHWM) ready to paste into docs/PERFORMANCE.md.
+server memory = VmHWM) ready to paste into docs/PERFORMANCE.md. `--json OUT` also writes the
+figures as a results file, `--plot DIR` grouped bar charts (SVG and PNG, one panel per job, one
+bar per server, ratios annotated; bench/plot.py, which re-plots a results file).
 
 CPU per request: the server's utime+stime (/proc/PID/stat, all its threads, dead ones included)
 over the whole fio run (ramp included) divided by the requests of that run (fio's total_ios, scaled
@@ -32,6 +34,7 @@ Usage: bench/fio-compare.py [--runtime 10] [--rounds 3] [--size 1G] [--dir /var/
                             [--raidkit target/release/raidkit] [--configs linear-file,raid0-ram4]
                             [--jobs rand-read,seq-write] [--references nbdkit,qemu-nbd]
                             [--raidkit-arg=--cache-size=0] [--baseline OLD/raidkit]
+                            [--json OUT.json] [--plot DIR]
 
 --baseline OLD/raidkit adds an earlier raidkit build as one more reference ("baseline"), on
 the same configuration and members of its own: a change's before/after in one run.
@@ -43,7 +46,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from benchlib import MIB, REPO, Proc, median, parse_size, run_job
+from benchlib import (MIB, REPO, RESULTS_FORMAT, Proc, check_plotting, median, parse_size,
+                      run_identity, run_job, save_results)
 
 JOBS = [
     ("seq-write", ["--rw=write", "--bs=1m", "--iodepth=16"], "write", "MB/s"),
@@ -51,6 +55,12 @@ JOBS = [
     ("rand-read", ["--rw=randread", "--bs=4k", "--iodepth=32"], "read", "IOPS"),
     ("rand-write", ["--rw=randwrite", "--bs=4k", "--iodepth=32"], "write", "IOPS"),
 ]
+JOB_DESCRIPTIONS = {
+    "seq-write": "1 MiB sequential writes, queue depth 16",
+    "seq-read": "1 MiB sequential reads, queue depth 16",
+    "rand-read": "4 KiB random reads, queue depth 32",
+    "rand-write": "4 KiB random writes, queue depth 32",
+}
 
 # name -> (raidkit level, member specs kind, member count, reference kind)
 CONFIGS = {
@@ -192,6 +202,30 @@ def print_tables(rows, peaks, args):
                                              for n in ["raidkit", *refs]) + " |")
 
 
+def results_file(rows, peaks, args, servers, date, commit):
+    """The run as a results file (bench/plot.py's input)."""
+    return {
+        "format": RESULTS_FORMAT,
+        "bench": "fio-compare",
+        "date": date,
+        "commit": commit,
+        "title": "raidkit serve against " + " and ".join(r for r in servers if r != "raidkit"),
+        "setup": (f"fio nbd engine over a Unix socket, {args.size} working set, {args.runtime} s "
+                  f"per job after a 1 s ramp, median of {args.rounds} round(s); "
+                  f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end."),
+        "raidkit_args": args.raidkit_arg,
+        "job_descriptions": {j: d for j, d in JOB_DESCRIPTIONS.items() if j in args.jobs},
+        "servers": servers,
+        "results": [{"config": config, "job": job, "unit": unit,
+                     "figures": {name: fig for name, (fig, _) in result.items()},
+                     "cpu_us": {name: cpu for name, (_, cpu) in result.items()}}
+                    for config, job, unit, result in rows],
+        "peak_rss_mib": {config: {name: round(b / MIB) if b else None
+                                  for name, b in by_server.items()}
+                         for config, by_server in peaks.items()},
+    }
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", type=int, default=10, help="seconds per job (default 10)")
@@ -212,7 +246,12 @@ def main():
     parser.add_argument("--baseline", metavar="RAIDKIT",
                         help="an earlier raidkit binary, measured as one more reference "
                         "(\"baseline\"): the ratio column then compares the two builds")
+    parser.add_argument("--json", metavar="OUT", help="also write the figures to this results "
+                        "file (bench/plot.py re-plots it)")
+    parser.add_argument("--plot", metavar="DIR", help="write SVG and PNG charts (and the "
+                        "results file, unless --json names one) into DIR")
     args = parser.parse_args()
+    check_plotting(args.plot)
     args.size_bytes = parse_size(args.size)
     configs = [c for c in args.configs.split(",") if c]
     args.jobs = [j for j in args.jobs.split(",") if j]
@@ -236,6 +275,7 @@ def main():
         print(f"warning: {args.raidkit} not found; measuring the reference only", file=sys.stderr)
     workdir = Path(args.dir)
     workdir.mkdir(parents=True, exist_ok=True)
+    date, commit = run_identity()
 
     rows, peaks = [], {}
     for config in configs:
@@ -247,6 +287,11 @@ def main():
         for f in workdir.glob(f"raidkit-bench-{config}-*.img"):
             f.unlink()
     print_tables(rows, peaks, args)
+    if args.json or args.plot:
+        servers = ["raidkit"] * have_raidkit + args.references
+        data = results_file(rows, peaks, args, servers, date, commit)
+        stem = f"fio-compare-{date[:10]}-{date[11:13]}{date[14:16]}-{commit}"
+        save_results(data, args.json, args.plot, stem)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 #                    python3-pytest mount (losetup), gcc (linker for cargo),
 #                    systemd (systemd-analyze verify of the unit), prometheus (promtool check metrics),
 #                    chromium chromium-driver python3-selenium (the dashboard in a browser),
-#                    prometheus-node-exporter (reads the mdstat file in test_mdstat.py)
+#                    prometheus-node-exporter (reads the mdstat file in test_mdstat.py),
+#                    python3-matplotlib (bench/plot.py's charts; test_bench_plot.py)
 #   Rust toolchain:  rustup (stable), only when cargo is missing or older than rust-version.
 set -euo pipefail
 
@@ -32,6 +33,7 @@ PROBES=(
   "py:selenium:python3-selenium"
   "promtool:prometheus"
   "prometheus-node-exporter:prometheus-node-exporter"
+  "py:matplotlib:python3-matplotlib"
 )
 
 have() {

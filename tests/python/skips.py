@@ -1,6 +1,7 @@
 """Skips in the end-to-end tests: a skip is never a silent pass.
 
-- A missing tool fails the test (``require_tools``), naming it and how to install it, unless
+- A missing tool or Python module fails the test (``require_tools``, ``require_modules``),
+  naming it and how to install it, unless
   ``RAIDKIT_ALLOW_MISSING_TOOLS=1``: then it is a skip.
 - A test that cannot run on this machine for a reason no package fixes (not root, no FUSE, a
   reference server chosen with ``RAIDKIT_TEST_SERVER``) calls ``environment(reason)`` (or uses
@@ -14,6 +15,7 @@ Loaded by conftest.py (``pytest_plugins``); ``tests/python/test_skips.py`` tests
 directory.
 """
 
+import importlib.util
 import os
 import shutil
 
@@ -38,7 +40,21 @@ def environment(reason):
 
 def require_tools(*tools):
     """Fails the running test if a tool is not on PATH (skips it with the opt-out)."""
-    missing = [t for t in tools if shutil.which(t) is None]
+    _require([t for t in tools if shutil.which(t) is None])
+
+
+def require_modules(*modules):
+    """Fails the running test if this Python cannot import a module, named with its
+    Debian package as ``"matplotlib:python3-matplotlib"`` (skips it with the opt-out)."""
+    missing = []
+    for entry in modules:
+        module, _, package = entry.partition(":")
+        if importlib.util.find_spec(module) is None:
+            missing.append(f"python module {module} ({package or module})")
+    _require(missing)
+
+
+def _require(missing):
     if not missing:
         return
     message = (f"{', '.join(missing)} missing: install with scripts/install-deps.sh "

@@ -19,6 +19,8 @@ CASES = {
     "plain": "import pytest\n\ndef test_x():\n    pytest.skip('not today')\n",
     "environment": "import skips\n\ndef test_x():\n    skips.environment('needs root')\n",
     "tool": "import skips\n\ndef test_x():\n    skips.require_tools('raidkit-no-such-tool-7f3a')\n",
+    "module": "import skips\n\ndef test_x():\n"
+              "    skips.require_modules('raidkit_no_such_module_7f3a:python3-nope')\n",
 }
 
 
@@ -67,4 +69,15 @@ def test_missing_tool_fails(tmp_path):
 def test_missing_tool_with_the_opt_out_is_a_skip_ci_refuses(tmp_path, ci):
     code, out, kinds = run_case(tmp_path, "tool", ci=ci, allow=True)
     assert code == (1 if ci else 0), out
+    assert kinds == ["skip"]
+
+
+def test_missing_python_module_fails_naming_its_package(tmp_path):
+    code, out, kinds = run_case(tmp_path, "module")
+    assert code == 1, out
+    assert "python module raidkit_no_such_module_7f3a (python3-nope) missing" in out, out
+    assert kinds == []
+    (tmp_path / "allowed").mkdir()
+    code, out, kinds = run_case(tmp_path / "allowed", "module", allow=True)
+    assert code == 0, out
     assert kinds == ["skip"]

@@ -9,6 +9,8 @@ The server under test is chosen by the environment:
   level parameter is then ignored and raidkit-only expectations are skipped).
 - ``RAIDKIT_SEED``: seed for every random choice (printed in the header and on each failure).
 - ``RAIDKIT_SOAK=1``: larger sizes and longer runs.
+- ``RAIDKIT_MEMBER_CACHE``: ``direct`` or ``buffered``: raidkit servers started by the helpers
+  get ``--member-cache`` with it (test_direct_io.py runs a selection of files with ``direct``).
 
 Fixtures:
 
@@ -43,6 +45,7 @@ SEED = int(os.environ.get("RAIDKIT_SEED") or random.SystemRandom().randrange(2**
 SOAK = os.environ.get("RAIDKIT_SOAK", "0") not in ("", "0")
 SERVER_KIND = os.environ.get("RAIDKIT_TEST_SERVER", "raidkit")
 RAIDKIT_BIN = os.environ.get("RAIDKIT_BIN", str(REPO / "target" / "release" / "raidkit"))
+MEMBER_CACHE = os.environ.get("RAIDKIT_MEMBER_CACHE", "")
 
 CHUNK_BYTES = 64 * 1024
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
@@ -64,7 +67,8 @@ MATRIX = [(level, transport) for level in LEVELS for transport in TRANSPORTS]
 
 
 def pytest_report_header(config):
-    return [f"raidkit e2e: server={SERVER_KIND} bin={RAIDKIT_BIN} RAIDKIT_SEED={SEED} soak={SOAK}"]
+    return [f"raidkit e2e: server={SERVER_KIND} bin={RAIDKIT_BIN} RAIDKIT_SEED={SEED} soak={SOAK}"
+            f" member_cache={MEMBER_CACHE or 'default'}"]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -158,6 +162,8 @@ class Server:
             cmd = [RAIDKIT_BIN, "serve", *self.listen_args()]
             if self.read_only:
                 cmd.append("--read-only")
+            if MEMBER_CACHE:
+                cmd += ["--member-cache", MEMBER_CACHE]
             if not self.created:
                 cmd += ["--create", "--level", self.level, "--chunk", str(CHUNK_BYTES),
                         "--size", str(self.member_bytes), "--name", self.name]
@@ -215,7 +221,24 @@ class Server:
         threading.Thread(target=self._pump_stdout, args=(self.proc,), daemon=True).start()
         self._wait_ready()
         self.created = True
+        if self.is_raidkit and MEMBER_CACHE == "direct":
+            self.assert_members_direct()
         return self
+
+    def assert_members_direct(self):
+        """Every member file is open in the server with O_DIRECT (/proc/PID/fdinfo flags)."""
+        seen = {}
+        for fd in os.listdir(f"/proc/{self.proc.pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{self.proc.pid}/fd/{fd}")
+                info = Path(f"/proc/{self.proc.pid}/fdinfo/{fd}").read_text()
+            except OSError:
+                continue
+            if target in self.members:
+                flags = int(info.split("flags:")[1].split()[0], 8)
+                seen[target] = bool(flags & os.O_DIRECT)
+        assert seen and all(seen.values()) and len(seen) == len(self.members), \
+            f"RAIDKIT_MEMBER_CACHE=direct but members open with O_DIRECT: {seen}"
 
     def _wait_ready(self):
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -328,6 +328,11 @@ impl Checker<'_> {
             }
         }
         self.cache(a);
+        if let Some(text) = &a.member_cache {
+            if let Err(e) = text.get_ref().parse::<member::MemberCache>() {
+                self.at(text.span(), "member_cache", e);
+            }
+        }
     }
 
     /// The read cache is checked as `raidkit serve` checks it.

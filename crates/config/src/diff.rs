@@ -51,6 +51,7 @@ impl ArrayConfig {
                 read_error_window_secs,
                 io_timeout_secs,
                 local_io_deadline,
+                member_cache,
                 reconnect,
                 reconnect_interval_max_secs,
                 scrub_schedule,

@@ -156,6 +156,9 @@ pub struct ArrayConfig {
     /// Give local members the deadline too (serve's `--local-io-deadline`; default false).
     #[serde(default)]
     pub local_io_deadline: bool,
+    /// `direct`, `buffered` or `auto` (serve's `--member-cache`, default auto: direct I/O for
+    /// block-device members, the page cache for files).
+    pub member_cache: Option<Spanned<String>>,
     /// Reconnect remote members in the background (default true; serve's `--no-reconnect`).
     pub reconnect: Option<bool>,
     /// Longest wait between reconnect attempts, seconds (serve's `--reconnect-interval-max`,

@@ -87,6 +87,7 @@ speed_min = "5M/s"
 speed_max = "100M"
 gather_wait_ms = 0
 io_timeout_secs = 10
+member_cache = "direct"
 reconnect = false
 background_window = "19:00-05:00"
 listen = ["127.0.0.1:10810"]
@@ -95,6 +96,7 @@ listen = ["127.0.0.1:10810"]
     .unwrap();
     let a = &config.arrays[0];
     assert_eq!(a.export_name(), "films");
+    assert_eq!(a.member_cache.as_ref().unwrap().get_ref(), "direct");
     assert_eq!(a.cache_size.as_ref().unwrap().get_ref(), &Size(256 << 20));
     assert_eq!(
         a.read_ahead_window.as_ref().unwrap().get_ref(),
@@ -253,6 +255,11 @@ fn values_out_of_range_are_refused() {
             "at least 1 second",
         ),
         ("read_ahead = \"sometimes\"", "read_ahead", "sometimes"),
+        (
+            "member_cache = \"cached\"",
+            "member_cache",
+            "give direct, buffered or auto",
+        ),
         ("read_ahead_window = \"48M\"", "read_ahead_window", ""),
         (
             "background_window = \"7-5\"",

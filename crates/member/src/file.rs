@@ -5,16 +5,20 @@ use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
+use crate::aligned::AlignedBuf;
+use crate::direct::Direct;
 use crate::error::{annotate, check_range, MemberError};
 use crate::exclusive::{self, Identity};
 use crate::sys::{self, Fallocate};
-use crate::{Member, OpenOptions};
+use crate::{Member, MemberCache, OpenOptions};
 
 /// Largest buffer used when zeroes have to be written out.
 const ZERO_BUFFER_BYTES: u64 = 1 << 20;
 /// Block devices take fallocate/BLKZEROOUT ranges on this alignment; the unaligned edges are
 /// written as zeroes.
 const DEVICE_ALIGN_BYTES: u64 = 4096;
+/// The direct-I/O alignment of a file whose filesystem does not report one (STATX_DIOALIGN).
+const FILE_DIRECT_ALIGN: u64 = 4096;
 
 /// What kind of file backs a [`FileMember`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +36,8 @@ pub struct FileMember {
     kind: FileKind,
     read_only: bool,
     identity: Identity,
+    /// `Some` when opened with `O_DIRECT`: its alignment rules.
+    direct: Option<Direct>,
 }
 
 fn io_err<'a>(name: &'a str, action: &'static str) -> impl FnOnce(io::Error) -> MemberError + 'a {
@@ -44,8 +50,20 @@ fn io_err<'a>(name: &'a str, action: &'static str) -> impl FnOnce(io::Error) -> 
 
 impl FileMember {
     /// Opens `path` (called `name` in messages); creates it sparse if missing and
-    /// `opts.create_size` is given.
+    /// `opts.create_size` is given. Block devices get direct I/O, files the page cache
+    /// ([`MemberCache::Auto`]).
     pub fn open(path: &Path, name: &str, opts: &OpenOptions) -> Result<FileMember, MemberError> {
+        FileMember::open_cached(path, name, opts, MemberCache::Auto)
+    }
+
+    /// [`FileMember::open`] with direct I/O (`O_DIRECT`) or the page cache as `cache` says.
+    /// Direct I/O asked for where the filesystem has none (tmpfs) is refused, saying so.
+    pub fn open_cached(
+        path: &Path,
+        name: &str,
+        opts: &OpenOptions,
+        cache: MemberCache,
+    ) -> Result<FileMember, MemberError> {
         let exists = path.try_exists().map_err(io_err(name, "look up"))?;
         if !exists {
             create_sparse(path, name, opts)?;
@@ -57,18 +75,37 @@ impl FileMember {
             .file_type()
             .is_block_device();
         let exclusive = device && !opts.read_only && opts.exclusive;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(!opts.read_only)
-            .custom_flags(if exclusive { libc::O_EXCL } else { 0 })
-            .open(path)
-            .map_err(|source| {
-                if exclusive && source.raw_os_error() == Some(libc::EBUSY) {
-                    in_use(path, name)
-                } else {
-                    io_err(name, "open")(source)
+        let want_direct = match cache {
+            MemberCache::Direct => true,
+            MemberCache::Buffered => false,
+            MemberCache::Auto => device,
+        };
+        let open = |direct: bool| {
+            let flags =
+                if exclusive { libc::O_EXCL } else { 0 } | if direct { libc::O_DIRECT } else { 0 };
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(!opts.read_only)
+                .custom_flags(flags)
+                .open(path)
+        };
+        let opened = match open(want_direct) {
+            // EINVAL: no O_DIRECT here. By default that is no reason to refuse the member.
+            Err(e) if want_direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                if cache == MemberCache::Direct {
+                    return Err(no_direct(name));
                 }
-            })?;
+                open(false).map(|f| (f, false))
+            }
+            other => other.map(|f| (f, want_direct)),
+        };
+        let (file, direct) = opened.map_err(|source| {
+            if exclusive && source.raw_os_error() == Some(libc::EBUSY) {
+                in_use(path, name)
+            } else {
+                io_err(name, "open")(source)
+            }
+        })?;
         let file_type = file.metadata().map_err(io_err(name, "stat"))?.file_type();
         if file_type.is_file()
             && !opts.read_only
@@ -96,6 +133,11 @@ impl FileMember {
                 name: name.to_string(),
             });
         }
+        let direct = if direct {
+            Some(direct_rules(&file, kind, name, size_bytes)?)
+        } else {
+            None
+        };
         Ok(FileMember {
             file,
             name: name.to_string(),
@@ -103,7 +145,27 @@ impl FileMember {
             kind,
             read_only: opts.read_only,
             identity,
+            direct,
         })
+    }
+
+    /// True when the member was opened for direct I/O (`O_DIRECT`): nothing of it is cached
+    /// in the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// The offset and length alignment of direct I/O (`None`: buffered).
+    pub fn direct_align(&self) -> Option<u64> {
+        self.direct.as_ref().map(Direct::align)
+    }
+
+    /// Writes all of `buf` at `offset`, through the bounce path when direct and unaligned.
+    fn write_raw(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        match &self.direct {
+            Some(d) => d.write(&self.file, &[buf], offset),
+            None => self.file.write_all_at(buf, offset),
+        }
     }
 
     /// Regular file or block device.
@@ -123,12 +185,14 @@ impl FileMember {
 
     /// Zeroes the range by writing zero buffers (the fallback that always works).
     fn write_zero_bytes(&self, offset: u64, len: u64) -> io::Result<()> {
-        let zeroes = vec![0u8; len.min(ZERO_BUFFER_BYTES) as usize];
+        if len == 0 {
+            return Ok(());
+        }
+        let zeroes = AlignedBuf::zeroed(len.min(ZERO_BUFFER_BYTES) as usize, 0);
         let mut done = 0u64;
         while done < len {
             let piece = (len - done).min(ZERO_BUFFER_BYTES);
-            self.file
-                .write_all_at(&zeroes[..piece as usize], offset + done)?;
+            self.write_raw(&zeroes[..piece as usize], offset + done)?;
             done += piece;
         }
         Ok(())
@@ -169,6 +233,55 @@ fn aligned_inner(offset: u64, len: u64) -> (u64, u64) {
     let start = offset.div_ceil(DEVICE_ALIGN_BYTES) * DEVICE_ALIGN_BYTES;
     let end = (offset + len) / DEVICE_ALIGN_BYTES * DEVICE_ALIGN_BYTES;
     (start, end.max(start))
+}
+
+/// The direct-I/O alignment of `file`: a block device's logical block size; what the filesystem
+/// reports for a file (STATX_DIOALIGN), else 4096. A file whose size is not a multiple of it is
+/// refused (its last block could not be read or written directly).
+fn direct_rules(
+    file: &File,
+    kind: FileKind,
+    name: &str,
+    size_bytes: u64,
+) -> Result<Direct, MemberError> {
+    let (align, mem_align) = match kind {
+        FileKind::BlockDevice => {
+            let lbs =
+                sys::logical_block_size(file).map_err(io_err(name, "read the block size of"))?;
+            let lbs = if lbs.is_power_of_two() { lbs } else { 512 };
+            (lbs, lbs)
+        }
+        FileKind::Regular => match sys::dio_align(file).map_err(io_err(name, "stat"))? {
+            Some((offset, memory)) if offset.is_power_of_two() => (
+                offset,
+                if memory.is_power_of_two() {
+                    memory
+                } else {
+                    offset
+                },
+            ),
+            _ => (FILE_DIRECT_ALIGN, FILE_DIRECT_ALIGN),
+        },
+    };
+    if !size_bytes.is_multiple_of(align) {
+        return Err(MemberError::Refused {
+            name: name.to_string(),
+            reason: format!(
+                "its size ({size_bytes} bytes) is not a multiple of its direct-I/O block size \
+                 ({align} bytes): use --member-cache buffered, or make it a multiple"
+            ),
+        });
+    }
+    Ok(Direct::new(align, mem_align))
+}
+
+/// The error for direct I/O asked for where the filesystem has none.
+fn no_direct(name: &str) -> MemberError {
+    MemberError::Refused {
+        name: name.to_string(),
+        reason: "its filesystem does not support direct I/O (O_DIRECT): use --member-cache buffered (member_cache = \"buffered\")"
+            .to_string(),
+    }
 }
 
 /// The error for a member another array or program holds.
@@ -231,17 +344,18 @@ impl Member for FileMember {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let len = buf.len() as u64;
         check_range(&self.name, "read", offset, len, self.size_bytes)?;
-        self.file
-            .read_exact_at(buf, offset)
-            .map_err(|e| annotate(&self.name, "read", offset, len, e))
+        match &self.direct {
+            Some(d) => d.read(&self.file, &mut [buf], offset),
+            None => self.file.read_exact_at(buf, offset),
+        }
+        .map_err(|e| annotate(&self.name, "read", offset, len, e))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let len = buf.len() as u64;
         check_range(&self.name, "write", offset, len, self.size_bytes)?;
         self.check_writable("write")?;
-        self.file
-            .write_all_at(buf, offset)
+        self.write_raw(buf, offset)
             .map_err(|e| annotate(&self.name, "write", offset, len, e))
     }
 
@@ -249,8 +363,11 @@ impl Member for FileMember {
     fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
         let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
         check_range(&self.name, "read", offset, len, self.size_bytes)?;
-        sys::preadv_all(&self.file, bufs, offset)
-            .map_err(|e| annotate(&self.name, "read", offset, len, e))
+        match &self.direct {
+            Some(d) => d.read(&self.file, bufs, offset),
+            None => sys::preadv_all(&self.file, bufs, offset),
+        }
+        .map_err(|e| annotate(&self.name, "read", offset, len, e))
     }
 
     /// One `pwritev` for all of `bufs`.
@@ -258,8 +375,11 @@ impl Member for FileMember {
         let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
         check_range(&self.name, "write", offset, len, self.size_bytes)?;
         self.check_writable("write")?;
-        sys::pwritev_all(&self.file, bufs, offset)
-            .map_err(|e| annotate(&self.name, "write", offset, len, e))
+        match &self.direct {
+            Some(d) => d.write(&self.file, bufs, offset),
+            None => sys::pwritev_all(&self.file, bufs, offset),
+        }
+        .map_err(|e| annotate(&self.name, "write", offset, len, e))
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -272,15 +392,24 @@ impl Member for FileMember {
     }
 
     /// One `pwritev2(RWF_DSYNC)`: only this range is written back and synced (plus the
-    /// device cache flush), not the file's other dirty pages as `fdatasync` would.
+    /// device cache flush), not the file's other dirty pages as `fdatasync` would. With direct
+    /// I/O the same (the kernel sends the write with FUA or follows it with a cache flush); an
+    /// unaligned one goes through the bounce path, then `fdatasync`.
     fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let len = buf.len() as u64;
         check_range(&self.name, "write", offset, len, self.size_bytes)?;
         self.check_writable("write")?;
-        let result = match sys::pwrite_dsync(&self.file, buf, offset) {
+        let aligned = self
+            .direct
+            .as_ref()
+            .is_none_or(|d| d.is_aligned(buf, offset));
+        let result = match aligned {
+            true => sys::pwrite_dsync(&self.file, buf, offset),
+            false => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+        };
+        let result = match result {
             Err(e) if sys::dsync_unsupported(&e) => self
-                .file
-                .write_all_at(buf, offset)
+                .write_raw(buf, offset)
                 .and_then(|()| self.file.sync_data()),
             other => other,
         };

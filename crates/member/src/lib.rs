@@ -43,7 +43,9 @@
 //! assert_eq!(&buf, b"\0hello\0");
 //! ```
 
+mod aligned;
 mod detached;
+mod direct;
 mod error;
 mod exclusive;
 mod faulty;
@@ -63,6 +65,7 @@ mod window;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use aligned::{AlignedBuf, DIRECT_ALIGN};
 pub use detached::{
     carry_deadline, current_deadline, scatter, with_deadline, Detached, StartCall, Started,
     STUCK_MAX, WORKERS_MAX,
@@ -219,6 +222,45 @@ impl Default for OpenOptions {
     }
 }
 
+/// Whether a file or block-device member is read and written through the page cache or with
+/// direct I/O (`O_DIRECT`, nothing cached below raidkit). RAM and remote members ignore it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemberCache {
+    /// Direct I/O for block devices, the page cache for regular files.
+    #[default]
+    Auto,
+    /// Direct I/O for every file and block-device member; a filesystem without it (tmpfs) is
+    /// refused at open.
+    Direct,
+    /// The page cache for every member.
+    Buffered,
+}
+
+impl std::str::FromStr for MemberCache {
+    type Err = String;
+    fn from_str(s: &str) -> Result<MemberCache, String> {
+        match s {
+            "auto" => Ok(MemberCache::Auto),
+            "direct" => Ok(MemberCache::Direct),
+            "buffered" => Ok(MemberCache::Buffered),
+            _ => Err(format!(
+                "unknown member cache {s:?}: give direct, buffered or auto (direct for block \
+                 devices, buffered for files)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for MemberCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MemberCache::Auto => "auto",
+            MemberCache::Direct => "direct",
+            MemberCache::Buffered => "buffered",
+        })
+    }
+}
+
 /// The prefix of a RAM member spec: `mem:SIZE`.
 pub const MEM_PREFIX: &str = "mem:";
 
@@ -250,7 +292,7 @@ pub fn open_with(
     if spec.is_empty() {
         return Err(MemberError::EmptySpec);
     }
-    let member = FileMember::open(Path::new(spec), spec, opts)?;
+    let member = FileMember::open_cached(Path::new(spec), spec, opts, remote.member_cache)?;
     if !remote.local_deadline {
         return Ok(Arc::new(member));
     }

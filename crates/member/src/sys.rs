@@ -247,3 +247,48 @@ pub fn statfs_type(path: &std::path::Path) -> io::Result<i64> {
     #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
     Ok(st.f_type as i64)
 }
+
+/// The logical block size of the block device open as `file` (BLKSSZGET): the unit `O_DIRECT`
+/// offsets and lengths must be multiples of.
+pub fn logical_block_size(file: &File) -> io::Result<u64> {
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int to the pointer, which points to a live local int.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::BLKSSZGET as _, &mut size) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(size.max(0) as u64)
+}
+
+/// What `statx(STATX_DIOALIGN)` says of `file`: `Some((offset and length alignment, memory
+/// alignment))` for `O_DIRECT`, or `None` where the kernel or filesystem does not tell
+/// (before Linux 6.1, or a filesystem that does not report it).
+pub fn dio_align(file: &File) -> io::Result<Option<(u64, u64)>> {
+    // SAFETY: an all-zero statx is a valid value of this plain C struct.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is a NUL-terminated empty string (AT_EMPTY_PATH: the descriptor itself),
+    // and `st` a live local the call fills.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut st,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS) | Some(libc::EINVAL) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    if st.stx_mask & libc::STATX_DIOALIGN == 0 || st.stx_dio_offset_align == 0 {
+        return Ok(None);
+    }
+    Ok(Some((
+        u64::from(st.stx_dio_offset_align),
+        u64::from(st.stx_dio_mem_align),
+    )))
+}

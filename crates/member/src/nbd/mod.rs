@@ -44,6 +44,9 @@ pub struct RemoteOptions {
     /// on worker threads ([`crate::Detached`]) and one stuck in the kernel is abandoned. Off by
     /// default: the hand-off costs CPU on every call.
     pub local_deadline: bool,
+    /// Direct I/O or the page cache for file and block-device members (not remote ones; here
+    /// for the same reason as `local_deadline`): by default direct for block devices only.
+    pub member_cache: crate::MemberCache,
 }
 
 impl Default for RemoteOptions {
@@ -52,6 +55,7 @@ impl Default for RemoteOptions {
             io_timeout: Duration::from_secs(30),
             max_in_flight: 64,
             local_deadline: false,
+            member_cache: crate::MemberCache::Auto,
         }
     }
 }

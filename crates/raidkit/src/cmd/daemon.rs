@@ -446,6 +446,12 @@ fn remote_options(a: &ArrayConfig) -> RemoteOptions {
     RemoteOptions {
         io_timeout: Duration::from_secs(io_timeout_secs(a)),
         local_deadline: a.local_io_deadline,
+        // Checked when the file was read (config::check).
+        member_cache: a
+            .member_cache
+            .as_ref()
+            .and_then(|c| c.get_ref().parse().ok())
+            .unwrap_or_default(),
         ..RemoteOptions::default()
     }
 }

@@ -177,6 +177,13 @@ pub struct Args {
     #[arg(long)]
     local_io_deadline: bool,
 
+    /// How file and block-device members are read and written: `direct` (O_DIRECT: nothing is
+    /// cached below raidkit, every read and write reaches the device; the filesystem of a file
+    /// member must support it), `buffered` (through the kernel's page cache) or `auto` (direct
+    /// for block devices, buffered for files). RAM and remote members are not affected.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_member_cache)]
+    member_cache: member::MemberCache,
+
     /// Background work (rebuild, resync, scrub) keeps at least this rate per member, even
     /// under client load (bytes per second, K/M/G suffixes).
     #[arg(long, value_name = "SIZE/s", default_value = defaults::SPEED_MIN, value_parser = super::manage::rate_arg)]
@@ -466,8 +473,13 @@ fn remote_options(args: &Args) -> RemoteOptions {
     RemoteOptions {
         io_timeout: Duration::from_secs(args.io_timeout),
         local_deadline: args.local_io_deadline,
+        member_cache: args.member_cache,
         ..RemoteOptions::default()
     }
+}
+
+fn parse_member_cache(text: &str) -> Result<member::MemberCache, String> {
+    text.parse()
 }
 
 fn fault_policy(args: &Args) -> FaultPolicy {

@@ -1,0 +1,96 @@
+//! [`AlignedBuf`]: a zeroed heap buffer whose address is a multiple of its alignment (4096 or
+//! more), the kind of buffer `O_DIRECT` transfers need (`Vec<u8>` gives no such promise: glibc
+//! returns large blocks 16 bytes into a page).
+
+use std::alloc::{self, Layout};
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+/// The alignment of buffers meant for direct I/O: a page, which is a multiple of every logical
+/// block size a Linux block device or filesystem asks `O_DIRECT` memory to be aligned to.
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// A zero-filled, fixed-length byte buffer aligned to [`DIRECT_ALIGN`] (or more).
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: `AlignedBuf` owns its allocation exclusively, like a `Vec<u8>`; `&AlignedBuf` only
+// gives shared access to plain bytes.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: as above.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` zero bytes at an address aligned to `align` (a power of two; at least
+    /// [`DIRECT_ALIGN`] is used). Panics only if the allocator fails, as `vec!` does.
+    pub fn zeroed(len: usize, align: usize) -> AlignedBuf {
+        let align = align.max(DIRECT_ALIGN);
+        // The allocation is a whole number of alignment units, never zero bytes.
+        let size = len.max(1).next_multiple_of(align);
+        let layout = Layout::from_size_align(size, align).expect("power-of-two buffer alignment");
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
+        AlignedBuf { ptr, len, layout }
+    }
+
+    /// The alignment of the buffer's address.
+    pub fn align(&self) -> usize {
+        self.layout.align()
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `layout.size() >= len` initialised (zeroed) bytes owned by
+        // `self` for as long as the borrow of `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` was allocated by `alloc_zeroed` with exactly `layout`.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .field("align", &self.layout.align())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_and_zeroed() {
+        for len in [0, 1, 4095, 4096, 4097, 1 << 20] {
+            let mut b = AlignedBuf::zeroed(len, 512);
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % DIRECT_ALIGN, 0);
+            assert!(b.iter().all(|&x| x == 0));
+            b.fill(7);
+            assert!(b.iter().all(|&x| x == 7));
+        }
+        assert_eq!(AlignedBuf::zeroed(10, 65536).as_ptr() as usize % 65536, 0);
+    }
+}

@@ -45,8 +45,8 @@ const ALERT_GRACE: Duration = Duration::from_secs(5);
 /// also described in a file in /proc/mdstat's format, for node_exporter and telegraf
 /// (`[daemon] mdstat`; default `mdstat` beside the admin socket, /run/raidkit/mdstat). SIGHUP
 /// (or `raidkit reload`) reads the file again: new arrays are served, removed ones drained and
-/// closed, speed and error limits changed live, other changes reported. With
-/// --check-config the file is only checked: every problem is printed with its line and key,
+/// closed, speed and error limits and scrub schedules changed live, other changes reported.
+/// With --check-config the file is only checked: every problem is printed with its line and key,
 /// and nothing is opened.
 #[derive(Debug, clap::Args)]
 pub struct Args {

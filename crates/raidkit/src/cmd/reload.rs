@@ -12,7 +12,8 @@ use crate::admin_client::Client;
 ///
 /// New arrays are assembled and served; arrays no longer in the file are drained (their
 /// clients' requests answered, then their connections closed) and closed cleanly; the speed
-/// limits, read-error limits and gather wait of a running array change at once; other changes
+/// limits, read-error limits, gather wait, scrub schedule and background window of a running
+/// array change at once; other changes
 /// to a running array or to [daemon] are reported as needing a restart; [alerts] changes apply
 /// at once. Arrays whose entry did not change are not touched. A file with any problem changes
 /// nothing: its problems are printed with their line and key and the exit status is 1, as it is

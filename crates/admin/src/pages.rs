@@ -2,7 +2,13 @@
 //! process's [`Pages`] if it has one (the web dashboard, crate `dashboard`). The listener reads
 //! the request (body at most [`PAGE_BODY_BYTES_MAX`]) into a plain [`PageRequest`], calls
 //! [`Pages::answer`] on a blocking thread and writes the [`PageResponse`] with
-//! [`PageResponse::SECURITY_HEADERS`].
+//! [`PageResponse::SECURITY_HEADERS`] ([`serve_page`]).
+
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Bytes;
+use hyper::header::HeaderValue;
 
 /// Largest request body a page is given (an action's JSON).
 pub const PAGE_BODY_BYTES_MAX: usize = 64 * 1024;
@@ -52,4 +58,61 @@ pub trait Pages: Send + Sync + 'static {
     fn token_header(&self) -> &'static str;
 
     fn answer(&self, request: &PageRequest) -> PageResponse;
+}
+
+/// Answers one HTTP request with `pages` (the listener's paths other than `/metrics`): the body
+/// read up to [`PAGE_BODY_BYTES_MAX`] (413 past it), `answer` run on tokio's blocking pool (a
+/// panic becomes a 500), the security headers added. Must run inside a tokio runtime.
+pub async fn serve_page(
+    request: hyper::Request<hyper::body::Incoming>,
+    pages: Arc<dyn Pages>,
+) -> hyper::Response<Full<Bytes>> {
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, PAGE_BODY_BYTES_MAX).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            let message = format!("request body over {PAGE_BODY_BYTES_MAX} bytes");
+            return http_response(plain(413, message));
+        }
+        Err(e) => return http_response(plain(400, format!("cannot read the body: {e}"))),
+    };
+    let token = (parts.headers.get(pages.token_header())).map(|v| v.as_bytes().to_vec());
+    let method = parts.method.as_str().to_string();
+    let (path, query) = (parts.uri.path().to_string(), parts.uri.query().map(str::to_string));
+    let answered = tokio::task::spawn_blocking(move || {
+        pages.answer(&PageRequest {
+            method: &method,
+            path: &path,
+            query: query.as_deref(),
+            token: token.as_deref(),
+            body: &body,
+        })
+    })
+    .await;
+    let response = answered.unwrap_or_else(|e| plain(500, format!("the page failed: {e}")));
+    http_response(response)
+}
+
+fn plain(status: u16, message: String) -> PageResponse {
+    PageResponse {
+        status,
+        content_type: "text/plain; charset=utf-8",
+        body: (message + "\n").into_bytes(),
+        cache: "no-store",
+    }
+}
+
+fn http_response(page: PageResponse) -> hyper::Response<Full<Bytes>> {
+    let mut response = hyper::Response::new(Full::new(Bytes::from(page.body)));
+    *response.status_mut() = hyper::StatusCode::from_u16(page.status)
+        .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    let fixed = [
+        ("content-type", page.content_type),
+        ("cache-control", page.cache),
+    ];
+    for (name, value) in fixed.into_iter().chain(PageResponse::SECURITY_HEADERS) {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
 }

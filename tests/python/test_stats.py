@@ -185,11 +185,11 @@ def test_metrics_move_under_load_and_pass_promtool(tmp_path):
         key = f'raidkit_member_state{{array="{name}",member="{tmp_path / "m1.img"}",role="1",state="faulty"}}'
         assert failed[key] == 1
         assert failed[f'raidkit_array_health{{array="{name}",health="degraded"}}'] == 1
-        # Only GET /metrics.
+        # /metrics and the dashboard's pages (test_dashboard.py); nothing else.
         import urllib.error
         import urllib.request
         with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing-here", timeout=10)
         assert e.value.code == 404
     finally:
         stop(proc)

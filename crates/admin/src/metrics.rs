@@ -6,7 +6,9 @@
 //! Names start with `raidkit_`, carry their unit (`_bytes`, `_seconds`) and counters end in
 //! `_total`; labels are `array`, `member`, `role`, `op`, and `state`/`health`/`task` for the
 //! gauges of a state set (1 for the current state, 0 for the others). The listener answers
-//! `GET /metrics` only, to at most [`CONNECTIONS_MAX`] connections at once (more get a 503),
+//! `GET /metrics` (and every other path with the process's [`Pages`], the web dashboard, if
+//! it has one: [`crate::pages::serve_page`]), to at most [`CONNECTIONS_MAX`] connections at
+//! once (more get a 503),
 //! with headers within [`HEADER_READ_TIMEOUT`] and a connection's life bounded by
 //! [`CONNECTION_TIMEOUT`]. It exposes array and member names to whoever can reach it: it binds
 //! what it is given (loopback by default).
@@ -32,6 +34,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use volume::{ArrayHealth, MemberState};
 
+use crate::pages::Pages;
 use crate::server::Arrays;
 use crate::stats::Snapshot;
 use crate::status::wire_name;
@@ -39,8 +42,8 @@ use crate::Log;
 
 /// The path metrics are served on.
 pub const METRICS_PATH: &str = "/metrics";
-/// Scrapes served at once.
-pub const CONNECTIONS_MAX: usize = 4;
+/// Connections served at once: scrapes, and a browser loading the dashboard (up to six).
+pub const CONNECTIONS_MAX: usize = 16;
 /// Time allowed to send the request headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest life of one connection.
@@ -403,16 +406,23 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     arrays: Arc<Arrays>,
     log: Log,
+    pages: Option<Arc<dyn Pages>>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let accept = || async { listener.accept().await.map(|(stream, _)| stream) };
-    let served = |stream| serve_connection(stream, Arc::clone(&arrays), Arc::clone(&log));
+    let served =
+        |stream| serve_connection(stream, Arc::clone(&arrays), pages.clone(), Arc::clone(&log));
     crate::server::accept_bounded(accept, CONNECTIONS_MAX, "metrics", &log, shutdown, served).await;
     Ok(())
 }
 
-async fn serve_connection(stream: tokio::net::TcpStream, arrays: Arc<Arrays>, log: Log) {
-    let service = service_fn(move |req| scrape(req, Arc::clone(&arrays)));
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    arrays: Arc<Arrays>,
+    pages: Option<Arc<dyn Pages>>,
+    log: Log,
+) {
+    let service = service_fn(move |req| scrape(req, Arc::clone(&arrays), pages.clone()));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -428,7 +438,11 @@ async fn serve_connection(stream: tokio::net::TcpStream, arrays: Arc<Arrays>, lo
 async fn scrape(
     req: HttpRequest<Incoming>,
     arrays: Arc<Arrays>,
+    pages: Option<Arc<dyn Pages>>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(pages) = pages.filter(|_| req.uri().path() != METRICS_PATH) {
+        return Ok(crate::pages::serve_page(req, pages).await);
+    }
     let (status, content_type, body) = match (req.method().as_str(), req.uri().path()) {
         ("GET", METRICS_PATH) => {
             // Reading a status may touch the members' filesystems: off the runtime's threads.

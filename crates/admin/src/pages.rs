@@ -78,7 +78,10 @@ pub async fn serve_page(
     };
     let token = (parts.headers.get(pages.token_header())).map(|v| v.as_bytes().to_vec());
     let method = parts.method.as_str().to_string();
-    let (path, query) = (parts.uri.path().to_string(), parts.uri.query().map(str::to_string));
+    let (path, query) = (
+        parts.uri.path().to_string(),
+        parts.uri.query().map(str::to_string),
+    );
     let answered = tokio::task::spawn_blocking(move || {
         pages.answer(&PageRequest {
             method: &method,

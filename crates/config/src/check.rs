@@ -155,6 +155,14 @@ impl Checker<'_> {
         if let Some(metrics) = &daemon.metrics {
             self.address(metrics, "daemon.metrics");
         }
+        if let (Some(token), None) = (&daemon.dashboard_token_file, &daemon.metrics) {
+            self.at(
+                token.span(),
+                "daemon.dashboard_token_file",
+                "the dashboard is served on the metrics listener: set daemon.metrics too"
+                    .to_string(),
+            );
+        }
         if let Some(mdstat) = &daemon.mdstat {
             self.mdstat(mdstat, daemon);
         }

@@ -81,6 +81,7 @@ impl Daemon {
                 admin,
                 metrics,
                 mdstat,
+                dashboard_token_file,
                 log_format,
             }
         )

@@ -48,6 +48,8 @@ pub struct Daemon {
     /// tools that watch md arrays (node_exporter's mdadm collector, telegraf's mdstat input).
     /// Default: `mdstat` in the admin socket's directory ([`Daemon::mdstat_path`]).
     pub mdstat: Option<Spanned<PathBuf>>,
+    /// A file holding the token that enables the dashboard's actions (read-only without it).
+    pub dashboard_token_file: Option<Spanned<PathBuf>>,
     /// How the daemon's log lines on stderr are written: `text` (default) or `json`, one
     /// object per line with time, level, array, event and message (`--log-format` overrides).
     #[serde(default)]

@@ -34,6 +34,7 @@ const ISSUE_EXAMPLE: &str = r#"
 listen = ["127.0.0.1:10809"]          # TCP listeners
 admin = "/run/raidkit/admin.sock"
 metrics = "127.0.0.1:9469"
+dashboard_token_file = "/etc/raidkit/dashboard.token"
 
 [alerts]
 program = "/usr/local/sbin/raid-alert"
@@ -312,6 +313,12 @@ fn values_out_of_range_are_refused() {
         2,
         "daemon.listen",
         "HOST:PORT",
+    );
+    assert_problem(
+        "[daemon]\ndashboard_token_file = \"/etc/raidkit/dashboard.token\"\n",
+        2,
+        "daemon.dashboard_token_file",
+        "set daemon.metrics too",
     );
 }
 

@@ -19,7 +19,7 @@
   function bytes(n) {
     if (!isFinite(n) || n <= 0) return '0 B';
     let i = 0;
-    while (n >= 1024 && i < UNITS.length - 1) { n /= 1024; i++; }
+    while (n >= 1000 && i < UNITS.length - 1) { n /= 1024; i++; }
     return (i === 0 ? n.toFixed(0) : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : n.toFixed(0)) + ' ' + UNITS[i];
   }
   // 19660800 -> "18.8M": a member cell's narrow figures.
@@ -32,7 +32,7 @@
     if (!isFinite(n)) return '0';
     if (n >= 1e6) return (n / 1e6).toFixed(n >= 1e7 ? 0 : 1) + 'M';
     if (n >= 1e3) return (n / 1e3).toFixed(n >= 1e4 ? 0 : 1) + 'k';
-    return n >= 10 || n === 0 ? n.toFixed(0) : n.toFixed(1);
+    return n >= 10 || Number.isInteger(n) ? n.toFixed(0) : n.toFixed(1);
   }
   function ms(n) {
     if (!isFinite(n) || n <= 0) return '0 ms';

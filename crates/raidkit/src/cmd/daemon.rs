@@ -114,6 +114,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let metrics = (config.daemon.metrics.as_ref())
         .map(|addr| serve::bind_metrics(addr.get_ref()))
         .transpose()?;
+    let token = (config.daemon.dashboard_token_file.as_ref())
+        .map(|path| dashboard::token::Token::from_file(path.get_ref()))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let mdstat_path = config.daemon.mdstat_path(&admin_path);
     if let Some(dir) = mdstat_path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
@@ -177,13 +181,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ready = format!("serving {started} of {} arrays", config.arrays.len());
     admin_arrays.set_reload(reload::admin_hook(Arc::clone(&reloader)));
     // Stopped below once the listeners have drained.
+    let dashboard = (metrics.as_ref()).map(|_| {
+        Arc::new(dashboard::Dashboard::start(
+            Arc::clone(&admin_arrays),
+            token,
+        ))
+    });
     let metrics = metrics.map(|listener| {
         let served = Arc::clone(&admin_arrays);
         let log = Arc::clone(&log);
+        let pages = dashboard.clone().map(|d| d as Arc<dyn admin::pages::Pages>);
         runtime.spawn(serve::serve_metrics(
             listener,
             served,
             log,
+            pages,
             std::future::pending(),
         ))
     });
@@ -200,6 +212,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(metrics) = metrics {
         metrics.abort();
     }
+    drop(dashboard);
     drop(watchdog);
     drop(admin);
     // No reload can run any more: the admin socket and the SIGHUP task are gone.

@@ -152,6 +152,16 @@ pub struct Args {
     /// DIR/mdstat, --path.procfs=DIR), telegraf's mdstat input (file_name) and md's scripts.
     #[arg(long, value_name = "PATH")]
     mdstat: Option<PathBuf>,
+    /// Enable the dashboard's actions (fail, remove, add, scrub) for whoever gives the token in
+    /// FILE (a file only its owner can read). Without it the dashboard (at `/` on the --metrics
+    /// listener) is read-only.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "metrics",
+        conflicts_with = "read_only"
+    )]
+    dashboard_token_file: Option<PathBuf>,
 
     /// A member with more read errors than this within --read-error-window is marked faulty.
     #[arg(long, value_name = "N", default_value_t = defaults::READ_ERRORS_MAX)]
@@ -343,6 +353,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let metrics = args.metrics.as_deref().map(bind_metrics).transpose()?;
+    let token = (args.dashboard_token_file.as_deref())
+        .map(dashboard::token::Token::from_file)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     // Listed in the mdstat file once assembled (the file is written first, empty).
     let listed: Arc<OnceLock<Arc<Volume>>> = Arc::default();
     let mdstat = match &args.mdstat {
@@ -371,15 +385,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let admin_served = (admin.as_ref().zip(served_arrays.clone()))
         .map(|(socket, arrays)| (socket, arrays, Arc::clone(&log)));
     let metrics_served = metrics.zip(served_arrays);
+    let dashboard = (metrics_served.as_ref())
+        .map(|(_, arrays)| Arc::new(dashboard::Dashboard::start(Arc::clone(arrays), token)));
+    let pages = dashboard.clone().map(|d| d as Arc<dyn admin::pages::Pages>);
     let served = runtime.block_on(serve(
         &volume,
         running.stack().export(),
         endpoint,
         server_config(export_name, &volume, args.read_only, args.buffer_memory),
         admin_served,
-        metrics_served.map(|(listener, arrays)| (listener, arrays, Arc::clone(&log))),
+        metrics_served.map(|(listener, arrays)| (listener, arrays, Arc::clone(&log), pages)),
     ));
     drop(admin);
+    drop(dashboard);
     // Close even if serving failed: requests already answered must be flushed.
     let closed = running.close();
     if let Ok(left) = &closed.journal {
@@ -425,6 +443,7 @@ pub(crate) async fn serve_metrics(
     listener: std::net::TcpListener,
     arrays: Arc<Arrays>,
     log: admin::Log,
+    pages: Option<Arc<dyn admin::pages::Pages>>,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("metrics listener address")?;
@@ -433,7 +452,10 @@ pub(crate) async fn serve_metrics(
         "raidkit: metrics on http://{addr}{}",
         admin::metrics::METRICS_PATH
     );
-    admin::metrics::serve(listener, arrays, log, stop)
+    if pages.is_some() {
+        eprintln!("raidkit: dashboard on http://{addr}/");
+    }
+    admin::metrics::serve(listener, arrays, log, pages, stop)
         .await
         .context("metrics listener")
 }
@@ -612,7 +634,7 @@ async fn serve(
     endpoint: Endpoint,
     config: nbd::ServerConfig,
     admin: Option<(&AdminSocket, Arc<Arrays>, admin::Log)>,
-    metrics: Option<(std::net::TcpListener, Arc<Arrays>, admin::Log)>,
+    metrics: Option<MetricsServed>,
 ) -> anyhow::Result<()> {
     let listener = match &endpoint {
         Endpoint::Unix(path) => nbd::Listener::bind_unix(path)
@@ -658,8 +680,8 @@ async fn serve(
     };
     let metrics_served = async {
         match metrics {
-            Some((listener, arrays, log)) => {
-                serve_metrics(listener, arrays, log, stopped(stop_rx.clone())).await
+            Some((listener, arrays, log, pages)) => {
+                serve_metrics(listener, arrays, log, pages, stopped(stop_rx.clone())).await
             }
             None => Ok(()),
         }
@@ -672,6 +694,14 @@ async fn serve(
     metrics_result?;
     Ok(())
 }
+
+/// The metrics listener, the arrays it shows, the log and the dashboard's pages.
+type MetricsServed = (
+    std::net::TcpListener,
+    Arc<Arrays>,
+    admin::Log,
+    Option<Arc<dyn admin::pages::Pages>>,
+);
 
 /// Completes when the stop flag is set.
 async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {

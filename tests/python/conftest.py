@@ -112,6 +112,24 @@ def run(cmd, timeout=300, check=True, **kw):
     return proc
 
 
+def start_serving(cmd):
+    """Starts ``raidkit serve`` `cmd` and returns the process once it says it serves (its
+    stdout drained from then on); fails the test with its output if it does not start."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "raidkit: serving" not in line:
+        proc.kill()
+        pytest.fail(f"serve did not start: {line}{proc.stderr.read()}")
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    return proc
+
+
+def stop_serving(proc):
+    """SIGTERM, then a clean exit (0) within the stop timeout."""
+    proc.terminate()
+    assert proc.wait(timeout=STOP_TIMEOUT_S) == 0, proc.stderr.read()
+
+
 class Server:
     """One NBD server process serving one array (or, for reference servers, one flat file)."""
 

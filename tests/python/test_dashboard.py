@@ -13,7 +13,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import threading
 import time
 import urllib.error
@@ -23,7 +22,8 @@ import nbd
 import pytest
 
 import skips
-from conftest import RAIDKIT_BIN, REPO, SEED, SERVER_KIND, free_tcp_port, require_tools, run
+from conftest import (RAIDKIT_BIN, REPO, SEED, SERVER_KIND, free_tcp_port, require_tools, run,
+                      start_serving, stop_serving)
 
 try:
     from selenium import webdriver
@@ -66,18 +66,8 @@ def start(tmp_path, token=True):
     cmd = [RAIDKIT_BIN, "serve", "--create", "--level", "5", "--size", "96M", "--chunk", "64K",
            "--name", "home", "--unix", str(sock), "--admin", str(admin),
            "--metrics", f"127.0.0.1:{port}", *extra, *map(str, members)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if "raidkit: serving" not in line:
-        proc.kill()
-        pytest.fail(f"serve did not start: {line}{proc.stderr.read()}")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    proc = start_serving(cmd)
     return proc, sock, admin, f"http://127.0.0.1:{port}/", members
-
-
-def stop(proc):
-    proc.terminate()
-    assert proc.wait(timeout=60) == 0, proc.stderr.read()
 
 
 class Load(threading.Thread):
@@ -252,7 +242,7 @@ def test_dashboard_follows_a_failure_and_a_rebuild_without_reloading(tmp_path):
             driver.quit()
         load.stopped.set()
         load.join(timeout=10)
-        stop(proc)
+        stop_serving(proc)
 
 
 def post(url, body, token=None):
@@ -287,4 +277,4 @@ def test_dashboard_is_read_only_without_a_token(tmp_path):
         status = json.loads(run([RAIDKIT_BIN, "status", "--admin", str(admin), "--json"]).stdout)
         assert all(m["state"] == "active" for m in status["members"]), "nothing was failed"
     finally:
-        stop(proc)
+        stop_serving(proc)

@@ -11,14 +11,14 @@ write; RAID 5 of 5: read-modify-write, two member reads and two member writes).
 import json
 import random
 import subprocess
-import threading
 import time
 
 import nbd
 import pytest
 
 import skips
-from conftest import RAIDKIT_BIN, SEED, SERVER_KIND, free_tcp_port, require_tools, run
+from conftest import (RAIDKIT_BIN, SEED, SERVER_KIND, free_tcp_port, require_tools, run,
+                      start_serving, stop_serving)
 
 pytestmark = pytest.mark.skipif(
     SERVER_KIND != "raidkit", reason=skips.env_reason("RAIDKIT_TEST_SERVER: raidkit's own counters"))
@@ -35,18 +35,8 @@ def start(tmp_path, level, extra=()):
     cmd = [RAIDKIT_BIN, "serve", "--create", "--level", level, "--size", "64M",
            "--chunk", "64K", "--unix", str(sock), "--admin", str(admin), *extra,
            *map(str, members)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if "raidkit: serving" not in line:
-        proc.kill()
-        pytest.fail(f"serve did not start: {line}{proc.stderr.read()}")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    proc = start_serving(cmd)
     return proc, sock, admin
-
-
-def stop(proc):
-    proc.terminate()
-    assert proc.wait(timeout=60) == 0, proc.stderr.read()
 
 
 def write_for(sock, seconds, rng):
@@ -116,7 +106,7 @@ def test_iostat_figures_are_what_the_client_did(tmp_path, level):
         per_member_writes = [int(x) for x in row[2::2]]
         assert sum(per_member_writes) >= 2 * writes, text
     finally:
-        stop(proc)
+        stop_serving(proc)
 
 
 def test_iostat_refuses_a_bad_interval_and_an_unknown_array(tmp_path):
@@ -127,7 +117,7 @@ def test_iostat_refuses_a_bad_interval_and_an_unknown_array(tmp_path):
         unknown = run([RAIDKIT_BIN, "iostat", "--admin", str(admin), "--array", "nope"], check=False)
         assert unknown.returncode != 0 and "nope" in unknown.stderr, unknown.stderr
     finally:
-        stop(proc)
+        stop_serving(proc)
 
 
 def scrape(port):
@@ -192,7 +182,7 @@ def test_metrics_move_under_load_and_pass_promtool(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing-here", timeout=10)
         assert e.value.code == 404
     finally:
-        stop(proc)
+        stop_serving(proc)
 
 
 def test_metrics_address_is_checked_before_the_array_is_touched(tmp_path):
@@ -233,7 +223,7 @@ def test_the_daemon_serves_every_arrays_metrics(tmp_path):
 
 def test_a_read_only_array_has_metrics_too(tmp_path):
     proc, sock, admin = start(tmp_path, "1")
-    stop(proc)
+    stop_serving(proc)
     port = free_tcp_port()
     members = [str(tmp_path / f"m{i}.img") for i in range(2)]
     ro = subprocess.Popen([RAIDKIT_BIN, "serve", "--read-only", "--unix", str(sock), "--metrics",
@@ -249,4 +239,4 @@ def test_a_read_only_array_has_metrics_too(tmp_path):
         text, samples = scrape(port)
         assert samples['raidkit_array_requests_total{array="raidkit",op="read"}'] >= 1, text
     finally:
-        stop(ro)
+        stop_serving(ro)

@@ -66,16 +66,43 @@ pub struct RegionWriters {
 }
 
 impl RegionWriters {
-    /// Starts the writers; each write is 1 to `max_len` bytes, drawn from `seed`.
+    /// Starts the writers; each write is 1 to `max_len` bytes, drawn from `seed`. Each model
+    /// starts as what its region reads.
     pub fn start(v: &Arc<volume::Volume>, count: u64, seed: u64, max_len: u64) -> RegionWriters {
+        RegionWriters::start_over(v, None, count, seed, max_len)
+    }
+
+    /// [`RegionWriters::start`] over a volume known to hold `initial` (its whole size): each
+    /// model starts as its part of `initial`, and a first read of the region that differs
+    /// fails the writer.
+    pub fn start_with(
+        v: &Arc<volume::Volume>,
+        initial: &[u8],
+        count: u64,
+        seed: u64,
+        max_len: u64,
+    ) -> RegionWriters {
+        assert_eq!(initial.len() as u64, v.size_bytes());
+        RegionWriters::start_over(v, Some(initial), count, seed, max_len)
+    }
+
+    fn start_over(
+        v: &Arc<volume::Volume>,
+        initial: Option<&[u8]>,
+        count: u64,
+        seed: u64,
+        max_len: u64,
+    ) -> RegionWriters {
         let region = v.size_bytes() / count;
         let stop = Arc::new(AtomicBool::new(false));
         let handles = (0..count)
             .map(|w| {
                 let (v, stop) = (Arc::clone(v), Arc::clone(&stop));
                 let seed = seed ^ (w + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let base = w * region;
+                let known = initial.map(|i| i[base as usize..(base + region) as usize].to_vec());
                 std::thread::spawn(move || {
-                    region_writer(&v, w * region, region, seed, max_len, &stop)
+                    region_writer(&v, base, region, known, (seed, max_len), &stop)
                 })
             })
             .collect();
@@ -92,18 +119,28 @@ impl RegionWriters {
     }
 }
 
-/// One writer's random writes and read checks over `[base, base + region)` until `stop`;
+/// One writer's random writes and read checks over `[base, base + region)` until `stop`,
+/// its model starting as `known` (checked against a first read) or else as that read;
 /// returns its model of the region.
 fn region_writer(
     v: &volume::Volume,
     base: u64,
     region: u64,
-    seed: u64,
-    max_len: u64,
+    known: Option<Vec<u8>>,
+    (seed, max_len): (u64, u64),
     stop: &AtomicBool,
 ) -> Vec<u8> {
     let mut model = vec![0u8; region as usize];
     v.read(base, &mut model).unwrap();
+    if let Some(known) = known {
+        if let Some(at) = testsupport::first_difference(&model, &known) {
+            panic!(
+                "seed {seed}: the first read of the region at {base} differs from what was \
+                 written at byte {}",
+                base + at as u64
+            );
+        }
+    }
     let mut x = seed | 1;
     while !stop.load(Ordering::Relaxed) {
         x = x

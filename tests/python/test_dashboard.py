@@ -278,3 +278,58 @@ def test_dashboard_is_read_only_without_a_token(tmp_path):
         assert all(m["state"] == "active" for m in status["members"]), "nothing was failed"
     finally:
         stop_serving(proc)
+
+
+def test_the_daemons_dashboard_shows_every_array_and_acts_on_the_one_named(tmp_path):
+    """The daemon's `[daemon] metrics` listener serves the dashboard of all its arrays; with
+    `dashboard_token_file`, an action on one array (fail a member) changes that array only, and
+    the page's JSON follows it with its events."""
+    from test_daemon import Daemon, create
+    entries = []
+    for name in ("home", "media"):
+        create(tmp_path, "1", name, 2)
+        entries.append(run([RAIDKIT_BIN, "examine", "--scan", f"{tmp_path}/{name}0",
+                            f"{tmp_path}/{name}1"]).stdout)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    port = free_tcp_port()
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n'
+                      f'metrics = "127.0.0.1:{port}"\ndashboard_token_file = "{token_file}"\n\n'
+                      + "\n".join(entries))
+    url = f"http://127.0.0.1:{port}/"
+    daemon = Daemon(config, 2)
+
+    def polled():
+        with urllib.request.urlopen(f"{url}api/dashboard", timeout=10) as answer:
+            return json.load(answer)
+
+    def when(state, holds):
+        return state if holds(state) else None
+
+    def states(state, name):
+        array = next(a for a in state["arrays"] if a["name"] == name)
+        return [m["state"] for m in array["status"]["members"]]
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as page:
+            assert page.status == 200 and b"/assets/dashboard.js" in page.read()
+        state = wait_for("both arrays on the dashboard", lambda: when(polled(), lambda s: len(
+            s["arrays"]) == 2))
+        assert state["actions"] is True
+        assert sorted(a["name"] for a in state["arrays"]) == ["home", "media"]
+        status, answer = post(f"{url}api/arrays/media/fail", {"member": f"{tmp_path}/media1"})
+        assert status == 401, answer  # no token: refused, nothing failed
+        status, answer = post(f"{url}api/arrays/media/fail", {"member": f"{tmp_path}/media1"},
+                              TOKEN)
+        assert status == 200, answer
+        state = wait_for("media's member shown faulty", lambda: when(
+            polled(), lambda s: "faulty" in states(s, "media")))
+        assert states(state, "media") == ["active", "faulty"], state
+        assert states(state, "home") == ["active", "active"], state
+        assert any(e["event"] == "Fail" and e["array"] == "media" for e in state["events"]), \
+            state["events"]
+    finally:
+        daemon.stop()
+        daemon.kill()

@@ -10,10 +10,14 @@
 //! A pool of chunk-sized buffers keeps the memory and its pages warm, and bounds what stays
 //! idle: at most `idle_max_bytes`, beyond which a returned buffer is freed.
 //!
+//! Buffers are [`member::AlignedBuf`]s (page-aligned), so a direct-I/O member (`O_DIRECT`)
+//! reads into and writes from them without a bounce copy.
+//!
 //! A [`Scratch`] is not zeroed when it is reused: every user fills the part it reads (member
 //! reads, parity generation and reconstruction overwrite their output) before anything of it
 //! is written to a member or copied to a client.
 
+use member::AlignedBuf;
 use std::ops::{Deref, DerefMut};
 use std::sync::Mutex;
 
@@ -25,7 +29,7 @@ pub const SCRATCH_IDLE_MAX_BYTES_DEFAULT: u64 = 32 << 20;
 pub(crate) struct ScratchPool {
     /// Every pooled buffer is exactly this long: the array's chunk.
     buf_bytes: usize,
-    idle: Mutex<Vec<Vec<u8>>>,
+    idle: Mutex<Vec<AlignedBuf>>,
     idle_max_count: usize,
 }
 
@@ -48,7 +52,7 @@ impl ScratchPool {
             self.buf_bytes
         );
         let reused = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let bytes = reused.unwrap_or_else(|| vec![0; self.buf_bytes]);
+        let bytes = reused.unwrap_or_else(|| AlignedBuf::zeroed(self.buf_bytes, 0));
         assert_eq!(bytes.len(), self.buf_bytes);
         Scratch {
             pool: Some(self),
@@ -57,7 +61,7 @@ impl ScratchPool {
         }
     }
 
-    fn give(&self, bytes: Vec<u8>) {
+    fn give(&self, bytes: AlignedBuf) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < self.idle_max_count {
             idle.push(bytes);
@@ -73,16 +77,26 @@ impl ScratchPool {
 
 /// A chunk-sized buffer from a [`ScratchPool`], seen as its first `len` bytes; goes back to
 /// the pool when dropped. [`Scratch::empty`] holds nothing (a block a plan does not need).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Scratch<'p> {
     pool: Option<&'p ScratchPool>,
-    bytes: Vec<u8>,
+    bytes: AlignedBuf,
     len: usize,
 }
 
 impl Scratch<'_> {
     pub fn empty() -> Self {
-        Scratch::default()
+        Scratch {
+            pool: None,
+            bytes: AlignedBuf::zeroed(0, 0),
+            len: 0,
+        }
+    }
+}
+
+impl Default for Scratch<'_> {
+    fn default() -> Self {
+        Scratch::empty()
     }
 }
 

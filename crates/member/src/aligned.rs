@@ -14,7 +14,9 @@ pub const DIRECT_ALIGN: usize = 4096;
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    /// `None` for an empty buffer, which allocates nothing.
+    layout: Option<Layout>,
+    align: usize,
 }
 
 // SAFETY: `AlignedBuf` owns its allocation exclusively, like a `Vec<u8>`; `&AlignedBuf` only
@@ -25,23 +27,44 @@ unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     /// `len` zero bytes at an address aligned to `align` (a power of two; at least
-    /// [`DIRECT_ALIGN`] is used). Panics only if the allocator fails, as `vec!` does.
+    /// [`DIRECT_ALIGN`] is used). Panics only if the allocator fails, as `vec!` does. An empty
+    /// buffer allocates nothing.
     pub fn zeroed(len: usize, align: usize) -> AlignedBuf {
         let align = align.max(DIRECT_ALIGN);
-        // The allocation is a whole number of alignment units, never zero bytes.
-        let size = len.max(1).next_multiple_of(align);
+        if len == 0 {
+            return AlignedBuf {
+                ptr: NonNull::dangling(),
+                len,
+                layout: None,
+                align,
+            };
+        }
+        // The allocation is a whole number of alignment units.
+        let size = len.next_multiple_of(align);
         let layout = Layout::from_size_align(size, align).expect("power-of-two buffer alignment");
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else {
             alloc::handle_alloc_error(layout)
         };
-        AlignedBuf { ptr, len, layout }
+        AlignedBuf {
+            ptr,
+            len,
+            layout: Some(layout),
+            align,
+        }
     }
 
-    /// The alignment of the buffer's address.
+    /// The alignment of the buffer's address (an empty buffer has no address to speak of).
     pub fn align(&self) -> usize {
-        self.layout.align()
+        self.align
+    }
+}
+
+impl Default for AlignedBuf {
+    /// An empty buffer (no allocation).
+    fn default() -> AlignedBuf {
+        AlignedBuf::zeroed(0, 0)
     }
 }
 
@@ -49,7 +72,8 @@ impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         // SAFETY: `ptr` points to `layout.size() >= len` initialised (zeroed) bytes owned by
-        // `self` for as long as the borrow of `self`.
+        // `self` for as long as the borrow of `self`, or `len` is 0 and `ptr` is dangling but
+        // non-null and aligned for `u8`, which an empty slice allows.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -63,8 +87,10 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: `ptr` was allocated by `alloc_zeroed` with exactly `layout`.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        if let Some(layout) = self.layout {
+            // SAFETY: `ptr` was allocated by `alloc_zeroed` with exactly `layout`.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+        }
     }
 }
 
@@ -72,7 +98,7 @@ impl std::fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AlignedBuf")
             .field("len", &self.len)
-            .field("align", &self.layout.align())
+            .field("align", &self.align)
             .finish()
     }
 }
@@ -86,7 +112,7 @@ mod tests {
         for len in [0, 1, 4095, 4096, 4097, 1 << 20] {
             let mut b = AlignedBuf::zeroed(len, 512);
             assert_eq!(b.len(), len);
-            assert_eq!(b.as_ptr() as usize % DIRECT_ALIGN, 0);
+            assert!(len == 0 || (b.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN));
             assert!(b.iter().all(|&x| x == 0));
             b.fill(7);
             assert!(b.iter().all(|&x| x == 7));

@@ -8,10 +8,15 @@
 //! client can see is written first (the export fills a read buffer whole or the read fails and
 //! the buffer is not sent; a write payload is read whole from the socket).
 //!
+//! Every buffer is a [`member::AlignedBuf`] (page-aligned): a direct-I/O member (`O_DIRECT`)
+//! reads into and writes from it as it is, where a `Vec` (glibc puts large blocks 16 bytes into
+//! a page) would cost a bounce copy in the member.
+//!
 //! Bounds: idle buffers hold at most `idle_max_bytes` (a buffer given back beyond that is
 //! freed); buffers in use are bounded by the server's buffer budget, which is charged the
 //! class size ([`BufferPool::charged_bytes`]), not the requested length.
 
+use member::AlignedBuf;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -20,10 +25,19 @@ use std::sync::Mutex;
 pub(crate) const POOLED_MIN_BYTES: usize = 64 << 10;
 
 /// A request's bytes: the first `len` bytes of an initialized allocation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Buffer {
-    bytes: Vec<u8>,
+    bytes: AlignedBuf,
     len: usize,
+}
+
+impl Default for Buffer {
+    fn default() -> Buffer {
+        Buffer {
+            bytes: AlignedBuf::zeroed(0, 0),
+            len: 0,
+        }
+    }
 }
 
 impl Buffer {
@@ -31,7 +45,12 @@ impl Buffer {
     #[cfg(test)]
     pub fn from_vec(bytes: Vec<u8>) -> Buffer {
         let len = bytes.len();
-        Buffer { bytes, len }
+        let mut aligned = AlignedBuf::zeroed(len, 0);
+        aligned.copy_from_slice(&bytes);
+        Buffer {
+            bytes: aligned,
+            len,
+        }
     }
 }
 
@@ -51,7 +70,7 @@ impl DerefMut for Buffer {
 /// See the module documentation.
 pub(crate) struct BufferPool {
     /// Class `k` holds idle buffers of `POOLED_MIN_BYTES << k` bytes.
-    classes: Box<[Mutex<Vec<Vec<u8>>>]>,
+    classes: Box<[Mutex<Vec<AlignedBuf>>]>,
     idle_bytes: AtomicU64,
     idle_max_bytes: u64,
 }
@@ -71,7 +90,7 @@ impl BufferPool {
     pub fn charged_bytes(len: usize) -> u64 {
         match class_index(len) {
             Some(k) => (POOLED_MIN_BYTES << k) as u64,
-            None => len as u64,
+            None => len.next_multiple_of(member::DIRECT_ALIGN) as u64,
         }
     }
 
@@ -80,7 +99,7 @@ impl BufferPool {
     pub fn take(&self, len: usize) -> Buffer {
         let Some(k) = class_index(len) else {
             return Buffer {
-                bytes: vec![0; len],
+                bytes: AlignedBuf::zeroed(len, 0),
                 len,
             };
         };
@@ -98,7 +117,7 @@ impl BufferPool {
                     .fetch_sub(bytes.len() as u64, Ordering::Relaxed);
                 bytes
             }
-            None => vec![0; POOLED_MIN_BYTES << k],
+            None => AlignedBuf::zeroed(POOLED_MIN_BYTES << k, 0),
         };
         assert!(bytes.len() >= len);
         Buffer { bytes, len }
@@ -153,7 +172,10 @@ mod tests {
         assert_eq!(class_index(POOLED_MIN_BYTES + 1), Some(1));
         assert_eq!(class_index(1 << 20), Some(4));
         assert_eq!(class_index(32 << 20), Some(9));
-        assert_eq!(BufferPool::charged_bytes(100), 100);
+        // A small buffer is a whole page (aligned for direct I/O); an empty one is nothing.
+        assert_eq!(BufferPool::charged_bytes(100), 4096);
+        assert_eq!(BufferPool::charged_bytes(4097), 8192);
+        assert_eq!(BufferPool::charged_bytes(0), 0);
         assert_eq!(BufferPool::charged_bytes((1 << 20) + 1), 2 << 20);
     }
 

@@ -58,7 +58,18 @@ def device_cached(dev):
     return cached_bytes(dev)
 
 
+def wipe_ends(dev, size):
+    """Zeroes the first and last 8 MiB (where superblocks go), so that `--create` finds the
+    device empty after fio wrote it."""
+    for seek in (0, size // MIB - 8):
+        subprocess.run(["dd", "if=/dev/zero", f"of={dev}", "bs=1M", "count=8", f"seek={seek}",
+                        "oflag=direct", "status=none"], check=True)
+
+
 def serve(dev, sock, extra):
+    size = int(subprocess.run(["blockdev", "--getsize64", dev], capture_output=True, text=True,
+                              check=True).stdout)
+    wipe_ends(dev, size)
     cmd = [str(benchlib.REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "release" / "raidkit")
            if not os.environ.get("RAIDKIT_BIN") else os.environ["RAIDKIT_BIN"],
            "serve", "--unix", sock, "--create", "--level", "linear", "--name", "bench",

@@ -7,7 +7,8 @@
 #                    systemd (systemd-analyze verify of the unit), prometheus (promtool check metrics),
 #                    chromium chromium-driver python3-selenium (the dashboard in a browser),
 #                    prometheus-node-exporter (reads the mdstat file in test_mdstat.py),
-#                    python3-matplotlib (bench/plot.py's charts; test_bench_plot.py)
+#                    python3-matplotlib (bench/plot.py's charts; test_bench_plot.py),
+#                    gnutls-bin (certtool: the certificates of test_tls.py)
 #   Rust toolchain:  rustup (stable), only when cargo is missing or older than rust-version.
 set -euo pipefail
 
@@ -34,6 +35,7 @@ PROBES=(
   "promtool:prometheus"
   "prometheus-node-exporter:prometheus-node-exporter"
   "py:matplotlib:python3-matplotlib"
+  "certtool:gnutls-bin"
 )
 
 have() {

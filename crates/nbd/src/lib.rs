@@ -22,8 +22,8 @@
 //! ```
 //!
 //! Protocol coverage: fixed newstyle handshake with NO_ZEROES; options EXPORT_NAME, ABORT,
-//! LIST, INFO, GO, STRUCTURED_REPLY, LIST/SET_META_CONTEXT (`base:allocation`); STARTTLS,
-//! EXTENDED_HEADERS and unknown options get `NBD_REP_ERR_UNSUP`. Commands READ, WRITE (FUA),
+//! LIST, INFO, GO, STRUCTURED_REPLY, LIST/SET_META_CONTEXT (`base:allocation`), STARTTLS (with
+//! [`ServerConfig::tls`]); EXTENDED_HEADERS and unknown options get `NBD_REP_ERR_UNSUP`. Commands READ, WRITE (FUA),
 //! FLUSH, TRIM, WRITE_ZEROES (NO_HOLE, FAST_ZERO), CACHE, DISC, BLOCK_STATUS (REQ_ONE).
 
 pub use nbd_codec as codec;
@@ -37,5 +37,5 @@ pub use errno::nbd_errno;
 pub use export::{Export, StatusExtent};
 pub use server::{
     serve, serve_exports, AddError, Address, ConfigError, Exports, Listener, Removed, ServerConfig,
-    Stream, MAX_EXPORTS,
+    Stream, Tls, TlsError, TlsMode, MAX_EXPORTS,
 };

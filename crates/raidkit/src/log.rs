@@ -37,6 +37,36 @@ pub fn emit(line: &str) {
     }
 }
 
+/// Sends the warnings and errors of the libraries that log through the `log` crate (the NBD
+/// server's refused connections: a failed TLS handshake, a plaintext client where TLS is
+/// required, too many connections) to [`emit`]; quieter records are dropped.
+pub fn forward_library_warnings() {
+    static FORWARD: Forward = Forward;
+    if log::set_logger(&FORWARD).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+}
+
+struct Forward;
+
+impl log::Log for Forward {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+
+    fn log(&self, record: &log::Record) {
+        if self.enabled(record.metadata()) {
+            let level = match record.level() {
+                log::Level::Error => "error",
+                _ => "warning",
+            };
+            emit(&format!("{level}: {}", record.args()));
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 /// The fields of one line.
 #[derive(Debug, PartialEq, Eq, Serialize)]
 struct Fields<'a> {

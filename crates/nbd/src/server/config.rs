@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::tls::Tls;
 use crate::codec::consts::MAX_STRING_BYTES;
 
 /// Configuration of [`serve`](super::serve). Every resource has a bound here.
@@ -36,6 +37,8 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// After shutdown, time allowed for connections to finish before they are cut. Default 60 s.
     pub shutdown_grace: Duration,
+    /// TLS (STARTTLS) for clients, optional or required; `None`: STARTTLS is refused.
+    pub tls: Option<Tls>,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +57,7 @@ impl Default for ServerConfig {
             max_options_per_conn: 1024,
             handshake_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(60),
+            tls: None,
         }
     }
 }

@@ -13,6 +13,10 @@ pub(crate) enum ConnError {
     Decode(DecodeError),
     Protocol(String),
     HandshakeTimeout,
+    /// The TLS handshake after STARTTLS failed (wrong CA, no client certificate, ...).
+    Tls(io::Error),
+    /// A plaintext client entered transmission (EXPORT_NAME) where TLS is required.
+    TlsRequired(String),
 }
 
 impl fmt::Display for ConnError {
@@ -22,6 +26,12 @@ impl fmt::Display for ConnError {
             ConnError::Decode(e) => write!(f, "malformed message: {e}"),
             ConnError::Protocol(m) => write!(f, "protocol violation: {m}"),
             ConnError::HandshakeTimeout => write!(f, "handshake took too long"),
+            ConnError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
+            ConnError::TlsRequired(option) => write!(
+                f,
+                "plaintext client sent {option}: TLS is required (--tls require); \
+                 the client must start with NBD_OPT_STARTTLS (an nbds:// URI)"
+            ),
         }
     }
 }

@@ -21,22 +21,25 @@ pub(crate) enum Outcome {
     Transmission(Selected, Session),
     /// The client aborted (or vanished) cleanly.
     Closed,
+    /// STARTTLS was acknowledged: the TLS handshake comes next, then the options again.
+    StartTls,
 }
 
 /// Per-connection negotiation state.
 #[derive(Default)]
 struct Haggle {
     no_zeroes: bool,
+    /// TLS is up on this connection.
+    tls: bool,
+    /// An option was already refused for want of TLS (logged once).
+    refused_plaintext: bool,
     structured: bool,
     base_allocation: bool,
 }
 
-pub(crate) async fn run<R, W>(
-    r: &mut R,
-    w: &mut W,
-    listening: &Listening,
-    stop: &watch::Receiver<bool>,
-) -> Result<Outcome, ConnError>
+/// Sends the greeting and reads the client's flags; returns whether the client asked for
+/// `NO_ZEROES`.
+pub(crate) async fn greet<R, W>(r: &mut R, w: &mut W) -> Result<bool, ConnError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -54,8 +57,26 @@ where
             "unknown client flags {client:#x}"
         )));
     }
+    Ok(client & FLAG_C_NO_ZEROES != 0)
+}
+
+/// Option haggling, in plaintext (`tls` false) or after STARTTLS (`tls` true: nothing
+/// negotiated before it counts, as the spec asks).
+pub(crate) async fn options<R, W>(
+    r: &mut R,
+    w: &mut W,
+    listening: &Listening,
+    stop: &watch::Receiver<bool>,
+    no_zeroes: bool,
+    tls: bool,
+) -> Result<Outcome, ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut state = Haggle {
-        no_zeroes: client & FLAG_C_NO_ZEROES != 0,
+        no_zeroes,
+        tls,
         ..Haggle::default()
     };
     for _ in 0..listening.config.max_options_per_conn {
@@ -96,6 +117,24 @@ async fn handle_option<W: AsyncWrite + Unpin>(
     code: u32,
     data: &[u8],
 ) -> Result<Option<Outcome>, ConnError> {
+    let tls_required = listening.config.tls.as_ref().is_some_and(|t| t.require) && !state.tls;
+    if tls_required && code != OPT_STARTTLS && code != OPT_ABORT {
+        let name = option_name(code);
+        if code == OPT_EXPORT_NAME {
+            // EXPORT_NAME cannot be answered with an error: the spec says to close.
+            return Err(ConnError::TlsRequired(name));
+        }
+        if !state.refused_plaintext {
+            state.refused_plaintext = true;
+            log::warn!(
+                "nbd: refusing {name} from a plaintext client: TLS is required (--tls require); \
+                 the client must start with NBD_OPT_STARTTLS (an nbds:// URI)"
+            );
+        }
+        let message = "TLS is required: negotiate NBD_OPT_STARTTLS first";
+        send(w, code, &err(REP_ERR_TLS_REQD, message)).await?;
+        return Ok(None);
+    }
     let option = match ClientOption::decode(code, data) {
         Ok(option) => option,
         Err(e) if code == OPT_EXPORT_NAME => return Err(e.into()),
@@ -132,7 +171,15 @@ async fn handle_option<W: AsyncWrite + Unpin>(
         ClientOption::StructuredReply { has_data } => structured(state, has_data),
         ClientOption::ListMetaContext(request) => list_meta(listening, state, &request),
         ClientOption::SetMetaContext(request) => set_meta(listening, state, &request),
-        ClientOption::StartTls { .. } => err(REP_ERR_UNSUP, "TLS is not supported"),
+        ClientOption::StartTls { has_data } => match &listening.config.tls {
+            None => err(REP_ERR_UNSUP, "TLS is not enabled on this server"),
+            Some(_) if has_data => err(REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data"),
+            Some(_) if state.tls => err(REP_ERR_INVALID, "TLS is already negotiated"),
+            Some(_) => {
+                send(w, code, &[OptionReply::Ack]).await?;
+                return Ok(Some(Outcome::StartTls));
+            }
+        },
         ClientOption::ExtendedHeaders | ClientOption::Unknown(_) => {
             err(REP_ERR_UNSUP, "option not supported")
         }
@@ -160,6 +207,23 @@ async fn export_name<W: AsyncWrite + Unpin>(
     w.write_all(&reply.encode()).await?;
     w.flush().await?;
     Ok(Some(Outcome::Transmission(selected, session)))
+}
+
+/// The spec's name of option `code`, for log lines.
+fn option_name(code: u32) -> String {
+    let name = match code {
+        OPT_EXPORT_NAME => "NBD_OPT_EXPORT_NAME",
+        OPT_ABORT => "NBD_OPT_ABORT",
+        OPT_LIST => "NBD_OPT_LIST",
+        OPT_STARTTLS => "NBD_OPT_STARTTLS",
+        OPT_INFO => "NBD_OPT_INFO",
+        OPT_GO => "NBD_OPT_GO",
+        OPT_STRUCTURED_REPLY => "NBD_OPT_STRUCTURED_REPLY",
+        OPT_LIST_META_CONTEXT => "NBD_OPT_LIST_META_CONTEXT",
+        OPT_SET_META_CONTEXT => "NBD_OPT_SET_META_CONTEXT",
+        _ => return format!("option {code}"),
+    };
+    name.to_owned()
 }
 
 fn session(shared: &Shared, state: &Haggle) -> Session {

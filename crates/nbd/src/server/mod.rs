@@ -15,6 +15,7 @@ mod handshake;
 mod listener;
 mod request;
 mod shared;
+mod tls;
 mod transmission;
 
 use std::future::Future;
@@ -26,6 +27,7 @@ use tokio::task::JoinSet;
 pub use config::{ConfigError, ServerConfig};
 pub use exports::{AddError, Exports, Removed, MAX_EXPORTS};
 pub use listener::{Address, Listener, Stream};
+pub use tls::{Tls, TlsError, TlsMode};
 
 use crate::export::Export;
 

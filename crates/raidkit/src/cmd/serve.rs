@@ -251,6 +251,22 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = defaults::RECONNECT_INTERVAL_MAX_SECS, value_parser = clap::value_parser!(u64).range(1..))]
     reconnect_interval_max: u64,
 
+    /// TLS for NBD clients (NBD_OPT_STARTTLS): off; on (clients may upgrade or stay in
+    /// plaintext); require (every option but STARTTLS is refused with NBD_REP_ERR_TLS_REQD:
+    /// no data moves in plaintext). on and require need --tls-certificates.
+    #[arg(long, value_name = "MODE", default_value = "off", value_parser = parse_tls_mode)]
+    tls: nbd::TlsMode,
+
+    /// Directory of the server's certificates, in nbdkit's layout: server-cert.pem,
+    /// server-key.pem, and ca-cert.pem (the CA client certificates must be signed by, used
+    /// with --tls-verify-peer).
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
+
+    /// Require a client certificate signed by DIR/ca-cert.pem; clients without one are refused.
+    #[arg(long)]
+    tls_verify_peer: bool,
+
     /// Member files, block devices or (with --create) RAM (mem:SIZE); role order for --create.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -327,8 +343,44 @@ pub(crate) fn fix_mmap_threshold() {
     }
 }
 
+/// `--tls`: off, on or require.
+pub(crate) fn parse_tls_mode(s: &str) -> Result<nbd::TlsMode, String> {
+    match s {
+        "off" => Ok(nbd::TlsMode::Off),
+        "on" => Ok(nbd::TlsMode::On),
+        "require" => Ok(nbd::TlsMode::Require),
+        _ => Err(format!("{s:?} is not a TLS mode: use off, on or require")),
+    }
+}
+
+/// The listener's TLS from `--tls`, `--tls-certificates` and `--tls-verify-peer`, checked
+/// (and the certificates read) before anything is opened.
+pub(crate) fn tls_config(
+    mode: nbd::TlsMode,
+    certificates: Option<&std::path::Path>,
+    verify_peer: bool,
+) -> anyhow::Result<Option<nbd::Tls>> {
+    match (mode, certificates) {
+        (nbd::TlsMode::Off, None) if !verify_peer => Ok(None),
+        (nbd::TlsMode::Off, _) => {
+            bail!("--tls-certificates and --tls-verify-peer need --tls on or --tls require")
+        }
+        (_, None) => bail!(
+            "--tls on/require needs --tls-certificates DIR (server-cert.pem, server-key.pem, \
+             ca-cert.pem; see README \"TLS\")"
+        ),
+        (mode, Some(dir)) => Ok(Some(nbd::Tls::load(dir, mode, verify_peer)?)),
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     fix_mmap_threshold();
+    crate::log::forward_library_warnings();
+    let tls = tls_config(
+        args.tls,
+        args.tls_certificates.as_deref(),
+        args.tls_verify_peer,
+    )?;
     if !args.create && (args.bitmap.no_bitmap || args.bitmap.bitmap_region.is_some()) {
         bail!("--no-bitmap and --bitmap-region choose how a new array is made: use them with --create");
     }
@@ -392,7 +444,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &volume,
         running.stack().export(),
         endpoint,
-        server_config(export_name, &volume, args.read_only, args.buffer_memory),
+        nbd::ServerConfig {
+            tls,
+            ..server_config(export_name, &volume, args.read_only, args.buffer_memory)
+        },
         admin_served,
         metrics_served.map(|(listener, arrays)| (listener, arrays, Arc::clone(&log), pages)),
     ));

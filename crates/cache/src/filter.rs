@@ -259,13 +259,14 @@ impl<E: Export> ReadCache<E> {
             false => (run_start.max(offset), run_end.min(end)),
         };
         assert!(lo < hi, "missing run outside the read");
-        let mut scratch = Vec::new();
+        // Page-aligned: a direct-I/O member reads into it without a bounce copy.
+        let mut scratch: member::AlignedBuf;
         let data: &[u8] = if lo >= offset && hi <= end {
             let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
             self.shared.inner.read(lo, dst)?;
             dst
         } else {
-            scratch.resize((hi - lo) as usize, 0);
+            scratch = member::AlignedBuf::zeroed((hi - lo) as usize, 0);
             self.shared.inner.read(lo, &mut scratch)?;
             let (from, to) = (lo.max(offset), hi.min(end));
             buf[(from - offset) as usize..(to - offset) as usize]

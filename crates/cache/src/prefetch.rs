@@ -7,6 +7,7 @@
 //! claimed blocks from the export in one request, inserts them under the same generation
 //! rule as client reads, then releases the claims.
 
+use member::AlignedBuf;
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,7 +98,7 @@ impl Drop for Pool {
 }
 
 fn work<E: Export>(shared: &Shared<E>, receiver: &Mutex<Receiver<Job>>, stopping: &AtomicBool) {
-    let mut buffer = Vec::new();
+    let mut buffer = AlignedBuf::default();
     loop {
         let job = {
             let receiver = receiver.lock().expect("read-ahead queue lock poisoned");
@@ -125,7 +126,7 @@ impl Drop for Claims<'_> {
     }
 }
 
-fn fetch<E: Export>(shared: &Shared<E>, job: Job, buffer: &mut Vec<u8>) {
+fn fetch<E: Export>(shared: &Shared<E>, job: Job, buffer: &mut AlignedBuf) {
     let store = shared
         .store
         .as_ref()
@@ -157,11 +158,20 @@ fn claim_run(store: &Store, blocks: Range<u64>) -> Claims<'_> {
     claims
 }
 
-fn fetch_run<E: Export>(shared: &Shared<E>, store: &Store, claims: &Claims, buffer: &mut Vec<u8>) {
+/// `buffer` is the worker's, kept between runs and grown when a run needs more; page-aligned,
+/// so a direct-I/O member reads into it without a bounce copy.
+fn fetch_run<E: Export>(
+    shared: &Shared<E>,
+    store: &Store,
+    claims: &Claims,
+    buffer: &mut AlignedBuf,
+) {
     let first = claims.blocks[0].0;
     let offset = first * store.block_bytes();
     let len: usize = claims.blocks.iter().map(|&(b, _)| store.block_len(b)).sum();
-    buffer.resize(len, 0);
+    if buffer.len() < len {
+        *buffer = AlignedBuf::zeroed(len, 0);
+    }
     if shared.inner.read(offset, &mut buffer[..len]).is_err() {
         add(&store.counters.prefetch_errors, 1);
         return;

@@ -283,7 +283,9 @@ def test_dashboard_is_read_only_without_a_token(tmp_path):
 def test_the_daemons_dashboard_shows_every_array_and_acts_on_the_one_named(tmp_path):
     """The daemon's `[daemon] metrics` listener serves the dashboard of all its arrays; with
     `dashboard_token_file`, an action on one array (fail a member) changes that array only, and
-    the page's JSON follows it with its events."""
+    the page's JSON follows it with its events. The events are the daemon's alerts, each once:
+    `raidkit monitor --test` (an alert only the daemon raises) shows a TestMessage for each
+    array, and the failed member one Fail, not a second from the status change."""
     from test_daemon import Daemon, create
     entries = []
     for name in ("home", "media"):
@@ -328,8 +330,17 @@ def test_the_daemons_dashboard_shows_every_array_and_acts_on_the_one_named(tmp_p
             polled(), lambda s: "faulty" in states(s, "media")))
         assert states(state, "media") == ["active", "faulty"], state
         assert states(state, "home") == ["active", "active"], state
-        assert any(e["event"] == "Fail" and e["array"] == "media" for e in state["events"]), \
-            state["events"]
+        fails = [e for e in state["events"] if e["event"] == "Fail" and e["array"] == "media"]
+        assert len(fails) == 1 and fails[0]["member"] == f"{tmp_path}/media1", state["events"]
+
+        run([RAIDKIT_BIN, "monitor", "--test", "--admin", f"{tmp_path}/a.sock"])
+        state = wait_for("a TestMessage for each array", lambda: when(polled(), lambda s: sorted(
+            e["array"] for e in s["events"] if e["event"] == "TestMessage") == ["home", "media"]))
+        time.sleep(2.5)  # two more samples: the status changes add no event of their own
+        events = polled()["events"]
+        fails = [e for e in events if e["event"] == "Fail"]
+        assert len(fails) == 1 and fails[0]["array"] == "media", events
+        assert sum(e["event"] == "TestMessage" for e in events) == 2, events
     finally:
         daemon.stop()
         daemon.kill()

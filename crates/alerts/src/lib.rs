@@ -10,6 +10,9 @@
 //! caller. A failed delivery is retried with backoff ([`Targets::attempts`]) and then logged;
 //! nothing about a target is ever fatal. A queue that is full drops the new alert for that
 //! target and says so in the log.
+//!
+//! One [`Tap`] ([`Alerter::tap`]) also sees every alert raised, on the raiser's thread (the
+//! daemon's dashboard keeps its events this way): it must return at once.
 
 mod deliver;
 
@@ -252,11 +255,16 @@ impl Default for Targets {
 /// Where the alerter's own lines go (the daemon's log).
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// What sees every alert raised, on the raiser's thread: it must not block (keep the alert in
+/// a bounded memory, or queue it with `try_send`).
+pub type Tap = Arc<dyn Fn(&Alert) + Send + Sync>;
+
 /// A running alerter; see the crate documentation.
 pub struct Alerter {
     /// Replaced whole by [`Alerter::retarget`].
     sinks: RwLock<Vec<Sink>>,
     log: Log,
+    tap: RwLock<Option<Tap>>,
 }
 
 struct Sink {
@@ -273,7 +281,13 @@ impl Alerter {
         Alerter {
             sinks: RwLock::new(Sink::start_all(targets, &log)),
             log,
+            tap: RwLock::new(None),
         }
+    }
+
+    /// Shows every alert raised from now on to `tap` too (replacing the one set before).
+    pub fn tap(&self, tap: Tap) {
+        *self.tap.write().unwrap_or_else(|p| p.into_inner()) = Some(tap);
     }
 
     /// Sends the alerts raised from now on to `targets` instead (the configuration was
@@ -301,6 +315,9 @@ impl Alerter {
             Severity::Info => "event",
         };
         (self.log)(&format!("{word}: {}", alert.summary()));
+        if let Some(tap) = &*self.tap.read().unwrap_or_else(|p| p.into_inner()) {
+            tap(&alert);
+        }
         let alert = Arc::new(alert);
         for sink in self.sinks().iter() {
             match sink.queue.try_send(Arc::clone(&alert)) {

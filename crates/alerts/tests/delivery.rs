@@ -323,6 +323,28 @@ fn without_a_target_every_event_is_still_logged_and_the_silence_is_said() {
 }
 
 #[test]
+fn the_tap_sees_every_alert_raised_after_it_is_set_with_or_without_targets() {
+    let (log, _lines) = log();
+    let alerter = Alerter::start(&Targets::default(), log);
+    alerter.raise(Alert::new(Event::TestMessage, "before", None, "not tapped"));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&seen);
+    alerter.tap(Arc::new(move |a: &Alert| {
+        kept.lock().unwrap().push((a.event, a.array.clone()))
+    }));
+    alerter.raise(Alert::new(Event::Fail, "home", Some("/dev/b"), "failed"));
+    alerter.raise(Alert::new(Event::TestMessage, "media", None, "a test"));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            (Event::Fail, "home".to_string()),
+            (Event::TestMessage, "media".to_string())
+        ]
+    );
+    alerter.shutdown(Duration::from_secs(1));
+}
+
+#[test]
 fn syslog_gets_one_line_with_the_daemon_facility_and_severity() {
     let dir = tempfile::tempdir().unwrap();
     let socket_path = dir.path().join("log");

@@ -4,7 +4,11 @@
 //!   [`SAMPLE_INTERVAL`] on a thread of its own (`Control::snapshot`: counters and status) and
 //!   keeps, per array, the last snapshot, the rates since the one before, a ring of
 //!   [`history::HISTORY_POINTS`] points for the graphs, and the last [`history::EVENTS_KEPT`]
-//!   events of all arrays ([`history`]).
+//!   events of all arrays ([`history`]). The events come from one [`EventSource`]: the
+//!   status changes between samples (`service::monitor`'s pure functions: `raidkit serve`,
+//!   which has no alerter), or the alerts a process raises, fed through [`Dashboard::tap`]
+//!   (the daemon: every alert of its monitor and alerter, `DeviceDisappeared`,
+//!   `JournalPressure`, `TestMessage`... included, each once).
 //! - [`Dashboard::handle`] answers one HTTP request, whatever server carries it: the page and
 //!   its assets, embedded in the binary ([`assets`]); `GET /api/dashboard[?since=MS]`, the JSON
 //!   the page polls every second (the status of each array, rates, the graph points after
@@ -21,7 +25,7 @@ pub mod token;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -55,9 +59,20 @@ fn error_response(e: ApiError) -> Response {
     json_response(e.status, &json!({ "error": e.message }))
 }
 
+/// Where the dashboard's events come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventSource {
+    /// Computed from the status changes between samples (a process without an alerter).
+    StatusChanges,
+    /// Only the alerts fed through [`Dashboard::tap`] / [`Dashboard::record`] (the daemon's
+    /// alerter): the status changes are not turned into events too, so none shows twice.
+    Alerts,
+}
+
 struct Shared {
     arrays: Arc<Arrays>,
     token: Option<Token>,
+    source: EventSource,
     state: Mutex<State>,
 }
 
@@ -78,9 +93,15 @@ impl Dashboard {
     /// Starts sampling `arrays` (arrays added and removed later are followed). With `token`,
     /// actions are enabled for requests that carry it.
     pub fn start(arrays: Arc<Arrays>, token: Option<Token>) -> Dashboard {
+        Dashboard::start_with(arrays, token, EventSource::StatusChanges)
+    }
+
+    /// [`Dashboard::start`] with its events from `source`.
+    pub fn start_with(arrays: Arc<Arrays>, token: Option<Token>, source: EventSource) -> Dashboard {
         let shared = Arc::new(Shared {
             arrays,
             token,
+            source,
             state: Mutex::default(),
         });
         let sampled = Arc::clone(&shared);
@@ -100,6 +121,23 @@ impl Dashboard {
             stop: Some(stop),
             thread: Some(thread),
         }
+    }
+
+    /// Keeps `alert` among the events (the oldest dropped past [`history::EVENTS_KEPT`]).
+    /// Takes the dashboard's lock for a moment only (never held over I/O).
+    pub fn record(&self, alert: &alerts::Alert) {
+        self.shared.record(alert);
+    }
+
+    /// A tap for `alerts::Alerter::tap` that [`Dashboard::record`]s every alert raised; it
+    /// does nothing once the dashboard is dropped.
+    pub fn tap(&self) -> alerts::Tap {
+        let shared: Weak<Shared> = Arc::downgrade(&self.shared);
+        Arc::new(move |alert: &alerts::Alert| {
+            if let Some(shared) = shared.upgrade() {
+                shared.record(alert);
+            }
+        })
     }
 
     /// True when actions are enabled (a token was given).
@@ -193,6 +231,11 @@ fn since(query: Option<&str>) -> u64 {
 }
 
 impl Shared {
+    fn record(&self, alert: &alerts::Alert) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.events.push(alert.clone());
+    }
+
     /// One sample of every array: snapshots first (outside the lock), then the rings.
     fn sample(&self) {
         let taken: Vec<(String, Option<admin::stats::Snapshot>)> = (self.arrays.all().into_iter())
@@ -205,8 +248,10 @@ impl Shared {
         for (name, snapshot) in taken {
             let Some(snapshot) = snapshot else { continue };
             let events = state.arrays.entry(name).or_default().sample(snapshot);
-            for event in events {
-                state.events.push(event);
+            if self.source == EventSource::StatusChanges {
+                for event in events {
+                    state.events.push(event);
+                }
             }
         }
     }

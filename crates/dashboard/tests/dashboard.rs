@@ -11,7 +11,7 @@ use admin::status::Status;
 use alerts::{Alert, Event};
 use dashboard::history::{ArrayHistory, Events, EVENTS_KEPT, HISTORY_POINTS};
 use dashboard::token::Token;
-use dashboard::{Dashboard, Request, Response};
+use dashboard::{Dashboard, EventSource, Request, Response};
 use iostats::IoSnapshot;
 use serde_json::{json, Value};
 use volume::VolumeStatus;
@@ -234,6 +234,51 @@ fn the_page_and_the_json_are_served() {
         Some(&format!("since={since}")),
     );
     assert_eq!(json_of(&later)["arrays"][0]["history"]["t"], json!([]));
+}
+
+#[test]
+fn fed_alerts_are_the_only_events_and_each_shows_once() {
+    let array = Arc::new(Scripted {
+        snapshot: Mutex::new(snapshot(0, &["active"; 4])),
+        done: Mutex::default(),
+    });
+    let arrays = Arc::new(Arrays::default());
+    assert!(arrays.insert("home", Arc::clone(&array) as Arc<dyn Control>));
+    let dashboard = Dashboard::start_with(arrays, None, EventSource::Alerts);
+    let tap = dashboard.tap();
+    tap(&Alert::new(Event::TestMessage, "home", None, "a test"));
+    tap(&Alert::new(
+        Event::JournalPressure,
+        "media",
+        None,
+        "journal 90% full",
+    ));
+    // The member fails: the status changes, and the alerter raises its Fail (once).
+    *array.snapshot.lock().unwrap() = snapshot(1, &["active", "active", "faulty", "active"]);
+    poll_until(&dashboard, |d| {
+        d["arrays"][0]["status"]["members"][2]["state"] == "faulty"
+    });
+    dashboard.record(&Alert::new(Event::Fail, "home", Some("/m/2.img"), "failed"));
+    // Two more samples: the status diff (Fail, DegradedArray) must not add events.
+    std::thread::sleep(dashboard::SAMPLE_INTERVAL * 2 + Duration::from_millis(200));
+    let state = json_of(&get(&dashboard, "/api/dashboard", None));
+    let events: Vec<(&str, &str)> = (state["events"].as_array().unwrap().iter())
+        .map(|e| (e["event"].as_str().unwrap(), e["array"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("Fail", "home"),
+            ("JournalPressure", "media"),
+            ("TestMessage", "home")
+        ],
+        "newest first, no NewArray/DegradedArray from the status, each once"
+    );
+    assert_eq!(state["events"][0]["severity"], "critical");
+
+    // Once the dashboard is gone, its tap does nothing (and does not keep it alive).
+    drop(dashboard);
+    tap(&Alert::new(Event::TestMessage, "home", None, "after"));
 }
 
 #[test]

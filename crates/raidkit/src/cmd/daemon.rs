@@ -142,6 +142,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let (listeners, routes) = runtime.block_on(Listeners::bind(&config))?;
 
+    // Before any array starts: its events are the alerter's, every one from the first (the
+    // status changes it samples are not turned into events too, so none shows twice).
+    let dashboard = (metrics.as_ref()).map(|_| {
+        Arc::new(dashboard::Dashboard::start_with(
+            Arc::clone(&admin_arrays),
+            token,
+            dashboard::EventSource::Alerts,
+        ))
+    });
+    if let Some(dashboard) = &dashboard {
+        alerter.tap(dashboard.tap());
+    }
     admin_arrays.set_test_alerts(test_alerts(&alerter));
     let reloader = Arc::new_cyclic(|me: &Weak<Reloader>| {
         let me = me.clone();
@@ -180,13 +192,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let watchdog = Watchdog::start(Arc::clone(&monitor));
     let ready = format!("serving {started} of {} arrays", config.arrays.len());
     admin_arrays.set_reload(reload::admin_hook(Arc::clone(&reloader)));
-    // Stopped below once the listeners have drained.
-    let dashboard = (metrics.as_ref()).map(|_| {
-        Arc::new(dashboard::Dashboard::start(
-            Arc::clone(&admin_arrays),
-            token,
-        ))
-    });
     let metrics = metrics.map(|listener| {
         let served = Arc::clone(&admin_arrays);
         let log = Arc::clone(&log);

@@ -217,3 +217,13 @@ def test_file_suite_selection_with_direct_members(tmp_path):
     assert proc.returncode == 0, tail
     assert "member_cache=direct" in proc.stdout, tail
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, tail
+
+
+def test_local_io_deadline_keeps_direct_members(tmp_path, loops):
+    """--local-io-deadline (member calls on worker threads with their own buffers) over direct
+    members: the data round-trips, nothing lands in the devices' page cache, amplification 1.00."""
+    devs = loops(LEVELS["1"][0])
+    grown, seq, rand = write_and_measure(tmp_path, "1", devs, ("--local-io-deadline",))
+    assert grown <= 64 * 1024, f"{grown} bytes landed in the page cache below raidkit"
+    assert seq == pytest.approx(1.0, abs=0.005) and rand == pytest.approx(1.0, abs=0.005), \
+        (seq, rand)

@@ -213,3 +213,43 @@ def test_bad_certificate_directory_is_refused_at_start(tmp_path, pki):
                timeout=60, check=False)
     assert proc.returncode != 0
     assert "--tls-certificates" in proc.stderr, proc.stderr
+
+
+def test_daemon_tls_require(tmp_path, pki):
+    """[daemon] tls = "require": the daemon's listener serves TLS clients and refuses a
+    plaintext one, with the warning in its log."""
+    members = [tmp_path / f"m{i}" for i in range(2)]
+    run([RAIDKIT_BIN, "create", "--level", "1", "--name", "home", "--size", "16M", *members])
+    port = free_tcp_port()
+    config = tmp_path / "raidkit.toml"
+    config.write_text(
+        f'[daemon]\nlisten = ["127.0.0.1:{port}"]\nadmin = "{tmp_path}/a.sock"\n'
+        f'tls = "require"\ntls_certificates = "{pki["server"]}"\ntls_verify_peer = true\n\n'
+        f'[[array]]\nname = "home"\nmembers = ["{members[0]}", "{members[1]}"]\n')
+    log = tmp_path / "daemon.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([RAIDKIT_BIN, "daemon", "--config", str(config)],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("raidkit: serving "), f"{line}{log.read_text()}"
+        uri = f"nbds://127.0.0.1:{port}/home?tls-certificates={pki['client']}"
+        assert nbdinfo_size(uri) > 0
+        refused(f"nbd://127.0.0.1:{port}/home")
+        refused(f"nbds://127.0.0.1:{port}/home?tls-certificates={pki['anonymous']}")
+        assert nbdinfo_size(uri) > 0
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    text = log.read_text()
+    assert "TLS is required" in text, text
+    assert "TLS handshake failed" in text, text
+
+
+def test_daemon_tls_without_certificates_is_a_config_error(tmp_path):
+    config = tmp_path / "raidkit.toml"
+    config.write_text('[daemon]\ntls = "on"\n')
+    proc = run([RAIDKIT_BIN, "daemon", "--config", str(config), "--check-config"],
+               check=False, timeout=60)
+    assert proc.returncode != 0
+    assert "tls_certificates" in proc.stdout + proc.stderr, proc.stdout + proc.stderr

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use cache::{CacheConfig, ReadAhead};
 use toml::Spanned;
 
-use crate::model::{ArrayConfig, Config, Daemon, DEFAULT_LISTEN};
+use crate::model::{ArrayConfig, Config, Daemon, TlsMode, DEFAULT_LISTEN};
 
 /// One thing wrong in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +165,22 @@ impl Checker<'_> {
         }
         if let Some(mdstat) = &daemon.mdstat {
             self.mdstat(mdstat, daemon);
+        }
+        let tls_on = (daemon.tls.as_ref()).filter(|t| *t.get_ref() != TlsMode::Off);
+        match (tls_on, &daemon.tls_certificates) {
+            (Some(tls), None) => self.at(
+                tls.span(),
+                "daemon.tls",
+                "TLS needs its certificates: set daemon.tls_certificates to a directory with \
+                 server-cert.pem, server-key.pem and ca-cert.pem"
+                    .to_string(),
+            ),
+            (None, Some(dir)) => self.at(
+                dir.span(),
+                "daemon.tls_certificates",
+                "certificates without TLS: set daemon.tls to \"on\" or \"require\"".to_string(),
+            ),
+            _ => {}
         }
     }
 

@@ -83,6 +83,9 @@ impl Daemon {
                 mdstat,
                 dashboard_token_file,
                 log_format,
+                tls,
+                tls_certificates,
+                tls_verify_peer,
             }
         )
     }

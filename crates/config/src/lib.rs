@@ -63,7 +63,9 @@ mod schedule;
 mod values;
 
 pub use check::{Problem, Problems};
-pub use model::{Alerts, ArrayConfig, Config, Daemon, LogFormat, DEFAULT_LISTEN, DEFAULT_PATH};
+pub use model::{
+    Alerts, ArrayConfig, Config, Daemon, LogFormat, TlsMode, DEFAULT_LISTEN, DEFAULT_PATH,
+};
 pub use scan::{group, render_scan, ScannedArray, ScannedJournal, ScannedMember};
 pub use schedule::{Cron, Schedule};
 pub use toml::Spanned;

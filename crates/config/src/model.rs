@@ -54,6 +54,15 @@ pub struct Daemon {
     /// object per line with time, level, array, event and message (`--log-format` overrides).
     #[serde(default)]
     pub log_format: LogFormat,
+    /// TLS for NBD clients on every listener (`raidkit serve --tls`): `off` (default), `on`
+    /// or `require`; `on` and `require` need `tls_certificates`.
+    pub tls: Option<Spanned<TlsMode>>,
+    /// The certificates' directory in nbdkit's layout (server-cert.pem, server-key.pem,
+    /// ca-cert.pem).
+    pub tls_certificates: Option<Spanned<PathBuf>>,
+    /// Require a client certificate signed by the directory's ca-cert.pem.
+    #[serde(default)]
+    pub tls_verify_peer: bool,
 }
 
 impl Daemon {
@@ -66,6 +75,16 @@ impl Daemon {
             None => admin.with_file_name("mdstat"),
         }
     }
+}
+
+/// `[daemon] tls`: how the NBD listeners treat TLS.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    #[default]
+    Off,
+    On,
+    Require,
 }
 
 /// One log line per event: for people (`text`) or for machines (`json`).

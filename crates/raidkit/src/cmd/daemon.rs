@@ -84,6 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         true => crate::log::Format::Json,
         false => crate::log::Format::Text,
     });
+    crate::log::forward_library_warnings();
     if args.check_config {
         println!(
             "{}: {} array(s), no problem found",
@@ -576,10 +577,26 @@ fn array_options(a: &ArrayConfig) -> anyhow::Result<ArrayOptions> {
     })
 }
 
+/// `[daemon] tls`, `tls_certificates`, `tls_verify_peer`: the certificates read at start.
+fn daemon_tls(daemon: &config::Daemon) -> anyhow::Result<Option<nbd::Tls>> {
+    let mode = match daemon.tls.as_ref().map(|t| *t.get_ref()) {
+        None | Some(config::TlsMode::Off) => nbd::TlsMode::Off,
+        Some(config::TlsMode::On) => nbd::TlsMode::On,
+        Some(config::TlsMode::Require) => nbd::TlsMode::Require,
+    };
+    let certificates = daemon
+        .tls_certificates
+        .as_ref()
+        .map(|d| d.get_ref().as_path());
+    serve::tls_config(mode, certificates, daemon.tls_verify_peer).context("[daemon] tls")
+}
+
 /// The daemon's listeners with their export sets: the shared ones (every array without a
 /// listener of its own) and each array's own.
 struct Listeners {
     bound: Vec<(nbd::Listener, Arc<nbd::Exports>)>,
+    /// `[daemon] tls`, for every listener.
+    tls: Option<nbd::Tls>,
 }
 
 impl Listeners {
@@ -592,6 +609,7 @@ impl Listeners {
         };
         let mut bound = Vec::new();
         let daemon = &config.daemon;
+        let tls = daemon_tls(daemon)?;
         let mut tcp: Vec<String> = daemon.listen.iter().map(|l| l.get_ref().clone()).collect();
         if tcp.is_empty() && daemon.unix.is_none() {
             tcp.push(serve::DEFAULT_LISTEN.to_string());
@@ -618,7 +636,7 @@ impl Listeners {
             let at = bound.get(first).and_then(|(l, _)| l.address());
             routes.own.insert(a.name.get_ref().clone(), (own, at));
         }
-        Ok((Listeners { bound }, routes))
+        Ok((Listeners { bound, tls }, routes))
     }
 
     /// Serves every listener and the admin socket until SIGINT or SIGTERM; then every
@@ -654,6 +672,7 @@ impl Listeners {
         for (listener, exports) in self.bound {
             let config = nbd::ServerConfig {
                 max_request_bytes: serve::MAX_REQUEST_BYTES as u32,
+                tls: self.tls.clone(),
                 ..nbd::ServerConfig::default()
             };
             let stop = stopped(stop_rx.clone());

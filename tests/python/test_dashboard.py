@@ -280,6 +280,36 @@ def test_dashboard_is_read_only_without_a_token(tmp_path):
         stop_serving(proc)
 
 
+def test_a_request_naming_another_host_is_refused(tmp_path):
+    """DNS rebinding: a page of another site whose name resolves to the listener sends its own
+    name as Host; the listener answers only requests addressed to itself (its address, or
+    localhost on loopback), on the dashboard's paths and /metrics alike."""
+    proc, _sock, _admin, url, _members = start(tmp_path, token=False)
+    port = url.rsplit(":", 1)[1].strip("/")
+
+    def get(path, host=None):
+        headers = {} if host is None else {"Host": host}
+        request = urllib.request.Request(f"{url}{path}", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    try:
+        for path in ("", "api/dashboard", "metrics"):
+            for host in (f"evil.example:{port}", f"127.0.0.1.nip.io:{port}", "127.0.0.1:80"):
+                status, body = get(path, host)
+                assert status == 421, (path, host, status, body)
+                assert "DNS rebinding" in body and f"127.0.0.1:{port}" in body, body
+            for host in (None, f"localhost:{port}", f"127.0.0.1:{port}"):
+                status, body = get(path, host)
+                assert status == 200, (path, host, status, body)
+        assert '"arrays"' in get("api/dashboard", f"localhost:{port}")[1]
+    finally:
+        stop_serving(proc)
+
+
 def test_the_daemons_dashboard_shows_every_array_and_acts_on_the_one_named(tmp_path):
     """The daemon's `[daemon] metrics` listener serves the dashboard of all its arrays; with
     `dashboard_token_file`, an action on one array (fail a member) changes that array only, and

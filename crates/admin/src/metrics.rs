@@ -11,11 +11,14 @@
 //! once (more get a 503),
 //! with headers within [`HEADER_READ_TIMEOUT`] and a connection's life bounded by
 //! [`CONNECTION_TIMEOUT`]. It exposes array and member names to whoever can reach it: it binds
-//! what it is given (loopback by default).
+//! what it is given (loopback by default). It answers only requests addressed to itself
+//! ([`host_allowed`]: the `Host` header names its address, or `localhost` on loopback; 421
+//! otherwise), so a page of another site cannot read it through DNS rebinding.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -409,20 +412,29 @@ pub async fn serve(
     pages: Option<Arc<dyn Pages>>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    let local = listener.local_addr()?;
     let accept = || async { listener.accept().await.map(|(stream, _)| stream) };
-    let served =
-        |stream| serve_connection(stream, Arc::clone(&arrays), pages.clone(), Arc::clone(&log));
+    let served = |stream| {
+        serve_connection(
+            stream,
+            local,
+            Arc::clone(&arrays),
+            pages.clone(),
+            Arc::clone(&log),
+        )
+    };
     crate::server::accept_bounded(accept, CONNECTIONS_MAX, "metrics", &log, shutdown, served).await;
     Ok(())
 }
 
 async fn serve_connection(
     stream: tokio::net::TcpStream,
+    local: SocketAddr,
     arrays: Arc<Arrays>,
     pages: Option<Arc<dyn Pages>>,
     log: Log,
 ) {
-    let service = service_fn(move |req| scrape(req, Arc::clone(&arrays), pages.clone()));
+    let service = service_fn(move |req| scrape(req, local, Arc::clone(&arrays), pages.clone()));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -437,9 +449,27 @@ async fn serve_connection(
 
 async fn scrape(
     req: HttpRequest<Incoming>,
+    local: SocketAddr,
     arrays: Arc<Arrays>,
     pages: Option<Arc<dyn Pages>>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    let host = req.headers().get(hyper::header::HOST);
+    if let Some(host) = host.filter(|h| !host_allowed(h.as_bytes(), local)) {
+        let host = String::from_utf8_lossy(host.as_bytes());
+        let message = format!(
+            "Host {host:?} refused: this listener answers only requests addressed to \
+             {local} (by its address, or localhost when it listens on loopback), so that a page \
+             of another site cannot read it through DNS rebinding; open http://{local}/, or \
+             have a reverse proxy send the listener's address as Host\n"
+        );
+        let mut response = Response::new(Full::new(Bytes::from(message)));
+        *response.status_mut() = hyper::StatusCode::MISDIRECTED_REQUEST;
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        return Ok(response);
+    }
     if let Some(pages) = pages.filter(|_| req.uri().path() != METRICS_PATH) {
         return Ok(crate::pages::serve_page(req, pages).await);
     }
@@ -471,9 +501,71 @@ async fn scrape(
     Ok(response)
 }
 
+/// True when a request whose `Host` header is `host` is addressed to the listener bound to
+/// `local`: the port is the listener's (80 when absent) and the host is its IP address (any IP
+/// address when it listens on all of them), or, when it listens on loopback (or on all
+/// addresses), a loopback address or `localhost`. A name is refused: a DNS-rebinding page's
+/// requests carry its own site's name.
+pub fn host_allowed(host: &[u8], local: SocketAddr) -> bool {
+    let Ok(authority) = hyper::http::uri::Authority::try_from(host) else {
+        return false;
+    };
+    if authority.port_u16().unwrap_or(80) != local.port() {
+        return false;
+    }
+    let name = authority.host();
+    let bracketed = name.strip_prefix('[').and_then(|n| n.strip_suffix(']'));
+    let loopback_ok = local.ip().is_loopback() || local.ip().is_unspecified();
+    match bracketed.unwrap_or(name).parse::<IpAddr>() {
+        Ok(ip) => {
+            ip == local.ip()
+                || local.ip().is_unspecified()
+                || (local.ip().is_loopback() && ip.is_loopback())
+        }
+        Err(_) => loopback_ok && name.eq_ignore_ascii_case("localhost"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_listeners_own_address_is_a_host_allowed() {
+        let loopback: SocketAddr = "127.0.0.1:9108".parse().unwrap();
+        for good in [
+            "127.0.0.1:9108",
+            "localhost:9108",
+            "LocalHost:9108",
+            "[::1]:9108",
+        ] {
+            assert!(host_allowed(good.as_bytes(), loopback), "{good}");
+        }
+        for bad in [
+            "evil.example:9108",
+            "127.0.0.1.nip.io:9108",
+            "localhost.evil.example:9108",
+            "127.0.0.1:80",
+            "127.0.0.1",
+            "10.0.0.5:9108",
+            "",
+            "a b:9108",
+        ] {
+            assert!(!host_allowed(bad.as_bytes(), loopback), "{bad}");
+        }
+        let lan: SocketAddr = "192.168.1.20:9108".parse().unwrap();
+        assert!(host_allowed(b"192.168.1.20:9108", lan));
+        assert!(!host_allowed(b"localhost:9108", lan));
+        assert!(!host_allowed(b"127.0.0.1:9108", lan));
+        assert!(!host_allowed(b"nas.lan:9108", lan));
+        let v6: SocketAddr = "[::1]:9108".parse().unwrap();
+        assert!(host_allowed(b"[::1]:9108", v6) && host_allowed(b"localhost:9108", v6));
+        let all: SocketAddr = "0.0.0.0:9108".parse().unwrap();
+        assert!(host_allowed(b"192.168.1.20:9108", all) && host_allowed(b"localhost:9108", all));
+        assert!(!host_allowed(b"nas.lan:9108", all));
+        let port80: SocketAddr = "127.0.0.1:80".parse().unwrap();
+        assert!(host_allowed(b"127.0.0.1", port80) && host_allowed(b"localhost", port80));
+    }
 
     #[test]
     fn the_exposition_names_units_labels_and_histograms() {

@@ -20,5 +20,5 @@ pub use counters::{now_ns, IoCounters, Started};
 pub use rates::{amplification, rates, KindRates, Rates};
 pub use snapshot::{
     latency_bucket, latency_bucket_upper_ns, size_bucket, size_bucket_upper_bytes, IoSnapshot,
-    KindSnapshot, OpKind, LATENCY_BUCKETS, SIZE_BUCKETS,
+    KindSnapshot, OpKind, PerKind, LATENCY_BUCKETS, SIZE_BUCKETS,
 };

@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{IoSnapshot, KindSnapshot, OpKind};
+use crate::snapshot::{deref_kinds, IoSnapshot, KindSnapshot, OpKind};
+use crate::PerKind;
 
 /// One kind of operation over an interval.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -26,38 +27,17 @@ pub struct KindRates {
 pub struct Rates {
     /// The interval, seconds.
     pub interval_secs: f64,
-    pub read: KindRates,
-    pub write: KindRates,
-    pub flush: KindRates,
-    pub trim: KindRates,
-    pub write_zeroes: KindRates,
+    /// The rates of each kind (in JSON, the fields `read` .. `write_zeroes`; in Rust, also
+    /// `rates.read` through `Deref`).
+    #[serde(flatten)]
+    pub kinds: PerKind<KindRates>,
     /// Average requests in flight (aqu-sz): the requests' summed time over the interval.
     pub queue_size: f64,
     /// Share of the interval with a request in flight, percent (%util).
     pub util_percent: f64,
 }
 
-impl Rates {
-    pub fn kind(&self, kind: OpKind) -> &KindRates {
-        match kind {
-            OpKind::Read => &self.read,
-            OpKind::Write => &self.write,
-            OpKind::Flush => &self.flush,
-            OpKind::Trim => &self.trim,
-            OpKind::WriteZeroes => &self.write_zeroes,
-        }
-    }
-
-    fn kind_mut(&mut self, kind: OpKind) -> &mut KindRates {
-        match kind {
-            OpKind::Read => &mut self.read,
-            OpKind::Write => &mut self.write,
-            OpKind::Flush => &mut self.flush,
-            OpKind::Trim => &mut self.trim,
-            OpKind::WriteZeroes => &mut self.write_zeroes,
-        }
-    }
-}
+deref_kinds!(Rates, KindRates);
 
 /// Whether `cur` continues `prev` (the same counters, read later); otherwise they were reset in
 /// between (the server restarted) and `cur` counts from zero.

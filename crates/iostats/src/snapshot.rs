@@ -40,6 +40,59 @@ impl OpKind {
     }
 }
 
+/// One `T` for each [`OpKind`]: a snapshot's counters ([`KindSnapshot`]) or the rates over an
+/// interval ([`crate::KindRates`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PerKind<T> {
+    pub read: T,
+    pub write: T,
+    pub flush: T,
+    pub trim: T,
+    pub write_zeroes: T,
+}
+
+impl<T> PerKind<T> {
+    pub fn kind(&self, kind: OpKind) -> &T {
+        match kind {
+            OpKind::Read => &self.read,
+            OpKind::Write => &self.write,
+            OpKind::Flush => &self.flush,
+            OpKind::Trim => &self.trim,
+            OpKind::WriteZeroes => &self.write_zeroes,
+        }
+    }
+
+    pub fn kind_mut(&mut self, kind: OpKind) -> &mut T {
+        match kind {
+            OpKind::Read => &mut self.read,
+            OpKind::Write => &mut self.write,
+            OpKind::Flush => &mut self.flush,
+            OpKind::Trim => &mut self.trim,
+            OpKind::WriteZeroes => &mut self.write_zeroes,
+        }
+    }
+}
+
+/// `Deref` from a device's figures (`$outer`, with a field `kinds: PerKind<$kind>`) to its
+/// per-kind part, so `snapshot.read` and `snapshot.kind(k)` read it directly.
+macro_rules! deref_kinds {
+    ($outer:ty, $kind:ty) => {
+        impl std::ops::Deref for $outer {
+            type Target = $crate::PerKind<$kind>;
+            fn deref(&self) -> &Self::Target {
+                &self.kinds
+            }
+        }
+
+        impl std::ops::DerefMut for $outer {
+            fn deref_mut(&mut self) -> &mut Self::Target {
+                &mut self.kinds
+            }
+        }
+    };
+}
+pub(crate) use deref_kinds;
+
 /// Latency histogram buckets: bucket `k` < 31 counts requests that took at most 2^k µs (and
 /// more than 2^(k-1) µs); the last counts the rest (over 2^30 µs, about 18 minutes).
 pub const LATENCY_BUCKETS: usize = 32;
@@ -116,38 +169,19 @@ impl Default for KindSnapshot {
 pub struct IoSnapshot {
     /// [`crate::now_ns`] when it was read.
     pub at_ns: u64,
-    pub read: KindSnapshot,
-    pub write: KindSnapshot,
-    pub flush: KindSnapshot,
-    pub trim: KindSnapshot,
-    pub write_zeroes: KindSnapshot,
+    /// The counters of each kind (in JSON, the fields `read` .. `write_zeroes`; in Rust, also
+    /// `snapshot.read` through `Deref`).
+    #[serde(flatten)]
+    pub kinds: PerKind<KindSnapshot>,
     /// Requests started and not finished when it was read.
     pub in_flight: u64,
     /// Time with at least one request in flight, nanoseconds (iostat's %util numerator).
     pub busy_ns: u64,
 }
 
+deref_kinds!(IoSnapshot, KindSnapshot);
+
 impl IoSnapshot {
-    pub fn kind(&self, kind: OpKind) -> &KindSnapshot {
-        match kind {
-            OpKind::Read => &self.read,
-            OpKind::Write => &self.write,
-            OpKind::Flush => &self.flush,
-            OpKind::Trim => &self.trim,
-            OpKind::WriteZeroes => &self.write_zeroes,
-        }
-    }
-
-    pub fn kind_mut(&mut self, kind: OpKind) -> &mut KindSnapshot {
-        match kind {
-            OpKind::Read => &mut self.read,
-            OpKind::Write => &mut self.write,
-            OpKind::Flush => &mut self.flush,
-            OpKind::Trim => &mut self.trim,
-            OpKind::WriteZeroes => &mut self.write_zeroes,
-        }
-    }
-
     /// Operations of every kind.
     pub fn ops(&self) -> u64 {
         OpKind::ALL.iter().map(|&k| self.kind(k).ops).sum()

@@ -101,15 +101,14 @@ pub(crate) mod tests {
                     // No spare: its role is null.
                     member(Some(1), "c", MemberState::ReplacementTarget),
                 ],
-                task: Some(TaskStatus {
-                    kind: TaskKind::Replace,
-                    role: Some(1),
-                    done_bytes: 1 << 20,
-                    total_bytes: 4 << 20,
-                    bytes_per_sec: 1 << 20,
-                    eta_secs: Some(3),
-                    paused: None,
-                }),
+                task: Some(TaskStatus::new(
+                    TaskKind::Replace,
+                    Some(1),
+                    1 << 20,
+                    4 << 20,
+                    1 << 20,
+                    Some(3),
+                )),
                 speed_limits: SpeedLimits::default(),
                 last_scrub: Some(ScrubReport {
                     stripes_checked: 10,

@@ -187,25 +187,15 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
     use std::sync::Mutex;
     use std::time::Instant;
-    use volume::{ArrayHealth, MemberState, MemberStatus, SpeedLimits};
+    use volume::{ArrayHealth, MemberState, MemberStatus};
 
     fn raid1(name: &str, second: MemberState) -> VolumeStatus {
         let member = |role, name: &str, state| MemberStatus::new(Some(role), name, state);
+        let members = vec![member(0, "a", MemberState::Active), member(1, "b", second)];
+        let health = ArrayHealth::Active;
         VolumeStatus {
-            name: name.into(),
-            uuid: Default::default(),
-            level: "raid1".into(),
-            chunk_bytes: 65536,
-            size_bytes: 1 << 20,
-            health: ArrayHealth::Active,
-            members: vec![member(0, "a", MemberState::Active), member(1, "b", second)],
-            task: None,
-            speed_limits: SpeedLimits::default(),
-            last_scrub: None,
             events: 1,
-            bitmap: None,
-            unsynced_bytes: 0,
-            at_risk: None,
+            ..VolumeStatus::new(name, "raid1", 65536, 1 << 20, health, members)
         }
     }
 

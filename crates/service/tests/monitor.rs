@@ -44,15 +44,14 @@ fn events(before: &VolumeStatus, now: &VolumeStatus) -> Vec<(Event, Option<Strin
 }
 
 fn rebuild(done: u64) -> Option<TaskStatus> {
-    Some(TaskStatus {
-        kind: TaskKind::Rebuild,
-        role: Some(1),
-        done_bytes: done,
-        total_bytes: 100,
-        bytes_per_sec: 1,
-        eta_secs: None,
-        paused: None,
-    })
+    Some(TaskStatus::new(
+        TaskKind::Rebuild,
+        Some(1),
+        done,
+        100,
+        1,
+        None,
+    ))
 }
 
 #[test]

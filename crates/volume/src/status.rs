@@ -189,6 +189,28 @@ pub struct TaskStatus {
     pub paused: Option<String>,
 }
 
+impl TaskStatus {
+    /// A running (not paused) task of `kind` on `role`, `done_bytes` of `total_bytes` done.
+    pub fn new(
+        kind: TaskKind,
+        role: Option<usize>,
+        done_bytes: u64,
+        total_bytes: u64,
+        bytes_per_sec: u64,
+        eta_secs: Option<u64>,
+    ) -> TaskStatus {
+        TaskStatus {
+            kind,
+            role,
+            done_bytes,
+            total_bytes,
+            bytes_per_sec,
+            eta_secs,
+            paused: None,
+        }
+    }
+}
+
 /// Where a scrub found a mismatch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MismatchLocation {
@@ -254,6 +276,36 @@ pub struct VolumeStatus {
     /// Started dirty and degraded without a journal (`--start-dirty-degraded`): the array
     /// ranges whose data may be wrong, until every member is in sync again.
     pub at_risk: Option<AtRisk>,
+}
+
+impl VolumeStatus {
+    /// Array `name` (nil UUID, no events) of `level` with `members`: no task, scrub report,
+    /// bitmap or range at risk, the default speed limits.
+    pub fn new(
+        name: impl Into<String>,
+        level: impl Into<String>,
+        chunk_bytes: u64,
+        size_bytes: u64,
+        health: ArrayHealth,
+        members: Vec<MemberStatus>,
+    ) -> VolumeStatus {
+        VolumeStatus {
+            name: name.into(),
+            uuid: Uuid::nil(),
+            level: level.into(),
+            chunk_bytes,
+            size_bytes,
+            health,
+            members,
+            task: None,
+            speed_limits: SpeedLimits::default(),
+            last_scrub: None,
+            events: 0,
+            bitmap: None,
+            unsynced_bytes: 0,
+            at_risk: None,
+        }
+    }
 }
 
 /// Another process took the array over (a member's owner record names it, not this process):

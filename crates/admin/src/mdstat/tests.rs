@@ -299,21 +299,10 @@ fn member(role: Option<usize>, name: &str, state: MemberState) -> MemberStatus {
 
 /// An array of `level` with `members`, 64 KiB chunks, no task and no bitmap.
 fn array_of(level: &str, size_bytes: u64, members: Vec<MemberStatus>) -> VolumeStatus {
+    let health = ArrayHealth::Active;
     VolumeStatus {
-        name: "on-disk name".into(),
-        uuid: Default::default(),
-        level: level.into(),
-        chunk_bytes: 64 << 10,
-        size_bytes,
-        health: ArrayHealth::Active,
-        members,
-        task: None,
-        speed_limits: SpeedLimits::default(),
-        last_scrub: None,
         events: 1,
-        bitmap: None,
-        unsynced_bytes: 0,
-        at_risk: None,
+        ..VolumeStatus::new("on-disk name", level, 64 << 10, size_bytes, health, members)
     }
 }
 
@@ -324,15 +313,7 @@ fn task(
     rate: u64,
     eta: Option<u64>,
 ) -> TaskStatus {
-    TaskStatus {
-        kind,
-        role: None,
-        done_bytes,
-        total_bytes,
-        bytes_per_sec: rate,
-        eta_secs: eta,
-        paused: None,
-    }
+    TaskStatus::new(kind, None, done_bytes, total_bytes, rate, eta)
 }
 
 #[test]

@@ -397,33 +397,31 @@ pub fn scrub_report(s: &ScrubReport) -> String {
 mod tests {
     use super::*;
     use admin::status::JournalMode;
-    use volume::{
-        ArrayHealth, ArrayRange, FilesystemStatus, SpeedLimits, TaskKind, TaskStatus, VolumeStatus,
-    };
+    use volume::{ArrayHealth, ArrayRange, FilesystemStatus, TaskKind, TaskStatus, VolumeStatus};
 
     /// A member with no errors and nothing optional.
     fn member(role: Option<usize>, name: &str, state: MemberState) -> MemberStatus {
         MemberStatus::new(role, name, state)
     }
 
+    /// Role 1 rebuilding: 1 MiB of 4 MiB done at 1 MiB/s, 3 s to go.
+    fn a_rebuild_of_role_1() -> Option<TaskStatus> {
+        Some(TaskStatus::new(
+            TaskKind::Rebuild,
+            Some(1),
+            1 << 20,
+            4 << 20,
+            1 << 20,
+            Some(3),
+        ))
+    }
+
     /// The array "demo" with no members, no optional part and no section.
     fn bare(level: &str, health: ArrayHealth) -> Status {
         Status {
             volume: VolumeStatus {
-                name: "demo".into(),
-                uuid: Default::default(),
-                level: level.into(),
-                chunk_bytes: 65536,
-                size_bytes: 3 << 30,
-                health,
-                members: Vec::new(),
-                task: None,
-                speed_limits: SpeedLimits::default(),
-                last_scrub: None,
                 events: 7,
-                bitmap: None,
-                unsynced_bytes: 0,
-                at_risk: None,
+                ..VolumeStatus::new("demo", level, 65536, 3 << 30, health, Vec::new())
             },
             journal: None,
             cache: None,
@@ -442,15 +440,7 @@ mod tests {
             rebuilding,
             member(None, "c", MemberState::Spare),
         ];
-        s.task = Some(TaskStatus {
-            kind: TaskKind::Rebuild,
-            role: Some(1),
-            done_bytes: 1048576,
-            total_bytes: 4194304,
-            bytes_per_sec: 1048576,
-            eta_secs: Some(3),
-            paused: None,
-        });
+        s.task = a_rebuild_of_role_1();
         let text = render(&status);
         assert!(
             text.starts_with("demo: raid5, chunk 64.0 KiB, 3.0 GiB, rebuilding [2/1] [U_]"),
@@ -609,15 +599,7 @@ mod tests {
             member(Some(1), "/d/spare", MemberState::Rebuilding),
             member(None, "/d/old", MemberState::Faulty),
         ];
-        home.volume.task = Some(TaskStatus {
-            kind: TaskKind::Rebuild,
-            role: Some(1),
-            done_bytes: 1 << 20,
-            total_bytes: 4 << 20,
-            bytes_per_sec: 1 << 20,
-            eta_secs: Some(3),
-            paused: None,
-        });
+        home.volume.task = a_rebuild_of_role_1();
         let mut media = bare("raid5", ArrayHealth::Degraded);
         media.volume.members = vec![
             member(Some(0), "/d/m0", MemberState::Active),

@@ -132,26 +132,15 @@ impl StartCall<'_> {
     }
 
     /// The same call `by` bytes further on (a window's view of its inner member).
-    pub fn moved(self, by: u64) -> Self {
-        match self {
-            StartCall::Read { offset, len } => StartCall::Read {
-                offset: offset + by,
-                len,
-            },
-            StartCall::Write { offset, bufs } => StartCall::Write {
-                offset: offset + by,
-                bufs,
-            },
-            StartCall::Trim { offset, len } => StartCall::Trim {
-                offset: offset + by,
-                len,
-            },
-            StartCall::WriteZeroes { offset, len } => StartCall::WriteZeroes {
-                offset: offset + by,
-                len,
-            },
-            StartCall::Flush => StartCall::Flush,
+    pub fn moved(mut self, by: u64) -> Self {
+        match &mut self {
+            StartCall::Read { offset, .. }
+            | StartCall::Write { offset, .. }
+            | StartCall::Trim { offset, .. }
+            | StartCall::WriteZeroes { offset, .. } => *offset += by,
+            StartCall::Flush => {}
         }
+        self
     }
 }
 

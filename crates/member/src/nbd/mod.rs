@@ -240,7 +240,7 @@ impl NbdMember {
             self.remote.io_timeout,
             self.remote.max_in_flight,
         )
-        .map_err(|e| self.annotate("reconnect", 0, 0, e.kind(), e.to_string()))?;
+        .map_err(|e| annotate(&self.name, "reconnect", 0, 0, e.kind(), e.to_string()))?;
         let info = *conn.info();
         let server_max = info.max_block_bytes.map_or(MAX_REQUEST_BYTES, u64::from);
         if info.size_bytes != self.size_bytes
@@ -255,7 +255,14 @@ impl NbdMember {
                 self.min_block_bytes,
                 server_max
             );
-            return Err(self.annotate("reconnect", 0, 0, io::ErrorKind::InvalidData, reason));
+            return Err(annotate(
+                &self.name,
+                "reconnect",
+                0,
+                0,
+                io::ErrorKind::InvalidData,
+                reason,
+            ));
         }
         *self.conn.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(conn);
         Ok(())
@@ -263,17 +270,6 @@ impl NbdMember {
 
     fn connection(&self) -> Arc<Connection> {
         Arc::clone(&self.conn.read().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    fn annotate(
-        &self,
-        op: &str,
-        offset: u64,
-        len: u64,
-        kind: io::ErrorKind,
-        reason: String,
-    ) -> io::Error {
-        annotate(&self.name, op, offset, len, kind, reason)
     }
 
     fn failure(&self, op: &'static str, offset: u64, len: u64, f: Failure) -> io::Error {
@@ -331,7 +327,14 @@ impl NbdMember {
         check_range(&self.name, op, offset, len, self.size_bytes)?;
         if self.read_only {
             let reason = "refused: opened read-only".to_string();
-            return Err(self.annotate(op, offset, len, io::ErrorKind::PermissionDenied, reason));
+            return Err(annotate(
+                &self.name,
+                op,
+                offset,
+                len,
+                io::ErrorKind::PermissionDenied,
+                reason,
+            ));
         }
         Ok(())
     }

@@ -167,15 +167,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
             });
         });
-        let mut arrays = ArraySet::new(
+        let mut arrays = ArraySet::new(arrays::Services {
             routes,
-            Arc::clone(&admin_arrays),
-            Arc::clone(&monitor),
-            Arc::clone(&scheduler),
-            Arc::clone(&alerter),
-            Arc::clone(&log),
-            runtime.handle().clone(),
-        );
+            admin: Arc::clone(&admin_arrays),
+            monitor: Arc::clone(&monitor),
+            scheduler: Arc::clone(&scheduler),
+            alerter: Arc::clone(&alerter),
+            log: Arc::clone(&log),
+            runtime: runtime.handle().clone(),
+        });
         arrays.on_taken_over(taken);
         arrays.know_peers(&config.arrays);
         Reloader::new(args.config.clone(), &config, arrays, Arc::clone(&alerter))

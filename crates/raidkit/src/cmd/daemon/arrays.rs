@@ -81,17 +81,22 @@ struct Served {
     exports: Arc<nbd::Exports>,
 }
 
+/// What every array of the set is hooked into while it is served.
+pub(super) struct Services {
+    pub routes: Routes,
+    pub admin: Arc<Arrays>,
+    pub monitor: Arc<Monitor>,
+    /// Scheduled scrubs and the background window.
+    pub scheduler: Arc<Scheduler>,
+    pub alerter: Arc<Alerter>,
+    pub log: admin::Log,
+    /// Where a removed export's drain is awaited (from a thread outside the runtime's tasks).
+    pub runtime: tokio::runtime::Handle,
+}
+
 /// The arrays the daemon serves, by name; see the module documentation.
 pub(super) struct ArraySet {
-    routes: Routes,
-    admin: Arc<Arrays>,
-    monitor: Arc<Monitor>,
-    /// Scheduled scrubs and the background window.
-    scheduler: Arc<Scheduler>,
-    alerter: Arc<Alerter>,
-    log: admin::Log,
-    /// Where a removed export's drain is awaited (from a thread outside the runtime's tasks).
-    runtime: tokio::runtime::Handle,
+    services: Services,
     taken: TakenOverHook,
     served: BTreeMap<String, Served>,
     /// Every array of the configuration, served or not: where an array of a spare group
@@ -100,23 +105,9 @@ pub(super) struct ArraySet {
 }
 
 impl ArraySet {
-    pub fn new(
-        routes: Routes,
-        admin: Arc<Arrays>,
-        monitor: Arc<Monitor>,
-        scheduler: Arc<Scheduler>,
-        alerter: Arc<Alerter>,
-        log: admin::Log,
-        runtime: tokio::runtime::Handle,
-    ) -> ArraySet {
+    pub fn new(services: Services) -> ArraySet {
         ArraySet {
-            routes,
-            admin,
-            monitor,
-            scheduler,
-            alerter,
-            log,
-            runtime,
+            services,
             // Until `on_taken_over`: the array stays fenced and listed until the daemon stops.
             taken: Arc::new(|_| {}),
             served: BTreeMap::new(),
@@ -171,8 +162,8 @@ impl ArraySet {
         volume.set_gather_wait(opts.stack.gather_wait);
         let plan = super::scrub_plan(&config);
         if plan != super::scrub_plan(&served.config) {
-            self.scheduler.forget(volume);
-            self.scheduler.watch(name, volume, plan);
+            self.services.scheduler.forget(volume);
+            self.services.scheduler.watch(name, volume, plan);
         }
         served.config = config;
         Ok(())
@@ -188,9 +179,9 @@ impl ArraySet {
             !self.served.contains_key(&name),
             "an array named {name:?} is served already"
         );
-        let (exports, at) = self.routes.of(a)?;
+        let (exports, at) = self.services.routes.of(a)?;
         let (exports, uri) = (Arc::clone(exports), at.map(|at| at.uri(a.export_name())));
-        let array = start_array(a, &self.peers, &self.alerter, &self.taken)?;
+        let array = start_array(a, &self.peers, &self.services.alerter, &self.taken)?;
         let volume = Arc::clone(array.volume());
         let export = a.export_name().to_string();
         let server = serve::server_config(export.clone(), &volume, a.read_only, buffer_memory(a));
@@ -201,11 +192,12 @@ impl ArraySet {
                 Err(closing) => not_served.context(format!("then closing it: {closing:#}")),
             });
         }
-        let control =
-            array
-                .stack()
-                .control(open_options(a), remote_options(a), Arc::clone(&self.log));
-        self.admin.insert(&name, Arc::new(control));
+        let control = array.stack().control(
+            open_options(a),
+            remote_options(a),
+            Arc::clone(&self.services.log),
+        );
+        self.services.admin.insert(&name, Arc::new(control));
         let watch = WatchOptions {
             name: name.clone(),
             spares_listed: a.spares.len(),
@@ -214,10 +206,12 @@ impl ArraySet {
                 .filter(|_| !a.read_only)
                 .map(|g| g.get_ref().clone()),
         };
-        for alert in self.monitor.watch(array.stack(), watch) {
-            self.alerter.raise(alert);
+        for alert in self.services.monitor.watch(array.stack(), watch) {
+            self.services.alerter.raise(alert);
         }
-        self.scheduler.watch(&name, &volume, super::scrub_plan(a));
+        self.services
+            .scheduler
+            .watch(&name, &volume, super::scrub_plan(a));
         println!(
             "raidkit: serving \"{export}\" ({}) at {}",
             serve::describe(&volume),
@@ -246,11 +240,11 @@ impl ArraySet {
             .served
             .remove(name)
             .with_context(|| format!("no array {name:?} is served"))?;
-        self.admin.remove(name);
-        self.monitor.forget(served.array.volume());
-        self.scheduler.forget(served.array.volume());
+        self.services.admin.remove(name);
+        self.services.monitor.forget(served.array.volume());
+        self.services.scheduler.forget(served.array.volume());
         if let Some(removed) = served.exports.remove(served.config.export_name()) {
-            self.runtime.block_on(removed.drained());
+            self.services.runtime.block_on(removed.drained());
         }
         if served.array.taken_over() {
             served.array.abandon();

@@ -31,6 +31,27 @@ pub(super) struct Change {
     pub message: String,
 }
 
+impl Change {
+    /// What a step on array `array` did: `done` (the change and its message) when `result` is
+    /// `Ok`; else `failed`, the message `failed: ` and the error.
+    fn outcome(
+        array: String,
+        result: anyhow::Result<()>,
+        done: (&'static str, String),
+        failed: &str,
+    ) -> Change {
+        let (change, message) = match result {
+            Ok(()) => done,
+            Err(e) => ("failed", format!("{failed}: {e:#}")),
+        };
+        Change {
+            array: Some(array),
+            change,
+            message,
+        }
+    }
+}
+
 /// What a reload did.
 #[derive(Debug, Serialize)]
 pub(super) struct Reloaded {
@@ -170,18 +191,16 @@ impl Reloader {
             if named.contains(&name.as_str()) {
                 continue;
             }
-            changes.push(match arrays.remove(&name) {
-                Ok(()) => Change {
-                    array: Some(name),
-                    change: "removed",
-                    message: "no longer in the file: drained and closed cleanly".to_string(),
-                },
-                Err(e) => Change {
-                    array: Some(name),
-                    change: "failed",
-                    message: format!("no longer in the file: did not close cleanly: {e:#}"),
-                },
-            });
+            let result = arrays.remove(&name);
+            changes.push(Change::outcome(
+                name,
+                result,
+                (
+                    "removed",
+                    "no longer in the file: drained and closed cleanly".into(),
+                ),
+                "no longer in the file: did not close cleanly",
+            ));
         }
         let mut unchanged = Vec::new();
         let mut to_add = Vec::new();
@@ -199,18 +218,13 @@ impl Reloader {
             let (live, restart): (Vec<&str>, Vec<&str>) =
                 keys.iter().partition(|k| LIVE_KEYS.contains(k));
             if !live.is_empty() {
-                changes.push(match arrays.retune(a) {
-                    Ok(()) => Change {
-                        array: Some(name.clone()),
-                        change: "changed",
-                        message: format!("{} applied", live.join(", ")),
-                    },
-                    Err(e) => Change {
-                        array: Some(name.clone()),
-                        change: "failed",
-                        message: format!("{} not applied: {e:#}", live.join(", ")),
-                    },
-                });
+                let live = live.join(", ");
+                changes.push(Change::outcome(
+                    name.clone(),
+                    arrays.retune(a),
+                    ("changed", format!("{live} applied")),
+                    &format!("{live} not applied"),
+                ));
             }
             if !restart.is_empty() {
                 changes.push(Change {
@@ -231,18 +245,13 @@ impl Reloader {
         arrays.know_peers(&new.arrays);
         for a in to_add {
             let name = a.name.get_ref().clone();
-            changes.push(match arrays.add(a) {
-                Ok(()) => Change {
-                    array: Some(name),
-                    change: "added",
-                    message: "assembled and served".to_string(),
-                },
-                Err(e) => Change {
-                    array: Some(name),
-                    change: "failed",
-                    message: format!("not started: {e:#}"),
-                },
-            });
+            let result = arrays.add(a);
+            changes.push(Change::outcome(
+                name,
+                result,
+                ("added", "assembled and served".into()),
+                "not started",
+            ));
         }
         for c in &changes {
             let what = match &c.array {

@@ -40,22 +40,31 @@ fn local(day: i8, h: i8, m: i8) -> ZonedDateTime {
         .unwrap()
 }
 
-/// A clean RAID 5 of three RAM members (fast background work unless `slow`).
-fn array(slow: bool) -> Arc<Volume> {
+/// A new array "home" of `level` on `count` RAM members of 4 MiB.
+fn ram_array(level: &str, count: usize) -> Volume {
     let open = || member::open("mem:4M", &OpenOptions::default()).unwrap();
-    let members: Vec<Arc<dyn Member>> = (0..3).map(|_| open()).collect();
+    let members: Vec<Arc<dyn Member>> = (0..count).map(|_| open()).collect();
     ondisk::create(
         &members,
-        &ondisk::CreateOptions::new("raid5".parse().unwrap(), "home"),
+        &ondisk::CreateOptions::new(level.parse().unwrap(), "home"),
     )
     .unwrap();
-    let v = volume::assemble(members, &volume::AssembleOptions::default()).unwrap();
-    let max = if slow { 256 << 10 } else { 1 << 40 };
-    v.set_speed_limits(SpeedLimits {
-        min_bytes_per_sec: max,
-        max_bytes_per_sec: max,
-    });
+    volume::assemble(members, &volume::AssembleOptions::default()).unwrap()
+}
+
+/// A clean RAID 5 of three RAM members (fast background work unless `slow`).
+fn array(slow: bool) -> Arc<Volume> {
+    let v = ram_array("raid5", 3);
+    run_at(&v, if slow { 256 << 10 } else { 1 << 40 });
     Arc::new(v)
+}
+
+/// Background work on `v` at `bytes_per_sec` per member, no more and no less.
+fn run_at(v: &Volume, bytes_per_sec: u64) {
+    v.set_speed_limits(SpeedLimits {
+        min_bytes_per_sec: bytes_per_sec,
+        max_bytes_per_sec: bytes_per_sec,
+    });
 }
 
 /// A scheduler whose thread does not tick during the test (the test ticks), and its notes.
@@ -79,6 +88,18 @@ fn plan(schedule: &str, window: Option<&str>) -> Plan {
 
 fn notes(rx: &mpsc::Receiver<Note>) -> Vec<Note> {
     rx.try_iter().collect()
+}
+
+/// Ticks once and asserts the one note is the run skipped for `why`, the next one at `at`.
+fn tick_skips(s: &Scheduler, rx: &mpsc::Receiver<Note>, why: &str, at: ZonedDateTime) {
+    s.tick();
+    match &notes(rx)[..] {
+        [Note::Skipped { reason, next }] => {
+            assert_eq!(reason, why);
+            assert_eq!(next, &Some(at));
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// Ticks until a note comes (the scrub runs on the volume's worker meanwhile).
@@ -173,32 +194,15 @@ fn a_degraded_or_busy_array_skips_the_run_and_the_next_occurrence_runs() {
     v.scrub(false).unwrap();
     assert!(wait_until(|| v.status().task.is_some()));
     clock.set(27, 1, 0);
-    s.tick();
-    match &notes(&rx)[..] {
-        [Note::Skipped { reason, next }] => {
-            assert_eq!(reason, "a scrub runs");
-            assert_eq!(next, &Some(local(27, 2, 0)));
-        }
-        other => panic!("{other:?}"),
-    }
+    tick_skips(&s, &rx, "a scrub runs", local(27, 2, 0));
     // Degraded: the operator's scrub ends (at full speed), then a member fails (no spare).
-    v.set_speed_limits(SpeedLimits {
-        min_bytes_per_sec: 1 << 40,
-        max_bytes_per_sec: 1 << 40,
-    });
+    run_at(&v, 1 << 40);
     assert!(v.wait_idle(Duration::from_secs(30)));
     v.fail("role 1").unwrap();
     assert_eq!(v.status().health, ArrayHealth::Degraded);
     let before = v.status().last_scrub;
     clock.set(27, 2, 0);
-    s.tick();
-    match &notes(&rx)[..] {
-        [Note::Skipped { reason, next }] => {
-            assert_eq!(reason, "the array is degraded");
-            assert_eq!(next, &Some(local(27, 3, 0)));
-        }
-        other => panic!("{other:?}"),
-    }
+    tick_skips(&s, &rx, "the array is degraded", local(27, 3, 0));
     assert_eq!(
         v.status().last_scrub,
         before,
@@ -326,14 +330,7 @@ fn the_window_pauses_a_running_scrub_and_resumes_it_where_it_stopped() {
 
 #[test]
 fn a_schedule_on_raid0_is_ignored_with_a_note_and_the_thread_ticks_and_stops() {
-    let open = || member::open("mem:4M", &OpenOptions::default()).unwrap();
-    let members: Vec<Arc<dyn Member>> = (0..2).map(|_| open()).collect();
-    ondisk::create(
-        &members,
-        &ondisk::CreateOptions::new("raid0".parse().unwrap(), "home"),
-    )
-    .unwrap();
-    let v = Arc::new(volume::assemble(members, &volume::AssembleOptions::default()).unwrap());
+    let v = Arc::new(ram_array("raid0", 2));
     let clock = FakeClock::at(0, 0);
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);

@@ -27,6 +27,19 @@ fn task(v: &Volume) -> Option<TaskStatus> {
 }
 
 /// A RAID 5 of three new files with a fourth as its spare, assembled.
+/// Asserts the task `resumed` from where it was at `before` (not from the start), then lets
+/// it run at full speed to its end.
+fn resumed_past_then_finish(v: &Volume, resumed: &TaskStatus, before: &TaskStatus) {
+    assert!(
+        resumed.done_bytes > before.done_bytes,
+        "resumed at {} after {} were done",
+        resumed.done_bytes,
+        before.done_bytes
+    );
+    v.set_speed_limits(limits(1 << 40));
+    assert!(v.wait_idle(WAIT));
+}
+
 fn raid5_with_a_spare(dir: &std::path::Path, prefix: &str) -> Volume {
     let all = files(dir, prefix, 4);
     let mut opts = ondisk::CreateOptions::new("raid5".parse().unwrap(), prefix);
@@ -86,14 +99,7 @@ fn a_scrub_outside_the_window_pauses_at_its_position_and_goes_on_from_there() {
         first.is_some()
     }));
     let first = first.unwrap();
-    assert!(
-        first.done_bytes > paused.done_bytes,
-        "resumed at {} after pausing at {}",
-        first.done_bytes,
-        paused.done_bytes
-    );
-    v.set_speed_limits(limits(1 << 40));
-    assert!(v.wait_idle(WAIT));
+    resumed_past_then_finish(&v, &first, &paused);
     let report = v.status().last_scrub.unwrap();
     assert!(report.finished);
     assert_eq!(
@@ -179,14 +185,7 @@ fn a_running_scrub_gives_way_to_a_rebuild_and_goes_on_from_its_position() {
         t.is_some_and(|t| t.kind == TaskKind::Scrub)
     }));
     let resumed = task(&v).unwrap();
-    assert!(
-        resumed.done_bytes > before.done_bytes,
-        "resumed at {} after {} were checked",
-        resumed.done_bytes,
-        before.done_bytes
-    );
-    v.set_speed_limits(limits(1 << 40));
-    assert!(v.wait_idle(WAIT));
+    resumed_past_then_finish(&v, &resumed, &before);
     let status = v.status();
     assert_eq!(
         status.health,

@@ -71,7 +71,7 @@ impl Client {
 
     /// Every array's status, by name (`GET /v1/arrays`), decoded.
     pub fn statuses(&self) -> anyhow::Result<BTreeMap<String, Status>> {
-        crate::cmd::status::decode_statuses(self.process("GET", admin::api::ALL_STATUS_PATH)?)
+        decode_statuses(self.process("GET", admin::api::ALL_STATUS_PATH)?)
     }
 
     /// Sends one request, to the array `array` when given (`/v1/X` becomes
@@ -181,4 +181,12 @@ impl Admin {
     pub fn names_array(&self) -> bool {
         self.array.is_some()
     }
+}
+
+/// `{"arrays": {NAME: status}}` as the server sends it, decoded.
+pub fn decode_statuses(all: serde_json::Value) -> anyhow::Result<BTreeMap<String, Status>> {
+    let Some(arrays) = all.get("arrays").cloned() else {
+        anyhow::bail!("the server's reply has no \"arrays\": {all}");
+    };
+    serde_json::from_value(arrays).context("the server's statuses do not decode")
 }

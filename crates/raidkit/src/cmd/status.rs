@@ -2,12 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Context;
 use cache::CacheStats;
 use serde_json::json;
 use volume::{AtRisk, MemberState, MemberStatus, ScrubReport};
 
-use crate::admin_client::Client;
+use crate::admin_client::{decode_statuses, Client};
 use crate::progress::{follow_with, task_line};
 use crate::units::human_bytes;
 use admin::mdstat::sync_summary;
@@ -191,14 +190,6 @@ pub fn mdstat_block(name: &str, status: &Status) -> String {
         );
     }
     out
-}
-
-/// `{"arrays": {NAME: status}}` as the server sends it, decoded.
-pub fn decode_statuses(all: serde_json::Value) -> anyhow::Result<BTreeMap<String, Status>> {
-    let Some(arrays) = all.get("arrays").cloned() else {
-        anyhow::bail!("the server's reply has no \"arrays\": {all}");
-    };
-    serde_json::from_value(arrays).context("the server's statuses do not decode")
 }
 
 /// The whole status as text.

@@ -199,8 +199,11 @@ def test_dashboard_follows_a_failure_and_a_rebuild_without_reloading(tmp_path):
                          lambda: float(bar.get_attribute("data-percent")) > first
                          and float(bar.get_attribute("data-percent")))
         assert 0 < first < later < 100, (first, later)
-        figures = driver.find_element(By.CSS_SELECTOR, ".array .task-figures").text
-        assert "ETA" in figures and "/s" in figures, figures
+        # The rate (and so the ETA) is shown once the volume has measured one; the first
+        # samples of a rebuild may have progress without it.
+        wait_for("the rebuild's rate and ETA", lambda: (
+            figures := driver.find_element(By.CSS_SELECTOR, ".array .task-figures").text)
+            and "ETA" in figures and "/s" in figures and figures)
         wait_for("the RebuildStarted event",
                  lambda: driver.find_elements(By.CSS_SELECTOR, '.event[data-event="RebuildStarted"]'))
         assert driver.execute_script("return window.__notReloaded === true;"), "the page reloaded"

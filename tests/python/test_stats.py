@@ -240,3 +240,40 @@ def test_a_read_only_array_has_metrics_too(tmp_path):
         assert samples['raidkit_array_requests_total{array="raidkit",op="read"}'] >= 1, text
     finally:
         stop_serving(ro)
+
+
+def test_counters_with_a_write_back_journal(tmp_path):
+    """With a write-back journal the client's writes are counted as the client sent them (acked
+    from the journal), and the members' as the appliers wrote them once the journal drained:
+    RAID 5 of 5, 4 KiB writes, each applied as at most a read-modify-write (two member reads,
+    two member writes) and at least one member write per client write's stripe."""
+    rng = random.Random(SEED)
+    journal = tmp_path / "journal.img"
+    proc, sock, admin = start(tmp_path, "5", extra=[
+        "--journal", str(journal), "--journal-mode", "write-back", "--journal-size", "64M"])
+    try:
+        writes = write_for(sock, 1.5, rng)
+        assert writes > 50, f"only {writes} writes in 1.5 s"
+        h = nbd.NBD()
+        h.connect_uri(f"nbd+unix:///?socket={sock}")
+        h.flush()
+        h.shutdown()
+        deadline = time.monotonic() + 60
+        while True:
+            status = json.loads(run([RAIDKIT_BIN, "status", "--admin", str(admin), "--json"]).stdout)
+            if status["journal"]["unapplied_bytes"] == 0:
+                break
+            assert time.monotonic() < deadline, status["journal"]
+            time.sleep(0.1)
+        report = json.loads(run([RAIDKIT_BIN, "iostat", "--admin", str(admin), "--json"]).stdout)
+        array = report["arrays"][0]
+        interval = array["client"]["interval_secs"]
+        assert array["client"]["write"]["ops_per_sec"] * interval == pytest.approx(writes, rel=1e-6)
+        member_writes = sum(m["rates"]["write"]["ops_per_sec"] * m["rates"]["interval_secs"]
+                            for m in array["members"])
+        # Applies merge writes to one stripe, so fewer than 2 per client write may reach the
+        # members, but every written stripe gets its data and parity written.
+        assert 0 < member_writes <= 2 * writes * (1 + 1e-9), (member_writes, writes)
+        assert array["amplification"]["write"] <= 2.0 + 1e-9, array["amplification"]
+    finally:
+        stop_serving(proc)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402
+from pagecache import cached_bytes  # noqa: E402
 
 MIB = benchlib.MIB
 JOBS = [
@@ -49,13 +50,6 @@ def meminfo_cached():
         if line.startswith("Cached:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("no Cached: in /proc/meminfo")
-
-
-def device_cached(dev):
-    """Page-cache bytes of the block device (the same mincore measure as test_direct_io.py)."""
-    sys.path.insert(0, str(benchlib.REPO / "tests" / "python"))
-    from test_direct_io import cached_bytes  # noqa: E402
-    return cached_bytes(dev)
 
 
 def wipe_ends(dev, size):
@@ -116,12 +110,12 @@ def main():
             subprocess.run(["sync"], check=True)
             with open("/proc/sys/vm/drop_caches", "w") as f:
                 f.write("1\n")
-            cached0, dev0 = meminfo_cached(), device_cached(dev)
+            cached0, dev0 = meminfo_cached(), cached_bytes(dev)
             srv = serve(dev, sock, ["--member-cache", mode])
             try:
                 benchlib.fio(f"nbd+unix:///?socket={sock}", ["--rw=write", "--bs=1M",
                                                               "--iodepth=16"], 0, written, [])
-                cached1, dev1 = meminfo_cached(), device_cached(dev)
+                cached1, dev1 = meminfo_cached(), cached_bytes(dev)
                 rss = srv.peak_rss_bytes()
             finally:
                 srv.stop()

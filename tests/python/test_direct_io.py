@@ -12,9 +12,7 @@ And a selection of the file-based suite (test_nbdcopy.py, test_fio.py's verify a
 runs again with ``RAIDKIT_MEMBER_CACHE=direct``: its members are files on /tmp (ext4 here).
 """
 
-import ctypes
 import hashlib
-import mmap
 import os
 import subprocess
 import sys
@@ -28,38 +26,13 @@ from conftest import CHUNK_BYTES, LEVELS, RAIDKIT_BIN, REPO, SEED, require_tools
 
 import nbd  # noqa: E402  (python3-libnbd; install-deps.sh)
 
+sys.path.append(str(REPO / "bench"))
+from pagecache import cached_bytes  # noqa: E402  (bench/pagecache.py: shared with bench/direct.py)
+
 DISK_BYTES = 48 * 1024 * 1024  # each loop device's backing file
 WRITE_BYTES = 24 * 1024 * 1024  # written through raidkit (less than any level's export)
 RANDOM_READS = 2000
-PAGE = mmap.PAGESIZE
 SECTOR = 512
-
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                      ctypes.c_long]
-libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-
-
-def cached_bytes(dev):
-    """Bytes of block device `dev` in the page cache (mincore over a shared mapping of it)."""
-    fd = os.open(dev, os.O_RDONLY)
-    try:
-        size = os.lseek(fd, 0, os.SEEK_END)
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), f"mmap of {dev}")
-        try:
-            pages = (size + PAGE - 1) // PAGE
-            vec = (ctypes.c_ubyte * pages)()
-            if libc.mincore(addr, size, vec) != 0:
-                raise OSError(ctypes.get_errno(), f"mincore of {dev}")
-            return sum(v & 1 for v in vec) * PAGE
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
 
 
 def sectors_read(dev):

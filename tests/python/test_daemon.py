@@ -115,20 +115,34 @@ def wait_for_line(path, needle, since, bound_s):
         time.sleep(0.02)
 
 
+def alert_program(tmp_path):
+    """An alert program that appends its arguments to alerts.log; returns (program, log)."""
+    alerts = tmp_path / "alerts.log"
+    program = tmp_path / "alert.sh"
+    program.write_text(f'#!/bin/sh\necho "$@" >> {alerts}\n')
+    program.chmod(0o755)
+    return program, alerts
+
+
+def alerted_config(tmp_path, program, arrays, admin=None):
+    """Writes tmp_path/raidkit.toml: the daemon on nbd.sock and ``admin`` (default a.sock), the
+    alert ``program``, then ``arrays`` (the arrays' configuration text); returns its path."""
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{tmp_path / "nbd.sock"}"\n'
+                      f'admin = "{admin or tmp_path / "a.sock"}"\n\n'
+                      f'[alerts]\nprogram = "{program}"\n\n{arrays}')
+    return config
+
+
 def test_three_arrays_served_with_alerts(tmp_path):
     require_tools("qemu-io", "nbdinfo")
     create(tmp_path, "1", "home", 2)
     media = create(tmp_path, "5", "media", 4)
     create(tmp_path, "6", "backup", 4)
-    alerts = tmp_path / "alerts.log"
-    program = tmp_path / "alert.sh"
-    program.write_text(f'#!/bin/sh\necho "$@" >> {alerts}\n')
-    program.chmod(0o755)
     scanned = raidkit("examine", "--scan", f"{tmp_path}/*").stdout
     socket, admin = tmp_path / "nbd.sock", tmp_path / "admin.sock"
-    config = tmp_path / "raidkit.toml"
-    config.write_text(f'[daemon]\nunix = "{socket}"\nadmin = "{admin}"\n\n'
-                      f'[alerts]\nprogram = "{program}"\n\n{scanned}')
+    program, alerts = alert_program(tmp_path)
+    config = alerted_config(tmp_path, program, scanned, admin)
     daemon = Daemon(config, 3)
     try:
         assert sorted(daemon.serving) == ["backup", "home", "media"]
@@ -289,14 +303,9 @@ def test_a_remote_member_that_cannot_be_reached_raises_device_disappeared(tmp_pa
         raidkit("create", "--level", "1", "--name", "home", local, remote.uri)
     finally:
         remote.kill()
-    alerts = tmp_path / "alerts.log"
-    program = tmp_path / "alert.sh"
-    program.write_text(f'#!/bin/sh\necho "$@" >> {alerts}\n')
-    program.chmod(0o755)
-    config = tmp_path / "raidkit.toml"
-    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n\n'
-                      f'[alerts]\nprogram = "{program}"\n\n'
-                      f'[[array]]\nname = "home"\nmembers = ["{local}", "{remote.uri}"]\n')
+    program, alerts = alert_program(tmp_path)
+    config = alerted_config(
+        tmp_path, program, f'[[array]]\nname = "home"\nmembers = ["{local}", "{remote.uri}"]\n')
     daemon = Daemon(config, 1)
     try:
         since = time.monotonic()
@@ -308,15 +317,6 @@ def test_a_remote_member_that_cannot_be_reached_raises_device_disappeared(tmp_pa
     assert "ALERT: DeviceDisappeared on array \"home\"" in log, log
 
 
-def alert_program(tmp_path):
-    """An alert program that appends its arguments to alerts.log; returns (program, log)."""
-    alerts = tmp_path / "alerts.log"
-    program = tmp_path / "alert.sh"
-    program.write_text(f'#!/bin/sh\necho "$@" >> {alerts}\n')
-    program.chmod(0o755)
-    return program, alerts
-
-
 def test_monitor_test_sends_a_test_message_for_every_array(tmp_path):
     """``raidkit monitor --test``: the daemon raises TestMessage for every array it serves; the
     alert program is called with ``TestMessage ARRAY`` for each. ``serve`` raises no alerts: the
@@ -325,10 +325,8 @@ def test_monitor_test_sends_a_test_message_for_every_array(tmp_path):
     create(tmp_path, "1", "media", 2)
     program, alerts = alert_program(tmp_path)
     admin = tmp_path / "admin.sock"
-    config = tmp_path / "raidkit.toml"
-    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{admin}"\n\n'
-                      f'[alerts]\nprogram = "{program}"\n\n'
-                      + raidkit("examine", "--scan", f"{tmp_path}/*").stdout)
+    config = alerted_config(tmp_path, program, raidkit("examine", "--scan", f"{tmp_path}/*").stdout,
+                            admin)
     daemon = Daemon(config, 2)
     try:
         since = time.monotonic()
@@ -367,11 +365,9 @@ def test_spares_missing_is_raised_for_a_listed_spare_that_cannot_be_opened(tmp_p
             *members)
     program, alerts = alert_program(tmp_path)
     gone = tmp_path / "gone-spare"
-    config = tmp_path / "raidkit.toml"
-    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n\n'
-                      f'[alerts]\nprogram = "{program}"\n\n'
-                      f'[[array]]\nname = "home"\nmembers = {json.dumps(list(map(str, members)))}\n'
-                      f'spares = ["{gone}"]\n')
+    config = alerted_config(tmp_path, program,
+                            f'[[array]]\nname = "home"\nmembers = {json.dumps(list(map(str, members)))}\n'
+                            f'spares = ["{gone}"]\n')
     daemon = Daemon(config, 1)
     try:
         since = time.monotonic()
@@ -500,14 +496,12 @@ def group_config(tmp_path, program, lender, borrower, members_of, spare, extra="
     """A configuration of two arrays in the spare group "shelf": ``borrower`` with no spare,
     ``lender`` with ``spare`` (and ``extra`` lines); returns (config, admin socket)."""
     admin = tmp_path / "admin.sock"
-    config = tmp_path / "raidkit.toml"
-    config.write_text(
-        f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{admin}"\n\n'
-        f'[alerts]\nprogram = "{program}"\n\n'
+    config = alerted_config(
+        tmp_path, program,
         f'[[array]]\nname = "{borrower}"\nmembers = {json.dumps(list(map(str, members_of[borrower])))}\n'
         'spare_group = "shelf"\n\n'
         f'[[array]]\nname = "{lender}"\nmembers = {json.dumps(list(map(str, members_of[lender])))}\n'
-        f'spares = ["{spare}"]\nspare_group = "shelf"\n{extra}')
+        f'spares = ["{spare}"]\nspare_group = "shelf"\n{extra}', admin)
     return config, admin
 
 
@@ -660,11 +654,9 @@ def test_a_taken_over_array_stops_alone(tmp_path):
     create(tmp_path, "1", "home", 2)
     program, alerts = alert_program(tmp_path)
     socket = tmp_path / "nbd.sock"
-    config = tmp_path / "raidkit.toml"
-    config.write_text(f'[daemon]\nunix = "{socket}"\nadmin = "{tmp_path}/a.sock"\n\n'
-                      f'[alerts]\nprogram = "{program}"\n\n'
-                      + raidkit("examine", "--scan", f"{tmp_path}/home[0-9]").stdout
-                      + f'\n[[array]]\nname = "taken"\nmembers = {json.dumps(uris)}\n')
+    config = alerted_config(tmp_path, program,
+                            raidkit("examine", "--scan", f"{tmp_path}/home[0-9]").stdout
+                            + f'\n[[array]]\nname = "taken"\nmembers = {json.dumps(uris)}\n')
     daemon = Daemon(config, 2)
     second = None
     try:

@@ -18,23 +18,41 @@ use service::schedule::Scheduler;
 use super::{array_options, buffer_memory, open_options, remote_options, start_array};
 use crate::cmd::serve;
 
-/// The `[[array]]` keys a running array takes without a restart: the background rate limits
-/// (`Volume::set_speed_limits`), the fault policy's read-error count and window
-/// (`Volume::set_fault_policy`), the RAID 5/6 partial-stripe wait (`Volume::set_gather_wait`),
-/// and the scrub schedule and background window (the scheduler follows the new plan from now:
-/// the next run counts from the reload, the window is applied at once).
-/// The others are fixed when the array starts: its members, spares and journal, how members
-/// are opened (`io_timeout_secs` is also each remote member's client deadline), the read cache
-/// and its read-ahead threads, the export's name, listener and buffer budget, read-only.
-pub(super) const LIVE_KEYS: [&str; 7] = [
-    "speed_min",
-    "speed_max",
-    "read_errors_max",
-    "read_error_window_secs",
-    "gather_wait_ms",
-    "scrub_schedule",
-    "background_window",
-];
+/// Declares [`LIVE_KEYS`] and `with_live_keys` from one list of `[[array]]` fields, so the
+/// keys a reload reports as applied live are exactly the ones `ArraySet::retune` copies.
+macro_rules! live_keys {
+    ($(#[$doc:meta])* $($key:ident),* $(,)?) => {
+        $(#[$doc])*
+        pub(super) const LIVE_KEYS: &[&str] = &[$(stringify!($key)),*];
+
+        /// `config` with `new`'s values of the [`LIVE_KEYS`] (from the same list: a key added
+        /// there is copied too).
+        fn with_live_keys(config: &ArrayConfig, new: &ArrayConfig) -> ArrayConfig {
+            ArrayConfig {
+                $($key: new.$key.clone(),)*
+                ..config.clone()
+            }
+        }
+    };
+}
+
+live_keys!(
+    /// The `[[array]]` keys a running array takes without a restart: the background rate limits
+    /// (`Volume::set_speed_limits`), the fault policy's read-error count and window
+    /// (`Volume::set_fault_policy`), the RAID 5/6 partial-stripe wait (`Volume::set_gather_wait`),
+    /// and the scrub schedule and background window (the scheduler follows the new plan from now:
+    /// the next run counts from the reload, the window is applied at once).
+    /// The others are fixed when the array starts: its members, spares and journal, how members
+    /// are opened (`io_timeout_secs` is also each remote member's client deadline), the read cache
+    /// and its read-ahead threads, the export's name, listener and buffer budget, read-only.
+    speed_min,
+    speed_max,
+    read_errors_max,
+    read_error_window_secs,
+    gather_wait_ms,
+    scrub_schedule,
+    background_window,
+);
 
 /// Told the name of an array another process took over (its members are fenced already), from
 /// the array's lease renewal thread.
@@ -147,14 +165,7 @@ impl ArraySet {
             .served
             .get_mut(name)
             .with_context(|| format!("no array {name:?} is served"))?;
-        let mut config = served.config.clone();
-        config.speed_min = new.speed_min.clone();
-        config.speed_max = new.speed_max.clone();
-        config.read_errors_max = new.read_errors_max.clone();
-        config.read_error_window_secs = new.read_error_window_secs.clone();
-        config.gather_wait_ms = new.gather_wait_ms.clone();
-        config.scrub_schedule = new.scrub_schedule.clone();
-        config.background_window = new.background_window.clone();
+        let config = with_live_keys(&served.config, new);
         let opts = array_options(&config)?;
         let volume = served.array.volume();
         volume.set_speed_limits(opts.assemble.speed_limits);

@@ -454,67 +454,78 @@ impl Lending {
                     let (Some(lender), Some(borrower)) = (named(&from), named(&to)) else {
                         continue;
                     };
-                    match move_spare(lender, borrower, &spare) {
-                        Ok(()) => alerts.push(
-                            Alert::new(
-                                Event::MoveSpare,
-                                &to,
-                                Some(&spare),
-                                format!(
-                                    "spare moved from array \"{from}\" (spare group \"{group}\") \
-                                     to array \"{to}\", which rebuilds onto it"
-                                ),
-                            )
-                            .with("from_array", &from)
-                            .with("to_array", &to)
-                            .with("spare_group", &group)
-                            .with("spare_bytes", spare_bytes),
-                        ),
+                    alerts.push(match move_spare(lender, borrower, &spare) {
+                        Ok(()) => moved_alert(&group, &from, &to, &spare, spare_bytes),
                         Err(why) => {
-                            self.failed.insert((from.clone(), spare.clone()));
-                            alerts.push(
-                                Alert::new(
-                                    Event::SparesMissing,
-                                    &to,
-                                    Some(&spare),
-                                    format!(
-                                        "degraded, and the spare of array \"{from}\" (spare \
-                                         group \"{group}\") could not be moved to it: {why}"
-                                    ),
-                                )
-                                .with("from_array", &from),
-                            );
+                            let alert = not_moved_alert(&group, &from, &to, &spare, &why);
+                            self.failed.insert((from, spare));
+                            alert
                         }
-                    }
+                    });
                 }
                 Decision::NoneFits {
                     group,
                     to,
                     needed,
-                    largest: (from, spare, bytes),
+                    largest,
                 } => {
                     if self.told_none_fits.insert(to.clone()) {
-                        alerts.push(
-                            Alert::new(
-                                Event::SparesMissing,
-                                &to,
-                                None,
-                                format!(
-                                    "degraded, and no spare of spare group \"{group}\" is large \
-                                     enough for it: a member needs {needed} bytes, the largest \
-                                     spare ({spare} of array \"{from}\") has {bytes}; nothing \
-                                     was moved"
-                                ),
-                            )
-                            .with("member_bytes_needed", needed)
-                            .with("largest_spare_bytes", bytes),
-                        );
+                        alerts.push(none_fits_alert(&group, &to, needed, &largest));
                     }
                 }
             }
         }
         alerts
     }
+}
+
+/// `MoveSpare` on `to`: `spare` of array `from` was moved to it.
+fn moved_alert(group: &str, from: &str, to: &str, spare: &str, spare_bytes: u64) -> Alert {
+    Alert::new(
+        Event::MoveSpare,
+        to,
+        Some(spare),
+        format!(
+            "spare moved from array \"{from}\" (spare group \"{group}\") to array \"{to}\", \
+             which rebuilds onto it"
+        ),
+    )
+    .with("from_array", from)
+    .with("to_array", to)
+    .with("spare_group", group)
+    .with("spare_bytes", spare_bytes)
+}
+
+/// `SparesMissing` on `to`: `spare` of array `from` could not be moved to it (`why`).
+fn not_moved_alert(group: &str, from: &str, to: &str, spare: &str, why: &str) -> Alert {
+    Alert::new(
+        Event::SparesMissing,
+        to,
+        Some(spare),
+        format!(
+            "degraded, and the spare of array \"{from}\" (spare group \"{group}\") could not \
+             be moved to it: {why}"
+        ),
+    )
+    .with("from_array", from)
+}
+
+/// `SparesMissing` on `to`: no spare of its group is large enough (`largest`: the lender, the
+/// spare and its bytes).
+fn none_fits_alert(group: &str, to: &str, needed: u64, largest: &(String, String, u64)) -> Alert {
+    let (from, spare, bytes) = largest;
+    Alert::new(
+        Event::SparesMissing,
+        to,
+        None,
+        format!(
+            "degraded, and no spare of spare group \"{group}\" is large enough for it: a member \
+             needs {needed} bytes, the largest spare ({spare} of array \"{from}\") has {bytes}; \
+             nothing was moved"
+        ),
+    )
+    .with("member_bytes_needed", needed)
+    .with("largest_spare_bytes", *bytes)
 }
 
 /// Takes `spare` out of `lender` and adds it to `borrower` (which rebuilds onto it). If the

@@ -113,9 +113,7 @@
       }
       grid.append(cell);
     }
-    const roles = members.filter((m) => m.role !== null && m.state !== 'replacement_target');
-    const up = roles.filter((m) => m.state === 'active' || m.state === 'replacing').length;
-    card.mdstat.textContent = `[${roles.length}/${up}] [${roles.map((m) => (m.state === 'active' || m.state === 'replacing' ? 'U' : '_')).join('')}]`;
+    card.mdstat.textContent = array.sync;
   }
 
   function pct(done, total) {

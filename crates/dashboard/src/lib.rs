@@ -11,8 +11,8 @@
 //!   `JournalPressure`, `TestMessage`... included, each once).
 //! - [`Dashboard::handle`] answers one HTTP request, whatever server carries it: the page and
 //!   its assets, embedded in the binary ([`assets`]); `GET /api/dashboard[?since=MS]`, the JSON
-//!   the page polls every second (the status of each array, rates, the graph points after
-//!   `since`, events); and `POST /api/arrays/NAME/ACTION` (fail, add, remove, scrub: the admin
+//!   the page polls every second (the status of each array with its `[4/3] [UU_U]` as
+//!   `admin::mdstat` writes it, rates, the graph points after `since`, events); and `POST /api/arrays/NAME/ACTION` (fail, add, remove, scrub: the admin
 //!   API's bodies and actions), only with the [`token::Token`] in the [`token::TOKEN_HEADER`]
 //!   header. Without a token the dashboard is read-only and the page shows no actions.
 //!
@@ -265,6 +265,7 @@ impl Shared {
                     "name": name,
                     "unix_ms": last.unix_ms,
                     "status": last.status,
+                    "sync": admin::mdstat::sync_summary(&last.status.volume.members),
                     "client": history.client_rates(),
                     "members": history.member_rates(),
                     "history": history.columns_since(since_ms),

@@ -214,6 +214,7 @@ fn the_page_and_the_json_are_served() {
     assert_eq!(first["actions"], false);
     assert_eq!(first["arrays"][0]["name"], "home");
     assert_eq!(first["arrays"][0]["status"]["level"], "raid5");
+    assert_eq!(first["arrays"][0]["sync"], "[4/4] [UUUU]");
     assert_eq!(first["events"][0]["event"], "NewArray");
     assert_eq!(first["events"][0]["severity"], "info");
 
@@ -223,6 +224,7 @@ fn the_page_and_the_json_are_served() {
     let a = &after["arrays"][0];
     assert_eq!(a["status"]["members"][2]["state"], "faulty");
     assert_eq!(a["status"]["health"], "degraded");
+    assert_eq!(a["sync"], "[4/3] [UU_U]");
     assert_eq!(a["history"]["read_ops_per_sec"], json!([100.0]));
     assert_eq!(a["client"]["write"]["ops_per_sec"], 50.0);
     assert_eq!(after["events"][1]["event"], "Fail");

@@ -210,21 +210,32 @@ impl FileMember {
         }
         self.write_zero_bytes(offset, start - offset)?;
         self.write_zero_bytes(end, offset + len - end)?;
+        if self.zero_in_kernel(start, end, modes)? {
+            return Ok(());
+        }
+        self.write_zero_bytes(start, end - start)
+    }
+
+    /// Zeroes `[start, end)` (device-aligned for a block device) with `modes` or the block
+    /// device's zero-out; `Ok(false)` when none is supported. Under the block locks of the
+    /// range when direct: a read-modify-write of a partial block in it is wholly before or after.
+    fn zero_in_kernel(&self, start: u64, end: u64, modes: &[Fallocate]) -> io::Result<bool> {
+        let _held = self.direct.as_ref().map(|d| d.hold(start, end - start));
         for &mode in modes {
             match sys::fallocate(&self.file, mode, start, end - start) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(true),
                 Err(e) if sys::is_unsupported(&e) => continue,
                 Err(e) => return Err(e),
             }
         }
         if self.kind == FileKind::BlockDevice {
             match sys::block_zero_out(&self.file, start, end - start) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(true),
                 Err(e) if sys::is_unsupported(&e) => {}
                 Err(e) => return Err(e),
             }
         }
-        self.write_zero_bytes(start, end - start)
+        Ok(false)
     }
 }
 
@@ -404,7 +415,10 @@ impl Member for FileMember {
             .as_ref()
             .is_none_or(|d| d.is_aligned(buf, offset));
         let result = match aligned {
-            true => sys::pwrite_dsync(&self.file, buf, offset),
+            true => {
+                let _held = self.direct.as_ref().map(|d| d.hold(offset, len));
+                sys::pwrite_dsync(&self.file, buf, offset)
+            }
             false => Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
         };
         let result = match result {

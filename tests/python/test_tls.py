@@ -5,7 +5,6 @@ per test session with certtool (gnutls-bin): a CA, a server certificate for 127.
 localhost, a client certificate, and a second, unrelated CA.
 """
 
-import os
 import subprocess
 import threading
 import time
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from conftest import RAIDKIT_BIN, free_tcp_port, require_tools, rng_for, run
+from test_daemon import Daemon
 
 MIB = 1024 * 1024
 SIZE_BYTES = 64 * MIB
@@ -226,22 +226,16 @@ def test_daemon_tls_require(tmp_path, pki):
         f'[daemon]\nlisten = ["127.0.0.1:{port}"]\nadmin = "{tmp_path}/a.sock"\n'
         f'tls = "require"\ntls_certificates = "{pki["server"]}"\ntls_verify_peer = true\n\n'
         f'[[array]]\nname = "home"\nmembers = ["{members[0]}", "{members[1]}"]\n')
-    log = tmp_path / "daemon.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen([RAIDKIT_BIN, "daemon", "--config", str(config)],
-                                stdout=subprocess.PIPE, stderr=err, text=True)
+    daemon = Daemon(config, 1)
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("raidkit: serving "), f"{line}{log.read_text()}"
         uri = f"nbds://127.0.0.1:{port}/home?tls-certificates={pki['client']}"
         assert nbdinfo_size(uri) > 0
         refused(f"nbd://127.0.0.1:{port}/home")
         refused(f"nbds://127.0.0.1:{port}/home?tls-certificates={pki['anonymous']}")
         assert nbdinfo_size(uri) > 0
     finally:
-        proc.terminate()
-        assert proc.wait(timeout=60) == 0, log.read_text()
-    text = log.read_text()
+        text = daemon.stop()
+        daemon.kill()
     assert "TLS is required" in text, text
     assert "TLS handshake failed" in text, text
 

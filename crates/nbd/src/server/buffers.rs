@@ -25,19 +25,10 @@ use std::sync::Mutex;
 pub(crate) const POOLED_MIN_BYTES: usize = 64 << 10;
 
 /// A request's bytes: the first `len` bytes of an initialized allocation.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Buffer {
     bytes: AlignedBuf,
     len: usize,
-}
-
-impl Default for Buffer {
-    fn default() -> Buffer {
-        Buffer {
-            bytes: AlignedBuf::zeroed(0, 0),
-            len: 0,
-        }
-    }
 }
 
 impl Buffer {

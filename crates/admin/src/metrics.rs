@@ -38,7 +38,7 @@ use prometheus_client::registry::Registry;
 use volume::{ArrayHealth, MemberState};
 
 use crate::pages::Pages;
-use crate::server::Arrays;
+use crate::server::{http_response, Arrays};
 use crate::stats::Snapshot;
 use crate::status::wire_name;
 use crate::Log;
@@ -462,13 +462,7 @@ async fn scrape(
              of another site cannot read it through DNS rebinding; open http://{local}/, or \
              have a reverse proxy send the listener's address as Host\n"
         );
-        let mut response = Response::new(Full::new(Bytes::from(message)));
-        *response.status_mut() = hyper::StatusCode::MISDIRECTED_REQUEST;
-        response.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        return Ok(response);
+        return Ok(http_response(421, "text/plain; charset=utf-8", message));
     }
     if let Some(pages) = pages.filter(|_| req.uri().path() != METRICS_PATH) {
         return Ok(crate::pages::serve_page(req, pages).await);
@@ -492,13 +486,7 @@ async fn scrape(
             format!("no {path} here: metrics are at {METRICS_PATH}\n"),
         ),
     };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = hyper::StatusCode::from_u16(status).expect("a valid status");
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    Ok(response)
+    Ok(http_response(status, content_type, body))
 }
 
 /// True when a request whose `Host` header is `host` is addressed to the listener bound to

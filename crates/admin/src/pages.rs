@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::HeaderValue;
 
@@ -68,13 +68,9 @@ pub async fn serve_page(
     pages: Arc<dyn Pages>,
 ) -> hyper::Response<Full<Bytes>> {
     let (parts, body) = request.into_parts();
-    let body = match Limited::new(body, PAGE_BODY_BYTES_MAX).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            let message = format!("request body over {PAGE_BODY_BYTES_MAX} bytes");
-            return http_response(plain(413, message));
-        }
-        Err(e) => return http_response(plain(400, format!("cannot read the body: {e}"))),
+    let body = match crate::server::read_body(body, PAGE_BODY_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(e) => return http_response(plain(e.status, e.message)),
     };
     let token = (parts.headers.get(pages.token_header())).map(|v| v.as_bytes().to_vec());
     let method = parts.method.as_str().to_string();
@@ -106,15 +102,10 @@ fn plain(status: u16, message: String) -> PageResponse {
 }
 
 fn http_response(page: PageResponse) -> hyper::Response<Full<Bytes>> {
-    let mut response = hyper::Response::new(Full::new(Bytes::from(page.body)));
-    *response.status_mut() = hyper::StatusCode::from_u16(page.status)
-        .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = crate::server::http_response(page.status, page.content_type, page.body);
     let headers = response.headers_mut();
-    let fixed = [
-        ("content-type", page.content_type),
-        ("cache-control", page.cache),
-    ];
-    for (name, value) in fixed.into_iter().chain(PageResponse::SECURITY_HEADERS) {
+    let cache = ("cache-control", page.cache);
+    for (name, value) in std::iter::once(cache).chain(PageResponse::SECURITY_HEADERS) {
         headers.insert(name, HeaderValue::from_static(value));
     }
     response

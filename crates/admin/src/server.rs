@@ -357,7 +357,7 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
-    let result = match read_body(req.into_body()).await {
+    let result = match read_body(req.into_body(), BODY_BYTES_MAX).await {
         Ok(body) => answer(&arrays, &method, &path, &body).await,
         Err(e) => Err(e),
     };
@@ -380,13 +380,13 @@ async fn answer(
     run(arrays.pick(array)?, request).await
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
-    match Limited::new(body, BODY_BYTES_MAX).collect().await {
+/// The whole request body, at most `max` bytes (413 past it, 400 if it cannot be read).
+pub(crate) async fn read_body(body: Incoming, max: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, max).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::new(
-            413,
-            format!("request body over {BODY_BYTES_MAX} bytes"),
-        )),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ApiError::new(413, format!("request body over {max} bytes")))
+        }
         Err(e) => Err(ApiError::bad_request(format!(
             "cannot read the request body: {e}"
         ))),
@@ -410,12 +410,21 @@ fn reply(result: Result<Value, ApiError>) -> Response<Full<Bytes>> {
         Ok(value) => (200, value),
         Err(e) => (e.status, json!({ "error": e.message })),
     };
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    http_response(status, "application/json", body.to_string())
+}
+
+/// An HTTP response: `status` (500 if not a status), `content_type` and `body`.
+pub(crate) fn http_response(
+    status: u16,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() =
         hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
+        hyper::header::HeaderValue::from_static(content_type),
     );
     response
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::sized_files;
 use member::{Detached, FaultControl, FaultyMember, Member, OpenOptions};
 use ondisk::{create, CreateOptions};
-use volume::{assemble, AssembleOptions, MemberState, Volume};
+use volume::{assemble, AssembleOptions, MemberState, Volume, VolumeError};
 
 const MEMBER_BYTES: u64 = 8 << 20;
 const TIMEOUT: Duration = Duration::from_millis(800);
@@ -63,6 +63,42 @@ fn four_members(
     (volume, controls)
 }
 
+/// Stalls the members of `roles`, then writes `data` at `offset`: the result and how long the
+/// write took.
+fn write_with_stalled(
+    volume: &Volume,
+    controls: &[FaultControl],
+    roles: &[usize],
+    offset: u64,
+    data: &[u8],
+) -> (Result<(), VolumeError>, Duration) {
+    for &role in roles {
+        controls[role].set_delay(STALL);
+    }
+    let started = Instant::now();
+    let result = volume.write(offset, data);
+    (result, started.elapsed())
+}
+
+/// The members of `roles` were failed.
+fn assert_faulty(volume: &Volume, roles: &[usize]) {
+    let status = volume.status();
+    for &role in roles {
+        assert_eq!(
+            status.members[role].state,
+            MemberState::Faulty,
+            "{status:?}"
+        );
+    }
+}
+
+/// `data` reads back at `offset`.
+fn assert_reads_back(volume: &Volume, offset: u64, data: &[u8]) {
+    let mut back = vec![0u8; data.len()];
+    volume.read(offset, &mut back).unwrap();
+    assert!(back == data, "the data read back at {offset} differs");
+}
+
 /// One stuck member in the write itself (role 0, its copy on role 1 answers), another stuck
 /// member (role 2, in the other mirror pair) met only by the superblock write that records the
 /// first one's fault: the request costs one deadline and one grace, not two timeouts. (Before
@@ -76,25 +112,16 @@ fn a_member_stuck_at_the_superblock_write_costs_the_request_no_second_timeout() 
     // Healthy first write: the superblocks say dirty and the region's bit is durable, so the
     // write below touches no superblock or bitmap before its data.
     volume.write(0, &data).unwrap();
-    controls[0].set_delay(STALL);
-    controls[2].set_delay(STALL);
 
-    let started = Instant::now();
-    volume
-        .write(0, &data)
-        .expect("served by role 0's copy on role 1");
-    let waited = started.elapsed();
+    let (result, waited) = write_with_stalled(&volume, &controls, &[0, 2], 0, &data);
+    result.expect("served by role 0's copy on role 1");
 
-    let status = volume.status();
-    assert_eq!(status.members[0].state, MemberState::Faulty, "{status:?}");
-    assert_eq!(status.members[2].state, MemberState::Faulty, "{status:?}");
+    assert_faulty(&volume, &[0, 2]);
     assert!(
         waited < TIMEOUT + TIMEOUT / 4 + TIMEOUT / 4,
         "the write waited {waited:?}: more than one timeout ({TIMEOUT:?}) and one grace"
     );
-    let mut back = vec![0u8; 4096];
-    volume.read(0, &mut back).unwrap();
-    assert_eq!(back, data);
+    assert_reads_back(&volume, 0, &data);
 }
 
 /// Both stuck members met by the write-intent bitmap's block write (a new region's first
@@ -107,23 +134,17 @@ fn members_stuck_at_the_bitmap_write_cost_the_request_one_timeout() {
     let (volume, controls) = raid10(dir.path(), true);
     let data = vec![0x5au8; 4096];
     volume.write(0, &data).unwrap();
-    controls[0].set_delay(STALL);
-    controls[2].set_delay(STALL);
 
     // A region far from the first one: its bit is not set yet.
     let far = volume.size_bytes() - 4096;
-    let started = Instant::now();
-    let result = volume.write(far, &data);
-    let waited = started.elapsed();
+    let (result, waited) = write_with_stalled(&volume, &controls, &[0, 2], far, &data);
 
     assert!(
         waited < TIMEOUT + TIMEOUT / 4 + TIMEOUT / 4,
         "the write waited {waited:?} ({result:?}): more than one timeout ({TIMEOUT:?}) and one \
          grace"
     );
-    let status = volume.status();
-    assert_eq!(status.members[0].state, MemberState::Faulty, "{status:?}");
-    assert_eq!(status.members[2].state, MemberState::Faulty, "{status:?}");
+    assert_faulty(&volume, &[0, 2]);
 }
 
 /// Two stuck members in one batch: a full-stripe write of a RAID 6 of four reaches every member
@@ -140,23 +161,14 @@ fn two_members_stuck_in_one_batch_cost_the_request_one_timeout() {
     // One full stripe: two data chunks of 64 KiB, P and Q.
     let data: Vec<u8> = (0..128 * 1024).map(|i| (i % 251) as u8).collect();
     volume.write(0, &data).unwrap();
-    controls[1].set_delay(STALL);
-    controls[2].set_delay(STALL);
 
-    let started = Instant::now();
-    volume
-        .write(0, &data)
-        .expect("RAID 6 serves with two members stuck");
-    let waited = started.elapsed();
+    let (result, waited) = write_with_stalled(&volume, &controls, &[1, 2], 0, &data);
+    result.expect("RAID 6 serves with two members stuck");
 
-    let status = volume.status();
-    assert_eq!(status.members[1].state, MemberState::Faulty, "{status:?}");
-    assert_eq!(status.members[2].state, MemberState::Faulty, "{status:?}");
+    assert_faulty(&volume, &[1, 2]);
     assert!(
         waited < TIMEOUT + TIMEOUT / 8,
         "the write waited {waited:?}: more than one timeout ({TIMEOUT:?})"
     );
-    let mut back = vec![0u8; data.len()];
-    volume.read(0, &mut back).unwrap();
-    assert!(back == data, "the stripe read back differs");
+    assert_reads_back(&volume, 0, &data);
 }

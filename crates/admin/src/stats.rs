@@ -1,8 +1,7 @@
 //! [`Snapshot`]: what `GET /v1/stats` serves and the metrics listener encodes: one array's
 //! I/O counters (as its clients see it, and per member) with its status, at one moment. The
 //! counters are monotonic totals; rates are the difference of two snapshots
-//! (`iostats::rates`), as iostat computes them from two readings of /proc/diskstats. A history
-//! ring (a dashboard's) keeps snapshots; an mdstat writer reads the status in one.
+//! (`iostats::rates`), as iostat computes them from two readings of /proc/diskstats.
 
 use iostats::IoSnapshot;
 use serde::{Deserialize, Serialize};

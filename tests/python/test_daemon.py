@@ -27,9 +27,9 @@ storage service.
 - ``test_monitor_test_sends_a_test_message_for_every_array``: ``raidkit monitor --test`` makes
   the daemon raise ``TestMessage`` for each array: the alert program is called with
   ``TestMessage ARRAY`` for both; against ``serve`` (no alerts) it is refused.
-- ``test_spares_missing_and_journal_pressure_are_raised``: a listed spare that is gone is left
-  out (the array starts) and ``SparesMissing`` is raised at start; a write-back journal too
-  small for a write flood raises ``JournalPressure`` once, with its figures.
+- ``test_spares_missing_is_raised_for_a_listed_spare_that_cannot_be_opened``: a listed spare
+  that is gone is left out (the array starts) and ``SparesMissing`` is raised at start.
+  (``JournalPressure`` is tested on the monitor's pure function, service tests/monitor.rs.)
 - ``test_a_spare_moves_within_its_spare_group``: two RAID 1 arrays of one spare group, only B
   with a spare; a member of A fails → B's spare moves to A (``MoveSpare``), A rebuilds to
   healthy with its data, B keeps serving (``SparesMissing``); after a restart A assembles the

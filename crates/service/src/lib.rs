@@ -29,6 +29,8 @@
 //! - [`spares`]: spare groups: which spare of a group moves to a degraded array ([`spares::decide`]).
 //! - [`mdstat_file`]: the file in /proc/mdstat's format a process keeps for its arrays
 //!   ([`mdstat_file::MdstatFile`]), for node_exporter, telegraf and md's scripts.
+//! - [`periodic`]: the thread that does one thing every interval until dropped
+//!   ([`periodic::Periodic`]), which the monitor, scheduler, mdstat file and lease run on.
 //!
 //! Errors are `anyhow::Error`: every one ends as a message to an operator with its cause
 //! chain, and no caller decides anything by its kind.
@@ -38,6 +40,7 @@ pub mod lifecycle;
 pub mod mdstat_file;
 pub mod members;
 pub mod monitor;
+pub mod periodic;
 pub mod reconnect;
 pub mod running;
 pub mod schedule;

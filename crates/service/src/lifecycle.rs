@@ -3,13 +3,14 @@
 //! acknowledged writes (drain the write-back journal, close the volume, checkpoint the
 //! journal, release the owner record).
 
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use anyhow::Context;
 use export::JournalLayer;
 use volume::{TakenOver, Volume, VolumeError};
+
+use crate::periodic::Periodic;
 
 /// Makes redundancy consistent after an unclean shutdown while the array is served, on a
 /// thread of its own; `finished` hears how it ended. Until it finishes, `Volume::close`
@@ -27,8 +28,7 @@ pub fn start_resync(
 /// over by another process, `taken_over` is called and the renewal ends: the front end must
 /// then stop writing to the array at once (two writers would corrupt it).
 pub struct LeaseRenewal {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _renewing: Periodic,
 }
 
 impl LeaseRenewal {
@@ -36,31 +36,24 @@ impl LeaseRenewal {
         volume: &Arc<Volume>,
         taken_over: impl FnOnce(TakenOver) + Send + 'static,
     ) -> LeaseRenewal {
-        let (stop, stopped) = mpsc::channel::<()>();
         let volume = Arc::clone(volume);
+        let mut taken_over = Some(taken_over);
         let renew = move || {
-            while volume.owner().is_some() {
-                match stopped.recv_timeout(ondisk::owner::LEASE_RENEW_INTERVAL) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-                }
-                if let Err(taken) = volume.renew_owner() {
-                    return taken_over(taken);
-                }
+            if volume.owner().is_none() {
+                return ControlFlow::Break(());
             }
+            let Err(taken) = volume.renew_owner() else {
+                return ControlFlow::Continue(());
+            };
+            if let Some(taken_over) = taken_over.take() {
+                taken_over(taken);
+            }
+            ControlFlow::Break(())
         };
+        let interval = ondisk::owner::LEASE_RENEW_INTERVAL;
         LeaseRenewal {
-            stop: Some(stop),
-            thread: Some(std::thread::spawn(renew)),
-        }
-    }
-}
-
-impl Drop for LeaseRenewal {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            _renewing: Periodic::start("lease", interval, renew)
+                .expect("spawning the lease renewal thread"),
         }
     }
 }

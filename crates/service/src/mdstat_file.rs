@@ -21,16 +21,17 @@
 
 use std::fs;
 use std::io::{self, Write};
+use std::ops::ControlFlow;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use admin::server::Arrays;
 use anyhow::Context;
 use volume::VolumeStatus;
+
+use crate::periodic::Periodic;
 
 /// How often the statuses are read (and, while they change, the file rewritten).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -46,8 +47,7 @@ pub type Statuses = Box<dyn Fn() -> Result<Vec<(String, VolumeStatus)>, String> 
 /// Keeps the file current until [`MdstatFile::finish`]; see the module documentation.
 pub struct MdstatFile {
     path: PathBuf,
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    keeping: Periodic,
 }
 
 impl MdstatFile {
@@ -64,40 +64,23 @@ impl MdstatFile {
             statuses,
             log,
         };
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("mdstat".into())
-            .spawn(move || {
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(POLL_INTERVAL) {
-                    keeper.refresh();
-                }
-            })
-            .context("starting the mdstat file's thread")?;
+        let keeping = Periodic::start("mdstat", POLL_INTERVAL, move || {
+            keeper.refresh();
+            ControlFlow::Continue(())
+        })
+        .context("starting the mdstat file's thread")?;
         Ok(MdstatFile {
             path: path.to_path_buf(),
-            stop: Some(stop),
-            thread: Some(thread),
+            keeping,
         })
     }
 
     /// Stops keeping the file and leaves it listing no array (the process serves none now).
-    pub fn finish(mut self) -> anyhow::Result<()> {
-        self.stop_thread();
-        write_atomic(&self.path, &render(&[]))
-            .with_context(|| format!("cannot write the mdstat file {}", self.path.display()))
-    }
-
-    fn stop_thread(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for MdstatFile {
-    fn drop(&mut self) {
-        self.stop_thread();
+    pub fn finish(self) -> anyhow::Result<()> {
+        let MdstatFile { path, keeping } = self;
+        drop(keeping);
+        write_atomic(&path, &render(&[]))
+            .with_context(|| format!("cannot write the mdstat file {}", path.display()))
     }
 }
 

@@ -7,12 +7,12 @@
 //! [`POLL_INTERVAL`] on a thread of its own and raises what they find.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::periodic::Periodic;
 use crate::spares::{self, ArrayView, Decision};
 use crate::stack::ArrayStack;
 use alerts::{Alert, Alerter, Event};
@@ -276,8 +276,7 @@ pub struct Monitor {
     /// Milliseconds after `started` of the last completed poll (the watchdog's heartbeat).
     polled_ms: Arc<AtomicU64>,
     started: Instant,
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _polling: Periodic,
 }
 
 /// What the monitor is told of an array beside its stack.
@@ -336,36 +335,29 @@ fn journal_figures(journal: &JournalLayer) -> Option<JournalFigures> {
 impl Monitor {
     pub fn start(alerter: Arc<Alerter>) -> Monitor {
         let watched: Arc<Mutex<Vec<Watched>>> = Arc::default();
-        let (stop, stopped) = mpsc::channel::<()>();
         let polled = Arc::clone(&watched);
         let (polled_ms, started) = (Arc::new(AtomicU64::new(0)), Instant::now());
         let heartbeat = Arc::clone(&polled_ms);
         let mut lending = Lending::default();
-        let thread = std::thread::Builder::new()
-            .name("monitor".into())
-            .spawn(move || loop {
-                match stopped.recv_timeout(POLL_INTERVAL) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-                }
-                let mut watched = polled.lock().unwrap_or_else(|p| p.into_inner());
-                for w in watched.iter_mut() {
-                    for alert in w.look() {
-                        alerter.raise(alert);
-                    }
-                }
-                for alert in lending.round(&watched) {
+        let poll = move || {
+            let mut watched = polled.lock().unwrap_or_else(|p| p.into_inner());
+            for w in watched.iter_mut() {
+                for alert in w.look() {
                     alerter.raise(alert);
                 }
-                heartbeat.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-            })
-            .expect("spawning the monitor thread");
+            }
+            for alert in lending.round(&watched) {
+                alerter.raise(alert);
+            }
+            heartbeat.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+            ControlFlow::Continue(())
+        };
         Monitor {
             watched,
             polled_ms,
             started,
-            stop: Some(stop),
-            thread: Some(thread),
+            _polling: Periodic::start("monitor", POLL_INTERVAL, poll)
+                .expect("spawning the monitor thread"),
         }
     }
 
@@ -542,14 +534,5 @@ fn move_spare(lender: &Watched, borrower: &Watched, spare: &str) -> Result<(), S
         Err(e) => Err(format!(
             "adding it: {refused}; giving it back failed too ({e}): it is in no array now"
         )),
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }

@@ -17,14 +17,15 @@
 //! [`Note`]s. The clock is a trait so a test drives the scheduler with a fake one.
 
 use std::fmt;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use config::{Schedule, TimeWindow};
 use jiff::ZonedDateTime;
 use volume::{ArrayHealth, ScrubReport, Volume, VolumeStatus};
+
+use crate::periodic::Periodic;
 
 /// How often the scheduler looks at the time: schedules and windows are to the minute, and
 /// `every` intervals to the second.
@@ -263,8 +264,7 @@ impl Shared {
 /// The scheduling thread of one process's arrays (see the module docs); stops when dropped.
 pub struct Scheduler {
     shared: Arc<Shared>,
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    _ticking: Periodic,
 }
 
 impl Scheduler {
@@ -275,21 +275,15 @@ impl Scheduler {
             tell,
             watched: Mutex::new(Vec::new()),
         });
-        let (stop, stopped) = mpsc::channel::<()>();
         let looked = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("scheduler".into())
-            .spawn(move || loop {
-                match stopped.recv_timeout(tick) {
-                    Err(RecvTimeoutError::Timeout) => tick_all(&looked),
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
-                }
-            })
-            .expect("spawning the scheduler thread");
+        let ticking = Periodic::start("scheduler", tick, move || {
+            tick_all(&looked);
+            ControlFlow::Continue(())
+        })
+        .expect("spawning the scheduler thread");
         Scheduler {
             shared,
-            stop: Some(stop),
-            thread: Some(thread),
+            _ticking: ticking,
         }
     }
 
@@ -348,14 +342,5 @@ fn tick_all(shared: &Shared) {
     let now = shared.clock.now();
     for w in shared.lock().iter_mut() {
         w.tick(&now, &shared.tell);
-    }
-}
-
-impl Drop for Scheduler {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }

@@ -1,6 +1,7 @@
 //! `raidkit daemon`: every array of a configuration file served by one process, with alerts.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -15,6 +16,7 @@ use sd_notify::NotifyState;
 use service::array_journal::JournalOptions;
 use service::mdstat_file::{self, MdstatFile};
 use service::monitor::Monitor;
+use service::periodic::Periodic;
 use service::reconnect;
 use service::running::{self, ArrayOptions, Happening, RunningArray};
 use service::schedule::{self, Scheduler};
@@ -190,7 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("no array of {} could be started", args.config.display());
     }
     crate::log::emit(&format!("admin API on {}", admin_path.display()));
-    let watchdog = Watchdog::start(Arc::clone(&monitor));
+    let watchdog = start_watchdog(Arc::clone(&monitor));
     let ready = format!("serving {started} of {} arrays", config.arrays.len());
     admin_arrays.set_reload(reload::admin_hook(Arc::clone(&reloader)));
     let metrics = metrics.map(|listener| {
@@ -269,46 +271,20 @@ fn systemd(state: &[NotifyState]) {
 }
 
 /// The systemd watchdog (`WatchdogSec=`): pinged at half its interval while the monitor keeps
-/// looking at every array, so a daemon stuck on an array is restarted by systemd.
-struct Watchdog {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Watchdog {
-    fn start(monitor: Arc<Monitor>) -> Watchdog {
-        let Some(interval) = sd_notify::watchdog_enabled() else {
-            return Watchdog {
-                stop: None,
-                thread: None,
-            };
-        };
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || loop {
-            match stopped.recv_timeout(interval / 2) {
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                _ => return,
-            }
-            if monitor.alive(interval / 2) {
-                systemd(&[NotifyState::Watchdog]);
-            } else {
-                crate::log::emit("warning: the monitor is stuck: not pinging the watchdog");
-            }
-        });
-        Watchdog {
-            stop: Some(stop),
-            thread: Some(thread),
+/// looking at every array, so a daemon stuck on an array is restarted by systemd. `None`
+/// without a watchdog; stops when dropped.
+fn start_watchdog(monitor: Arc<Monitor>) -> Option<Periodic> {
+    let interval = sd_notify::watchdog_enabled()?;
+    let ping = move || {
+        if monitor.alive(interval / 2) {
+            systemd(&[NotifyState::Watchdog]);
+        } else {
+            crate::log::emit("warning: the monitor is stuck: not pinging the watchdog");
         }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+        ControlFlow::Continue(())
+    };
+    let watchdog = Periodic::start("watchdog", interval / 2, ping);
+    Some(watchdog.expect("spawning the watchdog thread"))
 }
 
 fn bind_admin(path: &Path, log: &admin::Log) -> anyhow::Result<AdminSocket> {

@@ -181,6 +181,7 @@ def test_file_suite_selection_with_direct_members(tmp_path):
     """test_nbdcopy.py and test_fio.py's verify after SIGTERM, with RAIDKIT_MEMBER_CACHE=direct
     (file members opened with O_DIRECT, which the helpers check in /proc/PID/fdinfo at every
     start; /tmp must be on a filesystem that has it)."""
+    require_tools("nbdcopy", "fio")  # the selection's tools: named here, not as an inner failure
     env = dict(os.environ, RAIDKIT_MEMBER_CACHE="direct", RAIDKIT_SEED=str(SEED))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-x", "-p", "no:cacheprovider",

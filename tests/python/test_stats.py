@@ -134,6 +134,12 @@ def scrape(port):
     return text, samples
 
 
+def promtool_check(text):
+    """``promtool check metrics`` accepts the exposition ``text`` (lint problems included)."""
+    checked = run(["promtool", "check", "metrics"], check=False, input=text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_metrics_move_under_load_and_pass_promtool(tmp_path):
     require_tools("promtool")
     rng = random.Random(SEED)
@@ -145,10 +151,7 @@ def test_metrics_move_under_load_and_pass_promtool(tmp_path):
         writes = write_for(sock, 1.0, rng)
         after_text, after = scrape(port)
         for text in (before_text, after_text):
-            path = tmp_path / "metrics.txt"
-            path.write_text(text)
-            checked = run(["promtool", "check", "metrics"], check=False, stdin=open(path))
-            assert checked.returncode == 0, checked.stdout + checked.stderr
+            promtool_check(text)
         name = "raidkit"
         writes_key = f'raidkit_array_requests_total{{array="{name}",op="write"}}'
         assert after[writes_key] - before[writes_key] == writes
@@ -212,10 +215,7 @@ def test_the_daemon_serves_every_arrays_metrics(tmp_path):
         for name in ("home", "media"):
             assert samples[f'raidkit_array_health{{array="{name}",health="clean"}}'] == 1, text
             assert f'raidkit_member_requests_total{{array="{name}",member="{tmp_path}/{name}1",role="1",op="write"}}' in samples
-        path = tmp_path / "metrics.txt"
-        path.write_text(text)
-        checked = run(["promtool", "check", "metrics"], check=False, stdin=open(path))
-        assert checked.returncode == 0, checked.stdout + checked.stderr
+        promtool_check(text)
     finally:
         daemon.stop()
         daemon.kill()

@@ -64,7 +64,7 @@ import pytest
 import skips
 
 from conftest import (RAIDKIT_BIN, SEED, SERVER_KIND, START_TIMEOUT_S, STOP_TIMEOUT_S,
-                      require_tools, run, tracking)
+                      require_tools, rng_for, run, tracking)
 
 # Fault handling and the admin API are raidkit's own: nothing to compare a reference server on.
 pytestmark = pytest.mark.skipif(SERVER_KIND != "raidkit",
@@ -566,7 +566,7 @@ def test_scrub_finds_and_repairs_corruption(tmp_path, members, arrays):
     member_offset = 3 * MIB + 4096 + 123
     with open(victim.image, "r+b") as f:
         f.seek(data_offset + member_offset)
-        f.write(os.urandom(1000))
+        f.write(rng_for("scrub-corruption").randbytes(1000))
     array.start()
     report = array.cli("scrub", "--wait", timeout=300).stdout
     assert " 0 mismatches" not in report, report

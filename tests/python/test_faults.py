@@ -49,7 +49,6 @@ served from the NBD URIs with an admin socket.
 """
 
 import json
-import os
 import random
 import re
 import signal

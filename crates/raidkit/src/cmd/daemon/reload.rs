@@ -26,9 +26,33 @@ use super::{systemd, targets};
 #[derive(Debug, Serialize)]
 pub(super) struct Change {
     pub array: Option<String>,
-    /// `added`, `removed`, `changed` (applied live), `restart_needed` or `failed`.
-    pub change: &'static str,
+    pub change: Kind,
     pub message: String,
+}
+
+/// What kind of change: on the wire `added`, `removed`, `changed` (applied live),
+/// `restart_needed` or `failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Kind {
+    Added,
+    Removed,
+    Changed,
+    RestartNeeded,
+    Failed,
+}
+
+impl Kind {
+    /// The change and the level word of its log line.
+    fn log_words(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Added => ("added", ""),
+            Kind::Removed => ("removed", ""),
+            Kind::Changed => ("changed", ""),
+            Kind::RestartNeeded => ("restart needed", "warning: "),
+            Kind::Failed => ("failed", "error: "),
+        }
+    }
 }
 
 impl Change {
@@ -37,12 +61,12 @@ impl Change {
     fn outcome(
         array: String,
         result: anyhow::Result<()>,
-        done: (&'static str, String),
+        done: (Kind, String),
         failed: &str,
     ) -> Change {
         let (change, message) = match result {
             Ok(()) => done,
-            Err(e) => ("failed", format!("{failed}: {e:#}")),
+            Err(e) => (Kind::Failed, format!("{failed}: {e:#}")),
         };
         Change {
             array: Some(array),
@@ -160,7 +184,7 @@ impl Reloader {
         let mut daemon_change = |message: String| {
             changes.push(Change {
                 array: None,
-                change: "restart_needed",
+                change: Kind::RestartNeeded,
                 message,
             })
         };
@@ -176,7 +200,7 @@ impl Reloader {
             state.alerts = new.alerts.clone();
             changes.push(Change {
                 array: None,
-                change: "changed",
+                change: Kind::Changed,
                 message: format!("[alerts] {} changed: applied", alert_keys.join(", ")),
             });
         }
@@ -196,7 +220,7 @@ impl Reloader {
                 name,
                 result,
                 (
-                    "removed",
+                    Kind::Removed,
                     "no longer in the file: drained and closed cleanly".into(),
                 ),
                 "no longer in the file: did not close cleanly",
@@ -222,14 +246,14 @@ impl Reloader {
                 changes.push(Change::outcome(
                     name.clone(),
                     arrays.retune(a),
-                    ("changed", format!("{live} applied")),
+                    (Kind::Changed, format!("{live} applied")),
                     &format!("{live} not applied"),
                 ));
             }
             if !restart.is_empty() {
                 changes.push(Change {
                     array: Some(name.clone()),
-                    change: "restart_needed",
+                    change: Kind::RestartNeeded,
                     message: format!(
                         "{} changed: the running array cannot take {} without a restart; it \
                          keeps running as before. To apply: take the entry out of the file and \
@@ -249,7 +273,7 @@ impl Reloader {
             changes.push(Change::outcome(
                 name,
                 result,
-                ("added", "assembled and served".into()),
+                (Kind::Added, "assembled and served".into()),
                 "not started",
             ));
         }
@@ -258,16 +282,8 @@ impl Reloader {
                 Some(name) => format!("array \"{name}\""),
                 None => "daemon".to_string(),
             };
-            let word = match c.change {
-                "failed" => "error: ",
-                "restart_needed" => "warning: ",
-                _ => "",
-            };
-            crate::log::emit(&format!(
-                "reload: {word}{what}: {}: {}",
-                c.change.replace('_', " "),
-                c.message
-            ));
+            let (change, word) = c.change.log_words();
+            crate::log::emit(&format!("reload: {word}{what}: {change}: {}", c.message));
         }
         crate::log::emit(&format!(
             "reload of {path} done: {} change(s), {} array(s) unchanged",

@@ -30,8 +30,8 @@
 //! reloaded file with any problem changes nothing, and for one without, [`ArrayConfig::changed_keys`]
 //! (and `Daemon`'s and `Alerts`') name the keys whose values changed — values, not where they
 //! stand in the file; members and spares as sets. Which of them a running array takes at once
-//! (the speed limits, the read-error limits, the gather wait) and which need its restart is the
-//! daemon's to say (README, "reload").
+//! (the speed limits, the read-error limits, the gather wait, the scrub schedule and the
+//! background window) and which need its restart is the daemon's to say (README, "reload").
 //!
 //! Arrays are not created from the file (`raidkit create` does that); the file names the
 //! members of arrays that exist, and the superblocks on them say the rest.

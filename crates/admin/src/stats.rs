@@ -5,7 +5,7 @@
 
 use iostats::IoSnapshot;
 use serde::{Deserialize, Serialize};
-use volume::MemberState;
+use volume::{MemberState, MemberStatus};
 
 use crate::status::Status;
 
@@ -24,12 +24,15 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The name of the member serving `role` now, as status lists it.
+    /// The member serving `role` now, as status lists it (not a replacement being filled).
+    pub fn member(&self, role: usize) -> Option<&MemberStatus> {
+        (self.status.volume.members.iter())
+            .find(|m| m.role == Some(role) && m.state != MemberState::ReplacementTarget)
+    }
+
+    /// The name of the member serving `role` now.
     pub fn member_name(&self, role: usize) -> Option<&str> {
-        let members = &self.status.volume.members;
-        let serving = (members.iter())
-            .find(|m| m.role == Some(role) && m.state != MemberState::ReplacementTarget);
-        serving.map(|m| m.name.as_str())
+        self.member(role).map(|m| m.name.as_str())
     }
 }
 
@@ -58,6 +61,8 @@ mod tests {
         // Role 1 is served by "b" (being replaced), not by its replacement target "c".
         assert_eq!(snapshot.member_name(0), Some("a"));
         assert_eq!(snapshot.member_name(1), Some("b"));
+        let replaced = snapshot.member(1).map(|m| m.state);
+        assert_eq!(replaced, Some(MemberState::Replacing));
         assert_eq!(snapshot.member_name(2), None);
         let mut served = serde_json::to_value(&snapshot).unwrap();
         served["client"].as_object_mut().unwrap().remove("busy_ns");

@@ -221,14 +221,11 @@ fn unix(ms: u64) -> std::time::SystemTime {
 
 /// ` 2 /dev/sdc` (role and member; `-` for a missing role).
 fn member_label(snap: &Snapshot, role: usize) -> String {
-    let name = snap
-        .member_name(role)
+    let member = snap.member(role);
+    let name = (member.map(|m| m.name.as_str()))
         .filter(|n| !n.is_empty())
         .unwrap_or("-");
-    let state = (snap.status.volume.members.iter())
-        .find(|m| m.role == Some(role))
-        .map(|m| wire_name(m.state))
-        .unwrap_or_default();
+    let state = member.map(|m| wire_name(m.state)).unwrap_or_default();
     let label = format!("  {role} {name}");
     match state.as_str() {
         "active" | "" => label,

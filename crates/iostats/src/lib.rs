@@ -6,9 +6,10 @@
 //!   the time at least one was (busy time). Relaxed atomics, no lock, no allocation: a request
 //!   is [`IoCounters::begin`] and [`IoCounters::end`].
 //! - [`IoSnapshot`]: the monotonic totals at one moment, plain data (serde, `Copy`): what the
-//!   admin API serves, a history ring keeps, and a scraper reads.
+//!   admin API serves and a scraper reads.
 //! - [`rates`]: `iostat -x`'s figures (r/s, rMB/s, rareq-sz, r_await, aqu-sz, %util) from two
-//!   snapshots, as iostat computes them from two readings of /proc/diskstats.
+//!   snapshots, as iostat computes them from two readings of /proc/diskstats; [`continues`],
+//!   whether the later counts on from the earlier (else they were reset in between).
 //!
 //! Time is [`now_ns`]: nanoseconds of the monotonic clock since the first call in the process.
 
@@ -17,7 +18,7 @@ mod rates;
 mod snapshot;
 
 pub use counters::{now_ns, IoCounters, Started};
-pub use rates::{amplification, rates, KindRates, Rates};
+pub use rates::{amplification, continues, rates, KindRates, Rates};
 pub use snapshot::{
     latency_bucket, latency_bucket_upper_ns, size_bucket, size_bucket_upper_bytes, IoSnapshot,
     KindSnapshot, OpKind, PerKind, LATENCY_BUCKETS, SIZE_BUCKETS,

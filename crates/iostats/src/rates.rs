@@ -40,8 +40,9 @@ pub struct Rates {
 deref_kinds!(Rates, KindRates);
 
 /// Whether `cur` continues `prev` (the same counters, read later); otherwise they were reset in
-/// between (the server restarted) and `cur` counts from zero.
-fn continues(prev: &IoSnapshot, cur: &IoSnapshot) -> bool {
+/// between (the server restarted) and `cur` counts from zero. Every figure over an interval
+/// (rates, amplification, a histogram's) takes this one rule.
+pub fn continues(prev: &IoSnapshot, cur: &IoSnapshot) -> bool {
     cur.at_ns >= prev.at_ns
         && cur.busy_ns >= prev.busy_ns
         && OpKind::ALL.iter().all(|&k| {

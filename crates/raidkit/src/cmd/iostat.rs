@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use iostats::{
-    amplification, latency_bucket_upper_ns, rates, size_bucket_upper_bytes, IoSnapshot, OpKind,
-    Rates, LATENCY_BUCKETS, SIZE_BUCKETS,
+    amplification, continues, latency_bucket_upper_ns, rates, size_bucket_upper_bytes, IoSnapshot,
+    OpKind, Rates, LATENCY_BUCKETS, SIZE_BUCKETS,
 };
 use serde_json::json;
 
@@ -286,14 +286,18 @@ fn histogram(prev: Option<&Snapshot>, cur: &Snapshot, which: Histogram) -> Strin
     let zero = IoSnapshot::default();
     let pairs = member_pairs(prev, cur, &zero);
     // Columns: per role, reads then writes.
+    // Counters reset in between count from zero, as in the rates (`iostats::continues`).
     let columns: Vec<Vec<u64>> = (pairs.iter())
-        .flat_map(|(before, now)| {
+        .flat_map(|&(before, now)| {
+            let before = if continues(before, now) {
+                before
+            } else {
+                &zero
+            };
             [OpKind::Read, OpKind::Write].map(|kind| {
-                let counts = which.counts(now, kind);
                 let earlier = which.counts(before, kind);
-                let reset = counts.iter().zip(&earlier).any(|(c, e)| c < e);
-                (counts.iter().zip(&earlier))
-                    .map(|(c, e)| if reset { *c } else { c - e })
+                (which.counts(now, kind).iter().zip(&earlier))
+                    .map(|(c, e)| c.saturating_sub(*e))
                     .collect()
             })
         })
@@ -452,6 +456,22 @@ mod tests {
             .split_whitespace()
             .collect();
         assert_eq!(fields[2], "100.0", "{first}");
+        // The server restarted in between (its clock and counts start again) and has done
+        // more than before: rates and histograms alike count from zero.
+        let restarted = render(&readings(100, 500), &cur, true, false);
+        let fields: Vec<&str> = (restarted.lines())
+            .find(|l| l.starts_with("home"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(fields[2], "100.0", "{restarted}");
+        assert!(
+            restarted
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                    == ["512us", "0", "2000", "0", "2000"]),
+            "{restarted}"
+        );
         let report = report_json(&prev, &cur);
         assert_eq!(report["arrays"][0]["amplification"]["write"], 2.0);
         assert_eq!(report["arrays"][0]["client"]["write"]["ops_per_sec"], 100.0);

@@ -174,20 +174,20 @@ fn line(out: &mut String, device: &str, r: &Rates, amp: Option<[f64; 5]>) {
 /// The text report of `cur` against `prev` (empty: since the start).
 fn render(prev: &Readings, cur: &Readings, latency: bool, sizes: bool) -> String {
     let mut out = String::new();
-    let first = cur.values().next();
+    // The interval of the first array's client counters.
+    let at_ns = |r: &Readings| {
+        (r.values().next())
+            .and_then(|s| s.client)
+            .map_or(0, |c| c.at_ns)
+    };
     let since = match prev.is_empty() {
         true => "since start".to_string(),
         false => {
-            let secs = (first.and_then(|s| s.client.map(|c| c.at_ns)).unwrap_or(0)).saturating_sub(
-                prev.values()
-                    .next()
-                    .and_then(|s| s.client.map(|c| c.at_ns))
-                    .unwrap_or(0),
-            );
-            format!("last {:.1} s", secs as f64 / 1e9)
+            let secs = at_ns(cur).saturating_sub(at_ns(prev)) as f64 / 1e9;
+            format!("last {secs:.1} s")
         }
     };
-    let when = first.map_or(0, |s| s.unix_ms);
+    let when = cur.values().next().map_or(0, |s| s.unix_ms);
     let _ = writeln!(
         out,
         "{} ({since})",

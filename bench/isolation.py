@@ -2,7 +2,9 @@
 """Does one array's load starve another? Read latency of array A (4 KiB random reads, queue
 depth 4) while array B takes a flood of 1 MiB sequential writes (queue depth 16), against the
 same with B idle — both arrays served by one `raidkit daemon`, and, for comparison, by two
-`raidkit serve` processes (the isolation separate processes give).
+`raidkit serve` processes (the isolation separate processes give) and by two `nbdkit file`
+processes over one file each (the reference: no RAID work at all, so what the machine itself
+gives — fio's flood and the kernel's copying compete for the same cores).
 
 Both arrays are RAID 5 over four sparse files in --dir (the page cache below: the figures are
 CPU and scheduling bound, which is where one array can take from another on a small machine).
@@ -20,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from benchlib import REPO, Proc, fio, median
+from benchlib import REPO, Proc, fio, median, parse_size
 
 READ_A = ["--rw=randread", "--bs=4k", "--iodepth=4"]
 FLOOD_B = ["--rw=write", "--bs=1m", "--iodepth=16"]
@@ -85,6 +87,19 @@ def separate_setup(dir_, size):
     return procs, uris[0], uris[1]
 
 
+def nbdkit_setup(dir_, size):
+    procs, uris = [], []
+    for name in ("a", "b"):
+        image = dir_ / f"{name}.img"
+        with open(image, "wb") as f:
+            f.truncate(parse_size(size))
+        sock = dir_ / f"{name}.sock"
+        procs.append(Proc(["nbdkit", "--foreground", "--exit-with-parent", "--unix", str(sock),
+                           "file", str(image)], str(sock)))
+        uris.append(f"nbd+unix:///?socket={sock}")
+    return procs, uris[0], uris[1]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", type=int, default=10)
@@ -93,7 +108,9 @@ def main():
     parser.add_argument("--dir", default="/var/tmp/raidkit-iso")
     args = parser.parse_args()
     rows = []
-    for label, setup in (("one daemon", daemon_setup), ("two serve processes", separate_setup)):
+    setups = (("one raidkit daemon", daemon_setup), ("two raidkit serve processes", separate_setup),
+              ("two nbdkit file processes (reference)", nbdkit_setup))
+    for label, setup in setups:
         dir_ = Path(args.dir)
         shutil.rmtree(dir_, ignore_errors=True)
         dir_.mkdir(parents=True)

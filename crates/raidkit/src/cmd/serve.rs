@@ -807,3 +807,37 @@ pub(crate) fn describe(volume: &Volume) -> String {
         crate::units::human_bytes(volume.size_bytes())
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_options_that_do_not_go_together_are_refused_before_anything_is_read() {
+        assert_eq!(parse_tls_mode("require"), Ok(nbd::TlsMode::Require));
+        assert!(parse_tls_mode("yes")
+            .unwrap_err()
+            .contains("off, on or require"));
+        assert!(tls_config(nbd::TlsMode::Off, None, false)
+            .unwrap()
+            .is_none());
+        let dir = std::path::Path::new("/nonexistent/pki");
+        for (certificates, verify_peer) in [(Some(dir), false), (None, true)] {
+            let refused = tls_config(nbd::TlsMode::Off, certificates, verify_peer).unwrap_err();
+            assert!(refused.to_string().contains("need --tls on"), "{refused}");
+        }
+        for mode in [nbd::TlsMode::On, nbd::TlsMode::Require] {
+            let refused = tls_config(mode, None, false).unwrap_err();
+            assert!(
+                refused.to_string().contains("needs --tls-certificates DIR"),
+                "{refused}"
+            );
+        }
+        // On with a directory: the certificates are read, and a missing one is named.
+        let missing = tls_config(nbd::TlsMode::On, Some(dir), false).unwrap_err();
+        assert!(
+            format!("{missing:#}").contains("server-cert.pem"),
+            "{missing:#}"
+        );
+    }
+}

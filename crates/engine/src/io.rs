@@ -206,7 +206,7 @@ impl<'a> Runner<'a> {
                 self.members.drop_failed_replacement(role, &new, &e);
             }
         }
-        self.judge(role, kind, result, elapsed)
+        self.judge(role, &member, kind, result, elapsed)
             .map_err(|source| self.member_error(role, member.name(), kind, offset, len, source))
     }
 
@@ -256,29 +256,42 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Fault policy for one finished member request: a write-type error or a timeout fails the
-    /// member (the error is then absorbed: the array goes on without it) — except a lack of
-    /// space (ENOSPC, EDQUOT), which is counted and returned, failing the request; a read error is
-    /// counted (failing the member over the limit) and returned, so the request is repaired
-    /// and retried from redundancy.
+    /// Fault policy for one finished member request of `called`: a write-type error or a
+    /// timeout fails the member (the error is then absorbed: the array goes on without it) —
+    /// except a lack of space (ENOSPC, EDQUOT), which is counted and returned, failing the
+    /// request; a read error is counted (failing the member over the limit) and returned, so
+    /// the request is repaired and retried from redundancy. A member swapped out of `role`
+    /// while its call ran is no longer in use: its late error or timeout is not counted against,
+    /// and never fails, the member serving the role now.
     fn judge(
         &self,
         role: usize,
+        called: &Arc<dyn Member>,
         kind: Op,
         result: std::io::Result<()>,
         elapsed: Duration,
     ) -> std::io::Result<()> {
         let policy = self.members.policy();
-        let counters = self.members.faults(role);
         let timed_out = elapsed > policy.io_timeout
             || result
                 .as_ref()
                 .is_err_and(|e| e.kind() == std::io::ErrorKind::TimedOut);
+        if !timed_out && result.is_ok() {
+            return Ok(());
+        }
+        if !self.members.serves(role, called) {
+            // A read is retried from redundancy; a write to a member out of use is moot.
+            return match (result, kind) {
+                (Err(e), Op::Read) => Err(e),
+                _ => Ok(()),
+            };
+        }
+        let fail = |reason| (self.members).try_fail_called(role, called, reason, self.geometry);
+        let counters = self.members.faults(role);
         if timed_out {
             counters.note_timeout();
             let millis = elapsed.as_millis() as u64;
-            let reason = FaultReason::Timeout { millis };
-            let failed = self.members.try_fail(role, reason, self.geometry);
+            let failed = fail(FaultReason::Timeout { millis });
             return match (result, kind, failed) {
                 (Ok(()), _, _) => Ok(()),
                 (Err(_), k, true) if k != Op::Read => Ok(()),
@@ -288,11 +301,10 @@ impl<'a> Runner<'a> {
         let Err(e) = result else { return Ok(()) };
         if kind == Op::Read {
             if counters.note_read_error(&policy) {
-                let reason = FaultReason::ReadErrors {
+                fail(FaultReason::ReadErrors {
                     count: policy.read_errors_max + 1,
                     window_secs: policy.read_error_window.as_secs(),
-                };
-                self.members.try_fail(role, reason, self.geometry);
+                });
             }
             return Err(e);
         }
@@ -303,8 +315,7 @@ impl<'a> Runner<'a> {
             return Err(e);
         }
         counters.note_write_error();
-        let reason = FaultReason::WriteError(e.to_string());
-        if self.members.try_fail(role, reason, self.geometry) {
+        if fail(FaultReason::WriteError(e.to_string())) {
             Ok(())
         } else {
             Err(e)

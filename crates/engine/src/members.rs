@@ -224,10 +224,40 @@ impl Members {
     /// replacement in progress is dropped with its role. True when the member is (now or
     /// already) not in use.
     pub(crate) fn try_fail(&self, role: usize, reason: FaultReason, geometry: &Geometry) -> bool {
-        if self
-            .transition(role, Move::Fail { forced: false }, geometry)
-            .is_some()
-        {
+        let failed = self.transition(role, Move::Fail { forced: false }, geometry);
+        self.after_fail(role, failed.is_some(), reason)
+    }
+
+    /// [`Members::try_fail`] for the answer of a call made to `called`: judged only while
+    /// `called` still serves `role`. A member failed and swapped out while its call ran (a
+    /// spare attached, a replace finished) is no longer in use, and its late timeout or error
+    /// says nothing of the member now in the role, which it must not fail.
+    pub(crate) fn try_fail_called(
+        &self,
+        role: usize,
+        called: &Arc<dyn Member>,
+        reason: FaultReason,
+        geometry: &Geometry,
+    ) -> bool {
+        // The slot is held across the transition, so no swap comes between the check and it
+        // (swaps take the slot exclusively; `transition` takes no slot).
+        let slot = self.slots[role].read().unwrap_or_else(|p| p.into_inner());
+        if !slot.member.as_ref().is_some_and(|m| Arc::ptr_eq(m, called)) {
+            return true;
+        }
+        let failed = self.transition(role, Move::Fail { forced: false }, geometry);
+        drop(slot);
+        self.after_fail(role, failed.is_some(), reason)
+    }
+
+    /// Whether `called` serves `role` now (see [`Members::try_fail_called`]).
+    pub(crate) fn serves(&self, role: usize, called: &Arc<dyn Member>) -> bool {
+        let slot = self.slots[role].read().unwrap_or_else(|p| p.into_inner());
+        slot.member.as_ref().is_some_and(|m| Arc::ptr_eq(m, called))
+    }
+
+    fn after_fail(&self, role: usize, failed: bool, reason: FaultReason) -> bool {
+        if failed {
             self.record_fault(role, reason);
             self.cancel_replace(role);
             return true;

@@ -384,6 +384,99 @@ fn a_read_planned_before_a_member_swap_does_not_read_the_new_member() {
     }
 }
 
+/// A member whose call outlives the I/O timeout after it was failed and replaced: its late
+/// answer (slow, or an error) must not fail the spare now rebuilding its role. Role 1's hook
+/// holds a (lock-free) read there while the member is failed, detached and a fresh one
+/// attached; the read then returns past the timeout, or with EIO. (Writes hold their stripes,
+/// which a swap takes all of: no write spans one.) Before the fix the timeout was judged
+/// against the role, and the spare went from recovering to faulty; the error was counted
+/// against the spare.
+#[test]
+fn a_late_answer_from_a_replaced_member_does_not_fail_its_spare() {
+    use member::{Call, Hooked, Op};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{mpsc, Mutex};
+    #[derive(Clone, Copy, Debug)]
+    enum Late {
+        SlowRead,
+        ReadError,
+    }
+    for (level, n) in [(Level::Raid5, 3), (Level::Raid6, 4)] {
+        for late in [Late::SlowRead, Late::ReadError] {
+            let chunk = 4 * KIB;
+            let rows = 16;
+            let armed = Arc::new(AtomicBool::new(false));
+            let (paused_tx, paused_rx) = mpsc::channel::<()>();
+            let (go_tx, go_rx) = mpsc::channel::<()>();
+            let go_rx = Mutex::new(go_rx);
+            let gate = {
+                let armed = Arc::clone(&armed);
+                move |call: &Call| {
+                    if call.op == Op::Read && armed.swap(false, Ordering::SeqCst) {
+                        paused_tx.send(()).unwrap();
+                        let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(10));
+                        return match late {
+                            Late::SlowRead => {
+                                std::thread::sleep(Duration::from_millis(150));
+                                Ok(())
+                            }
+                            Late::ReadError => Err(std::io::Error::from_raw_os_error(5)),
+                        };
+                    }
+                    Ok(())
+                }
+            };
+            let mut members = mem_members(&vec![rows * chunk; n]);
+            members[1] = Arc::new(Hooked::new(Arc::clone(&members[1]), gate));
+            let array = Arc::new(array_over(level, chunk, &members, &[]));
+            array.set_fault_policy(FaultPolicy {
+                io_timeout: Duration::from_millis(100),
+                ..FaultPolicy::default()
+            });
+            let model: Vec<u8> = (0..array.size_bytes())
+                .map(|i| (i % 251) as u8 + 1)
+                .collect();
+            array.write(0, &model).unwrap();
+            armed.store(true, Ordering::SeqCst);
+            let client = {
+                let array = Arc::clone(&array);
+                let model = model.clone();
+                std::thread::spawn(move || {
+                    let mut got = vec![0u8; model.len()];
+                    array.read(0, &mut got).map(|_| got == model)
+                })
+            };
+            paused_rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the call reaches role 1");
+            array.fail_member(1);
+            assert!(array.detach_member(1).is_some());
+            let fresh: Arc<dyn Member> = Arc::new(MemMember::new("fresh", rows * chunk).unwrap());
+            array.attach_member(1, fresh).expect("attach");
+            go_tx.send(()).unwrap();
+            let same = client
+                .join()
+                .unwrap()
+                .expect("the read is served from redundancy");
+            assert!(
+                same,
+                "{level} {late:?}: the read returned other bytes than written"
+            );
+            assert_eq!(
+                array.health_of(1),
+                MemberHealth::Recovering,
+                "{level} {late:?}: the spare was failed by its predecessor's late answer"
+            );
+            let stats = array.fault_stats(1);
+            assert_eq!(
+                (stats.read_errors, stats.timeouts),
+                (0, 0),
+                "{level} {late:?}: the predecessor's answer was counted against the spare"
+            );
+        }
+    }
+}
+
 /// The pipelined rebuild's ordering: a client write to rows whose rebuild step has read its
 /// sources but not yet written the new member waits for that write, so the step's copy (older
 /// than the client's data) never lands over the client's. The new member's hook holds the

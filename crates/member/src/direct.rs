@@ -10,29 +10,19 @@
 //! copies the asked bytes out; a write with an unaligned start or end reads the partial head and
 //! tail blocks and writes the covering blocks back (read-modify-write).
 //!
-//! Block locks (64 readers-writer locks, by block number modulo) keep a read-modify-write from
-//! putting back old bytes: it holds its partial blocks' locks exclusively from its read to its
-//! write, and every other write (aligned, the whole blocks inside an unaligned one, a durable
-//! write, a hole punched or zeroed) holds the locks of the blocks it covers shared, so it is
-//! wholly before or after any read-modify-write of those blocks; writes of whole blocks never
-//! wait for each other. Without them an aligned write of block B landing between the read and
-//! the write of a partial write into B would be undone outside the partial write's bytes: bytes
-//! neither write left. Writes to the same bytes at the same time have no order, as on a disk
-//! (the engine's stripe lock orders them for mirrors and parity).
+//! A partial write's read-modify-write holds its blocks' locks (`crate::block_locks`: why,
+//! and what every other write holds).
 //! Bounce buffers are at most 1 MiB: a larger transfer goes through in pieces.
 
+use crate::aligned::AlignedBuf;
+use crate::block_locks::{BlockLocks, Held};
+use crate::sys;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-
-use crate::aligned::AlignedBuf;
-use crate::sys;
 
 /// Largest bounce buffer; longer unaligned transfers go in pieces of this size.
 const BOUNCE_BYTES: u64 = 1 << 20;
-/// Block locks (by block number modulo; one bit each in a `u64` mask).
-const BLOCK_LOCKS: u32 = u64::BITS;
 
 /// The alignment rules of one direct-I/O descriptor, and its block locks.
 pub(crate) struct Direct {
@@ -40,19 +30,7 @@ pub(crate) struct Direct {
     align: u64,
     /// Buffer addresses must be multiples of this (a power of two).
     mem_align: usize,
-    blocks: Vec<RwLock<()>>,
-}
-
-/// Block locks held by one write ([`Direct::hold`]).
-#[must_use]
-pub(crate) struct Held<'a>(
-    #[allow(dead_code)] // held for their drop
-    Vec<Guard<'a>>,
-);
-
-enum Guard<'a> {
-    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
-    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
+    blocks: BlockLocks,
 }
 
 impl Direct {
@@ -62,7 +40,7 @@ impl Direct {
         Direct {
             align,
             mem_align: mem_align.max(1) as usize,
-            blocks: (0..BLOCK_LOCKS).map(|_| RwLock::new(())).collect(),
+            blocks: BlockLocks::new(),
         }
     }
 
@@ -162,41 +140,10 @@ impl Direct {
         Ok(())
     }
 
-    /// Takes the block locks a write of `[offset, offset + len)` that does not hold any yet
-    /// needs: those of its partial head and tail blocks exclusively (they are read, modified and
-    /// written back), those of its whole blocks shared; in index order, so that two writers
-    /// never wait for each other crosswise. A write of 64 blocks or more holds every lock.
+    /// Takes the block locks a write of `[offset, offset + len)` that holds none yet needs
+    /// ([`BlockLocks::hold`] over this descriptor's alignment).
     pub(crate) fn hold(&self, offset: u64, len: u64) -> Held<'_> {
-        if len == 0 {
-            return Held(Vec::new());
-        }
-        let (start, end) = self.cover(offset, len);
-        let (first, last) = (start / self.align, end / self.align - 1);
-        let bit = |block: u64| 1u64 << (block % u64::from(BLOCK_LOCKS));
-        let blocks = last - first + 1;
-        let all = match blocks >= u64::from(BLOCK_LOCKS) {
-            true => u64::MAX,
-            false => ((1u64 << blocks) - 1).rotate_left((first % u64::from(BLOCK_LOCKS)) as u32),
-        };
-        let mut exclusive = 0;
-        if offset > start {
-            exclusive |= bit(first);
-        }
-        if offset + len < end {
-            exclusive |= bit(last);
-        }
-        let mut guards = Vec::with_capacity(all.count_ones() as usize);
-        let mut left = all;
-        while left != 0 {
-            let i = left.trailing_zeros();
-            left &= left - 1;
-            let lock = &self.blocks[i as usize];
-            guards.push(match exclusive & (1 << i) != 0 {
-                true => Guard::Exclusive(lock.write().unwrap_or_else(|e| e.into_inner())),
-                false => Guard::Shared(lock.read().unwrap_or_else(|e| e.into_inner())),
-            });
-        }
-        Held(guards)
+        self.blocks.hold(self.align, offset, len)
     }
 }
 

@@ -44,6 +44,7 @@
 //! ```
 
 mod aligned;
+mod block_locks;
 mod detached;
 mod direct;
 mod error;

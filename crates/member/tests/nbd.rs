@@ -294,6 +294,56 @@ fn min_block_size_read_modify_write_and_max_split() {
     assert_eq!(read(&m, 8 << 20 | 5, big.len()), big);
 }
 
+/// To a server with a minimum block size, a partial write is a read-modify-write of its edge
+/// blocks; an aligned write of its head block landing between that read and write must not be
+/// undone (block locks, as direct I/O has). Before, only partial writes took (edge) locks, and
+/// the aligned write's bytes outside the partial one came back old.
+#[test]
+fn aligned_write_racing_a_partial_write_of_its_block_is_not_undone() {
+    let args = [
+        "--filter=blocksize-policy",
+        "memory",
+        "4M",
+        "blocksize-minimum=4096",
+        "blocksize-error-policy=error",
+    ];
+    let Some((_dir, _server, m)) = nbdkit_member(&args, &RemoteOptions::default()) else {
+        return;
+    };
+    let m = Arc::new(m);
+    let block = 4096usize;
+    let (part_at, part_len) = (block / 4, (256 << 10) - 3);
+    let rounds = 300u32;
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let partial = {
+        let (m, barrier) = (Arc::clone(&m), Arc::clone(&barrier));
+        std::thread::spawn(move || {
+            let bytes = vec![0xEEu8; part_len];
+            for _ in 0..rounds {
+                barrier.wait();
+                m.write_at(&bytes, part_at as u64).unwrap();
+                barrier.wait();
+            }
+        })
+    };
+    for round in 0..rounds {
+        let mark = (round % 200) as u8 + 1;
+        barrier.wait();
+        m.write_at(&vec![mark; block], 0).unwrap();
+        barrier.wait();
+        let got = read(m.as_ref(), 0, block);
+        let inside = &got[part_at..];
+        assert!(
+            inside.iter().all(|&b| b == mark) || inside.iter().all(|&b| b == 0xEE),
+            "round {round}: the partial write's bytes are torn"
+        );
+        if let Some(i) = got[..part_at].iter().position(|&b| b != mark) {
+            panic!("round {round}: byte {i} is not the aligned write's");
+        }
+    }
+    partial.join().unwrap();
+}
+
 #[test]
 fn concurrent_threads_share_one_connection() {
     let Some((_dir, _server, m)) = nbdkit_member(&["memory", "64M"], &RemoteOptions::default())

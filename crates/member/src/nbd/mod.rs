@@ -13,9 +13,10 @@ mod uri;
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::block_locks::{BlockLocks, Held};
 use crate::error::{check_range, MemberError};
 use crate::{Member, OpenOptions};
 use conn::{Connection, Failure};
@@ -26,8 +27,6 @@ pub use uri::{is_nbd_uri, parse_nbd_uri, NbdAddress, NbdTarget, DEFAULT_PORT};
 pub const MAX_REQUEST_BYTES: u64 = 32 << 20;
 /// Requests one member call keeps in flight when it is split into pieces.
 const PIPELINE_DEPTH: usize = 16;
-/// Locks serialising read-modify-write of partial edge blocks (block index mod this).
-const EDGE_LOCK_COUNT: usize = 64;
 /// Zero buffer used when the server cannot write zeroes itself.
 const ZERO_BUFFER_BYTES: usize = 1 << 20;
 static ZEROES: [u8; ZERO_BUFFER_BYTES] = [0; ZERO_BUFFER_BYTES];
@@ -123,7 +122,8 @@ pub struct NbdMember {
     min_block_bytes: u64,
     max_request_bytes: u64,
     conn: RwLock<Arc<Connection>>,
-    edge_locks: Vec<Mutex<()>>,
+    /// Held by writes when the server has a minimum block size (`crate::block_locks`).
+    blocks: BlockLocks,
     /// Resolved once at open (it may take a name lookup).
     identity: crate::Identity,
 }
@@ -188,7 +188,7 @@ impl NbdMember {
             min_block_bytes,
             max_request_bytes,
             conn: RwLock::new(Arc::new(conn)),
-            edge_locks: (0..EDGE_LOCK_COUNT).map(|_| Mutex::new(())).collect(),
+            blocks: BlockLocks::new(),
         })
     }
 
@@ -283,6 +283,9 @@ impl NbdMember {
         use crate::StartCall;
         let (op, cmd, offset, len, payload): (_, _, _, _, &[&[u8]]) = match call {
             StartCall::Read { offset, len } => ("read", CMD_READ, offset, len, &[]),
+            // A write to a server with a minimum block size holds block locks until its reply
+            // (`write_at`); a started call cannot carry them.
+            StartCall::Write { .. } if self.min_block_bytes > 1 => return None,
             StartCall::Write { offset, bufs } => {
                 let len = crate::vectored_len(bufs.iter().map(|b| b.len()));
                 self.check_writable("write", offset, len).ok()?;
@@ -337,6 +340,13 @@ impl NbdMember {
             ));
         }
         Ok(())
+    }
+
+    /// The block locks a write of `[offset, offset + len)` holds (`crate::block_locks`): none
+    /// when the server takes any byte range, as no read-modify-write happens then.
+    fn hold(&self, offset: u64, len: u64) -> Option<Held<'_>> {
+        let b = self.min_block_bytes;
+        (b > 1).then(|| self.blocks.hold(b, offset, len))
     }
 
     fn is_aligned(&self, offset: u64, len: u64) -> bool {
@@ -405,19 +415,7 @@ impl NbdMember {
     fn write_unaligned(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let (start, end) = self.aligned_outer(offset, buf.len() as u64);
         let b = self.min_block_bytes;
-        let mut lock_indices = [
-            (start / b) as usize % EDGE_LOCK_COUNT,
-            ((end - b) / b) as usize % EDGE_LOCK_COUNT,
-        ];
-        lock_indices.sort_unstable();
-        let _first = self.edge_locks[lock_indices[0]]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let _second = (lock_indices[1] != lock_indices[0]).then(|| {
-            self.edge_locks[lock_indices[1]]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-        });
+        let _held = self.hold(offset, buf.len() as u64);
         let mut tmp = vec![0u8; (end - start) as usize];
         if offset != start {
             self.transfer(
@@ -460,6 +458,7 @@ impl NbdMember {
             return Ok(());
         }
         if self.is_aligned(offset, len) {
+            let _held = self.hold(offset, len);
             return self.zero_aligned(op, offset, len);
         }
         let b = self.min_block_bytes;
@@ -470,6 +469,7 @@ impl NbdMember {
         }
         self.write_at(&vec![0u8; (inner_start - offset) as usize], offset)?;
         self.write_at(&vec![0u8; (offset + len - inner_end) as usize], inner_end)?;
+        let _held = self.hold(inner_start, inner_end - inner_start);
         self.zero_aligned(op, inner_start, inner_end - inner_start)
     }
 }
@@ -517,6 +517,7 @@ impl Member for NbdMember {
             return Ok(());
         }
         if self.is_aligned(offset, len) {
+            let _held = self.hold(offset, len);
             return self.transfer("write", CMD_WRITE, offset, len, Data::Write(&[buf]));
         }
         self.write_unaligned(buf, offset)
@@ -547,6 +548,7 @@ impl Member for NbdMember {
         if !self.is_aligned(offset, len) {
             return crate::write_each(self, bufs, offset);
         }
+        let _held = self.hold(offset, len);
         self.transfer("write", CMD_WRITE, offset, len, Data::Write(bufs))
     }
 

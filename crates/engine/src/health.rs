@@ -5,6 +5,7 @@
 use crate::error::EngineError;
 use crate::members::Move;
 use crate::parts::missing_roles;
+use crate::speed::{MemberSpeed, SlowPolicy};
 use crate::state::{FaultPolicy, FaultReason, FaultStats, MemberHealth};
 use crate::Array;
 use member::Member;
@@ -99,6 +100,25 @@ impl Array {
     /// Error counters of `role`.
     pub fn fault_stats(&self, role: usize) -> FaultStats {
         self.parts.members.fault_stats(role)
+    }
+
+    /// Marks the member serving `role` write-mostly (md's flag: on RAID 1 and 10 it is read
+    /// only when no other copy can serve) or not. A member put into the role later (a spare,
+    /// a replacement) starts unmarked: the caller marks it again if its name says so.
+    pub fn set_write_mostly(&self, role: usize, on: bool) {
+        self.parts.members.speed().set_write_mostly(role, on);
+    }
+
+    /// What is measured of `role`'s speed, its slow verdict and its write-mostly mark.
+    pub fn member_speed(&self, role: usize) -> MemberSpeed {
+        self.parts.members.speed().report(role)
+    }
+
+    /// What makes a member slow (`SlowPolicy::default()` until set): a slow member's reads
+    /// are served by the other copies (RAID 1, 10) or reconstructed when that is cheaper
+    /// (RAID 5, 6), and `member_speed` reports it.
+    pub fn set_slow_policy(&self, policy: SlowPolicy) {
+        self.parts.members.speed().set_policy(policy);
     }
 
     /// The fault policy in force.

@@ -28,7 +28,7 @@ impl FanOut {
         FanOut(AtomicU64::new(min_bytes))
     }
 
-    fn min_bytes(&self) -> u64 {
+    pub(crate) fn min_bytes(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 
@@ -167,7 +167,7 @@ impl<'a> Runner<'a> {
             if let Some(Begun { call, counted }) = begun {
                 let (result, _) = call.finish(&mut |_| {});
                 let ok = result.is_ok();
-                self.members.io(role).end(counted, kind.counted(), len, ok);
+                self.members.end(role, counted, kind.counted(), len, ok);
             }
             // Removed after the request was planned: a write is moot, a read must be retried.
             return match kind {
@@ -175,7 +175,6 @@ impl<'a> Runner<'a> {
                 _ => Ok(()),
             };
         };
-        let counters = self.members.io(role);
         let (result, elapsed) = match begun {
             // Timed by the call itself for the fault policy: it may have returned long before
             // this group's turn. The counters' latency runs from its start to here.
@@ -187,17 +186,19 @@ impl<'a> Runner<'a> {
                     }
                     _ => call.finish(&mut |_| {}),
                 };
-                counters.end(counted, kind.counted(), len, result.is_ok());
+                self.members
+                    .end(role, counted, kind.counted(), len, result.is_ok());
                 (result, took)
             }
             None => {
-                let started = counters.begin();
+                let started = self.members.begin(role, kind.counted(), len);
                 let result = match &mut op {
                     MemOp::Read { offset, buf, .. } => member.read_at(buf, *offset),
                     MemOp::ReadV { offset, bufs, .. } => member.read_vectored_at(bufs, *offset),
                     other => other.apply(member.as_ref()),
                 };
-                let elapsed = counters.end(started, kind.counted(), len, result.is_ok());
+                let ok = result.is_ok();
+                let elapsed = self.members.end(role, started, kind.counted(), len, ok);
                 (result, elapsed)
             }
         };
@@ -233,7 +234,7 @@ impl<'a> Runner<'a> {
             MemOp::Flush { .. } => StartCall::Flush,
         };
         let call = member.start(call)?;
-        let counted = self.members.io(role).begin();
+        let counted = self.members.begin(role, kind.counted(), len);
         Some(Begun { call, counted })
     }
 

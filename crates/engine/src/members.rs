@@ -6,8 +6,9 @@
 //! notice. Health, epoch and in-flight counts are atomics: the data path reads them without
 //! locks.
 
+use crate::speed::Speed;
 use crate::state::{FaultCounters, FaultPolicy, FaultReason, FaultStats, MemberHealth};
-use iostats::{IoCounters, IoSnapshot};
+use iostats::{IoCounters, IoSnapshot, OpKind};
 use layout::Geometry;
 use member::Member;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -49,6 +50,8 @@ pub(crate) struct Members {
     policy: RwLock<FaultPolicy>,
     /// Per role: the I/O counters of its member operations (requests in flight among them).
     io: Vec<IoCounters>,
+    /// Per role: outstanding read bytes, read latency, the slow verdict, write-mostly.
+    speed: Speed,
 }
 
 impl Members {
@@ -78,6 +81,7 @@ impl Members {
             faults: (0..n).map(|_| FaultCounters::default()).collect(),
             policy: RwLock::new(FaultPolicy::default()),
             io: (0..n).map(|_| IoCounters::new()).collect(),
+            speed: Speed::new(n),
         }
     }
 
@@ -163,6 +167,7 @@ impl Members {
     pub(crate) fn set_member(&self, role: usize, member: MaybeMember) -> MaybeMember {
         let mut slot = self.slot_mut(role);
         self.bump_epoch();
+        self.speed.reset(role);
         std::mem::replace(&mut slot.member, member)
     }
 
@@ -188,6 +193,7 @@ impl Members {
         let new = slot.replacement.take()?;
         self.bump_epoch();
         self.faults[role].reset();
+        self.speed.reset(role);
         slot.member.replace(new)
     }
 
@@ -265,17 +271,48 @@ impl Members {
         !self.health_of(role).readable()
     }
 
-    /// The I/O counters of `role`'s member operations (`io::Runner::member_io` counts each
-    /// one: begin and end).
+    /// A `kind` operation of `len` bytes starts on `role`'s member: counted (`io`), and a
+    /// read's bytes outstanding (`speed`).
     #[inline]
-    pub(crate) fn io(&self, role: usize) -> &IoCounters {
-        &self.io[role]
+    pub(crate) fn begin(&self, role: usize, kind: OpKind, len: u64) -> iostats::Started {
+        if kind == OpKind::Read {
+            self.speed.read_begins(role, len);
+        }
+        self.io[role].begin()
     }
 
-    /// Requests on `role`'s member now (mirrored reads go to the least busy copy).
+    /// The operation `started` by [`Members::begin`] ended: counted, its latency fed to the
+    /// read balance and the slow-member window (judged here when the window is over).
+    /// Returns how long it took.
     #[inline]
-    pub(crate) fn in_flight(&self, role: usize) -> usize {
-        self.io[role].in_flight() as usize
+    pub(crate) fn end(
+        &self,
+        role: usize,
+        started: iostats::Started,
+        kind: OpKind,
+        len: u64,
+        ok: bool,
+    ) -> std::time::Duration {
+        let took = self.io[role].end(started, kind, len, ok);
+        let (read, flush) = (kind == OpKind::Read, kind == OpKind::Flush);
+        self.speed
+            .ended(role, read, flush, len, took.as_nanos() as u64);
+        let now = iostats::now_ns();
+        if self.speed.window_over(now) {
+            let readable: Vec<bool> = self
+                .health_snapshot()
+                .iter()
+                .map(|h| h.readable())
+                .collect();
+            self.speed.judge(now, &readable);
+        }
+        took
+    }
+
+    /// What reads balance on and the slow verdicts (`speed`).
+    #[inline]
+    pub(crate) fn speed(&self) -> &Speed {
+        &self.speed
     }
 
     /// The I/O counters of every role now.

@@ -112,6 +112,8 @@ fn raid1_reads_spread_over_mirrors() {
     let chunk = 64 * KIB;
     let (probes, members) = probes(3, 64 * chunk);
     let array = array_over(Level::Raid1, chunk, &members, &[]);
+    // A read's pieces stay on one copy up to the fan-out threshold, then go on the next.
+    array.set_fanout_min_bytes(8 * chunk);
     let mut buf = vec![0u8; (30 * chunk) as usize];
     array.read(0, &mut buf).expect("read");
     for p in &probes {

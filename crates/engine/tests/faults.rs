@@ -27,6 +27,9 @@ fn filled(
 ) -> (Vec<Arc<Flaky>>, engine::Array, Vec<u8>) {
     let (flaky, members) = flaky_members(n, rows * chunk);
     let array = array_over(level, chunk, &members, &[]);
+    // A mirror read's pieces stay on one copy up to the fan-out threshold: one chunk, so a
+    // whole-array read reaches every copy (and the member whose reads fail).
+    array.set_fanout_min_bytes(chunk);
     let mut model = vec![0u8; array.size_bytes() as usize];
     rng.fill(&mut model);
     array.write(0, &model).expect("fill");

@@ -76,6 +76,10 @@ fn raid56_read(io: &Parts, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
     let epoch = io.members.epoch();
     let snapshot = io.present_snapshot();
     if all_present(&snapshot) {
+        let around = slow_to_read_around(io, &spans, &snapshot);
+        if !around.is_empty() {
+            return read_around(io, &spans, buf, &around);
+        }
         degraded_read(io, &spans, buf, &snapshot)?;
         // No member changed state before the read finished, so no write skipped one we
         // read.
@@ -86,6 +90,62 @@ fn raid56_read(io: &Parts, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
     let _held = io.locks.lock(spans.iter().map(|s| s.stripe));
     let present = io.usable()?;
     degraded_read(io, &spans, buf, &present)
+}
+
+/// The members judged slow that this healthy read should be served around: those it touches
+/// whose estimated cost (outstanding bytes × latency) is more than twice that of the slowest
+/// of the others, which would each read the same bytes in parallel to reconstruct them (see
+/// `speed::Speed::cheaper_around`), and whose probe is not due (a slow member still gets a
+/// read a probe interval, so its recovery is seen). Empty when none is slow (one atomic
+/// load) or when the array would not survive without them.
+fn slow_to_read_around(io: &Parts, spans: &[StripeSpan], present: &[bool]) -> Vec<usize> {
+    let speed = io.members.speed();
+    if !speed.any_slow() {
+        return Vec::new();
+    }
+    let now = iostats::now_ns();
+    let n = present.len();
+    let mut around = Vec::new();
+    for role in (0..n).filter(|&r| speed.is_slow(r)) {
+        let bytes: u64 = (spans.iter().flat_map(|s| &s.chunks))
+            .filter(|c| c.role == role)
+            .map(|c| c.len)
+            .sum();
+        if bytes == 0 || speed.claim_probe(role, now) {
+            continue;
+        }
+        let others = (0..n).filter(|&r| r != role && present[r]);
+        if speed.cheaper_around(role, bytes, others) {
+            around.push(role);
+        }
+    }
+    let mut without = present.to_vec();
+    around.iter().for_each(|&r| without[r] = false);
+    match io.geometry.survives(&without) {
+        true => around,
+        false => Vec::new(),
+    }
+}
+
+/// Reads `spans` with the members `around` left out, their chunks reconstructed from the
+/// others under the stripe locks (as a degraded read), unless a stripe's parity is
+/// untrusted (a sync has not reached it): then every chunk is read where it is.
+fn read_around(
+    io: &Parts,
+    spans: &[StripeSpan],
+    buf: &mut [u8],
+    around: &[usize],
+) -> Result<(), IoError> {
+    let _held = io.locks.lock(spans.iter().map(|s| s.stripe));
+    let mut present = io.usable()?;
+    let hook = io.trust.get();
+    let trusted = (spans.iter()).all(|s| !io.parity_untrusted(hook.as_ref(), s.stripe));
+    let mut without = present.clone();
+    around.iter().for_each(|&r| without[r] = false);
+    if trusted && io.geometry.survives(&without) {
+        present = without;
+    }
+    degraded_read(io, spans, buf, &present)
 }
 
 /// Reads present chunks straight into `buf` and rebuilds the missing ones from the rest

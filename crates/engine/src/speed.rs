@@ -1,0 +1,481 @@
+//! How fast each member answers, and what the read path makes of it: which copy a mirrored
+//! read goes to (`plain::read`), which members are *slow* (an outlier against their peers over
+//! a window, ZFS's slow-disk "sit out"), and whether a RAID 5/6 read is cheaper reconstructed
+//! around a slow member (`raid56`). Also the operator's `write-mostly` mark (md's flag: read a
+//! member only when no other copy can serve).
+//!
+//! The data path touches only relaxed atomics here: per member operation, the bytes a role has
+//! outstanding (reads), a moving average of its read latency, the window's operation count and
+//! summed time, and the clock check that runs the judgement once per window. The judgement
+//! itself (once a window, by whichever operation ends past the window's end) takes a mutex with
+//! `try_lock`, so no request waits for it. Everything is a fixed amount per role: no history is
+//! kept beyond the current window and the two streak counters.
+
+use iostats::now_ns;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Fewer operations than this in a window leave a member's verdict as it was (too few to
+/// judge).
+pub const SLOW_MIN_OPS: u64 = 4;
+
+/// A sequential read stays on the copy it is on while that copy's estimate is at most this
+/// many times the best copy's (so equal legs keep a stream on one leg, and a leg 20× slower
+/// loses it).
+const SEQUENTIAL_SLACK: u128 = 2;
+
+/// The least latency a member is assumed to have, ns: below it (RAM, the page cache) members
+/// are weighed by their outstanding bytes alone, their microseconds of difference being
+/// noise next to the copy.
+const LATENCY_FLOOR_NS: u64 = 10_000;
+
+/// What makes a member slow, and how soon (see [`crate::Array::set_slow_policy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlowPolicy {
+    /// Length of one judged window (member operations' mean latency over it).
+    pub window: Duration,
+    /// A member is an outlier in a window when its mean latency is above `ratio` times the
+    /// median of its peers' ...
+    pub ratio: u32,
+    /// ... and above it by more than `min_excess` (RAM and page-cache members differ by
+    /// large ratios of microseconds that no one should be told about). Zero ratio: never.
+    pub min_excess: Duration,
+    /// Consecutive outlier windows before the member is judged slow.
+    pub windows_to_mark: u32,
+    /// Consecutive windows within the bound before a slow member is trusted again.
+    pub windows_to_clear: u32,
+}
+
+impl Default for SlowPolicy {
+    fn default() -> SlowPolicy {
+        SlowPolicy {
+            window: Duration::from_secs(1),
+            ratio: 4,
+            min_excess: Duration::from_micros(500),
+            windows_to_mark: 3,
+            windows_to_clear: 3,
+        }
+    }
+}
+
+impl SlowPolicy {
+    /// A member not read for this long (with nothing outstanding) gets the next read it can
+    /// serve, so its latency estimate and a slow member's recovery stay measured: a tenth of a
+    /// window (at most a few reads a second go to a slow member).
+    fn probe_interval_ns(&self) -> u64 {
+        (self.window.as_nanos() as u64 / 10).max(1)
+    }
+}
+
+/// One member's speed figures, for status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemberSpeed {
+    /// Judged slow: reads are served around it where redundancy allows.
+    pub slow: bool,
+    /// Marked write-mostly: read only when no other copy can serve.
+    pub write_mostly: bool,
+    /// Its mean latency per operation over the last judged window (`None`: too few
+    /// operations).
+    pub latency_us: Option<u64>,
+    /// The median of its peers' over the same window (`None`: no peer measured).
+    pub peers_latency_us: Option<u64>,
+    /// Its read latency's moving average (what the read balance weighs), µs.
+    pub read_latency_us: u64,
+}
+
+/// The live figures of one role. Aligned so two roles never share a cache line.
+#[repr(align(128))]
+#[derive(Default)]
+struct Leg {
+    /// Bytes of reads sent to the member and not yet returned.
+    outstanding: AtomicU64,
+    /// Moving average of its read latency, ns (α = 1/8); 0 until measured.
+    read_ewma_ns: AtomicU64,
+    /// The member offset where the last read sent to it ends (a read starting there
+    /// continues a stream).
+    next_read_at: AtomicU64,
+    /// When a read was last sent to it ([`now_ns`]).
+    last_read_ns: AtomicU64,
+    /// The current window: operations ended and their summed time (flushes left out).
+    window_ops: AtomicU64,
+    window_ns: AtomicU64,
+    write_mostly: AtomicBool,
+    slow: AtomicBool,
+}
+
+impl Leg {
+    /// Read just now, as far as probes are concerned: a new member is not probed before it
+    /// had a probe interval to be read normally.
+    fn new() -> Leg {
+        let leg = Leg::default();
+        leg.last_read_ns.store(now_ns(), Relaxed);
+        leg
+    }
+}
+
+/// What the last judgement found, per role.
+#[derive(Clone, Default)]
+struct Judged {
+    outlier_streak: u32,
+    normal_streak: u32,
+    latency_ns: Option<u64>,
+    peers_ns: Option<u64>,
+}
+
+/// The speed figures of every role of an array.
+pub(crate) struct Speed {
+    legs: Vec<Leg>,
+    policy: Mutex<SlowPolicy>,
+    /// When the current window ends ([`now_ns`]).
+    window_end_ns: AtomicU64,
+    /// The policy's probe interval (the data path reads no mutex).
+    probe_ns: AtomicU64,
+    /// Some role is slow (the RAID 5/6 read path's one load when none is).
+    any_slow: AtomicBool,
+    judged: Mutex<Vec<Judged>>,
+}
+
+impl Speed {
+    pub(crate) fn new(roles: usize) -> Speed {
+        let policy = SlowPolicy::default();
+        Speed {
+            legs: (0..roles).map(|_| Leg::new()).collect(),
+            window_end_ns: AtomicU64::new(now_ns() + policy.window.as_nanos() as u64),
+            probe_ns: AtomicU64::new(policy.probe_interval_ns()),
+            policy: Mutex::new(policy),
+            any_slow: AtomicBool::new(false),
+            judged: Mutex::new(vec![Judged::default(); roles]),
+        }
+    }
+
+    fn policy(&self) -> SlowPolicy {
+        *self.policy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn set_policy(&self, policy: SlowPolicy) {
+        *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = policy;
+        self.probe_ns.store(policy.probe_interval_ns(), Relaxed);
+        self.window_end_ns
+            .store(now_ns() + policy.window.as_nanos() as u64, Relaxed);
+    }
+
+    /// A read of `len` bytes is sent to `role`.
+    #[inline]
+    pub(crate) fn read_begins(&self, role: usize, len: u64) {
+        self.legs[role].outstanding.fetch_add(len, Relaxed);
+    }
+
+    /// An operation sent to `role` ended after `took_ns`: a read of `len` bytes (`read`) or
+    /// another kind (`flush`: left out of the window, a flush's time is the device cache's).
+    #[inline]
+    pub(crate) fn ended(&self, role: usize, read: bool, flush: bool, len: u64, took_ns: u64) {
+        let leg = &self.legs[role];
+        if read {
+            leg.outstanding.fetch_sub(len, Relaxed);
+            let old = leg.read_ewma_ns.load(Relaxed);
+            let new = match old {
+                0 => took_ns.max(1),
+                _ => (old - old / 8 + took_ns / 8).max(1),
+            };
+            leg.read_ewma_ns.store(new, Relaxed);
+        }
+        if !flush {
+            leg.window_ops.fetch_add(1, Relaxed);
+            leg.window_ns.fetch_add(took_ns, Relaxed);
+        }
+    }
+
+    /// Whether the current window is over at `now`.
+    #[inline]
+    pub(crate) fn window_over(&self, now: u64) -> bool {
+        now >= self.window_end_ns.load(Relaxed)
+    }
+
+    /// Judges the window that just ended: each `readable` role's mean latency against the
+    /// median of the others'. At most one caller judges; the others return at once.
+    pub(crate) fn judge(&self, now: u64, readable: &[bool]) {
+        let Ok(mut judged) = self.judged.try_lock() else {
+            return;
+        };
+        if !self.window_over(now) {
+            return; // judged by another caller meanwhile
+        }
+        let policy = self.policy();
+        self.window_end_ns
+            .store(now + policy.window.as_nanos() as u64, Relaxed);
+        let means: Vec<Option<u64>> = (self.legs.iter().enumerate())
+            .map(|(role, leg)| {
+                let ops = leg.window_ops.swap(0, Relaxed);
+                let ns = leg.window_ns.swap(0, Relaxed);
+                (readable[role] && ops >= SLOW_MIN_OPS).then(|| ns / ops)
+            })
+            .collect();
+        for (role, j) in judged.iter_mut().enumerate() {
+            let leg = &self.legs[role];
+            if !readable[role] {
+                *j = Judged::default();
+                leg.slow.store(false, Relaxed);
+                continue;
+            }
+            j.latency_ns = means[role];
+            j.peers_ns = peers_median(&means, role);
+            let (Some(mean), Some(peers)) = (j.latency_ns, j.peers_ns) else {
+                continue; // too few to judge: the verdict stands
+            };
+            let outlier = policy.ratio > 0
+                && mean > peers.saturating_mul(policy.ratio as u64)
+                && mean - peers > policy.min_excess.as_nanos() as u64;
+            if outlier {
+                j.outlier_streak += 1;
+                j.normal_streak = 0;
+            } else {
+                j.normal_streak += 1;
+                j.outlier_streak = 0;
+            }
+            let slow = leg.slow.load(Relaxed);
+            if !slow && j.outlier_streak >= policy.windows_to_mark {
+                leg.slow.store(true, Relaxed);
+            } else if slow && j.normal_streak >= policy.windows_to_clear {
+                leg.slow.store(false, Relaxed);
+            }
+        }
+        let any = self.legs.iter().any(|l| l.slow.load(Relaxed));
+        self.any_slow.store(any, Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn is_slow(&self, role: usize) -> bool {
+        self.legs[role].slow.load(Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn any_slow(&self) -> bool {
+        self.any_slow.load(Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn is_write_mostly(&self, role: usize) -> bool {
+        self.legs[role].write_mostly.load(Relaxed)
+    }
+
+    pub(crate) fn set_write_mostly(&self, role: usize, on: bool) {
+        self.legs[role].write_mostly.store(on, Relaxed);
+    }
+
+    /// A new member serves `role`: what was measured and marked of the old one is dropped.
+    pub(crate) fn reset(&self, role: usize) {
+        let leg = &self.legs[role];
+        leg.read_ewma_ns.store(0, Relaxed);
+        leg.last_read_ns.store(now_ns(), Relaxed);
+        leg.write_mostly.store(false, Relaxed);
+        leg.slow.store(false, Relaxed);
+        let mut judged = self.judged.lock().unwrap_or_else(|p| p.into_inner());
+        judged[role] = Judged::default();
+        drop(judged);
+        let any = self.legs.iter().any(|l| l.slow.load(Relaxed));
+        self.any_slow.store(any, Relaxed);
+    }
+
+    /// The estimated cost of a read of `len` bytes on `role` with `planned` more bytes of this
+    /// request already given to it: (outstanding + planned + len) × its read latency.
+    #[inline]
+    pub(crate) fn cost(&self, role: usize, planned: u64, len: u64) -> u128 {
+        let leg = &self.legs[role];
+        let bytes = leg.outstanding.load(Relaxed) + planned + len;
+        let latency = leg.read_ewma_ns.load(Relaxed).max(LATENCY_FLOOR_NS);
+        bytes as u128 * latency as u128
+    }
+
+    /// Whether a read at member offset `at` continues the last read sent to `role`.
+    #[inline]
+    pub(crate) fn continues(&self, role: usize, at: u64) -> bool {
+        self.legs[role].next_read_at.load(Relaxed) == at
+    }
+
+    /// A read of `[at, at + len)` goes to `role`.
+    #[inline]
+    pub(crate) fn chosen(&self, role: usize, at: u64, len: u64, now: u64) {
+        let leg = &self.legs[role];
+        leg.next_read_at.store(at + len, Relaxed);
+        leg.last_read_ns.store(now, Relaxed);
+    }
+
+    /// A probe reads `[at, at + len)` elsewhere: a stream on `role` that reached `at` goes on
+    /// after it.
+    #[inline]
+    pub(crate) fn skip_over(&self, role: usize, at: u64, len: u64) {
+        let leg = &self.legs[role];
+        let _ = leg
+            .next_read_at
+            .compare_exchange(at, at + len, Relaxed, Relaxed);
+    }
+
+    /// Whether `role` has gone unread (nothing outstanding) for a probe interval; if so, the
+    /// caller is the one to send it the next read (claimed here, so one caller probes).
+    #[inline]
+    pub(crate) fn claim_probe(&self, role: usize, now: u64) -> bool {
+        let leg = &self.legs[role];
+        let last = leg.last_read_ns.load(Relaxed);
+        let interval = self.probe_interval_ns();
+        now.saturating_sub(last) >= interval
+            && leg.outstanding.load(Relaxed) == 0
+            && leg
+                .last_read_ns
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+    }
+
+    fn probe_interval_ns(&self) -> u64 {
+        self.probe_ns.load(Relaxed)
+    }
+
+    /// Whether a read of `len` bytes that would go to the slow `role` is cheaper rebuilt from
+    /// `others` (each of which would then read `len` bytes, in parallel): the slowest of them,
+    /// its estimate doubled for the extra load and the stripe locks, still beats `role`.
+    pub(crate) fn cheaper_around(
+        &self,
+        role: usize,
+        len: u64,
+        others: impl Iterator<Item = usize>,
+    ) -> bool {
+        let direct = self.cost(role, 0, len);
+        let around = others.map(|r| self.cost(r, 0, len)).max().unwrap_or(0);
+        around.saturating_mul(2) < direct
+    }
+
+    /// `role`'s figures for status.
+    pub(crate) fn report(&self, role: usize) -> MemberSpeed {
+        let leg = &self.legs[role];
+        let judged = self.judged.lock().unwrap_or_else(|p| p.into_inner());
+        let us = |ns: u64| ns.div_ceil(1_000);
+        MemberSpeed {
+            slow: leg.slow.load(Relaxed),
+            write_mostly: leg.write_mostly.load(Relaxed),
+            latency_us: judged[role].latency_ns.map(us),
+            peers_latency_us: judged[role].peers_ns.map(us),
+            read_latency_us: us(leg.read_ewma_ns.load(Relaxed)),
+        }
+    }
+}
+
+/// The median of the other roles' means (the lower one of an even count), `None` when no
+/// other role was measured.
+fn peers_median(means: &[Option<u64>], role: usize) -> Option<u64> {
+    let mut peers: Vec<u64> = (means.iter().enumerate())
+        .filter(|&(r, _)| r != role)
+        .filter_map(|(_, m)| *m)
+        .collect();
+    peers.sort_unstable();
+    let n = peers.len();
+    (n > 0).then(|| peers[(n - 1) / 2])
+}
+
+/// Whether a copy costing `cost` is as good as the cheapest (`best`): within an eighth of it
+/// (so the noise of two equal members' latencies does not send every read to one of them).
+#[inline]
+pub(crate) fn near(cost: u128, best: u128) -> bool {
+    cost.saturating_mul(8) <= best.saturating_mul(9)
+}
+
+/// Whether a sequential candidate costing `candidate` keeps the stream against the best
+/// alternative costing `best`.
+#[inline]
+pub(crate) fn keeps_stream(candidate: u128, best: u128) -> bool {
+    candidate <= best.saturating_mul(SEQUENTIAL_SLACK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(speed: &Speed, role: usize, ops: u64, took_ns: u64) {
+        for _ in 0..ops {
+            speed.read_begins(role, 4096);
+            speed.ended(role, true, false, 4096, took_ns);
+        }
+    }
+
+    fn judge_now(speed: &Speed, readable: &[bool]) {
+        speed.window_end_ns.store(0, Relaxed);
+        speed.judge(now_ns(), readable);
+    }
+
+    #[test]
+    fn an_outlier_is_slow_after_the_streak_and_trusted_again_after_the_clear_streak() {
+        let speed = Speed::new(4);
+        let all = [true; 4];
+        for window in 0..3 {
+            assert!(!speed.is_slow(2), "window {window}: marked too soon");
+            for role in 0..4 {
+                let ns = if role == 2 { 2_000_000 } else { 100_000 };
+                feed(&speed, role, 10, ns);
+            }
+            judge_now(&speed, &all);
+        }
+        assert!(speed.is_slow(2) && speed.any_slow());
+        assert!((0..4).filter(|&r| r != 2).all(|r| !speed.is_slow(r)));
+        let report = speed.report(2);
+        assert_eq!(
+            (report.latency_us, report.peers_latency_us),
+            (Some(2000), Some(100))
+        );
+        for window in 0..3 {
+            assert!(speed.is_slow(2), "window {window}: cleared too soon");
+            (0..4).for_each(|role| feed(&speed, role, 10, 100_000));
+            judge_now(&speed, &all);
+        }
+        assert!(!speed.is_slow(2) && !speed.any_slow());
+    }
+
+    #[test]
+    fn small_excess_too_few_operations_and_unreadable_members_are_not_judged() {
+        let speed = Speed::new(2);
+        for _ in 0..5 {
+            // 10× slower but only 90 µs more: below the excess.
+            feed(&speed, 0, 10, 10_000);
+            feed(&speed, 1, 10, 100_000);
+            judge_now(&speed, &[true, true]);
+        }
+        assert!(!speed.is_slow(1));
+        for _ in 0..5 {
+            feed(&speed, 0, 10, 10_000);
+            feed(&speed, 1, SLOW_MIN_OPS - 1, 100_000_000);
+            judge_now(&speed, &[true, true]);
+        }
+        assert!(!speed.is_slow(1), "three operations a window judge nothing");
+        for _ in 0..5 {
+            feed(&speed, 0, 10, 10_000);
+            feed(&speed, 1, 10, 100_000_000);
+            judge_now(&speed, &[true, false]);
+        }
+        assert!(!speed.is_slow(1), "a member not in sync is not judged");
+    }
+
+    #[test]
+    fn the_median_of_peers_ignores_one_other_slow_member() {
+        assert_eq!(
+            peers_median(&[Some(1), Some(1), Some(20), Some(20)], 3),
+            Some(1)
+        );
+        assert_eq!(
+            peers_median(&[Some(1), Some(1), Some(20), Some(20)], 0),
+            Some(20)
+        );
+        assert_eq!(peers_median(&[Some(5), None], 1), Some(5));
+        assert_eq!(peers_median(&[Some(5), None], 0), None);
+    }
+
+    #[test]
+    fn cost_weighs_outstanding_bytes_by_latency() {
+        let speed = Speed::new(2);
+        feed(&speed, 0, 1, 10_000);
+        feed(&speed, 1, 1, 200_000);
+        assert!(speed.cost(0, 0, 4096) < speed.cost(1, 0, 4096));
+        // 16 reads outstanding on the fast one still beat one on a member 20× slower.
+        speed.read_begins(0, 16 * 4096);
+        assert!(speed.cost(0, 0, 4096) < speed.cost(1, 0, 4096));
+        speed.read_begins(0, 64 * 4096);
+        assert!(speed.cost(0, 0, 4096) > speed.cost(1, 0, 4096));
+    }
+}

@@ -11,6 +11,10 @@
 //! Writes to the same bytes at the same time have no order, as on a disk (the engine's stripe
 //! lock orders them for mirrors and parity).
 //!
+//! A layer above the members that rewrites whole blocks from partial writes (the encryption
+//! layer's 512-byte units, `crypt::Encrypted`) takes them too, and its reads hold their blocks
+//! shared ([`BlockLocks::read`]) so that no read decrypts a block half rewritten.
+//!
 //! 64 readers-writer locks, by block number modulo; taken in index order, so two writers never
 //! wait for each other crosswise. A write of 64 blocks or more holds every lock.
 
@@ -19,14 +23,14 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// Locks (one bit each in a `u64` mask).
 const LOCKS: u32 = u64::BITS;
 
-/// The block locks of one member.
-pub(crate) struct BlockLocks {
+/// The block locks of one member (or layer).
+pub struct BlockLocks {
     locks: Vec<RwLock<()>>,
 }
 
 /// Block locks held by one write ([`BlockLocks::hold`]), released on drop.
 #[must_use]
-pub(crate) struct Held<'a>(
+pub struct Held<'a>(
     #[allow(dead_code)] // held for their drop
     Vec<Guard<'a>>,
 );
@@ -36,8 +40,14 @@ enum Guard<'a> {
     Exclusive(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
 }
 
+impl Default for BlockLocks {
+    fn default() -> BlockLocks {
+        BlockLocks::new()
+    }
+}
+
 impl BlockLocks {
-    pub(crate) fn new() -> BlockLocks {
+    pub fn new() -> BlockLocks {
         BlockLocks {
             locks: (0..LOCKS).map(|_| RwLock::new(())).collect(),
         }
@@ -46,7 +56,19 @@ impl BlockLocks {
     /// Takes the locks a write of `[offset, offset + len)` over blocks of `block` bytes (a
     /// power of two) needs, holding none yet: its partial head and tail blocks exclusively,
     /// its whole blocks shared.
-    pub(crate) fn hold(&self, block: u64, offset: u64, len: u64) -> Held<'_> {
+    pub fn hold(&self, block: u64, offset: u64, len: u64) -> Held<'_> {
+        self.take(block, offset, len, true)
+    }
+
+    /// Takes the locks a read of `[offset, offset + len)` that must see each of its blocks
+    /// whole needs, holding none yet: every block it touches, shared.
+    pub fn read(&self, block: u64, offset: u64, len: u64) -> Held<'_> {
+        self.take(block, offset, len, false)
+    }
+
+    /// The locks of the blocks `[offset, offset + len)` touches; with `partial_exclusive`
+    /// its partial head and tail blocks exclusively.
+    fn take(&self, block: u64, offset: u64, len: u64, partial_exclusive: bool) -> Held<'_> {
         if len == 0 {
             return Held(Vec::new());
         }
@@ -62,10 +84,10 @@ impl BlockLocks {
             false => ((1u64 << blocks) - 1).rotate_left((first % u64::from(LOCKS)) as u32),
         };
         let mut exclusive = 0;
-        if offset > start {
+        if partial_exclusive && offset > start {
             exclusive |= bit(first);
         }
-        if offset + len < end {
+        if partial_exclusive && offset + len < end {
             exclusive |= bit(last);
         }
         let mut guards = Vec::with_capacity(all.count_ones() as usize);

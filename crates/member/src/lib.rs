@@ -67,6 +67,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use aligned::{AlignedBuf, DIRECT_ALIGN};
+pub use block_locks::{BlockLocks, Held};
 pub use detached::{
     carry_deadline, current_deadline, scatter, with_deadline, Detached, StartCall, Started,
     STUCK_MAX, WORKERS_MAX,

@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import nbd
 import pytest
@@ -279,8 +280,9 @@ def test_dashboard_is_read_only_without_a_token(tmp_path):
 
 def test_a_request_naming_another_host_is_refused(tmp_path):
     """DNS rebinding: a page of another site whose name resolves to the listener sends its own
-    name as Host; the listener answers only requests addressed to itself (its address, or
-    localhost on loopback), on the dashboard's paths and /metrics alike."""
+    name as Host; the listener answers only requests addressed to itself (its address,
+    localhost on loopback, or this machine's host name, as a Prometheus scraping `HOSTNAME:PORT`
+    sends), on the dashboard's paths and /metrics alike."""
     proc, _sock, _admin, url, _members = start(tmp_path, token=False)
     port = url.rsplit(":", 1)[1].strip("/")
 
@@ -299,7 +301,8 @@ def test_a_request_naming_another_host_is_refused(tmp_path):
                 status, body = get(path, host)
                 assert status == 421, (path, host, status, body)
                 assert "DNS rebinding" in body and f"127.0.0.1:{port}" in body, body
-            for host in (None, f"localhost:{port}", f"127.0.0.1:{port}"):
+            machine = Path("/proc/sys/kernel/hostname").read_text().strip()
+            for host in (None, f"localhost:{port}", f"127.0.0.1:{port}", f"{machine}:{port}"):
                 status, body = get(path, host)
                 assert status == 200, (path, host, status, body)
         assert '"arrays"' in get("api/dashboard", f"localhost:{port}")[1]

@@ -12,8 +12,9 @@
 //! with headers within [`HEADER_READ_TIMEOUT`] and a connection's life bounded by
 //! [`CONNECTION_TIMEOUT`]. It exposes array and member names to whoever can reach it: it binds
 //! what it is given (loopback by default). It answers only requests addressed to itself
-//! ([`host_allowed`]: the `Host` header names its address, or `localhost` on loopback; 421
-//! otherwise), so a page of another site cannot read it through DNS rebinding.
+//! ([`host_allowed`]: the `Host` header names its address, `localhost` on loopback, this
+//! machine's host name, or the name it was bound by; 421 otherwise), so a page of another site
+//! cannot read it through DNS rebinding.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -403,21 +404,49 @@ impl Scrape {
     }
 }
 
+/// A metrics listener's socket and the names, besides its address, a request may address it
+/// by (see [`host_allowed`]).
+#[derive(Debug)]
+pub struct MetricsListener {
+    pub socket: std::net::TcpListener,
+    pub names: Vec<String>,
+}
+
+impl MetricsListener {
+    /// `socket`, bound by `host` (what the user wrote before the port: an address or a name),
+    /// answering requests addressed by this machine's host name or by `host` when it is a name.
+    pub fn new(socket: std::net::TcpListener, host: &str) -> MetricsListener {
+        let mut names = Vec::new();
+        if let Ok(name) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+            names.push(name.trim().to_string());
+        }
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.parse::<IpAddr>().is_err() {
+            names.push(host.to_string());
+        }
+        names.retain(|n| !n.is_empty());
+        MetricsListener { socket, names }
+    }
+}
+
 /// Serves the metrics of `arrays` on `listener` until `shutdown` completes. Must run inside a
 /// tokio runtime.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: MetricsListener,
     arrays: Arc<Arrays>,
     log: Log,
     pages: Option<Arc<dyn Pages>>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let local = listener.local_addr()?;
-    let accept = || async { listener.accept().await.map(|(stream, _)| stream) };
+    let MetricsListener { socket, names } = listener;
+    let socket = tokio::net::TcpListener::from_std(socket)?;
+    let local = socket.local_addr()?;
+    let to = Arc::new(Addressed { local, names });
+    let accept = || async { socket.accept().await.map(|(stream, _)| stream) };
     let served = |stream| {
         serve_connection(
             stream,
-            local,
+            Arc::clone(&to),
             Arc::clone(&arrays),
             pages.clone(),
             Arc::clone(&log),
@@ -427,14 +456,22 @@ pub async fn serve(
     Ok(())
 }
 
+/// What a request's `Host` may name: the listener's address, or one of `names`.
+#[derive(Debug)]
+pub struct Addressed {
+    pub local: SocketAddr,
+    pub names: Vec<String>,
+}
+
 async fn serve_connection(
     stream: tokio::net::TcpStream,
-    local: SocketAddr,
+    to: Arc<Addressed>,
     arrays: Arc<Arrays>,
     pages: Option<Arc<dyn Pages>>,
     log: Log,
 ) {
-    let service = service_fn(move |req| scrape(req, local, Arc::clone(&arrays), pages.clone()));
+    let service =
+        service_fn(move |req| scrape(req, Arc::clone(&to), Arc::clone(&arrays), pages.clone()));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -449,18 +486,22 @@ async fn serve_connection(
 
 async fn scrape(
     req: HttpRequest<Incoming>,
-    local: SocketAddr,
+    to: Arc<Addressed>,
     arrays: Arc<Arrays>,
     pages: Option<Arc<dyn Pages>>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let host = req.headers().get(hyper::header::HOST);
-    if let Some(host) = host.filter(|h| !host_allowed(h.as_bytes(), local)) {
+    if let Some(host) = host.filter(|h| !host_allowed(h.as_bytes(), &to)) {
         let host = String::from_utf8_lossy(host.as_bytes());
+        let local = to.local;
+        let names = to.names.join(", ");
         let message = format!(
             "Host {host:?} refused: this listener answers only requests addressed to \
-             {local} (by its address, or localhost when it listens on loopback), so that a page \
-             of another site cannot read it through DNS rebinding; open http://{local}/, or \
-             have a reverse proxy send the listener's address as Host\n"
+             {local} by its address, by localhost when it listens on loopback, or by the names \
+             {names} (this machine's host name and the name it was bound by), so that a page of \
+             another site cannot read it through DNS rebinding; open http://{local}/, or bind \
+             the listener by the name you address it with (--metrics NAME:PORT, \
+             [daemon] metrics = \"NAME:PORT\")\n"
         );
         return Ok(http_response(421, "text/plain; charset=utf-8", message));
     }
@@ -489,12 +530,13 @@ async fn scrape(
     Ok(http_response(status, content_type, body))
 }
 
-/// True when a request whose `Host` header is `host` is addressed to the listener bound to
-/// `local`: the port is the listener's (80 when absent) and the host is its IP address (any IP
-/// address when it listens on all of them), or, when it listens on loopback (or on all
-/// addresses), a loopback address or `localhost`. A name is refused: a DNS-rebinding page's
-/// requests carry its own site's name.
-pub fn host_allowed(host: &[u8], local: SocketAddr) -> bool {
+/// True when a request whose `Host` header is `host` is addressed to the listener `to`: the
+/// port is the listener's (80 when absent) and the host is its IP address (any IP address when
+/// it listens on all of them), or, when it listens on loopback (or on all addresses), a loopback
+/// address or `localhost`, or one of its names (this machine's host name, the name it was bound
+/// by). Any other name is refused: a DNS-rebinding page's requests carry its own site's name.
+pub fn host_allowed(host: &[u8], to: &Addressed) -> bool {
+    let local = to.local;
     let Ok(authority) = hyper::http::uri::Authority::try_from(host) else {
         return false;
     };
@@ -510,7 +552,10 @@ pub fn host_allowed(host: &[u8], local: SocketAddr) -> bool {
                 || local.ip().is_unspecified()
                 || (local.ip().is_loopback() && ip.is_loopback())
         }
-        Err(_) => loopback_ok && name.eq_ignore_ascii_case("localhost"),
+        Err(_) => {
+            (loopback_ok && name.eq_ignore_ascii_case("localhost"))
+                || to.names.iter().any(|n| n.eq_ignore_ascii_case(name))
+        }
     }
 }
 
@@ -519,7 +564,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_listeners_own_address_is_a_host_allowed() {
+    fn only_the_listeners_own_address_and_names_are_hosts_allowed() {
+        let to = |local| Addressed {
+            local,
+            names: Vec::new(),
+        };
         let loopback: SocketAddr = "127.0.0.1:9108".parse().unwrap();
         for good in [
             "127.0.0.1:9108",
@@ -527,7 +576,7 @@ mod tests {
             "LocalHost:9108",
             "[::1]:9108",
         ] {
-            assert!(host_allowed(good.as_bytes(), loopback), "{good}");
+            assert!(host_allowed(good.as_bytes(), &to(loopback)), "{good}");
         }
         for bad in [
             "evil.example:9108",
@@ -539,20 +588,31 @@ mod tests {
             "",
             "a b:9108",
         ] {
-            assert!(!host_allowed(bad.as_bytes(), loopback), "{bad}");
+            assert!(!host_allowed(bad.as_bytes(), &to(loopback)), "{bad}");
         }
         let lan: SocketAddr = "192.168.1.20:9108".parse().unwrap();
-        assert!(host_allowed(b"192.168.1.20:9108", lan));
-        assert!(!host_allowed(b"localhost:9108", lan));
-        assert!(!host_allowed(b"127.0.0.1:9108", lan));
-        assert!(!host_allowed(b"nas.lan:9108", lan));
+        assert!(host_allowed(b"192.168.1.20:9108", &to(lan)));
+        assert!(!host_allowed(b"localhost:9108", &to(lan)));
+        assert!(!host_allowed(b"127.0.0.1:9108", &to(lan)));
+        assert!(!host_allowed(b"nas.lan:9108", &to(lan)));
         let v6: SocketAddr = "[::1]:9108".parse().unwrap();
-        assert!(host_allowed(b"[::1]:9108", v6) && host_allowed(b"localhost:9108", v6));
+        assert!(host_allowed(b"[::1]:9108", &to(v6)) && host_allowed(b"localhost:9108", &to(v6)));
         let all: SocketAddr = "0.0.0.0:9108".parse().unwrap();
-        assert!(host_allowed(b"192.168.1.20:9108", all) && host_allowed(b"localhost:9108", all));
-        assert!(!host_allowed(b"nas.lan:9108", all));
+        assert!(
+            host_allowed(b"192.168.1.20:9108", &to(all))
+                && host_allowed(b"localhost:9108", &to(all))
+        );
+        assert!(!host_allowed(b"nas.lan:9108", &to(all)));
         let port80: SocketAddr = "127.0.0.1:80".parse().unwrap();
-        assert!(host_allowed(b"127.0.0.1", port80) && host_allowed(b"localhost", port80));
+        assert!(host_allowed(b"127.0.0.1", &to(port80)) && host_allowed(b"localhost", &to(port80)));
+        // Its names: this machine's and the one it was bound by, and no other.
+        let named = Addressed {
+            local: all,
+            names: vec!["nas".into(), "nas.lan".into()],
+        };
+        assert!(host_allowed(b"nas.lan:9108", &named) && host_allowed(b"NAS:9108", &named));
+        assert!(!host_allowed(b"nas.evil.example:9108", &named));
+        assert!(!host_allowed(b"nas.lan:9109", &named));
     }
 
     #[test]

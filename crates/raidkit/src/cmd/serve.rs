@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use admin::metrics::MetricsListener;
 use admin::server::{AdminSocket, Arrays};
 use anyhow::{bail, Context};
 use cache::{CacheConfig, ReadAhead};
@@ -469,8 +470,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Binds the metrics listener at `text`: `HOST:PORT`, or a port alone on 127.0.0.1.
-pub(crate) fn bind_metrics(text: &str) -> anyhow::Result<std::net::TcpListener> {
+/// Binds the metrics listener at `text`: `HOST:PORT`, or a port alone on 127.0.0.1. Requests
+/// may address it by HOST when it is a name (`admin::metrics::host_allowed`).
+pub(crate) fn bind_metrics(text: &str) -> anyhow::Result<MetricsListener> {
     let with_host;
     let addr_text = match text.parse::<u16>() {
         Ok(port) => {
@@ -484,25 +486,30 @@ pub(crate) fn bind_metrics(text: &str) -> anyhow::Result<std::net::TcpListener> 
         .with_context(|| format!("metrics address {text:?}: not HOST:PORT or a port"))?
         .next()
         .with_context(|| format!("metrics address {text:?}: the host has no address"))?;
-    let listener = std::net::TcpListener::bind(addr)
+    let socket = std::net::TcpListener::bind(addr)
         .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-    listener
+    socket
         .set_nonblocking(true)
         .context("metrics listener: non-blocking mode")?;
-    Ok(listener)
+    let host = addr_text
+        .rsplit_once(':')
+        .map_or(addr_text, |(host, _)| host);
+    Ok(MetricsListener::new(socket, host))
 }
 
 /// Serves the metrics of `arrays` on `listener` (bound by [`bind_metrics`]) until `stop`.
 /// Must run inside the runtime.
 pub(crate) async fn serve_metrics(
-    listener: std::net::TcpListener,
+    listener: MetricsListener,
     arrays: Arc<Arrays>,
     log: admin::Log,
     pages: Option<Arc<dyn admin::pages::Pages>>,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let addr = listener.local_addr().context("metrics listener address")?;
-    let listener = tokio::net::TcpListener::from_std(listener).context("metrics listener")?;
+    let addr = listener
+        .socket
+        .local_addr()
+        .context("metrics listener address")?;
     eprintln!(
         "raidkit: metrics on http://{addr}{}",
         admin::metrics::METRICS_PATH
@@ -752,7 +759,7 @@ async fn serve(
 
 /// The metrics listener, the arrays it shows, the log and the dashboard's pages.
 type MetricsServed = (
-    std::net::TcpListener,
+    MetricsListener,
     Arc<Arrays>,
     admin::Log,
     Option<Arc<dyn admin::pages::Pages>>,

@@ -80,8 +80,8 @@ pub use file::FileMember;
 pub use hooked::{Call, Hook, Hooked, Op};
 pub use mem::MemMember;
 pub use nbd::{
-    is_nbd_uri, parse_nbd_uri, NbdAddress, NbdMember, NbdServerError, NbdTarget, RemoteOptions,
-    DEFAULT_PORT, MAX_REQUEST_BYTES,
+    is_nbd_uri, parse_nbd_uri, pem_certificates, NbdAddress, NbdMember, NbdServerError, NbdTarget,
+    RemoteOptions, TlsSettings, DEFAULT_PORT, MAX_REQUEST_BYTES,
 };
 pub use rng::SimRng;
 pub use sim::{SimMember, SECTOR_BYTES, SIM_MAX_BYTES};

@@ -1,7 +1,7 @@
 //! Opening an array's members for assembly: [`open_for_assembly`] leaves out a remote member
 //! whose server cannot be reached (assembly then decides whether the array can start
 //! degraded, and the reconnect thread retries it) but refuses a local one that cannot be
-//! opened (a typo must not start the array degraded).
+//! opened, and a URI that does not parse (a typo must not start the array degraded).
 
 use std::fmt;
 use std::sync::Arc;
@@ -26,7 +26,8 @@ impl fmt::Display for LeftOut {
 pub type Opened = (Vec<Arc<dyn Member>>, Vec<LeftOut>);
 
 /// Opens the members named by `specs`. With `all` (creating an array) every one must open;
-/// otherwise a remote (NBD URI) member that cannot be opened is left out. At least one member
+/// otherwise a remote (NBD URI) member whose URI parses but that cannot be opened is left out
+/// (its server is down, or its TLS fails: the reconnect thread retries it). At least one member
 /// must open.
 pub fn open_for_assembly(
     specs: &[String],
@@ -39,7 +40,13 @@ pub fn open_for_assembly(
     for spec in specs {
         match member::open_with(spec, opts, remote) {
             Ok(m) => members.push(m),
-            Err(e) if all || !member::is_nbd_uri(spec) => return Err(e.into()),
+            // A URI that does not parse (or names TLS settings that cannot work) will not
+            // mend by itself: refused like a local typo.
+            Err(e)
+                if all || !member::is_nbd_uri(spec) || matches!(e, MemberError::BadUri { .. }) =>
+            {
+                return Err(e.into())
+            }
             Err(error) => left_out.push(LeftOut {
                 spec: spec.clone(),
                 error,
@@ -50,4 +57,35 @@ pub fn open_for_assembly(
         bail!("no member could be opened");
     }
     Ok((members, left_out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(specs: &[&str]) -> anyhow::Result<Opened> {
+        let specs: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+        open_for_assembly(
+            &specs,
+            &OpenOptions::default(),
+            &RemoteOptions::default(),
+            false,
+        )
+    }
+
+    #[test]
+    fn an_unreachable_remote_member_is_left_out_but_a_bad_uri_is_refused() {
+        let down = "nbd+unix:///?socket=/nonexistent/raidkit-members-test.sock";
+        let (members, left_out) = open(&["mem:1M", down]).unwrap();
+        assert_eq!(members.len(), 1);
+        assert_eq!(left_out.len(), 1);
+        assert_eq!(left_out[0].spec, down);
+        // An nbds URI without certificates (and without tls-verify-peer=false) cannot work.
+        let bad = "nbds+unix:///?socket=/nonexistent/raidkit-members-test.sock";
+        let err = open(&["mem:1M", bad]).unwrap_err().to_string();
+        assert!(
+            err.contains(bad) && err.contains("tls-certificates=DIR"),
+            "{err}"
+        );
+    }
 }

@@ -6,6 +6,7 @@
 //! cookie. Bounds: at most `max_in_flight` requests are registered; callers wait for a slot.
 //! Every wait (slot, send turn, reply) ends at the request's deadline; a missed deadline or any
 //! transport error breaks the connection: every waiter fails at once, later requests fail fast.
+//! Over TLS (`nbds` URIs) the same, with the session shared as `tls.rs` describes.
 
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
@@ -21,6 +22,7 @@ use nbd_codec::consts::{CMD_DISC, CMD_READ, CMD_WRITE, STRUCTURED_REPLY_MAGIC};
 use nbd_codec::{DecodeError, Request, SimpleReply};
 
 use super::handshake::{self, ExportInfo};
+use super::tls;
 use super::uri::{NbdAddress, NbdTarget};
 
 /// A TCP or Unix stream.
@@ -80,6 +82,11 @@ impl Stream {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
         };
+    }
+
+    /// Writes all of `buf` through a shared reference (the socket's own `Write for &Socket`).
+    pub fn write_all_shared(&self, buf: &[u8]) -> io::Result<()> {
+        self.write_vectored_all(&mut [IoSlice::new(buf)])
     }
 
     fn write_vectored_all(&self, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
@@ -166,7 +173,10 @@ struct State {
 }
 
 struct Shared {
+    /// The socket (its ciphertext, over TLS).
     stream: Stream,
+    /// The TLS session of an `nbds` connection.
+    tls: Option<tls::Session>,
     state: Mutex<State>,
     /// Signalled (to all) whenever a slot frees, the send turn is released or the connection
     /// breaks; one condition variable for all three keeps wake-ups simple and never lost.
@@ -225,24 +235,49 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Connects, negotiates and starts the reader thread.
+    /// Connects, negotiates (TLS first for an `nbds` address) and starts the reader thread.
     pub fn open(address: &NbdAddress, timeout: Duration, max_in_flight: usize) -> io::Result<Self> {
         assert!(max_in_flight > 0);
+        // The certificates are read before connecting: a bad directory is not the server's fault.
+        let client = match &address.tls {
+            Some(settings) => Some(tls::Client::new(settings, &address.target)?),
+            None => None,
+        };
         let mut stream = Stream::connect(address, timeout)?;
         stream.set_timeouts(Some(timeout), Some(timeout))?;
-        let info =
-            handshake::negotiate(&mut stream, &address.export).map_err(|e| match e.kind() {
-                // A socket timeout shows as EAGAIN; say what it is.
-                io::ErrorKind::WouldBlock => io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("handshake took longer than {} ms", timeout.as_millis()),
-                ),
-                _ => e,
-            })?;
+        let timed_out = |e: io::Error| match e.kind() {
+            // A socket timeout shows as EAGAIN; say what it is.
+            io::ErrorKind::WouldBlock => io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("handshake took longer than {} ms", timeout.as_millis()),
+            ),
+            _ => e,
+        };
+        let greeted = handshake::greet(&mut stream).map_err(timed_out)?;
+        let (info, session) = match client {
+            None => {
+                let info = handshake::choose_export(&mut stream, &address.export, greeted)
+                    .map_err(timed_out)?;
+                (info, None)
+            }
+            Some(client) => {
+                handshake::start_tls(&mut stream, greeted).map_err(timed_out)?;
+                let conn = client.handshake(&mut stream).map_err(timed_out)?;
+                let mut over_tls = rustls::StreamOwned::new(conn, stream);
+                let info = handshake::choose_export(&mut over_tls, &address.export, greeted)
+                    .map_err(|e| timed_out(client.explain(e)))?;
+                stream = over_tls.sock;
+                (info, Some(Arc::new(Mutex::new(over_tls.conn))))
+            }
+        };
         stream.set_timeouts(None, Some(timeout))?;
-        let mut reader_stream = stream.try_clone()?;
+        let mut reader_stream: Box<dyn Read + Send> = match &session {
+            None => Box::new(stream.try_clone()?),
+            Some(session) => Box::new(tls::Reader::new(stream.try_clone()?, Arc::clone(session))),
+        };
         let shared = Arc::new(Shared {
             stream,
+            tls: session,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             next_cookie: AtomicU64::new(1),
@@ -251,7 +286,7 @@ impl Connection {
         let for_reader = Arc::clone(&shared);
         let reader = std::thread::Builder::new()
             .name("nbd-member-reader".into())
-            .spawn(move || read_replies(&for_reader, &mut reader_stream))?;
+            .spawn(move || read_replies(&for_reader, &mut *reader_stream))?;
         Ok(Connection {
             shared,
             info,
@@ -374,6 +409,12 @@ impl Connection {
             return Err(io::ErrorKind::TimedOut.into());
         }
         self.shared.stream.set_write_timeout(remaining)?;
+        if let Some(session) = &self.shared.tls {
+            let bufs: Vec<&[u8]> = std::iter::once(header)
+                .chain(payload.iter().copied())
+                .collect();
+            return tls::send(session, &self.shared.stream, &bufs);
+        }
         let mut bufs: Vec<IoSlice<'_>> = std::iter::once(header)
             .chain(payload.iter().copied())
             .map(IoSlice::new)
@@ -433,11 +474,13 @@ impl Drop for Connection {
                 length: 0,
             };
             let header = disconnect.encode();
-            let _ = self.shared.stream.set_write_timeout(Duration::from_secs(1));
-            let _ = self
-                .shared
-                .stream
-                .write_vectored_all(&mut [IoSlice::new(&header)]);
+            let stream = &self.shared.stream;
+            let _ = stream.set_write_timeout(Duration::from_secs(1));
+            let _ = match &self.shared.tls {
+                Some(session) => tls::send(session, stream, &[&header])
+                    .and_then(|()| tls::close(session, stream)),
+                None => stream.write_all_shared(&header),
+            };
         }
         self.shared
             .break_with(io::ErrorKind::NotConnected, "member closed".to_string());
@@ -449,7 +492,7 @@ impl Drop for Connection {
 }
 
 /// The reader thread: hands each reply to its waiter until the connection breaks.
-fn read_replies(shared: &Shared, stream: &mut Stream) {
+fn read_replies(shared: &Shared, stream: &mut dyn Read) {
     loop {
         if let Err((kind, reason)) = read_one_reply(shared, stream) {
             shared.break_with(kind, reason);
@@ -458,7 +501,7 @@ fn read_replies(shared: &Shared, stream: &mut Stream) {
     }
 }
 
-fn read_one_reply(shared: &Shared, stream: &mut Stream) -> Result<(), (io::ErrorKind, String)> {
+fn read_one_reply(shared: &Shared, stream: &mut dyn Read) -> Result<(), (io::ErrorKind, String)> {
     let lost = |e: io::Error| match e.kind() {
         io::ErrorKind::UnexpectedEof => (
             io::ErrorKind::ConnectionAborted,

@@ -1,8 +1,10 @@
 //! The client side of the fixed-newstyle handshake, over the NBD codec shared with the server
 //! (`nbd_codec`): this file decides what to ask and what to accept, the codec has the bytes.
 //!
-//! Only what this client uses: `NBD_OPT_GO` with an `NBD_INFO_BLOCK_SIZE` request, falling back
-//! to `NBD_OPT_EXPORT_NAME`; simple replies only (structured replies are never negotiated).
+//! Only what this client uses: `NBD_OPT_STARTTLS` first for `nbds` URIs (a refusal fails the
+//! connection: no plaintext fallback), then `NBD_OPT_GO` with an `NBD_INFO_BLOCK_SIZE` request,
+//! falling back to `NBD_OPT_EXPORT_NAME`; simple replies only (structured replies are never
+//! negotiated).
 
 use std::io::{self, Read, Write};
 
@@ -51,19 +53,83 @@ fn read_array<const N: usize>(stream: &mut impl Read) -> io::Result<[u8; N]> {
 
 /// Runs the handshake on a fresh connection and returns the export's details; afterwards the
 /// stream is in the transmission phase.
+#[cfg(test)]
 pub fn negotiate<S: Read + Write>(stream: &mut S, export: &str) -> io::Result<ExportInfo> {
-    assert!(export.len() <= super::uri::EXPORT_NAME_MAX_BYTES);
+    let greeted = greet(stream)?;
+    choose_export(stream, export, greeted)
+}
+
+/// What the server's greeting allows.
+#[derive(Debug, Clone, Copy)]
+pub struct Greeted {
+    fixed: bool,
+    no_zeroes: bool,
+}
+
+/// Reads the server's greeting and answers with the client flags.
+pub fn greet<S: Read + Write>(stream: &mut S) -> io::Result<Greeted> {
     let greeting = read_greeting(stream)?;
     let fixed = greeting.handshake_flags & FLAG_FIXED_NEWSTYLE != 0;
     let no_zeroes = greeting.handshake_flags & FLAG_NO_ZEROES != 0;
     let client_flags = greeting.handshake_flags & (FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES);
     stream.write_all(&ClientFlags(u32::from(client_flags)).encode())?;
-    if fixed {
+    Ok(Greeted { fixed, no_zeroes })
+}
+
+/// `NBD_OPT_STARTTLS`, the first option of an `nbds` connection; on success the caller runs
+/// the TLS handshake next. A server that refuses it (or cannot be asked: not fixed-newstyle)
+/// fails the connection, saying what to do.
+pub fn start_tls<S: Read + Write>(stream: &mut S, greeted: Greeted) -> io::Result<()> {
+    let no_tls = |why: String| {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "the server does not offer TLS ({why}), and an nbds:// URI never falls back to \
+                 plaintext: start the server with TLS (nbdkit --tls=require \
+                 --tls-certificates=DIR, raidkit serve --tls require) or, on a trusted network, \
+                 use an nbd:// URI"
+            ),
+        )
+    };
+    if !greeted.fixed {
+        return Err(no_tls(
+            "it is not a fixed-newstyle server, so it cannot be asked for NBD_OPT_STARTTLS".into(),
+        ));
+    }
+    send_option(stream, &ClientOption::StartTls { has_data: false })?;
+    match read_option_reply(stream, OPT_STARTTLS)? {
+        OptionReply::Ack => Ok(()),
+        OptionReply::Error {
+            reply_type,
+            message,
+        } => Err(no_tls(format!(
+            "it refused NBD_OPT_STARTTLS with {}{}{message}",
+            rep_error_name(reply_type),
+            if message.is_empty() { "" } else { ": " }
+        ))),
+        other => {
+            let t = other.reply_type();
+            Err(protocol(format!(
+                "unexpected reply type {t} to NBD_OPT_STARTTLS"
+            )))
+        }
+    }
+}
+
+/// Asks for `export` (`NBD_OPT_GO`, else `NBD_OPT_EXPORT_NAME`) and returns its details;
+/// afterwards the stream is in the transmission phase.
+pub fn choose_export<S: Read + Write>(
+    stream: &mut S,
+    export: &str,
+    greeted: Greeted,
+) -> io::Result<ExportInfo> {
+    assert!(export.len() <= super::uri::EXPORT_NAME_MAX_BYTES);
+    if greeted.fixed {
         if let Some(info) = opt_go(stream, export)? {
             return Ok(info);
         }
     }
-    opt_export_name(stream, export, no_zeroes)
+    opt_export_name(stream, export, greeted.no_zeroes)
 }
 
 fn read_greeting(stream: &mut impl Read) -> io::Result<Greeting> {
@@ -113,6 +179,19 @@ fn opt_go<S: Read + Write>(stream: &mut S, export: &str) -> io::Result<Option<Ex
                 reply_type: REP_ERR_UNSUP,
                 ..
             } => return Ok(None),
+            OptionReply::Error {
+                reply_type: REP_ERR_TLS_REQD,
+                message,
+            } => {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "the server requires TLS (NBD_REP_ERR_TLS_REQD{}{message}): use an \
+                         nbds:// or nbds+unix:// URI with tls-certificates=DIR",
+                        if message.is_empty() { "" } else { ": " }
+                    ),
+                ))
+            }
             OptionReply::Error {
                 reply_type,
                 message,

@@ -8,6 +8,7 @@
 
 mod conn;
 mod handshake;
+mod tls;
 mod uri;
 
 use std::collections::VecDeque;
@@ -21,7 +22,8 @@ use crate::error::{check_range, MemberError};
 use crate::{Member, OpenOptions};
 use conn::{Connection, Failure};
 use nbd_codec::consts::*;
-pub use uri::{is_nbd_uri, parse_nbd_uri, NbdAddress, NbdTarget, DEFAULT_PORT};
+pub use tls::pem_certificates;
+pub use uri::{is_nbd_uri, parse_nbd_uri, NbdAddress, NbdTarget, TlsSettings, DEFAULT_PORT};
 
 /// Largest request sent to a server (the usual NBD maximum payload).
 pub const MAX_REQUEST_BYTES: u64 = 32 << 20;

@@ -1,5 +1,7 @@
-//! Parsing NBD URIs (`nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`), after the
-//! NBD URI specification. TLS schemes are refused: this client does not speak TLS.
+//! Parsing NBD URIs (`nbd[s]://HOST[:PORT]/EXPORT`, `nbd[s]+unix:///EXPORT?socket=PATH`), after
+//! the NBD URI specification (../shared/reference/nbd-uri.md) and libnbd's `nbd_connect_uri`:
+//! the `nbds` schemes require TLS, with the query parameters `tls-certificates=DIR`,
+//! `tls-verify-peer=0|1|false|true`, `tls-hostname=NAME` and `tls-type=x509`.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -18,12 +20,30 @@ pub enum NbdTarget {
     Unix { path: PathBuf },
 }
 
-/// A parsed NBD URI: where to connect and which export to ask for.
+/// The TLS settings of an `nbds://` or `nbds+unix://` URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// `tls-certificates=DIR`: `ca-cert.pem` (the CA the server's certificate must be signed
+    /// by), optionally `client-cert.pem` + `client-key.pem` (our certificate, for servers that
+    /// verify clients) and `ca-crl.pem` (revoked certificates), as libnbd reads them.
+    pub certificates: Option<PathBuf>,
+    /// `tls-verify-peer` (default true): check the server's certificate against the CA and
+    /// its name. False encrypts without knowing who the server is.
+    pub verify_peer: bool,
+    /// `tls-hostname=NAME`: the name the server's certificate must carry (and the SNI sent);
+    /// by default the URI's host. A Unix socket has no host: without it only the chain is
+    /// checked.
+    pub hostname: Option<String>,
+}
+
+/// A parsed NBD URI: where to connect, which export to ask for and whether TLS is required.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NbdAddress {
     pub target: NbdTarget,
     /// The export name (may be empty).
     pub export: String,
+    /// `Some` for the `nbds` schemes: TLS is negotiated first and required.
+    pub tls: Option<TlsSettings>,
 }
 
 /// True when `spec` uses one of the NBD URI schemes (so [`crate::open`] treats it as remote).
@@ -41,15 +61,33 @@ pub fn is_nbd_uri(spec: &str) -> bool {
 
 impl fmt::Display for NbdAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.tls.is_some() { "s" } else { "" };
+        let mut query = Vec::new();
         match &self.target {
             NbdTarget::Tcp { host, port } if host.contains(':') => {
-                write!(f, "nbd://[{host}]:{port}/{}", self.export)
+                write!(f, "nbd{s}://[{host}]:{port}/{}", self.export)?
             }
-            NbdTarget::Tcp { host, port } => write!(f, "nbd://{host}:{port}/{}", self.export),
+            NbdTarget::Tcp { host, port } => write!(f, "nbd{s}://{host}:{port}/{}", self.export)?,
             NbdTarget::Unix { path } => {
-                write!(f, "nbd+unix:///{}?socket={}", self.export, path.display())
+                write!(f, "nbd{s}+unix:///{}", self.export)?;
+                query.push(format!("socket={}", path.display()));
             }
         }
+        if let Some(tls) = &self.tls {
+            if let Some(dir) = &tls.certificates {
+                query.push(format!("tls-certificates={}", dir.display()));
+            }
+            if !tls.verify_peer {
+                query.push("tls-verify-peer=false".to_string());
+            }
+            if let Some(name) = &tls.hostname {
+                query.push(format!("tls-hostname={name}"));
+            }
+        }
+        if !query.is_empty() {
+            write!(f, "?{}", query.join("&"))?;
+        }
+        Ok(())
     }
 }
 
@@ -58,15 +96,17 @@ pub fn parse_nbd_uri(uri: &str) -> Result<NbdAddress, String> {
     let (scheme, rest) = uri
         .split_once("://")
         .ok_or_else(|| "not a URI (no \"://\")".to_string())?;
-    match scheme {
-        "nbd" | "nbd+unix" => {}
-        "nbds" | "nbds+unix" => return Err(format!("scheme {scheme}: TLS is not supported")),
+    let (unix, tls) = match scheme {
+        "nbd" => (false, false),
+        "nbd+unix" => (true, false),
+        "nbds" => (false, true),
+        "nbds+unix" => (true, true),
         other => {
             return Err(format!(
-                "scheme {other} is not supported (use nbd or nbd+unix)"
+                "scheme {other} is not supported (use nbd, nbds, nbd+unix or nbds+unix)"
             ))
         }
-    }
+    };
     if rest.contains('#') {
         return Err("a fragment (#...) is not allowed".to_string());
     }
@@ -82,43 +122,157 @@ pub fn parse_nbd_uri(uri: &str) -> Result<NbdAddress, String> {
     if export.len() > EXPORT_NAME_MAX_BYTES || export.contains('\0') {
         return Err("export name is longer than 4096 bytes or contains NUL".to_string());
     }
-    let params = parse_query(query.unwrap_or(""))?;
-    let target = if scheme == "nbd" {
-        if let Some((key, _)) = params.first() {
-            return Err(format!("unknown query parameter {key:?}"));
+    let mut params = Params::parse(query.unwrap_or(""), scheme)?;
+    let target = if unix {
+        unix_target(scheme, authority, params.socket.take())?
+    } else {
+        if params.socket.is_some() {
+            return Err(format!(
+                "socket=PATH is for Unix sockets: write {scheme}+unix:///EXPORT?socket=PATH"
+            ));
         }
         parse_authority(authority)?
-    } else {
-        unix_target(authority, &params)?
     };
-    Ok(NbdAddress { target, export })
+    let tls = match (tls, params.tls) {
+        (true, tls) => Some(tls.settings()?),
+        (false, tls) => match tls.first_key {
+            Some(key) => {
+                return Err(format!(
+                    "{key} is a TLS parameter, but {scheme}:// never uses TLS: write nbds{}://",
+                    if unix { "+unix" } else { "" }
+                ))
+            }
+            None => None,
+        },
+    };
+    Ok(NbdAddress {
+        target,
+        export,
+        tls,
+    })
 }
 
-fn unix_target(authority: &str, params: &[(String, String)]) -> Result<NbdTarget, String> {
+/// The query parameters of a URI, each at most once.
+struct Params {
+    socket: Option<String>,
+    tls: TlsParams,
+}
+
+/// The `tls-*` parameters as given.
+#[derive(Default)]
+struct TlsParams {
+    /// The first `tls-*` key met (for the error of a plaintext scheme).
+    first_key: Option<String>,
+    certificates: Option<String>,
+    verify_peer: Option<String>,
+    hostname: Option<String>,
+}
+
+impl Params {
+    fn parse(query: &str, scheme: &str) -> Result<Params, String> {
+        let mut params = Params {
+            socket: None,
+            tls: TlsParams::default(),
+        };
+        for (key, value) in parse_query(query)? {
+            let slot = match key.as_str() {
+                "socket" => &mut params.socket,
+                "tls-certificates" => &mut params.tls.certificates,
+                "tls-verify-peer" => &mut params.tls.verify_peer,
+                "tls-hostname" => &mut params.tls.hostname,
+                "tls-type" if value == "x509" => {
+                    params.tls.first_key.get_or_insert(key);
+                    continue;
+                }
+                "tls-type" => {
+                    return Err(format!(
+                        "tls-type={value} is not supported: only x509 (certificates) is"
+                    ))
+                }
+                "tls-psk-file" => {
+                    return Err(format!(
+                        "{key}: TLS with pre-shared keys is not supported; use certificates \
+                         (tls-certificates=DIR)"
+                    ))
+                }
+                other => {
+                    return Err(format!(
+                        "unknown query parameter {other:?} for {scheme}:// (known: socket, \
+                         tls-certificates, tls-verify-peer, tls-hostname, tls-type)"
+                    ))
+                }
+            };
+            if slot.is_some() {
+                return Err(format!("{key} given twice"));
+            }
+            *slot = Some(value);
+            if key.starts_with("tls-") {
+                params.tls.first_key.get_or_insert(key);
+            }
+        }
+        Ok(params)
+    }
+}
+
+impl TlsParams {
+    fn settings(self) -> Result<TlsSettings, String> {
+        let verify_peer = match self.verify_peer.as_deref() {
+            None | Some("1") | Some("true") => true,
+            Some("0") | Some("false") => false,
+            Some(other) => {
+                return Err(format!(
+                    "tls-verify-peer={other}: give 1 or true (the default), 0 or false"
+                ))
+            }
+        };
+        let certificates = match self.certificates {
+            Some(dir) if dir.is_empty() => {
+                return Err("tls-certificates= names no directory".to_string())
+            }
+            dir => dir.map(PathBuf::from),
+        };
+        if verify_peer && certificates.is_none() {
+            return Err(
+                "TLS needs tls-certificates=DIR, a directory with ca-cert.pem (the CA that \
+                 signed the server's certificate; client-cert.pem and client-key.pem too if the \
+                 server verifies clients), or tls-verify-peer=false to encrypt without checking \
+                 the server's identity"
+                    .to_string(),
+            );
+        }
+        if let Some(name) = &self.hostname {
+            super::tls::server_name(name)
+                .map_err(|e| format!("tls-hostname={name} is not a host name: {e}"))?;
+        }
+        Ok(TlsSettings {
+            certificates,
+            verify_peer,
+            hostname: self.hostname,
+        })
+    }
+}
+
+fn unix_target(scheme: &str, authority: &str, socket: Option<String>) -> Result<NbdTarget, String> {
     if !authority.is_empty() {
         return Err(format!(
-            "nbd+unix URIs take no host (found {authority:?}); write nbd+unix:///EXPORT?socket=PATH"
+            "{scheme} URIs take no host (found {authority:?}); write {scheme}:///EXPORT?socket=PATH"
         ));
-    }
-    let mut socket = None;
-    for (key, value) in params {
-        match key.as_str() {
-            "socket" if socket.is_none() => socket = Some(value.clone()),
-            "socket" => return Err("socket given twice".to_string()),
-            other => return Err(format!("unknown query parameter {other:?}")),
-        }
     }
     match socket {
         Some(path) if !path.is_empty() => Ok(NbdTarget::Unix {
             path: PathBuf::from(path),
         }),
-        _ => Err("nbd+unix needs ?socket=PATH".to_string()),
+        _ => Err(format!("{scheme} needs ?socket=PATH")),
     }
 }
 
 fn parse_authority(authority: &str) -> Result<NbdTarget, String> {
     if authority.contains('@') {
-        return Err("user information (user@) is not supported".to_string());
+        return Err(
+            "user information (user@) is not supported (libnbd takes it as the TLS-PSK user \
+             name; use certificates)"
+                .to_string(),
+        );
     }
     let (host, port_text) = if let Some(inner) = authority.strip_prefix('[') {
         let (host, after) = inner
@@ -194,7 +348,40 @@ mod tests {
                 port,
             },
             export: export.to_string(),
+            tls: None,
         }
+    }
+
+    #[test]
+    fn tls_uris() {
+        let a = parse_nbd_uri("nbds://h:99/disk?tls-certificates=/etc/pki/c%20d").unwrap();
+        assert_eq!(a.target, tcp("h", 99, "").target);
+        assert_eq!(a.export, "disk");
+        let want = TlsSettings {
+            certificates: Some("/etc/pki/c d".into()),
+            verify_peer: true,
+            hostname: None,
+        };
+        assert_eq!(a.tls, Some(want));
+        let a = parse_nbd_uri(
+            "nbds+unix:///e?socket=/s&tls-verify-peer=false&tls-hostname=nas.example&tls-type=x509",
+        )
+        .unwrap();
+        assert_eq!(a.target, NbdTarget::Unix { path: "/s".into() });
+        let want = TlsSettings {
+            certificates: None,
+            verify_peer: false,
+            hostname: Some("nas.example".into()),
+        };
+        assert_eq!(a.tls, Some(want));
+        for (value, verify) in [("1", true), ("true", true), ("0", false), ("false", false)] {
+            let uri = format!("nbds://h/?tls-certificates=d&tls-verify-peer={value}");
+            assert_eq!(
+                parse_nbd_uri(&uri).unwrap().tls.unwrap().verify_peer,
+                verify
+            );
+        }
+        assert_eq!(parse_nbd_uri("nbd://h/x").unwrap().tls, None);
     }
 
     #[test]
@@ -232,8 +419,26 @@ mod tests {
     #[test]
     fn bad_uris_say_why() {
         let cases = [
-            ("nbds://h/x", "TLS"),
-            ("nbds+unix:///x?socket=s", "TLS"),
+            ("nbds://h/x", "tls-certificates=DIR"),
+            ("nbds+unix:///x?socket=s", "tls-certificates=DIR"),
+            ("nbds://h/x?tls-certificates=", "names no directory"),
+            ("nbds://h/x?tls-verify-peer=maybe", "give 1 or true"),
+            ("nbds://h/x?tls-verify-peer=0&tls-type=psk", "only x509"),
+            ("nbds://h/x?tls-psk-file=k", "pre-shared keys"),
+            (
+                "nbds://h/x?tls-verify-peer=0&tls-verify-peer=1",
+                "given twice",
+            ),
+            (
+                "nbds://h/x?tls-verify-peer=0&tls-hostname=a%20b",
+                "not a host name",
+            ),
+            ("nbds://h/x?tls-verify-peer=0&socket=s", "nbds+unix:///"),
+            ("nbd://h/x?tls-certificates=d", "write nbds://"),
+            (
+                "nbd+unix:///x?socket=s&tls-verify-peer=0",
+                "write nbds+unix://",
+            ),
             ("http://h/x", "not supported"),
             ("nbd:///x", "no host"),
             ("nbd://h:0/x", "bad port"),
@@ -241,7 +446,7 @@ mod tests {
             ("nbd://h:abc/x", "bad port"),
             ("nbd://[::1/x", "closing"),
             ("nbd://u@h/x", "user"),
-            ("nbd://h/x?socket=s", "unknown query"),
+            ("nbd://h/x?socket=s", "nbd+unix:///"),
             ("nbd+unix:///x", "socket=PATH"),
             ("nbd+unix://h/x?socket=s", "no host"),
             ("nbd+unix:///x?socket=s&tls=1", "unknown query"),
@@ -261,6 +466,9 @@ mod tests {
             "nbd://h:1/x",
             "nbd://[::1]:10809/",
             "nbd+unix:///e?socket=/s",
+            "nbds://h:1/x?tls-certificates=/d",
+            "nbds+unix:///e?socket=/s&tls-verify-peer=false&tls-hostname=h",
+            "nbds://[::1]:5/?tls-certificates=/d&tls-hostname=nas",
         ] {
             let a = parse_nbd_uri(uri).unwrap();
             assert_eq!(parse_nbd_uri(&a.to_string()), Ok(a.clone()), "{uri}");

@@ -2,7 +2,7 @@
 //! nbdkit's layout, and the acceptor every connection of a listener shares.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -104,20 +104,11 @@ impl Tls {
 }
 
 /// Every certificate of a PEM file; an empty or missing file is an error naming it.
-fn read_certs(path: &PathBuf) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let bad = |e: &dyn fmt::Display| {
-        TlsError(format!(
-            "cannot read certificates from {}: {e} (the --tls-certificates directory holds \
-             ca-cert.pem, server-cert.pem and server-key.pem, as nbdkit's does)",
-            path.display()
-        ))
-    };
-    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| bad(&e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| bad(&e))?;
-    if certs.is_empty() {
-        return Err(bad(&"no PEM certificate in it"));
-    }
-    Ok(certs)
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    member::pem_certificates(
+        path,
+        "the --tls-certificates directory holds ca-cert.pem, server-cert.pem and \
+         server-key.pem, as nbdkit's does",
+    )
+    .map_err(TlsError)
 }

@@ -8,8 +8,11 @@
 #                    chromium chromium-driver python3-selenium (the dashboard in a browser),
 #                    prometheus-node-exporter (reads the mdstat file in test_mdstat.py),
 #                    python3-matplotlib (bench/plot.py's charts; test_bench_plot.py),
-#                    gnutls-bin (certtool: the certificates of test_tls.py)
+#                    gnutls-bin (certtool: the certificates of test_tls.py),
+#                    make (cargo-afl's build of AFL++)
 #   Rust toolchain:  rustup (stable), only when cargo is missing or older than rust-version.
+#   cargo-afl:       the fuzz targets' AFL++ (scripts/fuzz.sh, docs/FUZZING.md); installing it
+#                    builds AFL++ for the installed toolchain.
 set -euo pipefail
 
 # probe -> Debian package. A probe is a command name, or "py:MODULE" for /usr/bin/python3.
@@ -36,6 +39,7 @@ PROBES=(
   "prometheus-node-exporter:prometheus-node-exporter"
   "py:matplotlib:python3-matplotlib"
   "certtool:gnutls-bin"
+  "make:make"
 )
 
 have() {
@@ -78,4 +82,20 @@ if ! command -v cargo >/dev/null 2>&1; then
   command -v curl >/dev/null 2>&1 || apt-get install -y -q --no-install-recommends curl ca-certificates
   curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
   echo "install-deps: Rust installed in \$HOME/.cargo/bin (add it to PATH)"
+fi
+
+# cargo-afl: AFL++ for Rust on the stable toolchain (the fuzz targets in fuzz/). Its install
+# builds AFL++; a toolchain update needs AFL++ built again for the new rustc.
+CARGO_AFL_VERSION=0.18.2
+if command -v cargo >/dev/null 2>&1; then
+  if ! cargo afl --version 2>/dev/null | grep -q "cargo-afl $CARGO_AFL_VERSION"; then
+    echo "install-deps: installing cargo-afl $CARGO_AFL_VERSION (builds AFL++)"
+    cargo install cargo-afl --version "$CARGO_AFL_VERSION" --locked
+  fi
+  afl_help=$(cargo afl fuzz -h 2>&1 || true) # afl-fuzz -h exits 1
+  if [[ $afl_help != *afl-fuzz* ]]; then
+    echo "install-deps: building AFL++ for this toolchain (cargo afl config --build)"
+    cargo afl config --build --force
+  fi
+  echo "install-deps: cargo-afl present"
 fi

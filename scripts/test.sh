@@ -5,7 +5,9 @@
 #   2. no import loops between the files of a crate: scripts/import-loops.py (pure Python, ~1 s)
 #   3. cargo build --release
 #   4. cargo test --workspace --release --no-fail-fast (every crate runs, failures are all listed)
-#   5. end-to-end tests: /usr/bin/python3 -m pytest tests/python against target/release/raidkit
+#   5. fuzz smoke: scripts/fuzz.sh smoke builds the AFL++ targets (fuzz/) and runs each from its
+#      seed corpus, under a minute in all; a crash, a hang or a missing fuzzer fails it
+#   6. end-to-end tests: /usr/bin/python3 -m pytest tests/python against target/release/raidkit
 #
 # Environment:
 #   RAIDKIT_SEED=N       replay the random choices of a failed run (printed by pytest)
@@ -119,6 +121,7 @@ step "no import loops" /usr/bin/python3 scripts/import-loops.py
 
 if step "cargo build --release" cargo build --release --workspace; then
   step "cargo test --release" cargo test --workspace --release --no-fail-fast
+  step "fuzz smoke (AFL++)" ./scripts/fuzz.sh smoke
   step "end-to-end (pytest)" pytest_step
 fi
 

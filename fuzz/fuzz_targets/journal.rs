@@ -1,0 +1,4 @@
+//! AFL++ target: see `raidkit_fuzz::journal`.
+fn main() {
+    afl::fuzz!(|data: &[u8]| raidkit_fuzz::journal(data));
+}

@@ -38,6 +38,9 @@ pub const BITMAP_OFFSET: u64 = 8192;
 /// the bitmap to 33 blocks (132 KiB on disk, inside the 1 MiB before the default data offset)
 /// and the memory per volume to about 13 MiB.
 pub const BITMAP_REGIONS_MAX: u64 = 1 << 20;
+/// Most bytes a bitmap area has (the blocks of [`BITMAP_REGIONS_MAX`] regions): a superblock
+/// naming more is invalid.
+pub const BITMAP_BYTES_MAX: u64 = BITMAP_REGIONS_MAX.div_ceil(BITS_PER_BLOCK) * BITMAP_BLOCK_BYTES;
 /// Default region size.
 pub const BITMAP_REGION_DEFAULT: u64 = 64 << 20;
 /// Default idle time before a region's bit is cleared.

@@ -36,8 +36,8 @@ mod served;
 mod superblock;
 
 pub use bitmap::{
-    BitmapRef, BITMAP_BLOCK_BYTES, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET, BITMAP_REGIONS_MAX,
-    BITMAP_REGION_DEFAULT, BITS_PER_BLOCK,
+    BitmapRef, BITMAP_BLOCK_BYTES, BITMAP_BYTES_MAX, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET,
+    BITMAP_REGIONS_MAX, BITMAP_REGION_DEFAULT, BITS_PER_BLOCK,
 };
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use duplicate::{describe_duplicate, find_duplicate, same_member};

@@ -8,7 +8,7 @@ use layout::Level;
 use member::Member;
 use uuid::Uuid;
 
-use crate::bitmap::{BitmapRef, BITS_PER_BLOCK};
+use crate::bitmap::{BitmapRef, BITMAP_BYTES_MAX, BITMAP_REGIONS_MAX, BITS_PER_BLOCK};
 
 /// Identifies a raidkit superblock.
 pub const MAGIC: [u8; 8] = *b"RAIDKSB\0";
@@ -783,7 +783,28 @@ impl Superblock {
                 format!("{} is not a power of two of at least 4 KiB", b.region_bytes),
             ));
         }
+        // The format's bound (what `create` writes, `bitmap::layout_for`): at most
+        // BITMAP_REGIONS_MAX regions in at most BITMAP_BYTES_MAX bytes. A larger area, even
+        // with a valid checksum, would have assembly read (and allocate) all of it.
+        if b.bytes > BITMAP_BYTES_MAX {
+            return Err(field_err(
+                "bitmap_bytes",
+                format!(
+                    "{} bytes: a bitmap has at most {BITMAP_BYTES_MAX} ({BITMAP_REGIONS_MAX} regions)",
+                    b.bytes
+                ),
+            ));
+        }
         let regions = self.array_size_bytes.div_ceil(b.region_bytes);
+        if regions > BITMAP_REGIONS_MAX {
+            return Err(field_err(
+                "bitmap_region_bytes",
+                format!(
+                    "{} bytes give {regions} regions of the array's {} bytes: at most {BITMAP_REGIONS_MAX}",
+                    b.region_bytes, self.array_size_bytes
+                ),
+            ));
+        }
         let capacity = b.bytes / 4096 * BITS_PER_BLOCK;
         if regions > capacity {
             return Err(field_err(

@@ -270,3 +270,39 @@ fn a_replace_record_roundtrips_and_is_ignored_without_its_feature_bit() {
     holder.sync_replace_feature();
     assert!(holder.validate().is_err());
 }
+
+/// Found by the `bitmap` fuzz target (docs/FUZZING.md): a superblock whose checksum is valid
+/// but whose bitmap area is far larger than its regions need (here 64 TiB before a data offset
+/// of 128 TiB on a 256 TiB member) was accepted, and assembly's `bitmap::read_image` then
+/// allocated the whole area at once: the process aborted ("memory allocation of ... bytes
+/// failed") instead of refusing the member. The area is now bounded by the format's maximum
+/// (2^20 regions, 33 blocks) and refused naming the field.
+#[test]
+fn a_bitmap_area_larger_than_the_format_allows_is_refused_not_allocated() {
+    let members = mem_members(2, "64M");
+    let mut opts = CreateOptions::new("raid1".parse().unwrap(), "huge-bitmap");
+    opts.force = true;
+    create(&members, &opts).unwrap();
+    let mut b = raw(members[0].as_ref());
+    let put = |b: &mut [u8; SUPERBLOCK_BYTES], at: usize, v: u64| {
+        b[at..at + 8].copy_from_slice(&v.to_le_bytes())
+    };
+    // Offsets from docs/FORMAT.md: data_offset_bytes, member_bytes, bitmap_bytes.
+    put(&mut b, 120, 1 << 47);
+    put(&mut b, 144, 1 << 48);
+    put(&mut b, 200, 1 << 46);
+    let crc = ondisk::checksum(&b);
+    b[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+    let big = member::MemMember::new("big", 1 << 48).unwrap();
+    big.write_at(&b[..], SUPERBLOCK_OFFSET).unwrap();
+    match read_superblock(&big) {
+        Err(e) => assert!(e.to_string().contains("bitmap_bytes"), "{e}"),
+        Ok(sb) => {
+            let at = sb.bitmap.unwrap();
+            panic!(
+                "accepted a bitmap of {} bytes for {} array bytes",
+                at.bytes, sb.array_size_bytes
+            );
+        }
+    }
+}

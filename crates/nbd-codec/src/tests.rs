@@ -263,6 +263,42 @@ fn error_text_is_decoded_leniently_and_lengths_strictly() {
     assert!(OptionReply::decode(REP_INFO, &export).is_err());
 }
 
+/// Found by the `codec_replies` fuzz target (docs/FUZZING.md): an `NBD_INFO_DESCRIPTION` of
+/// more than 4096 bytes (or one whose invalid UTF-8, replaced, grew past 4096) decoded, and
+/// encoding the decoded reply hit the string-length assertion: a value `decode` made could not
+/// be encoded. Free text is now cut to the spec's 4096 bytes (at a character boundary) as it is
+/// decoded, so it still shows and every decoded reply encodes and decodes back to itself.
+#[test]
+fn free_text_longer_than_a_string_is_cut_to_4096_bytes_and_round_trips() {
+    let long = [b'd'; 5000];
+    let invalid = [0xffu8; 3000]; // 3000 replacement characters: 9000 bytes
+    for text in [&long[..], &invalid[..]] {
+        let mut data = INFO_DESCRIPTION.to_be_bytes().to_vec();
+        data.extend_from_slice(text);
+        let reply = OptionReply::decode(REP_INFO, &data).unwrap();
+        let OptionReply::Info(Info::Description(d)) = &reply else {
+            panic!("{reply:?}");
+        };
+        assert!(
+            d.len() <= MAX_STRING_BYTES && d.len() > MAX_STRING_BYTES - 4,
+            "{}",
+            d.len()
+        );
+        let again = reply.encode(OPT_GO);
+        let body = &again[OptionReplyHeader::SIZE..];
+        assert_eq!(OptionReply::decode(REP_INFO, body).unwrap(), reply);
+
+        let error = OptionReply::decode(REP_ERR_POLICY, text).unwrap();
+        let OptionReply::Error { message, .. } = &error else {
+            panic!("{error:?}");
+        };
+        assert!(message.len() <= MAX_STRING_BYTES, "{}", message.len());
+        let again = error.encode(OPT_GO);
+        let body = &again[OptionReplyHeader::SIZE..];
+        assert_eq!(OptionReply::decode(REP_ERR_POLICY, body).unwrap(), error);
+    }
+}
+
 #[test]
 fn names_of_errors() {
     assert_eq!(errno_name(ENOSPC), "ENOSPC");

@@ -78,11 +78,20 @@ impl<'a> Cursor<'a> {
     }
 
     /// The whole rest of the input as text for people (an error message, a description):
-    /// invalid UTF-8 is replaced, not refused, so a sloppy server's message still shows.
+    /// invalid UTF-8 is replaced and text over a string's 4096 bytes cut (at a character
+    /// boundary), not refused, so a sloppy server's message still shows; what it returns is
+    /// always a valid string, which encodes again.
     pub(crate) fn rest_text(&mut self) -> String {
         let rest = &self.bytes[self.position..];
         self.position = self.bytes.len();
-        String::from_utf8_lossy(rest).into_owned()
+        let mut text =
+            String::from_utf8_lossy(&rest[..rest.len().min(MAX_STRING_BYTES)]).into_owned();
+        let mut end = text.len().min(MAX_STRING_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text
     }
 
     /// Fails unless every byte was consumed.

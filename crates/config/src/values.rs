@@ -122,7 +122,7 @@ impl TimeWindow {
         let minute = |t: &str| -> Option<u16> {
             let (h, m) = t.trim().split_once(':')?;
             let (h, m): (u16, u16) = (h.parse().ok()?, m.parse().ok()?);
-            (h < 24 && m < 60 && t.trim().len() == 5).then_some(h * 60 + m)
+            (h < 24 && m < 60 && t.trim().len() == 5).then(|| h * 60 + m)
         };
         let window = TimeWindow {
             start_minute: minute(start).ok_or_else(bad)?,

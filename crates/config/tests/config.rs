@@ -430,3 +430,20 @@ fn an_mdstat_path_must_name_a_file_of_its_own() {
         "expected path string",
     );
 }
+
+/// Found by the `config` fuzz target (docs/FUZZING.md): an hour of four digits in a time
+/// window (`"22:30-1522:00"`) overflowed `u16` while its minutes were counted, before the
+/// hour was checked, so `--check-config`, the daemon's start and a reload panicked instead of
+/// naming the key.
+#[test]
+fn a_window_hour_too_large_to_count_in_minutes_is_refused_not_an_overflow() {
+    let array = "[[array]]\nname = \"a\"\nmembers = [\"x\"]\n";
+    for window in ["22:30-1522:00", "1093:00-05:00", "65535:65535-01:00"] {
+        assert_problem(
+            &format!("{array}background_window = \"{window}\"\n"),
+            4,
+            "background_window",
+            "HH:MM-HH:MM",
+        );
+    }
+}

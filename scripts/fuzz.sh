@@ -132,14 +132,15 @@ run() {
 stats() {
   local ts=("$@")
   ((${#ts[@]})) || ts=("${TARGETS[@]}")
-  printf '%-15s %12s %8s %9s %8s %6s %6s %s\n' target execs exec/s coverage corpus crashes hangs "run time"
+  printf '%-15s %12s %8s %9s %11s %7s %7s %6s %s\n' target execs exec/s coverage edges corpus crashes hangs "run time"
   for t in "${ts[@]}"; do
     local s=$ROOT/fuzz/out/$t/default/fuzzer_stats
     [[ -f $s ]] || { printf '%-15s (no run)\n' "$t"; continue; }
     local secs=$(($(stat "$s" last_update) - $(stat "$s" start_time)))
-    printf '%-15s %12s %8s %9s %8s %6s %6s %dh%02dm (%s)\n' "$t" "$(stat "$s" execs_done)" \
+    printf '%-15s %12s %8s %9s %11s %7s %7s %6s %dh%02dm (%s)\n' "$t" "$(stat "$s" execs_done)" \
       "$(awk "BEGIN { printf \"%d\", $(stat "$s" execs_done) / ($secs > 0 ? $secs : 1) }")" \
-      "$(stat "$s" bitmap_cvg)" "$(stat "$s" corpus_count)" "$(stat "$s" saved_crashes)" \
+      "$(stat "$s" bitmap_cvg)" "$(stat "$s" edges_found)/$(stat "$s" total_edges)" \
+      "$(stat "$s" corpus_count)" "$(stat "$s" saved_crashes)" \
       "$(stat "$s" saved_hangs)" $((secs / 3600)) $((secs % 3600 / 60)) \
       "$(date -u -d "@$(stat "$s" start_time)" '+%F %H:%M UTC')"
   done

@@ -182,6 +182,38 @@ impl Checker<'_> {
             ),
             _ => {}
         }
+        self.client_limits(daemon);
+    }
+
+    /// The NBD client limits' ranges (serve's flags of the same names).
+    fn client_limits(&mut self, daemon: &Daemon) {
+        if let Some(secs) = &daemon.handshake_timeout_secs {
+            if !(1..=3600).contains(secs.get_ref()) {
+                let message = "must be from 1 to 3600 seconds".to_string();
+                self.at(secs.span(), "daemon.handshake_timeout_secs", message);
+            }
+        }
+        for (value, key) in [
+            (&daemon.max_connections, "daemon.max_connections"),
+            (
+                &daemon.max_connections_per_client,
+                "daemon.max_connections_per_client",
+            ),
+            (
+                &daemon.max_requests_per_connection,
+                "daemon.max_requests_per_connection",
+            ),
+        ] {
+            if let Some(v) = value.as_ref().filter(|v| !(1..=1024).contains(v.get_ref())) {
+                self.at(v.span(), key, "must be from 1 to 1024".to_string());
+            }
+        }
+        if let Some(size) = &daemon.max_option_size {
+            if !(8 << 10..=1 << 20).contains(&size.get_ref().0) {
+                let message = "must be from 8K to 1M".to_string();
+                self.at(size.span(), "daemon.max_option_size", message);
+            }
+        }
     }
 
     /// A file's path, not a directory's nor a socket's of the daemon.

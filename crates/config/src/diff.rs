@@ -86,6 +86,12 @@ impl Daemon {
                 tls,
                 tls_certificates,
                 tls_verify_peer,
+                handshake_timeout_secs,
+                max_connections,
+                max_connections_per_client,
+                max_option_size,
+                idle_timeout_secs,
+                max_requests_per_connection,
             }
         )
     }

@@ -63,6 +63,24 @@ pub struct Daemon {
     /// Require a client certificate signed by the directory's ca-cert.pem.
     #[serde(default)]
     pub tls_verify_peer: bool,
+    /// Seconds a client has to finish the NBD handshake (serve's `--handshake-timeout`,
+    /// default 10, 1 to 3600).
+    pub handshake_timeout_secs: Option<Spanned<u64>>,
+    /// Connections open at once on each listener (serve's `--max-connections`, default 64,
+    /// 1 to 1024).
+    pub max_connections: Option<Spanned<u32>>,
+    /// Connections open at once from one client address on each listener (serve's
+    /// `--max-connections-per-client`, default 16, 1 to 1024).
+    pub max_connections_per_client: Option<Spanned<u32>>,
+    /// Largest data of one handshake option (serve's `--max-option-size`, default 64K, 8K
+    /// to 1M).
+    pub max_option_size: Option<Spanned<Size>>,
+    /// Seconds without a request after which a client is disconnected (serve's
+    /// `--idle-timeout`, default 0: never).
+    pub idle_timeout_secs: Option<Spanned<u64>>,
+    /// Requests of one connection in flight at once (serve's
+    /// `--max-requests-per-connection`, default 64, 1 to 1024).
+    pub max_requests_per_connection: Option<Spanned<u32>>,
 }
 
 impl Daemon {

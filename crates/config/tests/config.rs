@@ -320,6 +320,31 @@ fn values_out_of_range_are_refused() {
         "daemon.dashboard_token_file",
         "set daemon.metrics too",
     );
+    for (line, key, needle) in [
+        (
+            "handshake_timeout_secs = 0",
+            "daemon.handshake_timeout_secs",
+            "1 to 3600",
+        ),
+        ("max_connections = 0", "daemon.max_connections", "1 to 1024"),
+        (
+            "max_connections_per_client = 2000",
+            "daemon.max_connections_per_client",
+            "1 to 1024",
+        ),
+        (
+            "max_requests_per_connection = 0",
+            "daemon.max_requests_per_connection",
+            "1 to 1024",
+        ),
+        (
+            "max_option_size = \"4K\"",
+            "daemon.max_option_size",
+            "8K to 1M",
+        ),
+    ] {
+        assert_problem(&format!("[daemon]\n{line}\n"), 2, key, needle);
+    }
 }
 
 #[test]

@@ -37,5 +37,5 @@ pub use errno::nbd_errno;
 pub use export::{Export, StatusExtent};
 pub use server::{
     serve, serve_exports, AddError, Address, ConfigError, Exports, Listener, Removed, ServerConfig,
-    Stream, Tls, TlsError, TlsMode, MAX_EXPORTS,
+    Stream, Tls, TlsError, TlsMode, MAX_EXPORTS, MAX_OPTION_BYTES, MIN_OPTION_BYTES,
 };

@@ -7,6 +7,7 @@
 //! (`admin::status::Status`).
 
 mod admin_client;
+mod client_limits;
 mod cmd;
 mod journal_args;
 mod log;

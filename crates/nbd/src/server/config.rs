@@ -19,8 +19,12 @@ pub struct ServerConfig {
     pub max_request_bytes: u32,
     /// Requests in flight per connection; at the limit the server stops reading. Default 64.
     pub max_in_flight_per_conn: usize,
-    /// Open connections; more are accepted and closed at once. Default 64.
+    /// Open connections of a listener; more are accepted and closed at once. Default 64.
     pub max_connections: usize,
+    /// Open connections of a listener from one client address (a TCP peer's IPv4 address or
+    /// IPv6 /64; Unix-socket clients count in `max_connections` only); more are accepted and
+    /// closed at once. Default 16.
+    pub max_connections_per_client: usize,
     /// Export calls running at once, over all connections. Default 32.
     pub max_blocking_calls: usize,
     /// Bytes of request and reply buffers held at once, over all connections. Default 1 GiB.
@@ -29,12 +33,18 @@ pub struct ServerConfig {
     /// in power-of-two classes); beyond it a finished request's buffer is freed. Default
     /// 64 MiB.
     pub max_idle_buffer_bytes: u64,
-    /// Largest option data accepted during the handshake; more closes it. Default 64 KiB.
+    /// Largest option data accepted during the handshake: a longer option is refused with
+    /// `NBD_REP_ERR_TOO_BIG` (unless it is `NBD_OPT_EXPORT_NAME`, which cannot be answered
+    /// with an error) and the connection closed, its data never read. Default 64 KiB.
     pub max_option_bytes: u32,
     /// Options one connection may send before it is closed. Default 1024.
     pub max_options_per_conn: u32,
-    /// Time allowed for the whole handshake. Default 30 s.
+    /// Time allowed for the whole handshake, from the accept to the end of option haggling
+    /// (TLS included); a client still negotiating then is disconnected. Default 10 s.
     pub handshake_timeout: Duration,
+    /// A connection in transmission with no request in flight and none received for this
+    /// long is disconnected (`None`: never). Default `None`.
+    pub idle_timeout: Option<Duration>,
     /// After shutdown, time allowed for connections to finish before they are cut. Default 60 s.
     pub shutdown_grace: Duration,
     /// TLS (STARTTLS) for clients, optional or required; `None`: STARTTLS is refused.
@@ -50,17 +60,25 @@ impl Default for ServerConfig {
             max_request_bytes: 32 << 20,
             max_in_flight_per_conn: 64,
             max_connections: 64,
+            max_connections_per_client: 16,
             max_blocking_calls: 32,
             max_buffer_bytes: 1 << 30,
             max_idle_buffer_bytes: 64 << 20,
             max_option_bytes: 64 << 10,
             max_options_per_conn: 1024,
-            handshake_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: None,
             shutdown_grace: Duration::from_secs(60),
             tls: None,
         }
     }
 }
+
+/// Range of [`ServerConfig::max_option_bytes`]: an option holds names and queries of at most
+/// 4 KiB each, and every connection in its handshake may hold one option's data (at the
+/// maximum, 64 connections × 1 MiB).
+pub const MIN_OPTION_BYTES: u32 = 8 << 10;
+pub const MAX_OPTION_BYTES: u32 = 1 << 20;
 
 /// Granularity of the buffer budget (see [`ServerConfig::max_buffer_bytes`]).
 pub(crate) const BUFFER_UNIT_BYTES: u64 = 4096;
@@ -78,11 +96,17 @@ impl ServerConfig {
         if self.max_request_bytes < 1 << 20 {
             return bad("max_request_bytes", "must be at least 1 MiB");
         }
-        if self.max_in_flight_per_conn == 0 || self.max_connections == 0 {
+        if self.max_in_flight_per_conn == 0
+            || self.max_connections == 0
+            || self.max_connections_per_client == 0
+        {
             return bad(
-                "max_in_flight_per_conn/max_connections",
+                "max_in_flight_per_conn/max_connections/max_connections_per_client",
                 "must be at least 1",
             );
+        }
+        if self.handshake_timeout.is_zero() || self.idle_timeout.is_some_and(|t| t.is_zero()) {
+            return bad("handshake_timeout/idle_timeout", "must be above zero");
         }
         if self.max_blocking_calls == 0 {
             return bad("max_blocking_calls", "must be at least 1");
@@ -97,8 +121,8 @@ impl ServerConfig {
                 "must hold one maximum request and be below 16 TiB",
             );
         }
-        if self.max_option_bytes < 8192 {
-            return bad("max_option_bytes", "must be at least 8 KiB");
+        if !(MIN_OPTION_BYTES..=MAX_OPTION_BYTES).contains(&self.max_option_bytes) {
+            return bad("max_option_bytes", "must be from 8 KiB to 1 MiB");
         }
         Ok(())
     }

@@ -12,7 +12,17 @@ pub(crate) enum ConnError {
     Io(io::Error),
     Decode(DecodeError),
     Protocol(String),
-    HandshakeTimeout,
+    /// The handshake did not finish within the listener's deadline.
+    HandshakeTimeout(std::time::Duration),
+    /// An option's data is over the listener's maximum (refused with `NBD_REP_ERR_TOO_BIG`
+    /// unless it was `NBD_OPT_EXPORT_NAME`).
+    OptionTooBig {
+        option: String,
+        length: u32,
+        max: u32,
+    },
+    /// No request for the listener's idle timeout.
+    Idle(std::time::Duration),
     /// The TLS handshake after STARTTLS failed (wrong CA, no client certificate, ...).
     Tls(io::Error),
     /// A plaintext client entered transmission (EXPORT_NAME) where TLS is required.
@@ -25,7 +35,27 @@ impl fmt::Display for ConnError {
             ConnError::Io(e) => write!(f, "I/O error: {e}"),
             ConnError::Decode(e) => write!(f, "malformed message: {e}"),
             ConnError::Protocol(m) => write!(f, "protocol violation: {m}"),
-            ConnError::HandshakeTimeout => write!(f, "handshake took too long"),
+            ConnError::HandshakeTimeout(limit) => write!(
+                f,
+                "handshake not finished within {} s; raise the limit with --handshake-timeout \
+                 (daemon: handshake_timeout_secs)",
+                limit.as_secs_f64()
+            ),
+            ConnError::OptionTooBig {
+                option,
+                length,
+                max,
+            } => write!(
+                f,
+                "{option} with {length} bytes of data, over the limit of {max}; raise it with \
+                 --max-option-size (daemon: max_option_size)"
+            ),
+            ConnError::Idle(limit) => write!(
+                f,
+                "idle: no request for {} s; the limit is --idle-timeout (daemon: \
+                 idle_timeout_secs)",
+                limit.as_secs_f64()
+            ),
             ConnError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
             ConnError::TlsRequired(option) => write!(
                 f,

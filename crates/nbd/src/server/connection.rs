@@ -8,7 +8,9 @@
 //! untouched by this: their request threads still read and write the client's socket.
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
@@ -28,8 +30,14 @@ const HANDSHAKE_BUFFER_BYTES: usize = 64 << 10;
 /// Buffer of the TLS relay, each way: a 1 MiB reply crosses it in a few pieces.
 const RELAY_BUFFER_BYTES: usize = 256 << 10;
 
-/// Serves one accepted connection to the end; errors are logged here.
-pub(crate) async fn run(stream: Stream, listening: Arc<Listening>, stop: watch::Receiver<bool>) {
+/// Serves one accepted connection (from `peer`, if it is a TCP one) to the end; errors are
+/// logged here.
+pub(crate) async fn run(
+    stream: Stream,
+    peer: Option<SocketAddr>,
+    listening: Arc<Listening>,
+    stop: watch::Receiver<bool>,
+) {
     let result = match stream {
         Stream::Tcp(s) => {
             let into_socket = |s: tokio::net::TcpStream| {
@@ -48,12 +56,16 @@ pub(crate) async fn run(stream: Stream, listening: Arc<Listening>, stop: watch::
             serve_stream(s, into_socket, listening, stop).await
         }
     };
+    let from = match peer {
+        Some(peer) => format!(" from {peer}"),
+        None => String::new(),
+    };
     match result {
-        Ok(()) => log::debug!("nbd: connection closed"),
+        Ok(()) => log::debug!("nbd: connection{from} closed"),
         Err(ConnError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
-            log::debug!("nbd: client closed the connection")
+            log::debug!("nbd: client{from} closed the connection")
         }
-        Err(e) => log::warn!("nbd: closing connection: {e}"),
+        Err(e) => log::warn!("nbd: closing connection{from}: {e}"),
     }
 }
 
@@ -80,18 +92,19 @@ where
     let negotiation = negotiate(stream, &listening, &handshake_stop);
     let ready = tokio::select! {
         ready = tokio::time::timeout(timeout, negotiation) => {
-            ready.map_err(|_| ConnError::HandshakeTimeout)??
+            ready.map_err(|_| ConnError::HandshakeTimeout(timeout))??
         }
         _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
     };
+    let idle = listening.config.idle_timeout;
     match ready {
         Ready::Closed => Ok(()),
         Ready::Plain(stream, leftover, selected, session) => {
             let socket = into_socket(stream)?;
-            transmission::serve(socket, leftover, selected, session).await
+            transmission::serve(socket, leftover, selected, session, idle).await
         }
         Ready::Tls(tls, leftover, selected, session) => {
-            serve_tls(*tls, leftover, selected, session).await
+            serve_tls(*tls, leftover, selected, session, idle).await
         }
     }
 }
@@ -151,6 +164,7 @@ async fn serve_tls<S>(
     leftover: Vec<u8>,
     selected: Selected,
     session: Session,
+    idle: Option<Duration>,
 ) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -180,7 +194,7 @@ where
             _ = up => unreachable!("the request direction never ends the relay"),
         }
     };
-    let served = transmission::serve(Socket::Unix(ours), leftover, selected, session);
+    let served = transmission::serve(Socket::Unix(ours), leftover, selected, session, idle);
     let (served, relayed) = tokio::join!(served, relay);
     if let Err(e) = relayed {
         log::debug!("nbd: TLS relay ended: {e}");

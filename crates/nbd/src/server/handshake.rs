@@ -80,7 +80,7 @@ where
         ..Haggle::default()
     };
     for _ in 0..listening.config.max_options_per_conn {
-        let (code, data) = read_option(r, listening).await?;
+        let (code, data) = read_option(r, w, listening).await?;
         if *stop.borrow() && code != OPT_ABORT {
             send(w, code, &err(REP_ERR_SHUTDOWN, "server is shutting down")).await?;
             continue;
@@ -92,18 +92,39 @@ where
     Err(ConnError::Protocol("too many options".into()))
 }
 
-async fn read_option<R: AsyncRead + Unpin>(
+/// The next option. One whose data is over `max_option_bytes` is refused with
+/// `NBD_REP_ERR_TOO_BIG` and ends the connection without its data being read (the spec lets
+/// a server disconnect a client whose behaviour it takes for a denial of service);
+/// `NBD_OPT_EXPORT_NAME` cannot be answered with an error and is just closed.
+async fn read_option<R, W>(
     r: &mut R,
+    w: &mut W,
     listening: &Listening,
-) -> Result<(u32, Vec<u8>), ConnError> {
+) -> Result<(u32, Vec<u8>), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut header = [0u8; OptionHeader::SIZE];
     r.read_exact(&mut header).await?;
     let header = OptionHeader::decode(&header)?;
-    if header.length > listening.config.max_option_bytes {
-        return Err(ConnError::Protocol(format!(
-            "option {} with {} bytes of data (maximum {})",
-            header.option, header.length, listening.config.max_option_bytes
-        )));
+    let max = listening.config.max_option_bytes;
+    if header.length > max {
+        let option = option_name(header.option);
+        if header.option != OPT_EXPORT_NAME {
+            let message = format!(
+                "{option} carries {} bytes of data; this server takes at most {max}",
+                header.length
+            );
+            // Then the connection ends: a client that already went is no error of ours.
+            let _ = send(w, header.option, &err(REP_ERR_TOO_BIG, &message)).await;
+            let _ = w.shutdown().await;
+        }
+        return Err(ConnError::OptionTooBig {
+            option,
+            length: header.length,
+            max,
+        });
     }
     let mut data = vec![0u8; header.length as usize];
     r.read_exact(&mut data).await?;

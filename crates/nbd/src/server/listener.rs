@@ -114,20 +114,21 @@ impl Listener {
         }
     }
 
-    pub(crate) async fn accept(&self) -> io::Result<Stream> {
+    /// The next connection, with its peer's address if it is a TCP one.
+    pub(crate) async fn accept(&self) -> io::Result<(Stream, Option<SocketAddr>)> {
         match &self.inner {
             Inner::Tcp(l) => {
-                let (stream, _) = l.accept().await?;
+                let (stream, peer) = l.accept().await?;
                 // Nagle's algorithm delays small replies behind large ones; the spec asks
                 // servers to disable it.
                 stream.set_nodelay(true)?;
                 set_send_buffer(&stream);
-                Ok(Stream::Tcp(stream))
+                Ok((Stream::Tcp(stream), Some(peer)))
             }
             Inner::Unix { listener, .. } => {
                 let stream = listener.accept().await?.0;
                 set_send_buffer(&stream);
-                Ok(Stream::Unix(stream))
+                Ok((Stream::Unix(stream), None))
             }
         }
     }
@@ -233,7 +234,7 @@ mod tests {
         runtime().block_on(async {
             let listener = Listener::bind_unix(&path).expect("bind");
             let _client = UnixStream::connect(&path).await.expect("connect");
-            let Stream::Unix(accepted) = listener.accept().await.expect("accept") else {
+            let (Stream::Unix(accepted), None) = listener.accept().await.expect("accept") else {
                 panic!("a Unix listener accepted a TCP stream");
             };
             let size = SockRef::from(&accepted)

@@ -5,6 +5,7 @@
 //! stops accepting, every connection stops reading new requests, requests in flight finish and
 //! their replies are sent, and it returns (after at most [`ServerConfig::shutdown_grace`]).
 
+mod admission;
 mod buffers;
 mod config;
 mod conn_error;
@@ -21,13 +22,15 @@ mod transmission;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use config::{ConfigError, ServerConfig};
+pub use config::{ConfigError, ServerConfig, MAX_OPTION_BYTES, MIN_OPTION_BYTES};
 pub use exports::{AddError, Exports, Removed, MAX_EXPORTS};
 pub use listener::{Address, Listener, Stream};
 pub use tls::{Tls, TlsError, TlsMode};
+
+use admission::{Admission, Client};
 
 use crate::export::Export;
 
@@ -57,8 +60,9 @@ pub async fn serve(
 
 /// Serves every export of `exports` on `listener` until `shutdown` completes, then drains
 /// (see module doc). `config` gives the listener's limits — `max_connections`,
-/// `max_option_bytes`, `max_options_per_conn`, `handshake_timeout`, `shutdown_grace` —; each
-/// export has its own for the rest ([`Exports::add`]).
+/// `max_connections_per_client`, `max_option_bytes`, `max_options_per_conn`,
+/// `handshake_timeout`, `idle_timeout`, `shutdown_grace` —; each export has its own for the
+/// rest ([`Exports::add`]).
 pub async fn serve_exports(
     listener: Listener,
     exports: Arc<Exports>,
@@ -67,7 +71,7 @@ pub async fn serve_exports(
 ) -> Result<(), ConfigError> {
     config.validate()?;
     let grace = config.shutdown_grace;
-    let connection_slots = Arc::new(Semaphore::new(config.max_connections));
+    let admission = Admission::new(config.max_connections, config.max_connections_per_client);
     let shared = Arc::new(Listening { config, exports });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
@@ -76,15 +80,19 @@ pub async fn serve_exports(
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok(stream) => {
-                    let Ok(slot) = connection_slots.clone().try_acquire_owned() else {
-                        log::warn!("nbd: connection refused: {} connections open (the maximum)",
-                            shared.config.max_connections);
-                        continue;
+                Ok((stream, peer)) => {
+                    let client = Client::of(peer);
+                    let slot = match admission.admit(client) {
+                        Ok(slot) => slot,
+                        Err(refusal) => {
+                            // Closed at once: the stream is dropped here.
+                            admission.log_refusal(client, refusal);
+                            continue;
+                        }
                     };
                     let (shared, stop) = (shared.clone(), stop_rx.clone());
                     connections.spawn(async move {
-                        connection::run(stream, shared, stop).await;
+                        connection::run(stream, peer, shared, stop).await;
                         drop(slot);
                     });
                 }

@@ -13,6 +13,10 @@
 //! the client. Export calls over all connections are bounded by `Shared::blocking`, buffer
 //! bytes by `Shared::buffers`.
 //!
+//! Idle: with an idle timeout, a connection with no request in flight that took none for that
+//! long is stopped as below and ends with `ConnError::Idle` (a request read but refused counts
+//! as activity; a request whose header or payload is still arriving does not).
+//!
 //! Stopping: `Conn::stop_reading` makes every thread stop taking requests (a `shutdown(Read)`
 //! wakes the one blocked in `recv`); requests already read are answered; the last thread out
 //! reports to the async side. A client error (bad magic, truncated request, a failed reply
@@ -22,6 +26,7 @@ use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -93,6 +98,8 @@ type Input = BufReader<io::Chain<io::Cursor<Vec<u8>>, Socket>>;
 struct Counts {
     threads: usize,
     busy: usize,
+    /// When a request was last taken or answered (for the idle timeout).
+    last_active: Instant,
     done: Option<oneshot::Sender<()>>,
 }
 
@@ -125,14 +132,16 @@ enum Next<'a> {
     End,
 }
 
-/// Serves requests on `socket` until the client disconnects, a client error, or the export's
-/// stop (removed, or the listener shutting down); then answers the requests already read and
-/// returns. `selected` holds the export for as long as the connection lives.
+/// Serves requests on `socket` until the client disconnects, a client error, the export's
+/// stop (removed, or the listener shutting down), or `idle` passing with no request in
+/// flight and none taken; then answers the requests already read and returns. `selected`
+/// holds the export for as long as the connection lives.
 pub(crate) async fn serve(
     socket: Socket,
     leftover: Vec<u8>,
     selected: Selected,
     session: Session,
+    idle: Option<Duration>,
 ) -> Result<(), ConnError> {
     let mut stop = selected.shared.stop.subscribe();
     let (done_tx, mut done_rx) = oneshot::channel();
@@ -143,9 +152,14 @@ pub(crate) async fn serve(
         conn.lock_counts().threads = 0;
         return Err(ConnError::Io(e));
     }
+    let mut idled = None;
     let stopped = tokio::select! {
         _ = &mut done_rx => false,
         _ = stop.wait_for(|stopped| *stopped) => true,
+        limit = idle_for(&conn, idle) => {
+            idled = Some(limit);
+            true
+        }
     };
     if stopped {
         conn.stop_reading();
@@ -164,9 +178,27 @@ pub(crate) async fn serve(
         }
     }
     let error = conn.error.lock().unwrap_or_else(|p| p.into_inner()).take();
-    match error {
-        Some(e) => Err(e),
-        None => Ok(()),
+    match (error, idled) {
+        (Some(e), _) => Err(e),
+        (None, Some(limit)) => Err(ConnError::Idle(limit)),
+        (None, None) => Ok(()),
+    }
+}
+
+/// Completes (with the limit) once `conn` has had no request in flight and taken none for
+/// `limit`; never without a limit.
+async fn idle_for(conn: &Conn, limit: Option<Duration>) -> Duration {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    loop {
+        let idle_since = conn.idle_since();
+        let wake = match idle_since {
+            Some(since) if since.elapsed() >= limit => return limit,
+            Some(since) => since + limit,
+            None => Instant::now() + limit,
+        };
+        tokio::time::sleep_until(wake.into()).await;
     }
 }
 
@@ -203,6 +235,7 @@ impl Conn {
             counts: Mutex::new(Counts {
                 threads: 1,
                 busy: 0,
+                last_active: Instant::now(),
                 done: Some(done),
             }),
             error: Mutex::new(None),
@@ -211,6 +244,19 @@ impl Conn {
 
     fn lock_counts(&self) -> MutexGuard<'_, Counts> {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Since when no request has been in flight (`None`: one is).
+    fn idle_since(&self) -> Option<Instant> {
+        let counts = self.lock_counts();
+        (counts.busy == 0).then_some(counts.last_active)
+    }
+
+    /// A request answered: it counts as activity and is no longer in flight.
+    fn finished_request(&self) {
+        let mut counts = self.lock_counts();
+        counts.busy -= 1;
+        counts.last_active = Instant::now();
     }
 
     /// Starts a request thread, already counted in `counts.threads`.
@@ -248,7 +294,10 @@ impl Conn {
         loop {
             match self.next() {
                 Next::End => break,
-                Next::Refused(head) => self.send(&head, None),
+                Next::Refused(head) => {
+                    self.send(&head, None);
+                    self.lock_counts().last_active = Instant::now();
+                }
                 Next::Work {
                     request,
                     command,
@@ -257,7 +306,7 @@ impl Conn {
                 } => {
                     self.took_request();
                     self.work(request, command, payload, budget);
-                    self.lock_counts().busy -= 1;
+                    self.finished_request();
                 }
             }
         }
@@ -268,6 +317,7 @@ impl Conn {
     fn took_request(self: &Arc<Self>) {
         let mut counts = self.lock_counts();
         counts.busy += 1;
+        counts.last_active = Instant::now();
         assert!(counts.busy <= counts.threads);
         let grow = counts.busy == counts.threads
             && counts.threads < self.shared.config.max_in_flight_per_conn

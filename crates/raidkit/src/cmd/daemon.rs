@@ -26,6 +26,7 @@ use volume::{AssembleOptions, FaultPolicy, SpeedLimits};
 
 use super::manage::rate_arg;
 use super::serve::{self, defaults};
+use crate::client_limits::ClientLimits;
 use arrays::{ArraySet, Routes};
 use reload::Reloader;
 
@@ -177,6 +178,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             alerter: Arc::clone(&alerter),
             log: Arc::clone(&log),
             runtime: runtime.handle().clone(),
+            limits: ClientLimits::of_daemon(&config.daemon),
         });
         arrays.on_taken_over(taken);
         arrays.know_peers(&config.arrays);
@@ -573,6 +575,8 @@ struct Listeners {
     bound: Vec<(nbd::Listener, Arc<nbd::Exports>)>,
     /// `[daemon] tls`, for every listener.
     tls: Option<nbd::Tls>,
+    /// `[daemon]`'s client limits, for every listener.
+    limits: ClientLimits,
 }
 
 impl Listeners {
@@ -612,7 +616,8 @@ impl Listeners {
             let at = bound.get(first).and_then(|(l, _)| l.address());
             routes.own.insert(a.name.get_ref().clone(), (own, at));
         }
-        Ok((Listeners { bound, tls }, routes))
+        let limits = ClientLimits::of_daemon(daemon);
+        Ok((Listeners { bound, tls, limits }, routes))
     }
 
     /// Serves every listener and the admin socket until SIGINT or SIGTERM; then every
@@ -646,11 +651,11 @@ impl Listeners {
         };
         let mut servers = tokio::task::JoinSet::new();
         for (listener, exports) in self.bound {
-            let config = nbd::ServerConfig {
+            let config = self.limits.listener(nbd::ServerConfig {
                 max_request_bytes: serve::MAX_REQUEST_BYTES as u32,
                 tls: self.tls.clone(),
                 ..nbd::ServerConfig::default()
-            };
+            });
             let stop = stopped(stop_rx.clone());
             servers.spawn(async move { nbd::serve_exports(listener, exports, config, stop).await });
         }

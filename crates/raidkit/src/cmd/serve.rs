@@ -25,6 +25,7 @@ use service::running::{self, ArrayOptions, Happening, RunningArray};
 use service::stack::{CachedExport, StackOptions};
 use service::start::StartNotice;
 
+use crate::client_limits::ClientLimits;
 use crate::journal_args;
 
 /// NBD's registered port.
@@ -268,6 +269,9 @@ pub struct Args {
     #[arg(long)]
     tls_verify_peer: bool,
 
+    #[command(flatten)]
+    limits: ClientLimits,
+
     /// Member files, block devices or (with --create) RAM (mem:SIZE); role order for --create.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -300,14 +304,16 @@ fn cache_config(args: &Args) -> anyhow::Result<CacheConfig> {
         .context("--cache-size, --read-ahead, --read-ahead-window")
 }
 
-/// The NBD server's identity and limits for one array's export.
+/// The NBD server's identity and limits for one array's export (the listener's are set by
+/// [`ClientLimits::listener`]).
 pub(crate) fn server_config(
     export_name: String,
     volume: &Volume,
     read_only: bool,
     buffer_memory: u64,
+    limits: &ClientLimits,
 ) -> nbd::ServerConfig {
-    nbd::ServerConfig {
+    limits.export(nbd::ServerConfig {
         export_name,
         description: describe(volume),
         read_only,
@@ -315,7 +321,7 @@ pub(crate) fn server_config(
         max_buffer_bytes: buffer_memory,
         max_idle_buffer_bytes: (buffer_memory / 4).min(64 << 20),
         ..nbd::ServerConfig::default()
-    }
+    })
 }
 
 /// Where to listen, decided before anything is opened.
@@ -445,10 +451,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &volume,
         running.stack().export(),
         endpoint,
-        nbd::ServerConfig {
+        args.limits.listener(nbd::ServerConfig {
             tls,
-            ..server_config(export_name, &volume, args.read_only, args.buffer_memory)
-        },
+            ..server_config(
+                export_name,
+                &volume,
+                args.read_only,
+                args.buffer_memory,
+                &args.limits,
+            )
+        }),
         admin_served,
         metrics_served.map(|(listener, arrays)| (listener, arrays, Arc::clone(&log), pages)),
     ));

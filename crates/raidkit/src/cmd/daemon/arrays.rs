@@ -16,6 +16,7 @@ use service::running::RunningArray;
 use service::schedule::Scheduler;
 
 use super::{array_options, buffer_memory, open_options, remote_options, start_array};
+use crate::client_limits::ClientLimits;
 use crate::cmd::serve;
 
 /// Declares [`LIVE_KEYS`] and `with_live_keys` from one list of `[[array]]` fields, so the
@@ -110,6 +111,9 @@ pub(super) struct Services {
     pub log: admin::Log,
     /// Where a removed export's drain is awaited (from a thread outside the runtime's tasks).
     pub runtime: tokio::runtime::Handle,
+    /// `[daemon]`'s client limits as the daemon started with them (requests in flight per
+    /// connection is each export's).
+    pub limits: ClientLimits,
 }
 
 /// The arrays the daemon serves, by name; see the module documentation.
@@ -195,7 +199,14 @@ impl ArraySet {
         let array = start_array(a, &self.peers, &self.services.alerter, &self.taken)?;
         let volume = Arc::clone(array.volume());
         let export = a.export_name().to_string();
-        let server = serve::server_config(export.clone(), &volume, a.read_only, buffer_memory(a));
+        let limits = &self.services.limits;
+        let server = serve::server_config(
+            export.clone(),
+            &volume,
+            a.read_only,
+            buffer_memory(a),
+            limits,
+        );
         if let Err(e) = exports.add(array.stack().export(), server) {
             let not_served = anyhow!(e).context(format!("serving export {export:?}"));
             return Err(match close(array) {

@@ -104,12 +104,23 @@ class Nbdkit:
         self.write_flag = self.dir / f"{name}.write-errors"
         self.pause_sock = self.dir / f"{name}.pause"
         self.proc = None
+        # (server certificate directory, client certificate directory) once use_tls is called.
+        self.tls = None
         if not self.image.exists():
             with open(self.image, "wb") as f:
                 f.truncate(size)
 
+    def use_tls(self, server_certs, client_certs, verify_peer=False):
+        """From the next start on: TLS required (nbdkit --tls=require with the certificates in
+        ``server_certs``, nbdkit's layout; ``verify_peer``: clients need a certificate), and
+        ``uri`` is the nbds+unix URI whose ``tls-certificates`` is ``client_certs``."""
+        self.tls = (server_certs, client_certs, verify_peer)
+        return self
+
     @property
     def uri(self):
+        if self.tls:
+            return f"nbds+unix:///?socket={self.sock}&tls-certificates={self.tls[1]}"
         return f"nbd+unix:///?socket={self.sock}"
 
     def start(self, write_delay_s=None, pause=False):
@@ -117,8 +128,12 @@ class Nbdkit:
         for p in (self.sock, self.pause_sock):
             if p.exists():
                 p.unlink()
-        cmd = ["nbdkit", "--foreground", "--exit-with-parent", "-U", str(self.sock),
-               "--filter=error"]
+        cmd = ["nbdkit", "--foreground", "--exit-with-parent", "-U", str(self.sock)]
+        if self.tls:
+            cmd += ["--tls=require", f"--tls-certificates={self.tls[0]}"]
+            if self.tls[2]:
+                cmd.append("--tls-verify-peer")
+        cmd.append("--filter=error")
         if write_delay_s:
             cmd.append("--filter=delay")
         if pause:
@@ -164,13 +179,15 @@ class Nbdkit:
 
 
 class Array:
-    """``raidkit serve`` of the members' URIs with an admin socket."""
+    """``raidkit serve`` of the members' URIs with an admin socket; clients on the Unix socket
+    ``uri`` names, or on ``listen`` (HOST:PORT) instead."""
 
-    def __init__(self, workdir, name, members, extra=()):
+    def __init__(self, workdir, name, members, extra=(), listen=None):
         self.dir = Path(workdir)
         self.name = name
         self.members = members
         self.extra = list(extra)
+        self.listen = listen
         self.sock = self.dir / "nbd.sock"
         self.admin_sock = self.dir / "admin.sock"
         self.proc = None
@@ -186,7 +203,8 @@ class Array:
         for p in (self.sock, self.admin_sock):
             if p.exists():
                 p.unlink()
-        cmd = [RAIDKIT_BIN, "serve", "--unix", str(self.sock), "--admin", str(self.admin_sock),
+        listener = ["--listen", self.listen] if self.listen else ["--unix", str(self.sock)]
+        cmd = [RAIDKIT_BIN, "serve", *listener, "--admin", str(self.admin_sock),
                "--io-timeout", str(IO_TIMEOUT_S), "--read-errors-max", str(READ_ERRORS_MAX),
                *self.extra, *(members or self.members)]
         log = open(self.dir / f"serve-{self.starts}.log", "w")

@@ -15,6 +15,12 @@ restarted nbdkit serves the same data and superblock again. ``raidkit serve`` ru
   back and rebuilt; data and scrub check.
 - ``test_no_reconnect_leaves_member_faulty``: with ``--no-reconnect`` a restarted member's
   server is left alone (still faulty 5 s later).
+
+``test_member_comes_back_by_itself[tls]`` runs the first test's course with the second member an
+``nbds+unix://`` export behind ``nbdkit --tls=require --tls-verify-peer`` (certificates from
+test_tls's certtool ``pki``): instead of the blank image, a *plaintext* nbdkit of the member's
+own image on its socket is not taken (the log says the server does not offer TLS); the member's
+TLS nbdkit restarted on the same socket comes back, is rebuilt, and the data and scrub check.
 """
 
 import time
@@ -25,6 +31,7 @@ import skips
 
 from conftest import RAIDKIT_BIN, SERVER_KIND, require_tools, run
 from test_faults import Array, Nbdkit, members, arrays, scrub_clean  # noqa: F401 (fixtures)
+from test_tls import pki  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.skipif(SERVER_KIND != "raidkit",
                                 reason=skips.env_reason("raidkit-only (RAIDKIT_TEST_SERVER is not raidkit)"))
@@ -91,11 +98,15 @@ def check_data(array):
     assert array.role_states() == ["active"] * len(array.members), array.status()
 
 
-def serve(tmp_path, members, arrays, level, count, name, started=None, extra=EXTRA):
+def serve(tmp_path, members, arrays, level, count, name, started=None, extra=EXTRA, pki=None):
     """A level ``level`` array ``name`` created over ``count`` nbdkit members, the first
-    ``started`` of them (default: all) started, served with ``extra``: (nbdkits, array)."""
+    ``started`` of them (default: all) started, served with ``extra``: (nbdkits, array).
+    With ``pki`` (test_tls's certificates) the last member is served over TLS only, clients
+    verified (its URI an nbds+unix one)."""
     require_tools("nbdkit", "qemu-io")
     nbdkits = [members(f"m{i}") for i in range(count)]
+    if pki:
+        nbdkits[-1].use_tls(pki["server"], pki["client"], verify_peer=True)
     create(level, nbdkits, name)
     for m in nbdkits[:started]:
         m.start()
@@ -103,24 +114,32 @@ def serve(tmp_path, members, arrays, level, count, name, started=None, extra=EXT
     return nbdkits, array
 
 
-def test_member_comes_back_by_itself(tmp_path, members, arrays):
-    nbdkits, array = serve(tmp_path, members, arrays, "1", 2, "back")
-    qemu_io(array, f"write -P 0x11 0 {4 * MIB}", "flush")
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_member_comes_back_by_itself(tmp_path, members, arrays, tls, request):
+    pki = request.getfixturevalue("pki") if tls else None
+    nbdkits, array = serve(tmp_path, members, arrays, "1", 2, "back", pki=pki)
     victim = nbdkits[1]
+    qemu_io(array, f"write -P 0x11 0 {4 * MIB}", "flush")
     victim.kill()
     qemu_io(array, f"write -P 0x22 {4 * MIB} {4 * MIB}", "flush")
     wait_state(array, 1, "faulty", 15)
     wait_log(array, "is unreachable", 10)
 
-    # A server on the same socket with a blank image: not this array's member.
-    stranger = Nbdkit(tmp_path, "stranger")
-    stranger.sock = victim.sock
-    stranger.start()
+    if tls:
+        # A plaintext server on the member's socket, with the member's own image: never
+        # used for an nbds URI.
+        wrong, reason = Nbdkit(tmp_path, "m1"), "the server does not offer TLS"
+    else:
+        # A server on the same socket with a blank image: not this array's member.
+        wrong, reason = Nbdkit(tmp_path, "stranger"), "no superblock of this array"
+        wrong.sock = victim.sock
+    wrong.start()
     wait_log(array, "answers but is not added back", 10)
+    assert reason in array.logs(), array.logs()
     time.sleep(3)
     assert role_state(array, 1) == "faulty", array.status()
     assert array.status()["health"] == "degraded", array.status()
-    stranger.kill()
+    wrong.kill()
 
     victim.start()
     seen = wait_back(array, 1)
@@ -155,3 +174,4 @@ def test_no_reconnect_leaves_member_faulty(tmp_path, members, arrays):
     assert role_state(array, 1) == "faulty", array.status()
     assert "adding it back" not in array.logs(), array.logs()
     array.stop()
+

@@ -186,6 +186,21 @@ impl Tracked {
     }
 }
 
+/// True when opening a remote member failed after its server answered, which speaks but not
+/// as this member must: no TLS for an `nbds` URI, TLS required for an `nbd` one, a certificate
+/// refused either way, a protocol error, an export that cannot be used. Such a server is
+/// reported as refused rather than as unreachable.
+fn answered(e: &member::MemberError) -> bool {
+    use std::io::ErrorKind::{InvalidData, PermissionDenied, Unsupported};
+    match e {
+        member::MemberError::Io { source, .. } => {
+            matches!(source.kind(), InvalidData | Unsupported | PermissionDenied)
+        }
+        member::MemberError::Refused { .. } | member::MemberError::Empty { .. } => true,
+        _ => false,
+    }
+}
+
 /// Settings of the reconnect thread.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -344,6 +359,7 @@ impl Watcher {
     fn probe(&self, uri: &str) -> Probe {
         let member = match member::open_with(uri, &self.config.open, &self.config.remote) {
             Ok(m) => m,
+            Err(e) if answered(&e) => return Probe::Refused(e.to_string()),
             Err(e) => return Probe::Unreachable(e.to_string()),
         };
         match ondisk::read_superblock(member.as_ref()) {
@@ -416,6 +432,31 @@ mod tests {
         Probe::Ready(Arc::new(
             member::MemMember::new("mem:1M", 1 << 20).expect("mem member"),
         ))
+    }
+
+    #[test]
+    fn a_server_that_answers_wrongly_is_refused_not_unreachable() {
+        use std::io::{Error, ErrorKind};
+        let io = |kind| member::MemberError::Io {
+            name: "nbds://h/".into(),
+            action: "connect to",
+            source: Error::new(kind, "x"),
+        };
+        // No TLS offered, a certificate refused, TLS required: the server answered.
+        for kind in [
+            ErrorKind::Unsupported,
+            ErrorKind::InvalidData,
+            ErrorKind::PermissionDenied,
+        ] {
+            assert!(answered(&io(kind)), "{kind:?}");
+        }
+        for kind in [
+            ErrorKind::ConnectionRefused,
+            ErrorKind::NotFound,
+            ErrorKind::TimedOut,
+        ] {
+            assert!(!answered(&io(kind)), "{kind:?}");
+        }
     }
 
     #[test]

@@ -326,7 +326,7 @@ impl Checker<'_> {
             );
         }
         for spec in a.members.iter().chain(&a.spares) {
-            if spec.get_ref().starts_with(member::MEM_PREFIX) {
+            if member::ram_spec(spec.get_ref()) {
                 self.at(
                     spec.span(),
                     "members",

@@ -18,6 +18,8 @@ pub enum MemberError {
     NotFileOrDevice { name: String, kind: String },
     /// The file does not exist and no size to create it with was given.
     Missing { name: String },
+    /// A disk-model member spec (`sim:CLASS:SIZE[:OPTIONS]`) that does not parse.
+    BadModel { spec: String, reason: String },
     /// A remote member URI that does not parse.
     BadUri { spec: String, reason: String },
     /// The member was reached but cannot be used as asked.
@@ -43,6 +45,11 @@ impl fmt::Display for MemberError {
             MemberError::BadSpec { spec, source } => {
                 write!(f, "member {spec}: bad RAM member size: {source}")
             }
+            MemberError::BadModel { spec, reason } => write!(
+                f,
+                "member {spec}: bad disk-model member: {reason} (the form is \
+                 sim:CLASS:SIZE[:OPTION,...], e.g. sim:hdd7200:1G or sim:ssd:4G:cache=off)"
+            ),
             MemberError::BadUri { spec, reason } => {
                 write!(f, "member {spec}: bad NBD URI: {reason}")
             }

@@ -12,8 +12,8 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::rng::SimRng;
 use crate::Member;
+use crate::SimRng;
 
 /// Which operations of a class fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

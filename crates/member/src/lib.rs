@@ -17,6 +17,8 @@
 //!   let it through), for tests that watch, hold or fail a member's calls.
 //! - [`FaultyMember`] + [`FaultControl`]: wraps a member and injects seeded faults (errors by
 //!   range, every Nth, by probability; delays; vanishing) for fault-handling tests.
+//! - [`ModelMember`]: a disk-model member (`sim:hdd7200:1G`, `sim:ssd:4G`, ...): data in RAM,
+//!   each call taking the time a modelled hard disk or flash drive would ([`diskmodel`]).
 //! - [`SimMember`]: an in-memory member that keeps written apart from durable data and simulates
 //!   a power loss ([`SimMember::crash`]) for crash tests.
 //! - [`filesystem_of`], [`allocated_bytes`], [`preallocate`]: the filesystem under a file
@@ -54,8 +56,8 @@ mod fence;
 mod file;
 mod hooked;
 mod mem;
+mod model;
 mod nbd;
-mod rng;
 mod sim;
 mod size;
 mod space;
@@ -72,6 +74,7 @@ pub use detached::{
     carry_deadline, current_deadline, scatter, with_deadline, Detached, StartCall, Started,
     STUCK_MAX, WORKERS_MAX,
 };
+pub use diskmodel::SimRng;
 pub use error::{check_range, Holder, MemberError};
 pub use exclusive::{holder_of, Identity};
 pub use faulty::{FaultControl, FaultRule, FaultyMember};
@@ -79,11 +82,11 @@ pub use fence::Fence;
 pub use file::FileMember;
 pub use hooked::{Call, Hook, Hooked, Op};
 pub use mem::MemMember;
+pub use model::{ModelMember, RealClock, MODEL_PREFIX, SLEEP_SLACK_NS};
 pub use nbd::{
     is_nbd_uri, parse_nbd_uri, pem_certificates, NbdAddress, NbdMember, NbdServerError, NbdTarget,
     RemoteOptions, TlsSettings, DEFAULT_PORT, MAX_REQUEST_BYTES,
 };
-pub use rng::SimRng;
 pub use sim::{SimMember, SECTOR_BYTES, SIM_MAX_BYTES};
 pub use size::{parse_size, SizeError};
 pub use space::{allocated_bytes, filesystem_of, preallocate, FilesystemSpace};
@@ -266,8 +269,15 @@ impl std::fmt::Display for MemberCache {
 /// The prefix of a RAM member spec: `mem:SIZE`.
 pub const MEM_PREFIX: &str = "mem:";
 
-/// Opens the member the user named: `mem:SIZE` (a new sparse RAM member), an NBD URI (with the
-/// default [`RemoteOptions`]) or a path to a regular file or block device.
+/// Whether `spec` names a member kept in this process's RAM (`mem:SIZE`, `sim:CLASS:SIZE`):
+/// empty at every start, never the same storage as another member of the same name.
+pub fn ram_spec(spec: &str) -> bool {
+    spec.starts_with(MEM_PREFIX) || spec.starts_with(MODEL_PREFIX)
+}
+
+/// Opens the member the user named: `mem:SIZE` (a new sparse RAM member), `sim:CLASS:SIZE`
+/// (a disk-model member), an NBD URI (with the default [`RemoteOptions`]) or a path to a
+/// regular file or block device.
 pub fn open(spec: &str, opts: &OpenOptions) -> Result<Arc<dyn Member>, MemberError> {
     open_with(spec, opts, &RemoteOptions::default())
 }
@@ -290,6 +300,9 @@ pub fn open_with(
             source,
         })?;
         return Ok(Arc::new(MemMember::new(spec, size)?));
+    }
+    if spec.starts_with(MODEL_PREFIX) {
+        return Ok(Arc::new(ModelMember::open(spec)?));
     }
     if spec.is_empty() {
         return Err(MemberError::EmptySpec);

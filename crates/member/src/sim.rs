@@ -15,8 +15,8 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::check_member_range;
-use crate::rng::SimRng;
 use crate::Member;
+use crate::SimRng;
 
 /// The unit a power loss tears writes at (sector writes are atomic).
 pub const SECTOR_BYTES: u64 = 512;

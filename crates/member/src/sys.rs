@@ -292,3 +292,17 @@ pub fn dio_align(file: &File) -> io::Result<Option<(u64, u64)>> {
         u64::from(st.stx_dio_mem_align),
     )))
 }
+
+/// The calling thread's timer slack in nanoseconds (how late the kernel may wake a sleep to
+/// batch wake-ups; 50 µs by default).
+pub fn timer_slack() -> u64 {
+    // SAFETY: PR_GET_TIMERSLACK takes no pointer and only reads the calling thread's setting.
+    let rc = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
+    u64::try_from(rc).unwrap_or(50_000)
+}
+
+/// Sets the calling thread's timer slack (nanoseconds, at least 1).
+pub fn set_timer_slack(ns: u64) {
+    // SAFETY: PR_SET_TIMERSLACK takes a plain value and changes only the calling thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns.max(1) as libc::c_ulong, 0, 0, 0) };
+}

@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::{is_nbd_uri, MEM_PREFIX};
+use crate::{is_nbd_uri, ram_spec};
 
 /// statfs `f_type` of tmpfs (<linux/magic.h>).
 const TMPFS_MAGIC: i64 = 0x0102_1994;
@@ -48,7 +48,7 @@ impl fmt::Display for Volatile {
         match self {
             Volatile::RamFilesystem(fs) => write!(f, "on {fs}, a filesystem in RAM"),
             Volatile::RamBlockDevice(name) => write!(f, "on {name}, a RAM block device"),
-            Volatile::RamMember => write!(f, "a RAM member (mem:SIZE)"),
+            Volatile::RamMember => write!(f, "a RAM member (mem:SIZE or sim:CLASS:SIZE)"),
         }
     }
 }
@@ -57,7 +57,7 @@ impl fmt::Display for Volatile {
 /// in RAM. A path that does not exist yet is judged by the nearest directory above it that
 /// does (where it would be created).
 pub fn volatile_storage(spec: &str) -> io::Result<Option<Volatile>> {
-    if spec.starts_with(MEM_PREFIX) {
+    if ram_spec(spec) {
         return Ok(Some(Volatile::RamMember));
     }
     if is_nbd_uri(spec) || spec.is_empty() {

@@ -191,11 +191,11 @@ fn bitmap_for(
     Ok(Some(at))
 }
 
-/// Files (hole punch) and RAM members are zeroed instantly; block devices and remote members
+/// Files (hole punch) and RAM members (disk models too: their trim costs no media time) are
+/// zeroed instantly; block devices and remote members
 /// may not be.
 fn cheap_to_zero(member: &dyn Member) -> bool {
-    member.name().starts_with(member::MEM_PREFIX)
-        || std::fs::metadata(member.name()).is_ok_and(|m| m.is_file())
+    member::ram_spec(member.name()) || std::fs::metadata(member.name()).is_ok_and(|m| m.is_file())
 }
 
 fn check_distinct(all: &[Arc<dyn Member>]) -> Result<(), CreateError> {

@@ -10,7 +10,7 @@ use member::Member;
 /// different RAM members.
 pub fn same_member(a: &Arc<dyn Member>, b: &Arc<dyn Member>) -> bool {
     let same_object = std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b));
-    let same_path = a.name() == b.name() && !a.name().starts_with(member::MEM_PREFIX);
+    let same_path = a.name() == b.name() && !member::ram_spec(a.name());
     let same_storage = a.identity().is_some() && a.identity() == b.identity();
     same_object || same_path || same_storage
 }

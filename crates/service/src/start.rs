@@ -49,12 +49,11 @@ pub fn assemble(
     notice: &dyn Fn(StartNotice),
 ) -> anyhow::Result<Assembled> {
     assert!(opts.spares.is_empty() && opts.journal_replay.is_none());
-    if !created
-        && members
-            .iter()
-            .any(|m| m.name().starts_with(member::MEM_PREFIX))
-    {
-        bail!("RAM members (mem:SIZE) start empty: use --create to make a new array on them");
+    if !created && members.iter().any(|m| member::ram_spec(m.name())) {
+        bail!(
+            "RAM members (mem:SIZE, sim:CLASS:SIZE) start empty: use --create to make a new array \
+             on them"
+        );
     }
     let first = ondisk::read_superblock(members[0].as_ref()).ok();
     let was_dirty = first

@@ -111,7 +111,7 @@ fn check_ram_members(args: &Args) -> anyhow::Result<()> {
         .members
         .iter()
         .chain(&args.spare)
-        .find(|spec| spec.starts_with(member::MEM_PREFIX))
+        .find(|spec| member::ram_spec(spec))
     else {
         return Ok(());
     };

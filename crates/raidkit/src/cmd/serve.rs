@@ -48,9 +48,9 @@ pub(crate) mod defaults {
 ///
 /// Assembles the array from MEMBER... (any order) and serves it to NBD clients (nbdinfo,
 /// qemu-img, nbdcopy, nbdfuse, nbd-client). With --create it first creates a new array on the
-/// members, which is the only way to use RAM members (mem:SIZE). Listens on 127.0.0.1:10809
-/// unless --unix or --listen says otherwise; it never binds a non-loopback address unless
-/// --listen names one. Prints one line with the NBD URI when ready. On SIGINT/SIGTERM it
+/// members, which is the only way to use RAM members (mem:SIZE, and the disk models
+/// sim:CLASS:SIZE). Listens on 127.0.0.1:10809 unless --unix or --listen says otherwise; it
+/// never binds a non-loopback address unless --listen names one. Prints one line with the NBD URI when ready. On SIGINT/SIGTERM it
 /// finishes requests in flight, flushes, marks the array clean and exits 0. An array found
 /// dirty (after a crash) is resynced in the background while it is served.
 ///
@@ -272,7 +272,9 @@ pub struct Args {
     #[command(flatten)]
     limits: ClientLimits,
 
-    /// Member files, block devices or (with --create) RAM (mem:SIZE); role order for --create.
+    /// Member files, block devices or (with --create) RAM (mem:SIZE) or disk models
+    /// (sim:hdd7200:SIZE, sim:ssd:SIZE, ...: README "Disk-model members"); role order for
+    /// --create.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
 }

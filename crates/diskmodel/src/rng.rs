@@ -1,5 +1,6 @@
 //! `SimRng`: a tiny deterministic random number generator (SplitMix64) for seeded fault
-//! injection and crash simulation. Same seed, same sequence, on every platform.
+//! injection, crash simulation and the disk models' workloads. Same seed, same sequence, on every
+//! platform. (`member` re-exports it.)
 
 /// SplitMix64 (Steele, Lea, Flood 2014): 64 bits of state, good enough statistics for tests.
 #[derive(Debug, Clone)]

@@ -372,11 +372,31 @@ fn disk(w: &mut Writer) {
         ];
         j.append(&[journal::Record::MemberOps(ops.to_vec())])
             .expect("append");
-        j.append(&[journal::Record::ArrayWrite {
-            offset: 8192,
-            data: &[9; 1000],
-        }])
-        .expect("append");
+        let write = j
+            .append(&[journal::Record::ArrayWrite {
+                offset: 8192,
+                data: &[9; 1000],
+            }])
+            .expect("append");
+        if mode == journal::Mode::WriteBack {
+            // A write-back apply's stripe: parity, and data by reference to the write above.
+            let apply = [
+                journal::MemberOp::FromRecord {
+                    role: 0,
+                    offset: 0,
+                    len: 1000,
+                    seq: write.first,
+                    array_offset: 8192,
+                },
+                journal::MemberOp::Write {
+                    role: 2,
+                    offset: 0,
+                    data: &[3; 1000],
+                },
+            ];
+            j.append(&[journal::Record::StripeApply(apply.to_vec())])
+                .expect("append");
+        }
         drop(j);
         let sb = journal::read_superblock(m.as_ref()).expect("superblock");
         let mut image = vec![0u8; (journal::RING_OFFSET + 8192) as usize];
@@ -389,7 +409,11 @@ fn disk(w: &mut Writer) {
         .expect("read ring");
         let mut input = vec![0u8];
         input.extend_from_slice(&image);
-        w.put("journal", &format!("{mode}"), &input);
+        let name = match mode {
+            journal::Mode::WriteBack => "write-back-apply",
+            journal::Mode::WriteThrough => "write-through",
+        };
+        w.put("journal", name, &input);
     }
 }
 

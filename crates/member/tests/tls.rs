@@ -132,6 +132,11 @@ fn nbds_unix_round_trips_from_many_threads_into_the_servers_file() {
         &RemoteOptions::default(),
     )
     .unwrap();
+    assert!(
+        m.description().contains("TLS, server certificate verified"),
+        "{}",
+        m.description()
+    );
     let m: Arc<dyn Member> = Arc::new(m);
     assert_eq!(m.len(), DISK_BYTES);
     let seed = seed();

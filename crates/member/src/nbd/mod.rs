@@ -214,8 +214,13 @@ impl NbdMember {
         } else {
             "trim/zero: written zeroes"
         };
+        let tls = match &self.address.tls {
+            None => "",
+            Some(t) if t.verify_peer => "; TLS, server certificate verified",
+            Some(_) => "; TLS, server NOT verified (tls-verify-peer=false)",
+        };
         format!(
-            "NBD export {} of {} bytes; {flush}; {zero}; minimum block {} bytes, requests up to {} bytes{}",
+            "NBD export {} of {} bytes{tls}; {flush}; {zero}; minimum block {} bytes, requests up to {} bytes{}",
             self.address,
             self.size_bytes,
             self.min_block_bytes,

@@ -24,9 +24,9 @@
 //!   reader streams at the media rate instead of losing a revolution per request.
 //! - **Write cache.** With the cache on, a write is acknowledged once in the buffer (command
 //!   overhead plus the interface transfer) and written later, reordered with the reads; a
-//!   flush returns when every write acknowledged before it is on the media. A write that does
-//!   not fit in the cache is written through. With the cache off every write waits for the
-//!   media.
+//!   flush returns when every write acknowledged before it is on the media. A write that
+//!   finds the cache full waits until destaging makes room; one larger than the whole cache is
+//!   written through. With the cache off every write waits for the media.
 
 use std::collections::{BTreeMap, VecDeque};
 

@@ -1,9 +1,11 @@
 //! `member::NbdMember` against a server that says whatever the input says. The input is a list
 //! of chunks (each a little-endian `u16` length and that many bytes; the last may be short).
 //! The fake server writes chunk 0 (the greeting) when the member connects, then one chunk after
-//! each option or request the member sends, and one whenever the member sends nothing for
-//! [`STALL`] (it waits for bytes a chunk left out); when the chunks run out, or the member
-//! sends `NBD_CMD_DISC`, it closes. The member opens the export and runs [`exercise`]: every
+//! each option or request the member sends; when the member sends nothing for [`STALL`] (it
+//! waits for bytes a chunk left out) it writes every chunk left at once and closes, as it does
+//! when the chunks run out or the member sends `NBD_CMD_DISC`. (Writing one chunk per stall
+//! instead let an input of thousands of empty chunks keep the member waiting past its 10 s
+//! deadline, which AFL++ counted as hangs.) The member opens the export and runs [`exercise`]: every
 //! error is an answer, only a panic or a hang is a crash.
 
 use std::io::{self, Read, Write};
@@ -181,7 +183,13 @@ impl Conn<'_, '_> {
         Ok(())
     }
 
-    /// Reads exactly `buf`; silence from the member writes the next chunk meanwhile.
+    /// Writes every chunk left, then ends the connection.
+    fn flood(&mut self) -> Result<(), Stop> {
+        while self.next_chunk().is_ok() {}
+        Err(Stop::Done)
+    }
+
+    /// Reads exactly `buf`; silence from the member writes what is left (see the module doc).
     fn fill(&mut self, buf: &mut [u8]) -> Result<(), Stop> {
         let mut at = 0;
         while at < buf.len() {
@@ -194,7 +202,7 @@ impl Conn<'_, '_> {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
-                    self.next_chunk()?
+                    return self.flood();
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),

@@ -297,6 +297,12 @@ fn values_out_of_range_are_refused() {
         "RAM member",
     );
     assert_problem(
+        "[[array]]\nname = \"a\"\nmembers = [\"sim:hdd7200:1G\"]\n",
+        3,
+        "members",
+        "RAM member",
+    );
+    assert_problem(
         "[alerts]\nwebhook = \"ftp://host/x\"\n",
         2,
         "alerts.webhook",

@@ -6,8 +6,9 @@
 //!
 //! The layout is the kernel's (`md_seq_show`, `status_resync` and the personalities' status in
 //! drivers/md): a `Personalities :` line; per array its line, `NAME : active LEVEL MEMBER[N]...`
-//! with `(F)` after a faulty member, `(S)` after a spare and `(R)` after a replacement being
-//! filled; the size line in 1 KiB blocks with the level's geometry and, for the redundant
+//! with `(W)` after a write-mostly member, `(F)` after a faulty member, `(S)` after a spare
+//! and `(R)` after a replacement being filled (a member judged slow has no md mark: it shows
+//! in `raidkit status` and the admin JSON); the size line in 1 KiB blocks with the level's geometry and, for the redundant
 //! levels, `[roles/in sync] [UU_U]`; the progress line of a rebuild (`recovery`), resync or
 //! scrub (`check`); the bitmap line; then `unused devices: <none>`. What raidkit has no
 //! counterpart for is said the md way: the metadata is `super external:raidkit` (not md's),
@@ -92,7 +93,9 @@ fn members(members: &[MemberStatus]) -> Vec<String> {
             | MemberState::Rebuilding
             | MemberState::Missing => "",
         };
-        listed.push(format!("{}[{number}]{mark}", token(&m.name)));
+        // md prints (W) first, then the state's mark (`md_seq_show`).
+        let write_mostly = if m.write_mostly { "(W)" } else { "" };
+        listed.push(format!("{}[{number}]{write_mostly}{mark}", token(&m.name)));
     }
     listed
 }

@@ -86,6 +86,10 @@ pub(crate) mod tests {
                 size_bytes: 8,
             }),
             rebuild_offset_bytes: Some(9),
+            write_mostly: true,
+            slow: true,
+            latency_us: Some(10),
+            peers_latency_us: Some(11),
         };
         Status {
             volume: VolumeStatus {

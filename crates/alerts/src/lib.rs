@@ -69,6 +69,11 @@ pub enum Event {
     VolatileJournal,
     /// Another process took the array over (its owner lease): this one stopped serving it.
     TakenOver,
+    /// A member answers much slower than its peers (an outlier over several windows): its
+    /// reads are served by the others where redundancy allows.
+    SlowMember,
+    /// A member judged slow answers like its peers again and is read again.
+    SlowMemberRecovered,
 }
 
 /// How bad an event is: syslog's severity and the log line's word.
@@ -103,6 +108,8 @@ impl Event {
             Event::JournalPressure => "JournalPressure",
             Event::VolatileJournal => "VolatileJournal",
             Event::TakenOver => "TakenOver",
+            Event::SlowMember => "SlowMember",
+            Event::SlowMemberRecovered => "SlowMemberRecovered",
         }
     }
 
@@ -117,7 +124,8 @@ impl Event {
             Event::SparesMissing
             | Event::MemberTimeout
             | Event::JournalPressure
-            | Event::VolatileJournal => Severity::Warning,
+            | Event::VolatileJournal
+            | Event::SlowMember => Severity::Warning,
             Event::SpareActive
             | Event::RebuildStarted
             | Event::Rebuild20
@@ -127,6 +135,7 @@ impl Event {
             | Event::RebuildFinished
             | Event::NewArray
             | Event::MoveSpare
+            | Event::SlowMemberRecovered
             | Event::TestMessage => Severity::Info,
         }
     }

@@ -384,6 +384,20 @@ impl Checker<'_> {
             }
         }
         self.cache(a);
+        for named in &a.write_mostly {
+            let listed =
+                (a.members.iter().chain(&a.spares)).any(|m| m.get_ref() == named.get_ref());
+            if !listed {
+                self.at(
+                    named.span(),
+                    "write_mostly",
+                    format!(
+                        "{:?} is not one of this array's members or spares (name it as they do)",
+                        named.get_ref()
+                    ),
+                );
+            }
+        }
         if let Some(text) = &a.member_cache {
             if let Err(e) = text.get_ref().parse::<member::MemberCache>() {
                 self.at(text.span(), "member_cache", e);

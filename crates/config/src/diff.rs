@@ -52,6 +52,7 @@ impl ArrayConfig {
                 io_timeout_secs,
                 local_io_deadline,
                 member_cache,
+                write_mostly,
                 reconnect,
                 reconnect_interval_max_secs,
                 scrub_schedule,
@@ -65,6 +66,8 @@ impl ArrayConfig {
         let mut copy = self.clone();
         copy.members.sort_by(|a, b| a.get_ref().cmp(b.get_ref()));
         copy.spares.sort_by(|a, b| a.get_ref().cmp(b.get_ref()));
+        copy.write_mostly
+            .sort_by(|a, b| a.get_ref().cmp(b.get_ref()));
         copy
     }
 }

@@ -198,6 +198,10 @@ pub struct ArrayConfig {
     /// `direct`, `buffered` or `auto` (serve's `--member-cache`, default auto: direct I/O for
     /// block-device members, the page cache for files).
     pub member_cache: Option<Spanned<String>>,
+    /// RAID 1/10: members (named as in `members` or `spares`) read only when no other copy can
+    /// serve (serve's `--write-mostly`, md's write-mostly).
+    #[serde(default)]
+    pub write_mostly: Vec<Spanned<String>>,
     /// Reconnect remote members in the background (default true; serve's `--no-reconnect`).
     pub reconnect: Option<bool>,
     /// Longest wait between reconnect attempts, seconds (serve's `--reconnect-interval-max`,

@@ -167,7 +167,8 @@ impl<'a> Runner<'a> {
             if let Some(Begun { call, counted }) = begun {
                 let (result, _) = call.finish(&mut |_| {});
                 let ok = result.is_ok();
-                self.members.end(role, counted, kind.counted(), len, ok);
+                self.members
+                    .end(role, counted, kind.counted(), len, ok, None);
             }
             // Removed after the request was planned: a write is moot, a read must be retried.
             return match kind {
@@ -186,8 +187,9 @@ impl<'a> Runner<'a> {
                     }
                     _ => call.finish(&mut |_| {}),
                 };
+                let ok = result.is_ok();
                 self.members
-                    .end(role, counted, kind.counted(), len, result.is_ok());
+                    .end(role, counted, kind.counted(), len, ok, Some(took));
                 (result, took)
             }
             None => {
@@ -198,7 +200,9 @@ impl<'a> Runner<'a> {
                     other => other.apply(member.as_ref()),
                 };
                 let ok = result.is_ok();
-                let elapsed = self.members.end(role, started, kind.counted(), len, ok);
+                let elapsed = self
+                    .members
+                    .end(role, started, kind.counted(), len, ok, None);
                 (result, elapsed)
             }
         };

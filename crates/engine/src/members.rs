@@ -283,7 +283,9 @@ impl Members {
 
     /// The operation `started` by [`Members::begin`] ended: counted, its latency fed to the
     /// read balance and the slow-member window (judged here when the window is over).
-    /// Returns how long it took.
+    /// `own`: the member's own time for a call started ahead and waited for later (its
+    /// counted time also holds the wait for the batch's earlier members, which must not make
+    /// it look slow). Returns the counted time.
     #[inline]
     pub(crate) fn end(
         &self,
@@ -292,11 +294,12 @@ impl Members {
         kind: OpKind,
         len: u64,
         ok: bool,
+        own: Option<std::time::Duration>,
     ) -> std::time::Duration {
         let took = self.io[role].end(started, kind, len, ok);
         let (read, flush) = (kind == OpKind::Read, kind == OpKind::Flush);
-        self.speed
-            .ended(role, read, flush, len, took.as_nanos() as u64);
+        let own = own.unwrap_or(took).as_nanos() as u64;
+        self.speed.ended(role, read, flush, len, own);
         let now = iostats::now_ns();
         if self.speed.window_over(now) {
             let readable: Vec<bool> = self

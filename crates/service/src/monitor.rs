@@ -149,6 +149,44 @@ fn degraded_alert(status: &VolumeStatus) -> Alert {
     .with("missing_members", missing)
 }
 
+/// `SlowMember` when `m` became slow since `earlier`, `SlowMemberRecovered` when it stopped
+/// being slow (while still in the array: a slow member that failed is told by `Fail`).
+fn slow_change(array: &str, earlier: Option<&MemberStatus>, m: &MemberStatus) -> Option<Alert> {
+    let was = earlier.is_some_and(|b| b.slow);
+    let ms = |us: Option<u64>| us.map_or("?".to_string(), |us| format!("{:.1}", us as f64 / 1e3));
+    let alert = match (was, m.slow) {
+        (false, true) => Alert::new(
+            Event::SlowMember,
+            array,
+            Some(&m.name),
+            format!(
+                "answers in {} ms per request against {} ms for its peers: its reads are served                  by the other members where redundancy allows; check the device (SMART,                  cabling, the remote server and its network) before it fails",
+                ms(m.latency_us),
+                ms(m.peers_latency_us)
+            ),
+        ),
+        (true, false) if m.state == MemberState::Active => Alert::new(
+            Event::SlowMemberRecovered,
+            array,
+            Some(&m.name),
+            format!(
+                "answers like its peers again ({} ms against {} ms): it is read again",
+                ms(m.latency_us),
+                ms(m.peers_latency_us)
+            ),
+        ),
+        _ => return None,
+    };
+    let alert = match m.latency_us {
+        Some(us) => alert.with("latency_us", us),
+        None => alert,
+    };
+    Some(match m.peers_latency_us {
+        Some(us) => alert.with("peers_latency_us", us),
+        None => alert,
+    })
+}
+
 /// Percent of a rebuild or replace done.
 fn percent(task: &TaskStatus) -> u8 {
     (task.done_bytes.saturating_mul(100) / task.total_bytes.max(1)).min(100) as u8
@@ -188,6 +226,9 @@ pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
                     .with("timeouts", m.timeouts),
             ),
             _ => {}
+        }
+        if let Some(alert) = slow_change(name, earlier.copied(), m) {
+            alerts.push(alert);
         }
         if m.timeouts > earlier.map_or(0, |b| b.timeouts) {
             alerts.push(

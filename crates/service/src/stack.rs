@@ -27,6 +27,9 @@ pub struct StackOptions {
     pub gather_wait: Duration,
     /// The read cache (`size_bytes` 0: a pass-through); validated by the caller.
     pub cache: CacheConfig,
+    /// Members (as named) read only when no other copy can serve: RAID 1, 10
+    /// (`Volume::set_write_mostly`, which refuses other levels and unknown names).
+    pub write_mostly: Vec<String>,
 }
 
 /// The volume as an export: its requests counted as the clients sent them, then through the
@@ -56,6 +59,9 @@ impl ArrayStack {
     ) -> anyhow::Result<(ArrayStack, Option<Replayed>)> {
         let volume = Arc::new(volume);
         volume.set_gather_wait(opts.gather_wait);
+        volume
+            .set_write_mostly(&opts.write_mostly)
+            .context("--write-mostly")?;
         let (journal, replayed) = array_journal::attach(journal, &volume, opts.read_only)?;
         let journal = Arc::new(journal);
         let cache = ReadCache::new(journal.export(), opts.cache.clone())

@@ -150,6 +150,39 @@ fn an_array_that_starts_degraded_says_so_and_timeouts_and_mismatches_are_raised(
 }
 
 #[test]
+fn a_member_turning_slow_and_recovering_is_raised_once_each_way() {
+    let clean = status();
+    let name = clean.members[1].name.clone();
+    let mut slow = clean.clone();
+    slow.members[1].slow = true;
+    slow.members[1].latency_us = Some(21_000);
+    slow.members[1].peers_latency_us = Some(1_000);
+    let alerts = changes(&clean, &slow);
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0].event, Event::SlowMember);
+    assert_eq!(alerts[0].member.as_deref(), Some(name.as_str()));
+    assert!(
+        alerts[0].message.contains("21.0 ms") && alerts[0].message.contains("1.0 ms"),
+        "{}",
+        alerts[0].message
+    );
+    assert_eq!(alerts[0].details["latency_us"], "21000");
+    assert_eq!(events(&slow, &slow), [], "raised once while it stays slow");
+    let mut recovered = slow.clone();
+    recovered.members[1].slow = false;
+    assert_eq!(
+        events(&slow, &recovered),
+        [(Event::SlowMemberRecovered, Some(name))]
+    );
+    // A slow member that fails is told by Fail, not as recovered.
+    let mut failed = slow.clone();
+    failed.members[1].slow = false;
+    failed.members[1].state = MemberState::Faulty;
+    let got: Vec<Event> = events(&slow, &failed).into_iter().map(|e| e.0).collect();
+    assert!(!got.contains(&Event::SlowMemberRecovered), "{got:?}");
+}
+
+#[test]
 fn a_rebuild_that_starts_and_ends_between_two_looks_is_still_said() {
     let clean = status();
     let mut failed = clean.clone();

@@ -179,6 +179,7 @@ fn start(
         }),
         template,
         owner: None,
+        write_mostly: Vec::new(),
     };
     let core = VolumeCore::new(array, meta, bitmap, at_risk, plan.stale, plan.warnings);
     if let Some(progress) = resync_offset {

@@ -332,6 +332,7 @@ impl VolumeCore {
                 reason: e.to_string(),
             });
         }
+        self.mark_write_mostly(meta, role);
         self.adopt_bitmap(role, whole);
         self.write_superblocks(meta)
     }
@@ -405,7 +406,49 @@ impl VolumeCore {
         self.adopt_bitmap(role, whole);
         self.write_superblocks(&mut meta)?;
         self.array.finish_replace(role);
+        self.mark_write_mostly(&meta, role);
         Ok(())
+    }
+
+    /// Reads only when no other copy can serve from the members named (RAID 1, 10; md's
+    /// write-mostly). Every name must be a member or spare of the array; a spare named is
+    /// marked when it takes a role. Replaces the list given before.
+    pub(crate) fn set_write_mostly(&self, names: &[String]) -> Result<(), VolumeError> {
+        let refused = |reason: String| VolumeError::Refused {
+            what: "mark members write-mostly".to_string(),
+            reason,
+        };
+        if !names.is_empty() && !self.array.geometry().is_mirrored() {
+            return Err(refused(format!(
+                "a {} array has one copy of its data: write-mostly applies to raid1 and raid10",
+                self.array.geometry().level()
+            )));
+        }
+        let mut meta = self.lock_meta();
+        let known: Vec<&str> = (meta.roles.iter().flatten())
+            .chain(&meta.spares)
+            .map(|h| h.whole.name())
+            .collect();
+        if let Some(unknown) = names.iter().find(|n| !known.contains(&n.as_str())) {
+            return Err(refused(format!(
+                "{unknown:?} is not a member or spare of array {:?} (its members: {})",
+                self.name(),
+                known.join(", ")
+            )));
+        }
+        meta.write_mostly = names.to_vec();
+        for role in 0..meta.roles.len() {
+            self.mark_write_mostly(&meta, role);
+        }
+        Ok(())
+    }
+
+    /// Gives the engine's role `role` the write-mostly mark its member's name says.
+    fn mark_write_mostly(&self, meta: &MetaState, role: usize) {
+        let named = meta.roles[role]
+            .as_ref()
+            .is_some_and(|h| meta.write_mostly.iter().any(|n| n == h.whole.name()));
+        self.array.set_write_mostly(role, named);
     }
 
     /// `whole` now holds `role`: it receives the whole bitmap, then every bitmap update. A
@@ -512,10 +555,15 @@ impl VolumeCore {
                     .unwrap_or(0)
             });
             let stuck = held.map_or((0, 0), |h| h.whole.stuck_calls());
+            let speed = self.array.member_speed(role);
             members.push(MemberStatus {
                 role: Some(role),
                 name: held.map(|h| h.whole.name().to_string()).unwrap_or_default(),
                 state,
+                write_mostly: speed.write_mostly,
+                slow: speed.slow,
+                latency_us: speed.latency_us,
+                peers_latency_us: speed.peers_latency_us,
                 read_errors: stats.read_errors,
                 write_errors: stats.write_errors,
                 timeouts: stats.timeouts,

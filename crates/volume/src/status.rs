@@ -84,6 +84,21 @@ pub struct MemberStatus {
     pub filesystem: Option<FilesystemStatus>,
     /// Rebuilding members: data-area bytes rebuilt so far.
     pub rebuild_offset_bytes: Option<u64>,
+    /// Read only when no other copy can serve (RAID 1, 10; the configuration's
+    /// `write_mostly`).
+    #[serde(default)]
+    pub write_mostly: bool,
+    /// Judged slow: its latency an outlier against its peers' over the last windows; reads
+    /// are served around it where redundancy allows (`engine::SlowPolicy`).
+    #[serde(default)]
+    pub slow: bool,
+    /// Its mean latency per operation over the last judged window, µs (`None`: too few
+    /// operations to judge).
+    #[serde(default)]
+    pub latency_us: Option<u64>,
+    /// The median of the other members' over the same window, µs.
+    #[serde(default)]
+    pub peers_latency_us: Option<u64>,
 }
 
 impl MemberStatus {
@@ -101,6 +116,10 @@ impl MemberStatus {
             abandoned_calls: 0,
             filesystem: None,
             rebuild_offset_bytes: None,
+            write_mostly: false,
+            slow: false,
+            latency_us: None,
+            peers_latency_us: None,
         }
     }
 }

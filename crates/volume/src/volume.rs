@@ -160,6 +160,9 @@ pub(crate) struct MetaState {
     pub partial_rebuild: Vec<Option<Vec<(u64, u64)>>>,
     /// The owner record every superblock write carries (see `lease.rs`); `None`: none.
     pub owner: Option<ondisk::Owner>,
+    /// Names of the members read only when no other copy can serve (RAID 1, 10: the
+    /// configuration's write-mostly list; `Volume::set_write_mostly`). Not on disk.
+    pub write_mostly: Vec<String>,
 }
 
 /// An assembled array. Thread-safe: every method takes `&self`. A handle to its
@@ -292,6 +295,11 @@ impl Volume {
         self.core.array.set_gather_wait(wait)
     }
 
+    /// What makes a member slow (see `engine::SlowPolicy`); status reports the verdicts.
+    pub fn set_slow_policy(&self, policy: engine::SlowPolicy) {
+        self.core.array.set_slow_policy(policy)
+    }
+
     /// Replays the stripes logged to the journal on `member` (its superblock `sb`, checked to be
     /// this array's) onto the members; see `engine::Array::replay_journal`.
     pub fn replay_journal(
@@ -338,6 +346,10 @@ macro_rules! forward_to_core {
 
 forward_to_core! {
     fn size_bytes(&self) -> u64;
+    /// Marks the members named write-mostly (RAID 1, 10: read only when no other copy can
+    /// serve; a spare named is marked when it takes a role); refused on other levels and for
+    /// a name that is no member or spare of the array. Replaces the earlier list.
+    fn set_write_mostly(&self, names: &[String]) -> Result<(), VolumeError>;
     fn name(&self) -> &str;
     fn uuid(&self) -> Uuid;
     fn level(&self) -> Level;

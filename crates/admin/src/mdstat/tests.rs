@@ -575,6 +575,23 @@ fn spares_replacements_and_faulty_members_without_a_role_get_their_own_numbers()
 }
 
 #[test]
+fn a_write_mostly_member_carries_md_s_w_mark() {
+    use MemberState::*;
+    let mut b = member(Some(1), "b", Active);
+    b.write_mostly = true;
+    let mut c = member(Some(2), "c", Faulty);
+    c.write_mostly = true;
+    let status = array_of("raid1", 1 << 30, vec![member(Some(0), "a", Active), b, c]);
+    let text = render([("r", &status)]);
+    assert!(
+        text.contains("r : active raid1 a[0] b[1](W) c[2](W)(F)\n"),
+        "{text}"
+    );
+    let p = &parse(&text).unwrap()[0];
+    assert_eq!((p.active, p.total, p.failed), (2, 3, 1));
+}
+
+#[test]
 fn names_are_one_field_the_parsers_read_back() {
     use MemberState::*;
     assert_eq!(token("my array"), "my_array");

@@ -543,6 +543,7 @@ fn array_options(a: &ArrayConfig) -> anyhow::Result<ArrayOptions> {
                     .map_or(defaults::GATHER_WAIT_MS, |v| *v.get_ref()),
             ),
             cache,
+            write_mostly: a.write_mostly.iter().map(|m| m.get_ref().clone()).collect(),
         },
         reconnect: a.reconnect.unwrap_or(true).then(|| reconnect::Config {
             interval_max: secs(

@@ -196,6 +196,12 @@ pub struct Args {
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_member_cache)]
     member_cache: member::MemberCache,
 
+    /// RAID 1/10: read this member (named as in the member list or --spare) only when no other
+    /// copy can serve, as md's --write-mostly: a slow or remote leg that still gets every
+    /// write. May be given several times. Kept in the configuration, not on disk.
+    #[arg(long, value_name = "MEMBER")]
+    write_mostly: Vec<String>,
+
     /// Background work (rebuild, resync, scrub) keeps at least this rate per member, even
     /// under client load (bytes per second, K/M/G suffixes).
     #[arg(long, value_name = "SIZE/s", default_value = defaults::SPEED_MIN, value_parser = super::manage::rate_arg)]
@@ -398,6 +404,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         read_only: args.read_only,
         gather_wait: Duration::from_millis(args.gather_wait),
         cache: cache_config(&args)?,
+        write_mostly: args.write_mostly.clone(),
     };
     // What can fail without the array is made first: once it is assembled (owned, maybe
     // dirty), every way out goes through `running.close()`.

@@ -339,6 +339,18 @@ fn member_line(m: &MemberStatus) -> String {
     if let Some(offset) = m.rebuild_offset_bytes {
         line += &format!("  rebuilt {}", human_bytes(offset));
     }
+    if m.write_mostly {
+        line += "  write-mostly";
+    }
+    if m.slow {
+        let ms =
+            |us: Option<u64>| us.map_or("?".to_string(), |us| format!("{:.1}", us as f64 / 1000.0));
+        line += &format!(
+            "  SLOW: {} ms per request against {} ms for its peers (reads served around it)",
+            ms(m.latency_us),
+            ms(m.peers_latency_us)
+        );
+    }
     line + "\n"
 }
 

@@ -41,6 +41,7 @@ live_keys!(
     /// The `[[array]]` keys a running array takes without a restart: the background rate limits
     /// (`Volume::set_speed_limits`), the fault policy's read-error count and window
     /// (`Volume::set_fault_policy`), the RAID 5/6 partial-stripe wait (`Volume::set_gather_wait`),
+    /// the write-mostly members (`Volume::set_write_mostly`),
     /// and the scrub schedule and background window (the scheduler follows the new plan from now:
     /// the next run counts from the reload, the window is applied at once).
     /// The others are fixed when the array starts: its members, spares and journal, how members
@@ -51,6 +52,7 @@ live_keys!(
     read_errors_max,
     read_error_window_secs,
     gather_wait_ms,
+    write_mostly,
     scrub_schedule,
     background_window,
 );
@@ -175,6 +177,9 @@ impl ArraySet {
         volume.set_speed_limits(opts.assemble.speed_limits);
         volume.set_fault_policy(opts.assemble.fault_policy);
         volume.set_gather_wait(opts.stack.gather_wait);
+        volume
+            .set_write_mostly(&opts.stack.write_mostly)
+            .with_context(|| format!("array {name:?}: write_mostly"))?;
         let plan = super::scrub_plan(&config);
         if plan != super::scrub_plan(&served.config) {
             self.services.scheduler.forget(volume);

@@ -37,6 +37,9 @@ pub struct CreateOptions {
     /// would need more than `BITMAP_REGIONS_MAX` bits); `None`: no bitmap. Default: 64 MiB for
     /// redundant levels, none for linear and RAID 0.
     pub bitmap_region_bytes: Option<u64>,
+    /// Encrypt the array at rest: the key area (`crypt::KeyArea::create`) every member's
+    /// superblock carries; `None`: plaintext.
+    pub encryption: Option<crypt::KeyArea>,
 }
 
 impl CreateOptions {
@@ -53,6 +56,7 @@ impl CreateOptions {
             bitmap_region_bytes: level
                 .has_redundancy()
                 .then_some(crate::bitmap::BITMAP_REGION_DEFAULT),
+            encryption: None,
         }
     }
 }
@@ -145,6 +149,7 @@ pub fn create(
     let mut superblocks = build_superblocks(&all, members.len(), opts, &geometry);
     for sb in &mut superblocks {
         sb.set_bitmap(bitmap);
+        sb.set_encryption(opts.encryption.clone());
     }
     if !zero_all && !opts.assume_clean && opts.level.has_redundancy() {
         for sb in &mut superblocks {
@@ -399,6 +404,7 @@ fn build_superblocks(
         journal: None,
         owner: None,
         roles: roles.clone(),
+        encryption: None,
     };
     (0..all.len()).map(make).collect()
 }

@@ -71,6 +71,9 @@ const OFF_OWNER_SINCE: usize = 2352;
 const OFF_OWNER_RENEWED: usize = 2360;
 const OFF_OWNER_PID_NS: usize = 2368;
 const OFF_OWNER_HOST_NAME: usize = 2376;
+/// The key area (`feature_incompat` bit 1): the encryption header and key slots,
+/// `crypt::KEY_AREA_BYTES` bytes from here (2440..3680).
+const OFF_KEY_AREA: usize = 2440;
 /// Longest host name an owner record keeps, in bytes of UTF-8 (longer ones are cut).
 pub const OWNER_HOST_NAME_BYTES_MAX: usize = 64;
 const OFF_CHECKSUM: usize = SUPERBLOCK_BYTES - 4;
@@ -79,8 +82,13 @@ const OFF_CHECKSUM: usize = SUPERBLOCK_BYTES - 4;
 /// Incompatible because a reader that ignored it would write without setting bits, and a
 /// later resync trusting the bitmap would then skip regions that need it.
 pub const FEATURE_INCOMPAT_BITMAP: u64 = 1;
+/// `feature_incompat` bit (bit 1): the array's data is encrypted at rest; the key area (bytes
+/// 2440..3680: the encryption header and key slots, [`crypt::KeyArea`]) is meaningful.
+/// Incompatible because a reader that ignored it would serve the ciphertext as the data, and
+/// write plaintext among it.
+pub const FEATURE_INCOMPAT_ENCRYPTED: u64 = 1 << 1;
 /// Feature flags a reader must understand to use the array.
-pub const FEATURE_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_BITMAP;
+pub const FEATURE_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_BITMAP | FEATURE_INCOMPAT_ENCRYPTED;
 /// `feature_compat` bit: `resync_offset_bytes` (byte 240) is meaningful.
 pub const FEATURE_COMPAT_RESYNC_OFFSET: u64 = 1;
 /// `feature_compat` bit (bit 1): an owner record (bytes 2304..2440) names the process serving
@@ -223,6 +231,9 @@ pub struct Superblock {
     pub owner: Option<Owner>,
     /// `MAX_MEMBERS` slots; slot `r < member_count` describes role `r`.
     pub roles: Vec<RoleEntry>,
+    /// The encryption header and key slots: present exactly when `feature_incompat` has
+    /// [`FEATURE_INCOMPAT_ENCRYPTED`].
+    pub encryption: Option<crypt::KeyArea>,
 }
 
 /// Why bytes are not a valid superblock.
@@ -443,6 +454,15 @@ impl Superblock {
             .map(|r| r as usize)
     }
 
+    /// Sets (or removes) the key area together with its feature bit.
+    pub fn set_encryption(&mut self, area: Option<crypt::KeyArea>) {
+        match area {
+            Some(_) => self.feature_incompat |= FEATURE_INCOMPAT_ENCRYPTED,
+            None => self.feature_incompat &= !FEATURE_INCOMPAT_ENCRYPTED,
+        }
+        self.encryption = area;
+    }
+
     /// Sets (or removes) the write-intent bitmap together with its feature bit.
     pub fn set_bitmap(&mut self, bitmap: Option<BitmapRef>) {
         self.bitmap = bitmap;
@@ -546,6 +566,9 @@ impl Superblock {
             b.u64(OFF_OWNER_PID_NS, owner.process.pid_namespace);
             b.put(OFF_OWNER_HOST_NAME, owner.process.host_name.as_bytes());
         }
+        if let Some(area) = &self.encryption {
+            b.put(OFF_KEY_AREA, &area.encode());
+        }
     }
 
     /// Decodes and validates on-disk bytes.
@@ -630,6 +653,7 @@ impl Superblock {
             journal: decode_journal(bytes),
             owner: decode_owner(bytes)?,
             roles: decode_roles(bytes)?,
+            encryption: decode_key_area(bytes, feature_incompat)?,
         })
     }
 
@@ -705,6 +729,12 @@ impl Superblock {
             "the end of the array",
         )?;
         self.validate_owner()?;
+        present_with_bit(
+            "encryption",
+            self.feature_incompat & FEATURE_INCOMPAT_ENCRYPTED != 0,
+            self.encryption.is_some(),
+            "a key area",
+        )?;
         self.validate_replace()
     }
 
@@ -891,6 +921,28 @@ fn decode_journal(bytes: &[u8; SUPERBLOCK_BYTES]) -> Option<JournalRef> {
 }
 
 /// The owner record, when `feature_compat` bit 1 says there is one.
+/// The key area, when `feature_incompat` says there is one.
+fn decode_key_area(
+    bytes: &[u8; SUPERBLOCK_BYTES],
+    feature_incompat: u64,
+) -> Result<Option<crypt::KeyArea>, SuperblockError> {
+    let area = &bytes[OFF_KEY_AREA..OFF_KEY_AREA + crypt::KEY_AREA_BYTES];
+    if feature_incompat & FEATURE_INCOMPAT_ENCRYPTED == 0 {
+        // Zero in every array without encryption: key slots without the bit are damage (or
+        // the bit lost), never something to serve as plaintext.
+        return match area.iter().all(|&b| b == 0) {
+            true => Ok(None),
+            false => Err(field_err(
+                "encryption",
+                "key area bytes present without feature_incompat bit 1",
+            )),
+        };
+    }
+    crypt::KeyArea::decode(area)
+        .map(Some)
+        .map_err(|e| field_err("encryption", e.0))
+}
+
 fn decode_owner(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<Option<Owner>, SuperblockError> {
     if get_u64(bytes, OFF_FEATURE_COMPAT) & FEATURE_COMPAT_OWNER == 0 {
         return Ok(None);

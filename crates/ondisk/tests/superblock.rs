@@ -306,3 +306,63 @@ fn a_bitmap_area_larger_than_the_format_allows_is_refused_not_allocated() {
         }
     }
 }
+
+/// `create` with a key area: every member's superblock carries it behind `feature_incompat`
+/// bit 1, which a reader knowing only the bitmap bit (raidkit before encryption) refuses; the
+/// bit without the area, or the area's bytes damaged, are refused by name.
+#[test]
+fn an_encrypted_array_carries_its_key_area_behind_an_incompatible_bit() {
+    let members = mem_members(3, "4M");
+    let secret = crypt::Secret::new(b"pw".to_vec());
+    let kdf = crypt::KdfParams {
+        memory_kib: 64,
+        iterations: 1,
+        parallelism: 1,
+    };
+    let (area, key) = crypt::KeyArea::create(&secret, kdf).unwrap();
+    let mut opts = CreateOptions::new("raid5".parse().unwrap(), "enc");
+    opts.encryption = Some(area.clone());
+    create(&members, &opts).unwrap();
+    for m in &members {
+        let sb = read_superblock(m.as_ref()).unwrap();
+        assert_eq!(sb.encryption.as_ref(), Some(&area));
+        assert_eq!(sb.feature_incompat & ondisk::FEATURE_INCOMPAT_ENCRYPTED, 2);
+        let (opened, _) = sb.encryption.unwrap().unlock(&secret).unwrap();
+        let probe = |k: &crypt::DataKey| {
+            let mut b = vec![7u8; 512];
+            crypt::DataCipher::new(k).encrypt(&mut b, 0);
+            b
+        };
+        assert_eq!(probe(&opened), probe(&key));
+        let bytes = raw(m.as_ref());
+        let incompat = u64::from_le_bytes(bytes[24..32].try_into().unwrap());
+        assert_ne!(
+            incompat & !ondisk::FEATURE_INCOMPAT_BITMAP,
+            0,
+            "a reader that knows only the bitmap bit sees an unknown incompatible feature"
+        );
+    }
+    let recrc = |b: &mut [u8; SUPERBLOCK_BYTES]| {
+        let crc = ondisk::checksum(b);
+        b[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+    };
+    let good = raw(members[0].as_ref());
+    let mut no_bit = good.clone();
+    no_bit[24] &= !2;
+    recrc(&mut no_bit);
+    let err = Superblock::decode(&no_bit).unwrap_err().to_string();
+    assert!(err.contains("encryption"), "{err}");
+    let mut damaged = good.clone();
+    damaged[2440] = 9; // the cipher code
+    recrc(&mut damaged);
+    let err = Superblock::decode(&damaged).unwrap_err().to_string();
+    assert!(
+        err.contains("encryption") && err.contains("cipher"),
+        "{err}"
+    );
+    // Without encryption the bit and the area stay clear.
+    let plain = mem_members(2, "2M");
+    create(&plain, &CreateOptions::new("raid1".parse().unwrap(), "p")).unwrap();
+    let sb = read_superblock(plain[0].as_ref()).unwrap();
+    assert_eq!((sb.encryption, sb.feature_incompat & 2), (None, 0));
+}

@@ -10,6 +10,7 @@ mod admin_client;
 mod client_limits;
 mod cmd;
 mod journal_args;
+mod key_args;
 mod log;
 mod progress;
 mod space;

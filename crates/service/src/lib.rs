@@ -10,6 +10,7 @@
 //!   [`stack`]), and removing it from a stopped array (replay, then forget).
 //! - [`members`]: opening the members for assembly (a remote one that cannot be reached is
 //!   left out, a local one refused).
+//! - [`unlock`]: an encrypted array's cipher, from its members' key slots and the key given.
 //! - [`start`]: assembling an array with its journal checked ([`start::assemble`]).
 //! - [`stack`]: what serves an assembled array ([`stack::ArrayStack`]): the journal attached
 //!   with its replay, the read cache in front, the export, the admin control whose status
@@ -47,3 +48,4 @@ pub mod schedule;
 pub mod spares;
 pub mod stack;
 pub mod start;
+pub mod unlock;

@@ -44,6 +44,11 @@ pub struct ArrayOptions {
     /// filled in here.
     pub assemble: AssembleOptions,
     pub stack: StackOptions,
+    /// What unlocks an encrypted array (`None`: no key given; an encrypted array is then
+    /// refused, naming `key_how`).
+    pub key: Option<crypt::KeySource>,
+    /// Where the operator gives a key, for the message when none was given.
+    pub key_how: &'static str,
     /// The reconnect of remote members; `None`: off (read-only arrays and levels without
     /// redundancy never reconnect).
     pub reconnect: Option<reconnect::Config>,
@@ -145,7 +150,10 @@ fn usable_spares(
 }
 
 /// Creates the array on the opened members and spares before it is assembled.
-pub type Create<'a> = &'a dyn Fn(&[Arc<dyn Member>], &[Arc<dyn Member>]) -> anyhow::Result<()>;
+/// Creates the array on its members and spares; returns the new data key when it is
+/// encrypted (so the key is not asked for a second time).
+pub type Create<'a> =
+    &'a dyn Fn(&[Arc<dyn Member>], &[Arc<dyn Member>]) -> anyhow::Result<Option<crypt::DataKey>>;
 
 /// An array being served; see the module documentation.
 pub struct RunningArray {
@@ -201,9 +209,10 @@ impl RunningArray {
                 }
             }
         }
-        if let Some(create) = create {
-            create(&members, &spares)?;
-        }
+        let cipher = match create {
+            Some(create) => create(&members, &spares)?.map(|key| crypt::DataCipher::new(&key)),
+            None => crate::unlock::unlock(&members, opts.key.as_ref(), opts.key_how)?,
+        };
         // Every member the array will hold, behind one fence: closed when another process
         // takes the array over, after which nothing more reaches them.
         let fence = member::Fence::new();
@@ -232,7 +241,8 @@ impl RunningArray {
             JournalAtStart::Use(jm, jsb) => JournalAtStart::Use(fence.wrap(jm), jsb),
             other => other,
         };
-        let (stack, replayed) = ArrayStack::build(volume, journal, &opts.stack, fence.clone())?;
+        let (stack, replayed) =
+            ArrayStack::build(volume, journal, &opts.stack, cipher, fence.clone())?;
         if let Some(replayed) = replayed {
             tell(Happening::Replayed(replayed));
         }

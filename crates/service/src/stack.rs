@@ -10,6 +10,7 @@ use admin::control::VolumeControl;
 use admin::status::{JournalMode, JournalSection, Status};
 use anyhow::Context;
 use cache::{CacheConfig, ReadCache};
+use crypt::{DataCipher, Encrypted};
 use export::{JournalExport, JournalLayer, JournalStatus};
 use member::{OpenOptions, RemoteOptions};
 use volume::Volume;
@@ -33,8 +34,9 @@ pub struct StackOptions {
 }
 
 /// The volume as an export: its requests counted as the clients sent them, then through the
-/// read cache, then the journal layer.
-pub type CachedExport = nbd::Counted<ReadCache<JournalExport>>;
+/// read cache (plaintext), the encryption layer (a pass-through for an array without
+/// encryption), then the journal layer (ciphertext, as everything below).
+pub type CachedExport = nbd::Counted<ReadCache<Encrypted<JournalExport>>>;
 
 /// One array's serving stack: volume ← journal layer ← read cache ← client counters.
 pub struct ArrayStack {
@@ -48,13 +50,15 @@ pub struct ArrayStack {
 impl ArrayStack {
     /// After assembly (`start::assemble`), before anything else reads or writes the array
     /// (resync included): attaches the journal with its replay and puts the read cache in
-    /// front. Returns what the replay found, for the operator.
+    /// front, with the encryption layer between them when `cipher` is given (the array is
+    /// encrypted: `crate::unlock`). Returns what the replay found, for the operator.
     /// `fence` is the one the array's members (and journal) are behind; members the admin
     /// actions open are put behind it too.
     pub fn build(
         volume: Volume,
         journal: JournalAtStart,
         opts: &StackOptions,
+        cipher: Option<DataCipher>,
         fence: member::Fence,
     ) -> anyhow::Result<(ArrayStack, Option<Replayed>)> {
         let volume = Arc::new(volume);
@@ -64,8 +68,9 @@ impl ArrayStack {
             .context("--write-mostly")?;
         let (journal, replayed) = array_journal::attach(journal, &volume, opts.read_only)?;
         let journal = Arc::new(journal);
-        let cache = ReadCache::new(journal.export(), opts.cache.clone())
-            .context("starting the read cache")?;
+        let encrypted = Encrypted::new(journal.export(), cipher);
+        let cache =
+            ReadCache::new(encrypted, opts.cache.clone()).context("starting the read cache")?;
         let export = Arc::new(nbd::Counted::new(cache));
         // A scrub repair or a resync can change what the volume reads underneath the cache (a
         // RAID 6 data fix, a mirror copy rewritten): drop those blocks. Weak, so the volume

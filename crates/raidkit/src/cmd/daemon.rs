@@ -545,6 +545,8 @@ fn array_options(a: &ArrayConfig) -> anyhow::Result<ArrayOptions> {
             cache,
             write_mostly: a.write_mostly.iter().map(|m| m.get_ref().clone()).collect(),
         },
+        key: None,
+        key_how: "key_file or passphrase_file in the array's [[array]] entry",
         reconnect: a.reconnect.unwrap_or(true).then(|| reconnect::Config {
             interval_max: secs(
                 &a.reconnect_interval_max_secs,

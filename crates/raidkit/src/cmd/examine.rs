@@ -59,6 +59,25 @@ struct SuperblockJson {
     /// The process serving the array (or that did and did not stop cleanly), or null.
     owner: Option<OwnerJson>,
     roles: Vec<RoleJson>,
+    /// Encryption at rest, or null for an array without it.
+    encryption: Option<EncryptionJson>,
+}
+
+/// An encrypted array's cipher and key slots (never anything secret).
+#[derive(Debug, Serialize)]
+struct EncryptionJson {
+    cipher: &'static str,
+    unit_bytes: usize,
+    key_slots: Vec<KeySlotJson>,
+}
+
+#[derive(Debug, Serialize)]
+struct KeySlotJson {
+    slot: usize,
+    kdf: &'static str,
+    memory_kib: u32,
+    iterations: u32,
+    parallelism: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -144,6 +163,19 @@ fn to_json(member: &str, sb: &Superblock) -> SuperblockJson {
             lease_secs: o.lease_secs,
         }),
         roles,
+        encryption: sb.encryption.as_ref().map(|area| EncryptionJson {
+            cipher: area.cipher_name(),
+            unit_bytes: area.unit_bytes(),
+            key_slots: (area.active().into_iter())
+                .map(|(slot, kdf)| KeySlotJson {
+                    slot,
+                    kdf: "argon2id",
+                    memory_kib: kdf.memory_kib,
+                    iterations: kdf.iterations,
+                    parallelism: kdf.parallelism,
+                })
+                .collect(),
+        }),
     }
 }
 
@@ -213,6 +245,22 @@ fn render_text(j: &SuperblockJson) -> String {
             date(o.renewed_secs),
             o.lease_secs
         );
+    }
+    if let Some(e) = &j.encryption {
+        out += &format!(
+            "  {:<15} {}, {}-byte units\n",
+            "encryption", e.cipher, e.unit_bytes
+        );
+        for k in &e.key_slots {
+            out += &format!(
+                "  {:<15} {} m={} t={} p={}\n",
+                format!("key slot {}", k.slot),
+                k.kdf,
+                human_bytes(u64::from(k.memory_kib) * 1024),
+                k.iterations,
+                k.parallelism
+            );
+        }
     }
     for r in &j.roles {
         let replacing = match r.replacing {
@@ -384,12 +432,25 @@ mod tests {
                 state: "active",
                 replacing: None,
             }],
+            encryption: Some(EncryptionJson {
+                cipher: "aes-xts-plain64 (AES-256)",
+                unit_bytes: 512,
+                key_slots: vec![KeySlotJson {
+                    slot: 2,
+                    kdf: "argon2id",
+                    memory_kib: 65536,
+                    iterations: 3,
+                    parallelism: 1,
+                }],
+            }),
         };
         let text = render_text(&j);
         for needle in [
             "  created         2026-11-25T05:40:27Z\n",
             "  updated         2026-11-25T05:40:28Z\n",
             "  chunk bytes     65536 (64.0 KiB)\n",
+            "  encryption      aes-xts-plain64 (AES-256), 512-byte units\n",
+            "  key slot 2      argon2id m=64.0 MiB t=3 p=1\n",
             "  data offset     1048576 (1.0 MiB)\n",
             "  array bytes     28311552 (27.0 MiB)\n",
             "  member bytes    10485760 (10.0 MiB)\n",

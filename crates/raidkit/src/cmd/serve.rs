@@ -132,6 +132,16 @@ pub struct Args {
     #[command(flatten)]
     bitmap: super::create::BitmapArgs,
 
+    /// With --create: encrypt the new array at rest (see `raidkit create --encrypt`).
+    #[arg(long, requires = "create")]
+    encrypt: bool,
+
+    #[command(flatten)]
+    key: crate::key_args::KeyArgs,
+
+    #[command(flatten)]
+    kdf: crate::key_args::KdfArgs,
+
     /// A hot spare (repeatable): it receives a spare superblock of this array (or already
     /// carries one) and takes the place of the first member that fails.
     #[arg(long, value_name = "MEMBER")]
@@ -635,6 +645,9 @@ fn start_array(args: &Args, stack: StackOptions) -> anyhow::Result<RunningArray>
             ..AssembleOptions::default()
         },
         stack,
+        // Asked for only if the array is encrypted (a prompt needs a terminal).
+        key: Some(args.key.source()),
+        key_how: crate::key_args::HOW,
         // Not with --no-reconnect; RunningArray leaves out read-only and non-redundant arrays.
         reconnect: (!args.no_reconnect).then(|| reconnect::Config {
             interval_max: Duration::from_secs(args.reconnect_interval_max),
@@ -643,11 +656,11 @@ fn start_array(args: &Args, stack: StackOptions) -> anyhow::Result<RunningArray>
         }),
     };
     let create = |members: &[Arc<dyn Member>], spares: &[Arc<dyn Member>]| {
-        create(args, members, spares)?;
+        let key = create(args, members, spares)?;
         if let Some(path) = &journal.path {
             array_journal::add(members, path, &journal)?;
         }
-        Ok(())
+        Ok(key)
     };
     let create: Option<running::Create> = args.create.then_some(&create);
     RunningArray::start(opts, create, tell())
@@ -689,13 +702,21 @@ fn tell() -> running::Tell {
     })
 }
 
+/// Creates the array; returns its data key when --encrypt made it encrypted.
 fn create(
     args: &Args,
     members: &[Arc<dyn Member>],
     spares: &[Arc<dyn Member>],
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<crypt::DataKey>> {
     let level = args.level.context("--create needs --level")?;
     let name = args.name.as_deref().unwrap_or("raidkit");
+    let (encryption, key) = match args.encrypt {
+        true => {
+            let (area, key) = crate::key_args::new_key_area(&args.key, &args.kdf, name)?;
+            (Some(area), Some(key))
+        }
+        false => (None, None),
+    };
     let defaults = CreateOptions::new(level, name);
     let opts = CreateOptions {
         chunk_bytes: args.chunk.unwrap_or(defaults.chunk_bytes),
@@ -703,12 +724,13 @@ fn create(
         spares: spares.to_vec(),
         assume_clean: args.assume_clean,
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
+        encryption,
         ..defaults
     };
     crate::space::create_with(&args.members, &args.spare, args.preallocate, || {
         ondisk::create(members, &opts).with_context(|| format!("creating {level} array \"{name}\""))
     })?;
-    Ok(())
+    Ok(key)
 }
 
 async fn serve(

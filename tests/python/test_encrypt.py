@@ -226,3 +226,106 @@ def test_an_array_made_before_encryption_still_opens(tmp_path, arrays):
     array.start()
     assert array.read(0, 14) == b"still writable"
     array.stop()
+
+
+def test_key_add_change_remove_never_the_last(tmp_path, arrays):
+    members = [tmp_path / f"m{i}.img" for i in range(2)]
+    k1 = tmp_path / "k1"
+    k1.write_bytes(os.urandom(64))
+    p1, p2, bad = tmp_path / "p1", tmp_path / "p2", tmp_path / "bad"
+    p1.write_text("first passphrase\n")
+    p2.write_text("second passphrase\n")
+    bad.write_text("not a key of this array\n")
+    ms = list(map(str, members))
+    run([RAIDKIT_BIN, "create", "-l", "1", "-s", str(MEMBER_BYTES), "-n", "keys", "--encrypt",
+         "--key-file", str(k1), *KDF, *ms])
+    array = arrays(tmp_path, members)
+    array.start("--key-file", str(k1))
+    array.write(0, b"kept through every key change")
+    # Not while served (its members are held; the running array rewrites its superblocks from
+    # its own copy).
+    served = run([RAIDKIT_BIN, "key", "add", "--key-file", str(k1), "--new-passphrase-file",
+                  str(p1), *KDF, *ms], check=False)
+    assert served.returncode != 0 and "in use by another array" in served.stderr, served.stderr
+    array.stop()
+
+    def key(*args, ok=True):
+        proc = run([RAIDKIT_BIN, "key", *args, *ms], check=ok)
+        return proc.stdout + proc.stderr
+
+    def opens(*flag):
+        array.start(*flag)
+        data = array.read(0, 29)
+        array.stop()
+        return data == b"kept through every key change"
+
+    # A key the array does not open cannot add one.
+    out = key("add", "--passphrase-file", str(bad), "--new-passphrase-file", str(p1), *KDF,
+              ok=False)
+    assert "does not open any of the 1 key slots" in out, out
+    out = key("add", "--key-file", str(k1), "--new-passphrase-file", str(p1), *KDF)
+    assert "key slot 1" in out, out
+    examined = run([RAIDKIT_BIN, "examine", ms[1]]).stdout
+    assert "key slot 0" in examined and "key slot 1" in examined, examined
+    assert opens("--passphrase-file", str(p1)) and opens("--key-file", str(k1))
+    # Change: the slot p1 opened now opens with p2 only.
+    out = key("change", "--passphrase-file", str(p1), "--new-passphrase-file", str(p2), *KDF)
+    assert "key slot 1" in out, out
+    log = array.start("--passphrase-file", str(p1), expect_fail=True)
+    assert "does not open" in log, log
+    assert opens("--passphrase-file", str(p2))
+    # Remove the key file's slot: it no longer opens; the last slot is never removed.
+    out = key("remove", "--key-file", str(k1))
+    assert "key slot 0 removed" in out, out
+    log = array.start("--key-file", str(k1), expect_fail=True)
+    assert "does not open" in log, log
+    out = key("remove", "--passphrase-file", str(p2), ok=False)
+    assert "last" in out, out
+    assert opens("--passphrase-file", str(p2))
+    # On every member: each one's own superblock holds the same slots.
+    for m in ms:
+        text = run([RAIDKIT_BIN, "examine", m]).stdout
+        assert "key slot 1" in text and "key slot 0" not in text, text
+
+
+def test_the_daemon_unlocks_with_its_config_keys_and_scan_notes_them(tmp_path):
+    from test_daemon import Daemon
+    key = tmp_path / "vault.key"
+    key.write_bytes(os.urandom(64))
+    files = {}
+    for name, enc in (("vault", ["--encrypt", "--key-file", str(key), *KDF]),
+                      ("locked", ["--encrypt", "--key-file", str(key), *KDF]),
+                      ("open", [])):
+        files[name] = [tmp_path / f"{name}{i}" for i in range(2)]
+        run([RAIDKIT_BIN, "create", "-l", "1", "-n", name, "-s", "8M", *enc,
+             *map(str, files[name])])
+    scan = run([RAIDKIT_BIN, "examine", "--scan", f"{tmp_path}/*[01]"]).stdout
+    entries = scan.split("\n\n")
+    vault = next(e for e in entries if 'name = "vault"' in e)
+    plain = next(e for e in entries if 'name = "open"' in e)
+    assert "# encrypted: add key_file" in vault, scan
+    assert "encrypted" not in plain, scan
+    locked = next(e for e in entries if 'name = "locked"' in e)
+    config = tmp_path / "raidkit.toml"
+    config.write_text(f'[daemon]\nunix = "{tmp_path}/nbd.sock"\nadmin = "{tmp_path}/a.sock"\n\n'
+                      + vault + f'key_file = "{key}"\n\n' + locked + "\n" + plain + "\n")
+    daemon = Daemon(config, 2)
+    try:
+        assert sorted(daemon.serving) == ["open", "vault"]
+        h = nbd.NBD()
+        h.connect_uri(daemon.serving["vault"])
+        h.pwrite(b"RAIDKIT-PLAIN-daemon" * 100, 4096)
+        h.flush()
+        assert h.pread(2000, 4096) == b"RAIDKIT-PLAIN-daemon" * 100
+        h.shutdown()
+    finally:
+        log = daemon.stop()
+        daemon.kill()
+    assert 'array "locked" not started' in log and "is encrypted" in log, log
+    assert "key_file" in log, log
+    assert holders(files["vault"], b"RAIDKIT-PLAIN-daemon") == []
+    # key_file and passphrase_file together are refused by the check.
+    config.write_text(config.read_text().replace(
+        f'key_file = "{key}"\n', f'key_file = "{key}"\npassphrase_file = "{key}"\n'))
+    proc = run([RAIDKIT_BIN, "daemon", "--config", str(config), "--check-config"], check=False)
+    assert proc.returncode != 0 and "not both" in proc.stderr, proc.stderr

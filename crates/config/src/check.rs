@@ -398,6 +398,13 @@ impl Checker<'_> {
                 );
             }
         }
+        if let (Some(_), Some(pass)) = (&a.key_file, &a.passphrase_file) {
+            self.at(
+                pass.span(),
+                "passphrase_file",
+                "give key_file or passphrase_file, not both".to_string(),
+            );
+        }
         if let Some(text) = &a.member_cache {
             if let Err(e) = text.get_ref().parse::<member::MemberCache>() {
                 self.at(text.span(), "member_cache", e);

@@ -57,6 +57,8 @@ impl ArrayConfig {
                 reconnect_interval_max_secs,
                 scrub_schedule,
                 background_window,
+                key_file,
+                passphrase_file,
             }
         )
     }

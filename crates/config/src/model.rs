@@ -216,6 +216,12 @@ pub struct ArrayConfig {
     /// outside it they pause where they are and resume when it opens (see [`TimeWindow`]);
     /// rebuilds and replaces do not.
     pub background_window: Option<Spanned<TimeWindow>>,
+    /// An encrypted array's key file (its bytes are the key; serve's `--key-file`). Read at
+    /// the array's start; the daemon never asks on a terminal.
+    pub key_file: Option<Spanned<PathBuf>>,
+    /// An encrypted array's passphrase file (its final newline not part of it; serve's
+    /// `--passphrase-file`). At most one of `key_file` and `passphrase_file`.
+    pub passphrase_file: Option<Spanned<PathBuf>>,
 }
 
 impl ArrayConfig {

@@ -132,6 +132,13 @@ fn one_array(found: &[&ScannedMember], journals: &[ScannedJournal]) -> ScannedAr
             ));
         }
     }
+    if newest.encryption.is_some() {
+        notes.push(
+            "encrypted: add key_file = \"PATH\" or passphrase_file = \"PATH\" (the daemon \
+             never asks for a passphrase)"
+                .to_string(),
+        );
+    }
     let journal = newest.journal.and_then(|j| {
         let found = journals.iter().find(|f| f.journal_uuid == j.uuid);
         if found.is_none() {

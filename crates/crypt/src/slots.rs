@@ -322,6 +322,26 @@ impl KeyArea {
         Ok(free)
     }
 
+    /// Seals `key` (this array's) for `secret` in slot `slot`, which must be in use, in place
+    /// of what it held (a key change: the old key no longer opens it).
+    pub fn replace(
+        &mut self,
+        slot: usize,
+        key: &DataKey,
+        secret: &Secret,
+        kdf: KdfParams,
+    ) -> Result<(), String> {
+        kdf.check()?;
+        if slot >= SLOTS || self.slots[slot].is_none() {
+            return Err(format!("key slot {slot} is not in use"));
+        }
+        if !equal(&self.digest_of(key)?, &self.digest) {
+            return Err("the data key does not belong to this array".into());
+        }
+        self.slots[slot] = Some(Slot::seal(key, secret, kdf)?);
+        Ok(())
+    }
+
     /// Empties slot `slot` (its bytes become zero). The last active slot is never removed:
     /// the data would be lost with it.
     pub fn remove(&mut self, slot: usize) -> Result<(), String> {
@@ -529,6 +549,21 @@ mod tests {
         assert!(enc[HEADER_BYTES..HEADER_BYTES + SLOT_BYTES]
             .iter()
             .all(|&x| x == 0));
+    }
+
+    #[test]
+    fn a_replaced_slot_opens_with_the_new_key_only() {
+        let (mut area, key) = KeyArea::create(&secret("old"), FAST).unwrap();
+        area.replace(0, &key, &secret("new"), FAST).unwrap();
+        assert_eq!(area.unlock(&secret("new")).unwrap().1, 0);
+        assert!(matches!(
+            area.unlock(&secret("old")),
+            Err(UnlockError::WrongKey { .. })
+        ));
+        assert!(area
+            .replace(3, &key, &secret("x"), FAST)
+            .unwrap_err()
+            .contains("not in use"));
     }
 
     #[test]

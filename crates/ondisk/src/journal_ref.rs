@@ -47,6 +47,16 @@ pub fn set_journal_ref(
     members: &[Arc<dyn Member>],
     journal: Option<JournalRef>,
 ) -> Result<(), SetJournalRefError> {
+    rewrite_superblocks(members, |sb| sb.journal = journal)
+}
+
+/// Rewrites every member's superblock as `change` makes it (nothing else changes: no events
+/// bump), then flushes them: [`set_journal_ref`], and `raidkit key`'s new key area. Only on
+/// a stopped array. Members without a valid superblock are left alone.
+pub fn rewrite_superblocks(
+    members: &[Arc<dyn Member>],
+    change: impl Fn(&mut Superblock),
+) -> Result<(), SetJournalRefError> {
     let failed = |m: &Arc<dyn Member>, action| {
         let member = m.name().to_string();
         move |source| SetJournalRefError {
@@ -59,7 +69,7 @@ pub fn set_journal_ref(
         let Ok(mut sb) = read_superblock(m.as_ref()) else {
             continue;
         };
-        sb.journal = journal;
+        change(&mut sb);
         m.write_at(&sb.encode()[..], SUPERBLOCK_OFFSET)
             .map_err(failed(m, "write the superblock"))?;
     }

@@ -41,7 +41,9 @@ pub use bitmap::{
 };
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use duplicate::{describe_duplicate, find_duplicate, same_member};
-pub use journal_ref::{freshest_superblock, set_journal_ref, SetJournalRefError};
+pub use journal_ref::{
+    freshest_superblock, rewrite_superblocks, set_journal_ref, SetJournalRefError,
+};
 pub use plan::{
     plan, AssembleError, AssemblyPlan, AssemblyPlanOptions, DirtyDegradedStart, StaleMember,
 };

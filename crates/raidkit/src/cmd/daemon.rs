@@ -545,8 +545,15 @@ fn array_options(a: &ArrayConfig) -> anyhow::Result<ArrayOptions> {
             cache,
             write_mostly: a.write_mostly.iter().map(|m| m.get_ref().clone()).collect(),
         },
-        key: None,
-        key_how: "key_file or passphrase_file in the array's [[array]] entry",
+        // Never a prompt: the daemon has no terminal.
+        key: match (&a.key_file, &a.passphrase_file) {
+            (None, None) => None,
+            (key, pass) => Some(crypt::KeySource::from_args(
+                key.as_ref().map(|f| f.get_ref().as_path()),
+                pass.as_ref().map(|f| f.get_ref().as_path()),
+            )),
+        },
+        key_how: "key_file = \"PATH\" or passphrase_file = \"PATH\" in its [[array]] entry",
         reconnect: a.reconnect.unwrap_or(true).then(|| reconnect::Config {
             interval_max: secs(
                 &a.reconnect_interval_max_secs,

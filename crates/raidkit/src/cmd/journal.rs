@@ -53,8 +53,9 @@ enum Action {
 }
 
 /// Opens the members of a stopped array: refused while another process serves it (its owner
-/// record names a live process), since its superblocks are rewritten here.
-fn open_members(specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
+/// record names a live process), since its superblocks are rewritten here (`what`: what is
+/// done, for the message).
+pub(crate) fn open_stopped(specs: &[String], what: &str) -> anyhow::Result<Vec<Arc<dyn Member>>> {
     let members = specs
         .iter()
         .map(|s| {
@@ -62,7 +63,7 @@ fn open_members(specs: &[String]) -> anyhow::Result<Vec<Arc<dyn Member>>> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     ondisk::refuse_if_served(&members)
-        .context("the journal is added or removed on a stopped array")?;
+        .with_context(|| format!("{what} only on a stopped array"))?;
     Ok(members)
 }
 
@@ -83,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 allow_volatile: allow_volatile_journal,
             };
             journal_args::warn_volatile(array_journal::check_new(&opts)?);
-            let members = open_members(&members)?;
+            let members = open_stopped(&members, "the journal is added or removed")?;
             let jsb = array_journal::add(&members, &path, &opts)?;
             println!(
                 "raidkit: journal {} ({mode}) added on {path}",
@@ -96,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             force_journal_loss,
             members,
         } => {
-            let members = open_members(&members)?;
+            let members = open_stopped(&members, "the journal is added or removed")?;
             let opts = JournalOptions {
                 path: journal,
                 force_loss: force_journal_loss,

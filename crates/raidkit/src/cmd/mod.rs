@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod examine;
 pub mod iostat;
 pub mod journal;
+pub mod key;
 pub mod manage;
 pub mod monitor;
 pub mod reload;

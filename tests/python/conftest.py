@@ -11,6 +11,8 @@ The server under test is chosen by the environment:
 - ``RAIDKIT_SOAK=1``: larger sizes and longer runs.
 - ``RAIDKIT_MEMBER_CACHE``: ``direct`` or ``buffered``: raidkit servers started by the helpers
   get ``--member-cache`` with it (test_direct_io.py runs a selection of files with ``direct``).
+- ``RAIDKIT_MEMBER_IO``: ``uring``, ``threads`` or ``auto``: raidkit servers started by the
+  helpers get ``--member-io`` with it (test_direct_io.py runs a selection with ``uring``).
 
 Fixtures:
 
@@ -46,6 +48,7 @@ SOAK = os.environ.get("RAIDKIT_SOAK", "0") not in ("", "0")
 SERVER_KIND = os.environ.get("RAIDKIT_TEST_SERVER", "raidkit")
 RAIDKIT_BIN = os.environ.get("RAIDKIT_BIN", str(REPO / "target" / "release" / "raidkit"))
 MEMBER_CACHE = os.environ.get("RAIDKIT_MEMBER_CACHE", "")
+MEMBER_IO = os.environ.get("RAIDKIT_MEMBER_IO", "")
 
 CHUNK_BYTES = 64 * 1024
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
@@ -68,7 +71,7 @@ MATRIX = [(level, transport) for level in LEVELS for transport in TRANSPORTS]
 
 def pytest_report_header(config):
     return [f"raidkit e2e: server={SERVER_KIND} bin={RAIDKIT_BIN} RAIDKIT_SEED={SEED} soak={SOAK}"
-            f" member_cache={MEMBER_CACHE or 'default'}"]
+            f" member_cache={MEMBER_CACHE or 'default'} member_io={MEMBER_IO or 'default'}"]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -182,6 +185,8 @@ class Server:
                 cmd.append("--read-only")
             if MEMBER_CACHE:
                 cmd += ["--member-cache", MEMBER_CACHE]
+            if MEMBER_IO:
+                cmd += ["--member-io", MEMBER_IO]
             if not self.created:
                 cmd += ["--create", "--level", self.level, "--chunk", str(CHUNK_BYTES),
                         "--size", str(self.member_bytes), "--name", self.name]

@@ -108,10 +108,22 @@ def client(uri):
     return h
 
 
-def write_and_measure(tmp_path, level, devs, extra=()):
+def ring_fds(pid):
+    """The io_uring instances process `pid` has open (one per thread that used its ring)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[io_uring]"
+        except OSError:
+            continue
+    return count
+
+
+def write_and_measure(tmp_path, level, devs, extra=(), on_serving=None):
     """Serves `level` over `devs`, writes WRITE_BYTES of seeded random data, reads it back in
     1 MiB requests and at random 4 KiB offsets. Returns (page-cache growth of the devices,
-    member bytes read / client bytes read sequentially, the same for random reads)."""
+    member bytes read / client bytes read sequentially, the same for random reads).
+    `on_serving(server)` is called after the reads, with the client still connected."""
     rng = rng_for(f"direct-{level}-{extra}")
     data = rng.randbytes(WRITE_BYTES)
     before = sum(cached_bytes(d) for d in devs)
@@ -135,20 +147,32 @@ def write_and_measure(tmp_path, level, devs, extra=()):
             at = rng.randrange(WRITE_BYTES // 4096) * 4096
             assert h.pread(4096, at) == data[at:at + 4096], f"raid{level}: 4 KiB at {at} differs"
         rand = (sum(sectors_read(d) for d in devs) - read0) * SECTOR / (RANDOM_READS * 4096)
+        if on_serving:
+            on_serving(srv)
         h.shutdown()
     finally:
         srv.stop()
     return grown, seq, rand
 
 
+@pytest.mark.parametrize("member_io", ["auto", "uring", "threads"])
 @pytest.mark.parametrize("level", list(LEVELS))
-def test_every_level_on_direct_io_loop_devices(tmp_path, loops, level):
+def test_every_level_on_direct_io_loop_devices(tmp_path, loops, level, member_io):
     """Default member cache (direct for block devices): data round-trips, the devices' page
-    cache does not grow, and they read exactly what the client read."""
+    cache does not grow, and they read exactly what the client read; on each member I/O
+    submission path (--member-io: io_uring where faster, io_uring for every read and write,
+    positional calls only), which the server's open io_uring instances confirm."""
     devs = loops(LEVELS[level][0])
-    grown, seq, rand = write_and_measure(tmp_path, level, devs)
-    print(f"raid{level}: page cache +{grown} bytes, read amplification seq {seq:.3f} "
-          f"random {rand:.3f}")
+    rings = []
+    grown, seq, rand = write_and_measure(tmp_path, level, devs, ("--member-io", member_io),
+                                         lambda srv: rings.append(ring_fds(srv.proc.pid)))
+    print(f"raid{level} member_io={member_io}: page cache +{grown} bytes, read amplification "
+          f"seq {seq:.3f} random {rand:.3f}, {rings[0]} io_uring instances")
+    if member_io == "uring" or (member_io == "auto" and level != "linear"):
+        # Linear's requests here touch one member each: auto keeps those inline.
+        assert rings[0] >= 1, f"raid{level} --member-io {member_io}: no io_uring instance open"
+    if member_io == "threads":
+        assert rings[0] == 0, f"raid{level} --member-io threads: {rings[0]} io_uring instances"
     assert grown <= 64 * 1024, \
         f"raid{level}: {grown} bytes of member data landed in the page cache below raidkit"
     assert seq == pytest.approx(1.0, abs=0.005), f"raid{level}: sequential amplification {seq}"
@@ -190,6 +214,21 @@ def test_file_suite_selection_with_direct_members(tmp_path):
     tail = proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert "member_cache=direct" in proc.stdout, tail
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout, tail
+
+
+def test_file_suite_selection_with_uring_members(tmp_path):
+    """test_nbdcopy.py and test_fio.py's verify after SIGTERM with RAIDKIT_MEMBER_IO=uring:
+    every read and write of a batch on the (page-cache) file members goes through io_uring."""
+    require_tools("nbdcopy", "fio")
+    env = dict(os.environ, RAIDKIT_MEMBER_IO="uring", RAIDKIT_SEED=str(SEED))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-p", "no:cacheprovider",
+         "tests/python/test_nbdcopy.py", "tests/python/test_fio.py::test_fio_verify_after_sigterm"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    tail = proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    assert "member_io=uring" in proc.stdout, tail
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, tail
 
 

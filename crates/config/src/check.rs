@@ -410,6 +410,11 @@ impl Checker<'_> {
                 self.at(text.span(), "member_cache", e);
             }
         }
+        if let Some(text) = &a.member_io {
+            if let Err(e) = text.get_ref().parse::<member::MemberIo>() {
+                self.at(text.span(), "member_io", e);
+            }
+        }
     }
 
     /// The read cache is checked as `raidkit serve` checks it.

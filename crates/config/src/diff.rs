@@ -53,6 +53,7 @@ impl ArrayConfig {
                 local_io_deadline,
                 member_cache,
                 write_mostly,
+                member_io,
                 reconnect,
                 reconnect_interval_max_secs,
                 scrub_schedule,

@@ -202,6 +202,10 @@ pub struct ArrayConfig {
     /// serve (serve's `--write-mostly`, md's write-mostly).
     #[serde(default)]
     pub write_mostly: Vec<Spanned<String>>,
+    /// How file and block-device members' reads and writes are submitted: `auto` (io_uring where
+    /// it measured faster, when the kernel allows it), `uring` or `threads` (serve's
+    /// `--member-io`, default auto).
+    pub member_io: Option<Spanned<String>>,
     /// Reconnect remote members in the background (default true; serve's `--no-reconnect`).
     pub reconnect: Option<bool>,
     /// Longest wait between reconnect attempts, seconds (serve's `--reconnect-interval-max`,

@@ -89,6 +89,7 @@ speed_max = "100M"
 gather_wait_ms = 0
 io_timeout_secs = 10
 member_cache = "direct"
+member_io = "threads"
 reconnect = false
 background_window = "19:00-05:00"
 listen = ["127.0.0.1:10810"]
@@ -98,6 +99,7 @@ listen = ["127.0.0.1:10810"]
     let a = &config.arrays[0];
     assert_eq!(a.export_name(), "films");
     assert_eq!(a.member_cache.as_ref().unwrap().get_ref(), "direct");
+    assert_eq!(a.member_io.as_ref().unwrap().get_ref(), "threads");
     assert_eq!(a.cache_size.as_ref().unwrap().get_ref(), &Size(256 << 20));
     assert_eq!(
         a.read_ahead_window.as_ref().unwrap().get_ref(),
@@ -261,6 +263,7 @@ fn values_out_of_range_are_refused() {
             "member_cache",
             "give direct, buffered or auto",
         ),
+        ("member_io = \"rings\"", "member_io", "give auto"),
         ("read_ahead_window = \"48M\"", "read_ahead_window", ""),
         (
             "background_window = \"7-5\"",

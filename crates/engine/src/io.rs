@@ -10,7 +10,8 @@ use crate::error::{IoError, Op};
 use crate::members::Members;
 use crate::state::{is_no_space, FaultReason};
 use layout::Geometry;
-use member::{Member, StartCall};
+use member::uring::{self, RingData, RingIo};
+use member::{Member, RingAsk, StartCall};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -164,11 +165,21 @@ impl<'a> Runner<'a> {
         }
         let (member, replacement) = self.members.slot(role);
         let Some(member) = member else {
-            if let Some(Begun { call, counted }) = begun {
-                let (result, _) = call.finish(&mut |_| {});
-                let ok = result.is_ok();
-                self.members
-                    .end(role, counted, kind.counted(), len, ok, None);
+            match begun {
+                Some(Begun::Started { call, counted }) => {
+                    let (result, _) = call.finish(&mut |_| {});
+                    let ok = result.is_ok();
+                    self.members
+                        .end(role, counted, kind.counted(), len, ok, None);
+                }
+                Some(Begun::Done {
+                    result, counted, ..
+                }) => {
+                    let ok = result.is_ok();
+                    self.members
+                        .end(role, counted, kind.counted(), len, ok, None);
+                }
+                None => {}
             }
             // Removed after the request was planned: a write is moot, a read must be retried.
             return match kind {
@@ -176,10 +187,11 @@ impl<'a> Runner<'a> {
                 _ => Ok(()),
             };
         };
+        let mut called = member;
         let (result, elapsed) = match begun {
             // Timed by the call itself for the fault policy: it may have returned long before
             // this group's turn. The counters' latency runs from its start to here.
-            Some(Begun { call, counted }) => {
+            Some(Begun::Started { call, counted }) => {
                 let (result, took) = match &mut op {
                     MemOp::Read { buf, .. } => call.finish(&mut |data| buf.copy_from_slice(data)),
                     MemOp::ReadV { bufs, .. } => {
@@ -192,12 +204,25 @@ impl<'a> Runner<'a> {
                     .end(role, counted, kind.counted(), len, ok, Some(took));
                 (result, took)
             }
+            // Made through the ring on the member that served the role then.
+            Some(Begun::Done {
+                member,
+                result,
+                took,
+                counted,
+            }) => {
+                let ok = result.is_ok();
+                self.members
+                    .end(role, counted, kind.counted(), len, ok, Some(took));
+                called = member;
+                (result, took)
+            }
             None => {
                 let started = self.members.begin(role, kind.counted(), len);
                 let result = match &mut op {
-                    MemOp::Read { offset, buf, .. } => member.read_at(buf, *offset),
-                    MemOp::ReadV { offset, bufs, .. } => member.read_vectored_at(bufs, *offset),
-                    other => other.apply(member.as_ref()),
+                    MemOp::Read { offset, buf, .. } => called.read_at(buf, *offset),
+                    MemOp::ReadV { offset, bufs, .. } => called.read_vectored_at(bufs, *offset),
+                    other => other.apply(called.as_ref()),
                 };
                 let ok = result.is_ok();
                 let elapsed = self
@@ -211,8 +236,8 @@ impl<'a> Runner<'a> {
                 self.members.drop_failed_replacement(role, &new, &e);
             }
         }
-        self.judge(role, &member, kind, result, elapsed)
-            .map_err(|source| self.member_error(role, member.name(), kind, offset, len, source))
+        self.judge(role, &called, kind, result, elapsed)
+            .map_err(|source| self.member_error(role, called.name(), kind, offset, len, source))
     }
 
     /// Hands `op`'s call to its member without waiting for it, where the member can
@@ -239,7 +264,7 @@ impl<'a> Runner<'a> {
         };
         let call = member.start(call)?;
         let counted = self.members.begin(role, kind.counted(), len);
-        Some(Begun { call, counted })
+        Some(Begun::Started { call, counted })
     }
 
     fn member_error(
@@ -351,13 +376,16 @@ impl<'a> Runner<'a> {
             groups[op.role()].push(op);
         }
         let threshold = self.fanout.min_bytes();
-        let (big, small): (Vec<_>, Vec<_>) = groups
+        let groups: Vec<_> = groups
             .into_iter()
             .filter(|g| !g.is_empty())
             .map(coalesce)
-            .partition(|g| group_cost(g) >= threshold);
+            .collect();
+        let (ringed, groups) = self.run_ring(groups, threshold);
+        let (big, small): (Vec<_>, Vec<_>) =
+            groups.into_iter().partition(|g| group_cost(g) >= threshold);
         if big.len() < 2 {
-            return self.run_here(big.into_iter().chain(small).collect());
+            return ringed.and(self.run_here(big.into_iter().chain(small).collect()));
         }
         std::thread::scope(|scope| {
             let handles: Vec<_> = big
@@ -374,8 +402,132 @@ impl<'a> Runner<'a> {
                     .unwrap_or_else(|p| std::panic::resume_unwind(p));
                 first = first.and(result);
             }
-            first.and(mine)
+            ringed.and(first).and(mine)
         })
+    }
+
+    /// Runs through this thread's io_uring ring (`member::uring`) the groups it takes, all their
+    /// reads and writes submitted together and waited for together, and returns the others.
+    /// A group goes to the ring when its member offers a ring target for every operation
+    /// (`Member::ring_target`: a local file member, the operation aligned if direct), its
+    /// operations are reads and writes on disjoint ranges (so their order cannot be seen), and
+    /// the measurement says the ring is faster (docs/PERFORMANCE.md "Member I/O submission"):
+    /// direct members when the batch has two or more such operations, page-cache members only
+    /// for the large shares that would otherwise fan out to threads; a member opened with
+    /// `--member-io uring` always. Each operation is then judged as any other
+    /// (`member_io_begun`), timed by its own completion.
+    fn run_ring<'o>(
+        &self,
+        groups: Vec<Vec<MemOp<'o>>>,
+        threshold: u64,
+    ) -> (Result<(), IoError>, Vec<Vec<MemOp<'o>>>) {
+        let called: Vec<Option<Arc<dyn Member>>> = groups
+            .iter()
+            .map(|g| {
+                let role = g[0].role();
+                let fits = g.iter().all(|op| {
+                    let (_, offset, len) = op.describe();
+                    ring_ask(op).is_some() && offset + len <= self.geometry.member_data_bytes(role)
+                });
+                match fits && disjoint(g) {
+                    true => self.members.slot(role).0,
+                    false => None,
+                }
+            })
+            .collect();
+        let kinds: Vec<Option<RingKind>> = groups
+            .iter()
+            .zip(&called)
+            .map(|(g, member)| {
+                let member = member.as_ref()?;
+                let mut kind = RingKind {
+                    direct: true,
+                    forced: false,
+                };
+                for op in g {
+                    let target = member.ring_target(ring_ask(op)?)?;
+                    kind.direct &= target.is_direct();
+                    kind.forced |= target.is_forced();
+                }
+                Some(kind)
+            })
+            .collect();
+        let direct_ops: usize = groups
+            .iter()
+            .zip(&kinds)
+            .filter(|(_, k)| k.is_some_and(|k| k.direct))
+            .map(|(g, _)| g.len())
+            .sum();
+        let fans_out = groups.iter().filter(|g| group_cost(g) >= threshold).count() >= 2;
+        let wanted: Vec<bool> = groups
+            .iter()
+            .zip(&kinds)
+            .map(|(g, kind)| {
+                kind.is_some_and(|k| {
+                    k.forced
+                        || (k.direct && direct_ops >= 2)
+                        || (!k.direct && fans_out && group_cost(g) >= threshold)
+                })
+            })
+            .collect();
+        // This thread's ring is made only when a batch has something for it.
+        let ready = wanted.iter().any(|&w| w) && uring::ready();
+        let mut ring: Vec<(Vec<MemOp<'o>>, Arc<dyn Member>)> = Vec::new();
+        let mut rest = Vec::new();
+        for ((g, member), take) in groups.into_iter().zip(called).zip(wanted) {
+            match (ready && take, member) {
+                (true, Some(member)) => ring.push((g, member)),
+                _ => rest.push(g),
+            }
+        }
+        if ring.is_empty() {
+            return (Ok(()), rest);
+        }
+        // Asked again: a target borrows its member, and the answer may have changed since
+        // (a fence closed); an operation without one now is the member's own call.
+        let mut counted = Vec::new();
+        let mut own: Vec<Vec<bool>> = Vec::new();
+        let slow_after = self.members.policy().io_timeout * 3 / 4;
+        let results = {
+            let mut ios: Vec<RingIo<'_, '_, '_>> = Vec::new();
+            for (g, member) in ring.iter_mut() {
+                let mut mine = Vec::new();
+                for op in g.iter_mut() {
+                    let target = ring_ask(op).and_then(|ask| member.ring_target(ask));
+                    mine.push(target.is_none());
+                    if let Some(target) = target {
+                        let (kind, _, len) = op.describe();
+                        counted.push(self.members.begin(op.role(), kind.counted(), len));
+                        ios.push(RingIo {
+                            target,
+                            data: ring_data(op),
+                        });
+                    }
+                }
+                own.push(mine);
+            }
+            uring::submit(&mut ios, slow_after)
+        };
+        let mut results = results.into_iter().zip(counted);
+        let mut first = Ok(());
+        for ((g, member), own) in ring.into_iter().zip(own) {
+            for (op, own) in g.into_iter().zip(own) {
+                let begun = match own {
+                    true => None,
+                    false => {
+                        let ((result, took), counted) = results.next().expect("one per op");
+                        Some(Begun::Done {
+                            member: Arc::clone(&member),
+                            result,
+                            took,
+                            counted,
+                        })
+                    }
+                };
+                first = first.and(self.member_io_begun(op, begun));
+            }
+        }
+        (first, rest)
     }
 
     /// Runs `groups` on the calling thread, one after the other. With two or more, the first
@@ -405,11 +557,64 @@ impl<'a> Runner<'a> {
     }
 }
 
-/// A call handed to its member ahead of waiting for it ([`Runner::start`]), and its counters'
-/// start.
-struct Begun {
-    call: member::Started,
-    counted: iostats::Started,
+/// A call made before its group's turn, and its counters' start.
+enum Begun {
+    /// Handed to its member ahead of waiting for it ([`Runner::start`]).
+    Started {
+        call: member::Started,
+        counted: iostats::Started,
+    },
+    /// Made through the ring ([`Runner::run_ring`]) on `member`, and complete.
+    Done {
+        member: Arc<dyn Member>,
+        result: std::io::Result<()>,
+        took: Duration,
+        counted: iostats::Started,
+    },
+}
+
+/// How a group may go to the ring: its member's ring targets all direct, any forced
+/// (`member::MemberIo::Uring`).
+#[derive(Clone, Copy)]
+struct RingKind {
+    direct: bool,
+    forced: bool,
+}
+
+/// What `op` asks of a ring (`None`: not a read or write).
+fn ring_ask(op: &MemOp<'_>) -> Option<RingAsk> {
+    Some(match op {
+        MemOp::Read { offset, buf, .. } => RingAsk::read(*offset, std::slice::from_ref(buf)),
+        MemOp::ReadV { offset, bufs, .. } => RingAsk::read(*offset, bufs),
+        MemOp::Write { offset, buf, .. } => RingAsk::write(*offset, std::slice::from_ref(buf)),
+        MemOp::WriteV { offset, bufs, .. } => RingAsk::write(*offset, bufs),
+        _ => return None,
+    })
+}
+
+/// `op`'s buffers for the ring (a read or write).
+fn ring_data<'s, 'b>(op: &'s mut MemOp<'b>) -> RingData<'s, 'b> {
+    match op {
+        MemOp::Read { buf, .. } => RingData::Read(std::slice::from_mut(buf)),
+        MemOp::ReadV { bufs, .. } => RingData::Read(bufs),
+        MemOp::Write { buf, .. } => RingData::Write(std::slice::from_ref(buf)),
+        MemOp::WriteV { bufs, .. } => RingData::Write(bufs),
+        _ => unreachable!("only reads and writes go to the ring"),
+    }
+}
+
+/// True when no two operations of `group` touch the same bytes: then the order in which the
+/// ring completes them cannot be seen.
+fn disjoint(group: &[MemOp<'_>]) -> bool {
+    let mut ranges: Vec<(u64, u64)> = group
+        .iter()
+        .map(|op| {
+            let (_, offset, len) = op.describe();
+            (offset, offset + len)
+        })
+        .collect();
+    ranges.sort_unstable();
+    ranges.windows(2).all(|w| w[0].1 <= w[1].0)
 }
 
 /// Bytes a group moves; a flush (milliseconds on real disks) always counts as large.

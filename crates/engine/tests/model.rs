@@ -74,19 +74,20 @@ fn step(rng: &mut Rng, array: &Array, model: &mut [u8], what: &str) {
     assert_reads(array, model, from, to - from, what);
 }
 
-fn run(level: Level, n: usize, chunk: u64, scenario: &Scenario, rng: &mut Rng) {
+fn run(level: Level, n: usize, chunk: u64, scenario: &Scenario, backing: Backing, rng: &mut Rng) {
     let (rows, ops) = shape(chunk);
-    let members = mem_members(&member_sizes(n, chunk, rows));
+    let backed = backed_members(backing, &member_sizes(n, chunk, rows));
+    let members = &backed.members;
     let missing = match scenario {
         Scenario::MissingFromStart(set) => set.clone(),
         _ => Vec::new(),
     };
-    let array = array_over(level, chunk, &members, &missing);
+    let array = array_over(level, chunk, members, &missing);
     if rng.below(2) == 0 {
         array.set_fanout_min_bytes(0); // exercise the parallel member I/O path too
     }
     let mut model = vec![0u8; array.size_bytes() as usize];
-    let what = format!("{level} n={n} chunk={chunk} {scenario:?}");
+    let what = format!("{level} n={n} chunk={chunk} {scenario:?} {backing:?}");
     for i in 0..ops {
         if i == ops / 2 {
             if let Scenario::FailMidway(set) = scenario {
@@ -105,25 +106,38 @@ fn run(level: Level, n: usize, chunk: u64, scenario: &Scenario, rng: &mut Rng) {
     }
 }
 
+/// Every member count, chunk size and scenario of `level`, on each member backing of the test
+/// matrix ([`backings`]: RAM, and files whose batches go through io_uring or positional calls).
+/// A backing that uses the ring must have sent operations through it.
 fn level_matrix(level: Level) {
-    for seed in seeds() {
-        with_seed(&format!("{level}"), seed, |rng| {
-            for n in level.min_members()..=8 {
-                for chunk in [4 * KIB, 64 * KIB, MIB] {
-                    let (rows, _) = shape(chunk);
-                    let sizes = member_sizes(n, chunk, rows);
-                    let geometry = engine::Geometry::new(level, chunk, &sizes).expect("geometry");
-                    let mut scenarios = vec![Scenario::Healthy];
-                    for set in missing_sets(&geometry, rng, 1) {
-                        scenarios.push(Scenario::MissingFromStart(set.clone()));
-                        scenarios.push(Scenario::FailMidway(set));
-                    }
-                    for scenario in &scenarios {
-                        run(level, n, chunk, scenario, rng);
+    for backing in backings() {
+        let ring_before = member::uring::thread_ring_ops();
+        for seed in seeds() {
+            with_seed(&format!("{level} {backing:?}"), seed, |rng| {
+                for n in level.min_members()..=8 {
+                    for chunk in [4 * KIB, 64 * KIB, MIB] {
+                        let (rows, _) = shape(chunk);
+                        let sizes = member_sizes(n, chunk, rows);
+                        let geometry =
+                            engine::Geometry::new(level, chunk, &sizes).expect("geometry");
+                        let mut scenarios = vec![Scenario::Healthy];
+                        for set in missing_sets(&geometry, rng, 1) {
+                            scenarios.push(Scenario::MissingFromStart(set.clone()));
+                            scenarios.push(Scenario::FailMidway(set));
+                        }
+                        for scenario in &scenarios {
+                            run(level, n, chunk, scenario, backing, rng);
+                        }
                     }
                 }
-            }
-        });
+            });
+        }
+        if backing.uses_ring() {
+            assert!(
+                member::uring::thread_ring_ops() > ring_before,
+                "{level} {backing:?}: no operation went through io_uring"
+            );
+        }
     }
 }
 

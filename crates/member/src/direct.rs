@@ -49,6 +49,19 @@ impl Direct {
         self.align
     }
 
+    /// True when an operation at `offset` over buffers whose addresses and lengths OR to
+    /// `addr_bits` and `len_bits` can go to the kernel as it is.
+    pub(crate) fn aligned_bits(&self, offset: u64, addr_bits: usize, len_bits: u64) -> bool {
+        offset.is_multiple_of(self.align)
+            && addr_bits.is_multiple_of(self.mem_align)
+            && len_bits.is_multiple_of(self.align)
+    }
+
+    /// The block locks (a ring batch takes them itself: `uring::submit`).
+    pub(crate) fn locks(&self) -> &BlockLocks {
+        &self.blocks
+    }
+
     fn aligned(&self, offset: u64, bufs: impl Iterator<Item = (usize, usize)>) -> bool {
         let a = self.align;
         offset.is_multiple_of(a)

@@ -138,6 +138,15 @@ impl Member for Fenced {
     fn stuck_calls(&self) -> (usize, u64) {
         self.inner.stuck_calls()
     }
+
+    /// The inner member's while the fence is open (reads always); once it is closed a write
+    /// has none, and its own call is refused.
+    fn ring_target(&self, ask: crate::RingAsk) -> Option<crate::RingTarget<'_>> {
+        if ask.write && self.fence.is_closed() {
+            return None;
+        }
+        self.inner.ring_target(ask)
+    }
 }
 
 #[cfg(test)]

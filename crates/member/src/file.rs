@@ -10,6 +10,7 @@ use crate::direct::Direct;
 use crate::error::{annotate, check_range, MemberError};
 use crate::exclusive::{self, Identity};
 use crate::sys::{self, Fallocate};
+use crate::uring::{self, MemberIo, RingAsk, RingTarget};
 use crate::{Member, MemberCache, OpenOptions};
 
 /// Largest buffer used when zeroes have to be written out.
@@ -38,6 +39,8 @@ pub struct FileMember {
     identity: Identity,
     /// `Some` when opened with `O_DIRECT`: its alignment rules.
     direct: Option<Direct>,
+    /// How a batch may submit its reads and writes: `Threads` when io_uring is unavailable.
+    io: MemberIo,
 }
 
 fn io_err<'a>(name: &'a str, action: &'static str) -> impl FnOnce(io::Error) -> MemberError + 'a {
@@ -146,7 +149,38 @@ impl FileMember {
             read_only: opts.read_only,
             identity,
             direct,
+            io: if uring::probe().is_ok() {
+                MemberIo::Auto
+            } else {
+                MemberIo::Threads
+            },
         })
+    }
+
+    /// The member with its reads and writes submitted as `io` says ([`crate::uring`]): `Auto`
+    /// falls back to positional calls where io_uring is unavailable ([`uring::probe`] says
+    /// why); `Uring` is refused there, naming the reason.
+    pub fn with_member_io(mut self, io: MemberIo) -> Result<FileMember, MemberError> {
+        self.io = match (io, uring::probe()) {
+            (MemberIo::Threads, _) | (MemberIo::Auto, Err(_)) => MemberIo::Threads,
+            (MemberIo::Uring, Err(why)) => {
+                return Err(MemberError::Refused {
+                    name: self.name,
+                    reason: format!(
+                        "io_uring is unavailable here ({why}): use --member-io threads or auto \
+                         (member_io = \"threads\")"
+                    ),
+                })
+            }
+            (io, Ok(())) => io,
+        };
+        Ok(self)
+    }
+
+    /// How a batch submits this member's reads and writes (`Threads` where io_uring is
+    /// unavailable).
+    pub fn member_io(&self) -> MemberIo {
+        self.io
     }
 
     /// True when the member was opened for direct I/O (`O_DIRECT`): nothing of it is cached
@@ -350,6 +384,37 @@ impl Member for FileMember {
 
     fn identity(&self) -> Option<Identity> {
         Some(self.identity.clone())
+    }
+
+    /// The descriptor for a ring batch, for a read or write in range (a write only when
+    /// writable) whose buffers a direct descriptor takes as they are; anything else (an
+    /// unaligned direct operation goes through the bounce buffer) is the member's own call.
+    fn ring_target(&self, ask: RingAsk) -> Option<RingTarget<'_>> {
+        let fits = ask
+            .offset
+            .checked_add(ask.len)
+            .is_some_and(|end| end <= self.size_bytes);
+        if self.io == MemberIo::Threads
+            || !fits
+            || ask.len == 0
+            || ask.buffers > uring::RING_IOV_MAX
+            || (ask.write && self.read_only)
+        {
+            return None;
+        }
+        let locks = match &self.direct {
+            Some(d) if !d.aligned_bits(ask.offset, ask.addr_bits, ask.len_bits) => return None,
+            Some(d) if ask.write => Some((d.locks(), d.align())),
+            _ => None,
+        };
+        Some(RingTarget {
+            file: &self.file,
+            name: &self.name,
+            offset: ask.offset,
+            locks,
+            direct: self.direct.is_some(),
+            forced: self.io == MemberIo::Uring,
+        })
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -62,6 +62,7 @@ mod sim;
 mod size;
 mod space;
 mod sys;
+pub mod uring;
 mod volatile;
 mod window;
 
@@ -90,6 +91,7 @@ pub use nbd::{
 pub use sim::{SimMember, SECTOR_BYTES, SIM_MAX_BYTES};
 pub use size::{parse_size, SizeError};
 pub use space::{allocated_bytes, filesystem_of, preallocate, FilesystemSpace};
+pub use uring::{MemberIo, RingAsk, RingTarget};
 pub use volatile::{volatile_storage, Volatile};
 pub use window::Window;
 
@@ -156,6 +158,16 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     /// the call as usual.
     fn start(&self, call: StartCall<'_>) -> Option<Started> {
         let _ = call;
+        None
+    }
+    /// The local file under this member where a batch can submit `ask` itself through io_uring
+    /// ([`uring::submit`]): a [`FileMember`] opened with [`MemberIo::Auto`] or
+    /// [`MemberIo::Uring`] for an operation it can take as it is (in range, writable, aligned
+    /// when direct), through the wrappers that forward every call unchanged (`Window`,
+    /// `Fence`). `None` (the default): the member's own calls make it — members that watch,
+    /// fault or detach each call, RAM and remote members.
+    fn ring_target(&self, ask: RingAsk) -> Option<RingTarget<'_>> {
+        let _ = ask;
         None
     }
     /// Calls abandoned at their deadline and still stuck in the kernel, and calls abandoned
@@ -307,7 +319,8 @@ pub fn open_with(
     if spec.is_empty() {
         return Err(MemberError::EmptySpec);
     }
-    let member = FileMember::open_cached(Path::new(spec), spec, opts, remote.member_cache)?;
+    let member = FileMember::open_cached(Path::new(spec), spec, opts, remote.member_cache)?
+        .with_member_io(remote.member_io)?;
     if !remote.local_deadline {
         return Ok(Arc::new(member));
     }

@@ -118,6 +118,12 @@ impl Member for Window {
         self.inner.stuck_calls()
     }
 
+    /// The inner member's, at the window's offset; none outside the window.
+    fn ring_target(&self, ask: crate::RingAsk) -> Option<crate::RingTarget<'_>> {
+        check_member_range(self, "call", ask.offset, ask.len).ok()?;
+        self.inner.ring_target(ask.moved(self.offset_bytes))
+    }
+
     fn reconnect(&self) -> io::Result<()> {
         self.inner.reconnect()
     }

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use member::{AlignedBuf, FileMember, Member, MemberCache, OpenOptions, SimRng};
 use testsupport::SeedGuard;
 
+mod common;
+
 fn direct_dir() -> tempfile::TempDir {
     let base =
         std::env::var_os("RAIDKIT_DIRECT_DIR").map_or(PathBuf::from("/var/tmp"), PathBuf::from);
@@ -170,46 +172,11 @@ fn concurrent_partial_block_writes_keep_each_other() {
 #[test]
 fn aligned_write_racing_a_partial_write_of_its_block_is_not_undone() {
     let dir = direct_dir();
-    let m = Arc::new(create(&dir.path().join("m.img"), 1 << 20));
-    let block = m.direct_align().unwrap() as usize;
-    // The partial write spans many blocks: its read-modify-write copies them between reading its
-    // head block and writing it back, a window the aligned write can land in.
-    let (part_at, part_len) = (block / 4, (256 << 10) - 3);
-    let rounds = 1000u32;
-    let barrier = Arc::new(std::sync::Barrier::new(2));
-    let partial = {
-        let (m, barrier) = (Arc::clone(&m), Arc::clone(&barrier));
-        std::thread::spawn(move || {
-            let bytes = vec![0xEEu8; part_len];
-            for _ in 0..rounds {
-                barrier.wait();
-                m.write_at(&bytes, part_at as u64).unwrap();
-                barrier.wait();
-            }
-        })
-    };
-    let mut whole = AlignedBuf::zeroed(block, 0);
-    let mut got = vec![0u8; block];
-    for round in 0..rounds {
-        let mark = (round % 200) as u8 + 1;
-        whole.fill(mark);
-        barrier.wait();
-        m.write_at(&whole, 0).unwrap();
-        barrier.wait();
-        m.read_at(&mut got, 0).unwrap();
-        let inside = &got[part_at..];
-        assert!(
-            inside.iter().all(|&b| b == mark) || inside.iter().all(|&b| b == 0xEE),
-            "round {round}: the partial write's bytes are torn"
-        );
-        for (i, &b) in got[..part_at].iter().enumerate() {
-            assert_eq!(
-                b, mark,
-                "round {round}: byte {i} is not the aligned write's"
-            );
-        }
-    }
-    partial.join().unwrap();
+    let file = create(&dir.path().join("m.img"), 1 << 20);
+    let block = file.direct_align().unwrap() as usize;
+    let m: Arc<dyn Member> = Arc::new(file);
+    let writer = Arc::clone(&m);
+    common::race_aligned_and_partial_writes(&m, block, 1000, |b| writer.write_at(b, 0).unwrap());
 }
 
 /// By default a file member is buffered; a size that is not a multiple of the block size is

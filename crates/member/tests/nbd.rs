@@ -18,6 +18,8 @@ use member::{
 use tempfile::TempDir;
 use testsupport::server::{nbdkit, qemu_nbd, sparse_file, unix_uri, Server};
 
+mod common;
+
 /// A new temporary directory and the socket path `s` in it, once `tool` is there (None when
 /// it is missing and may be: see `testsupport::require_tool`).
 /// With `tool` installed: a temporary directory and an 8 MiB sparse `disk.img` in it; `None`
@@ -310,38 +312,9 @@ fn aligned_write_racing_a_partial_write_of_its_block_is_not_undone() {
     let Some((_dir, _server, m)) = nbdkit_member(&args, &RemoteOptions::default()) else {
         return;
     };
-    let m = Arc::new(m);
-    let block = 4096usize;
-    let (part_at, part_len) = (block / 4, (256 << 10) - 3);
-    let rounds = 300u32;
-    let barrier = Arc::new(std::sync::Barrier::new(2));
-    let partial = {
-        let (m, barrier) = (Arc::clone(&m), Arc::clone(&barrier));
-        std::thread::spawn(move || {
-            let bytes = vec![0xEEu8; part_len];
-            for _ in 0..rounds {
-                barrier.wait();
-                m.write_at(&bytes, part_at as u64).unwrap();
-                barrier.wait();
-            }
-        })
-    };
-    for round in 0..rounds {
-        let mark = (round % 200) as u8 + 1;
-        barrier.wait();
-        m.write_at(&vec![mark; block], 0).unwrap();
-        barrier.wait();
-        let got = read(m.as_ref(), 0, block);
-        let inside = &got[part_at..];
-        assert!(
-            inside.iter().all(|&b| b == mark) || inside.iter().all(|&b| b == 0xEE),
-            "round {round}: the partial write's bytes are torn"
-        );
-        if let Some(i) = got[..part_at].iter().position(|&b| b != mark) {
-            panic!("round {round}: byte {i} is not the aligned write's");
-        }
-    }
-    partial.join().unwrap();
+    let m: Arc<dyn Member> = Arc::new(m);
+    let writer = Arc::clone(&m);
+    common::race_aligned_and_partial_writes(&m, 4096, 300, |b| writer.write_at(b, 0).unwrap());
 }
 
 #[test]

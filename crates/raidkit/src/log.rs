@@ -47,6 +47,18 @@ pub fn forward_library_warnings() {
     }
 }
 
+/// Says once, at start, when io_uring is unavailable here (`member::uring::probe`): members
+/// opened with `--member-io auto` (`member_io = "auto"`, the default) then use positional calls
+/// on threads; `uring` is refused when a member is opened, naming the reason.
+pub fn note_member_io() {
+    if let Err(why) = member::uring::probe() {
+        emit(&format!(
+            "warning: io_uring is unavailable here ({why}): file and block-device members are \
+             read and written with positional calls on threads (--member-io auto)"
+        ));
+    }
+}
+
 struct Forward;
 
 impl log::Log for Forward {

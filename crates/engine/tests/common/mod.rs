@@ -66,6 +66,87 @@ pub fn for_each_seed(test_name: &str, mut body: impl FnMut(&mut Rng)) {
     }
 }
 
+/// How the members of the level tests (`model.rs`) are made: the test matrix's member
+/// dimension, from `RAIDKIT_TEST_MEMBERS` (comma-separated; default `mem,file-uring,direct-auto`,
+/// all: `mem,file-uring,file-threads,direct-uring,direct-auto,direct-threads`).
+/// - `mem`: RAM members (calls on the engine's threads);
+/// - `file-*`: page-cache files, `direct-*`: `O_DIRECT` files (in a temporary directory, each
+///   behind a `Window` 4 KiB in, as an array's data area is);
+/// - `*-uring`: every read and write of a batch through io_uring (`--member-io uring`),
+///   `*-auto`: the default (io_uring where it measured faster), `*-threads`: positional calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    Mem,
+    File(member::MemberCache, member::MemberIo),
+}
+
+impl Backing {
+    pub fn uses_ring(self) -> bool {
+        matches!(self, Backing::File(_, io) if io != member::MemberIo::Threads)
+    }
+}
+
+/// The backings to run ([`Backing`]); panics on an unknown name.
+pub fn backings() -> Vec<Backing> {
+    use member::{MemberCache as C, MemberIo as I};
+    let list = std::env::var("RAIDKIT_TEST_MEMBERS")
+        .unwrap_or_else(|_| "mem,file-uring,direct-auto".to_string());
+    list.split(',')
+        .map(|name| match name.trim() {
+            "mem" => Backing::Mem,
+            "file-uring" => Backing::File(C::Buffered, I::Uring),
+            "file-threads" => Backing::File(C::Buffered, I::Threads),
+            "direct-uring" => Backing::File(C::Direct, I::Uring),
+            "direct-auto" => Backing::File(C::Direct, I::Auto),
+            "direct-threads" => Backing::File(C::Direct, I::Threads),
+            other => panic!(
+                "RAIDKIT_TEST_MEMBERS: unknown backing {other:?} (mem, file-uring, file-threads, \
+                 direct-uring, direct-auto, direct-threads)"
+            ),
+        })
+        .collect()
+}
+
+/// Members of the given data sizes made as `backing` says, and the directory holding their
+/// files (removed when dropped).
+pub struct Backed {
+    pub members: Vec<Arc<dyn Member>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Fresh zeroed members of the given data sizes, made as `backing` says. A file backing that
+/// cannot be made (io_uring refused here, no O_DIRECT) fails the test, naming why.
+pub fn backed_members(backing: Backing, sizes: &[u64]) -> Backed {
+    let Backing::File(cache, io) = backing else {
+        return Backed {
+            members: mem_members(sizes),
+            _dir: None,
+        };
+    };
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let members = sizes
+        .iter()
+        .enumerate()
+        .map(|(role, &size)| {
+            let path = dir.path().join(format!("m{role}.img"));
+            let opts = member::OpenOptions {
+                create_size: Some(4096 + size.next_multiple_of(4096)),
+                ..member::OpenOptions::default()
+            };
+            let name = path.display().to_string();
+            let file = member::FileMember::open_cached(&path, &name, &opts, cache)
+                .and_then(|f| f.with_member_io(io))
+                .unwrap_or_else(|e| panic!("{backing:?} member: {e}"));
+            let file: Arc<dyn Member> = Arc::new(file);
+            Arc::new(member::Window::new(file, 4096, size)) as Arc<dyn Member>
+        })
+        .collect();
+    Backed {
+        members,
+        _dir: Some(dir),
+    }
+}
+
 /// Fresh zeroed RAM members of the given data sizes.
 pub fn mem_members(sizes: &[u64]) -> Vec<Arc<dyn Member>> {
     sizes

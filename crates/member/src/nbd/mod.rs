@@ -48,6 +48,9 @@ pub struct RemoteOptions {
     /// Direct I/O or the page cache for file and block-device members (not remote ones; here
     /// for the same reason as `local_deadline`): by default direct for block devices only.
     pub member_cache: crate::MemberCache,
+    /// How file and block-device members' reads and writes are submitted (io_uring or
+    /// positional calls; `crate::uring`): by default io_uring where it measured faster.
+    pub member_io: crate::MemberIo,
 }
 
 impl Default for RemoteOptions {
@@ -57,6 +60,7 @@ impl Default for RemoteOptions {
             max_in_flight: 64,
             local_deadline: false,
             member_cache: crate::MemberCache::Auto,
+            member_io: crate::MemberIo::Auto,
         }
     }
 }

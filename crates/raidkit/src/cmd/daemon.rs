@@ -104,6 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     serve::fix_mmap_threshold();
+    crate::log::note_member_io();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -446,6 +447,11 @@ fn remote_options(a: &ArrayConfig) -> RemoteOptions {
         // Checked when the file was read (config::check).
         member_cache: a
             .member_cache
+            .as_ref()
+            .and_then(|c| c.get_ref().parse().ok())
+            .unwrap_or_default(),
+        member_io: a
+            .member_io
             .as_ref()
             .and_then(|c| c.get_ref().parse().ok())
             .unwrap_or_default(),

@@ -17,13 +17,23 @@ all), the idle buffers kept for reuse are a quarter of the buffer memory, the wr
 appliers copy at most 8 MiB of the journal buffer into the runs they are writing, and the constant
 (48 MiB) covers the binary, its libraries, thread stacks and the allocator's slack. An unbounded
 server (no buffer budget: 1 GiB in flight) fails this.
+
+The third case runs the same load with direct-I/O members (``--member-cache direct``, issue 17):
+the same bound holds, and the page cache does not grow with the data written through raidkit:
+the member files' own pages in the page cache (mincore over a mapping of each) grow by less than
+1 MiB over the run, while in the buffered cases they grow by at least 16 MiB (the control that
+shows the measure sees them).
 """
 
 import subprocess
+import sys
 
 import pytest
 
-from conftest import SEED, Server, require_tools
+from conftest import REPO, SEED, Server, require_tools
+
+sys.path.append(str(REPO / "bench"))
+from pagecache import cached_bytes  # noqa: E402  (bench/pagecache.py)
 
 MIB = 1024 * 1024
 MEMBER_BYTES = 160 * MIB
@@ -37,14 +47,20 @@ RUNTIME_S = 8
 class BoundedServer(Server):
     """RAID 6 x4 with small configured limits, optionally a write-back journal."""
 
-    def __init__(self, workdir, journal):
+    def __init__(self, workdir, journal, member_cache):
         super().__init__(workdir, "6", "unix", MEMBER_BYTES)
         self.journal = str(self.workdir / "journal.img") if journal else None
+        self.member_cache = member_cache
+
+    def members_cached_bytes(self):
+        """The member files' bytes in the page cache."""
+        return sum(cached_bytes(m) for m in self.members)
 
     def command(self):
         cmd = super().command()
         at = cmd.index("serve") + 1
-        extra = ["--cache-size", str(CACHE_BYTES), "--buffer-memory", str(BUFFER_BYTES)]
+        extra = ["--cache-size", str(CACHE_BYTES), "--buffer-memory", str(BUFFER_BYTES),
+                 "--member-cache", self.member_cache]
         if self.journal:
             if not self.created:
                 with open(self.journal, "wb") as f:
@@ -78,13 +94,16 @@ def fio_job(name, uri, args):
             f"--runtime={RUNTIME_S}", f"--randseed={SEED % 2**31}", *args]
 
 
-@pytest.mark.parametrize("journal", [False, True], ids=["no-journal", "write-back-journal"])
-def test_peak_memory_stays_under_the_configured_limits(tmp_path, journal):
+@pytest.mark.parametrize("journal,member_cache", [(False, "buffered"), (True, "buffered"),
+                                                  (False, "direct")],
+                         ids=["no-journal", "write-back-journal", "direct-members"])
+def test_peak_memory_stays_under_the_configured_limits(tmp_path, journal, member_cache):
     require_tools("fio")
-    srv = BoundedServer(tmp_path / "srv", journal)
+    srv = BoundedServer(tmp_path / "srv", journal, member_cache)
     srv.start()
     try:
         idle_rss = srv.peak_rss_bytes()
+        cached_before = srv.members_cached_bytes()
         uri = srv.uri
         size = srv.size()
         jobs = [
@@ -103,8 +122,18 @@ def test_peak_memory_stays_under_the_configured_limits(tmp_path, journal):
             assert proc.returncode == 0, f"{' '.join(job)} failed:\n{out[-3000:]}"
         peak = srv.peak_rss_bytes()
         bound = bound_bytes(journal)
-        print(f"peak RSS {peak / MIB:.0f} MiB (idle {idle_rss / MIB:.0f} MiB), "
-              f"bound {bound / MIB:.0f} MiB")
+        cached_growth = srv.members_cached_bytes() - cached_before
+        print(f"member cache {member_cache}: peak RSS {peak / MIB:.0f} MiB (idle "
+              f"{idle_rss / MIB:.0f} MiB), bound {bound / MIB:.0f} MiB; members' page cache "
+              f"{cached_growth / MIB:+.1f} MiB")
+        if member_cache == "direct":
+            assert cached_growth < MIB, (
+                f"direct members: {cached_growth / MIB:.1f} MiB of member data landed in the "
+                f"page cache below raidkit")
+        else:
+            # The control: the measure sees member data in the page cache when it is there.
+            assert cached_growth >= 16 * MIB, (
+                f"buffered members: the page cache grew by only {cached_growth / MIB:.1f} MiB")
         assert idle_rss < CONSTANT_BYTES, f"idle server already at {idle_rss / MIB:.0f} MiB"
         assert peak <= bound, (
             f"peak RSS {peak / MIB:.0f} MiB above the configured limits' sum "

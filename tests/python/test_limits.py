@@ -16,6 +16,9 @@ sockets while libnbd's nbdcopy/nbdinfo, a well-behaved client, is served.
 - ``test_idle_connection_is_closed_and_an_active_one_is_not``: with ``--idle-timeout 2`` a
   client that negotiated and sends nothing is disconnected after 2 s; one sending a request
   every 0.4 s is served on.
+- ``test_a_client_that_never_reads_its_replies_is_cut``: 64 reads of 8 MiB never read hold
+  the whole ``--buffer-memory 64M``; ``--reply-timeout 2`` cuts that client and nbdcopy, which
+  needs buffers too, gets its data.
 - ``test_daemon_takes_the_limits_from_its_config``: the ``[daemon]`` keys reach its listener.
 - ``test_help_shows_every_limit_with_its_default``.
 
@@ -201,6 +204,15 @@ def flood(port, source):
     return kept, closed
 
 
+def wait_for_log(srv, text):
+    """Waits (at most MARGIN_S) for ``text`` in the server's log: a connection's line is written
+    once its last thread ended, just after its socket closed."""
+    deadline = time.monotonic() + MARGIN_S
+    while text not in srv.stderr():
+        assert time.monotonic() < deadline, f"{text!r} not in the log:\n{srv.stderr()}"
+        time.sleep(0.05)
+
+
 def refusal_lines(srv, needle):
     return [line for line in srv.stderr().splitlines() if needle in line]
 
@@ -241,7 +253,7 @@ def test_silent_flood_from_the_clients_own_address_ends_at_the_handshake_deadlin
     for s in kept:
         closed_after(s, MARGIN_S)
     assert time.monotonic() - flooded >= DEADLINE_S
-    assert f"handshake not finished within {DEADLINE_S} s" in srv.stderr()
+    wait_for_log(srv, f"handshake not finished within {DEADLINE_S} s")
 
 
 def test_one_byte_at_a_time_is_dropped_at_the_handshake_deadline(serve, tmp_path):
@@ -275,7 +287,7 @@ def test_one_byte_at_a_time_is_dropped_at_the_handshake_deadline(serve, tmp_path
     sender.join()
     assert elapsed >= DEADLINE_S, f"dropped after {elapsed:.2f} s"
     assert outcome["sent"] >= 3, outcome
-    assert f"handshake not finished within {DEADLINE_S} s" in srv.stderr()
+    wait_for_log(srv, f"handshake not finished within {DEADLINE_S} s")
     s.close()
 
 
@@ -291,7 +303,7 @@ def test_oversized_option_is_refused_with_too_big(serve, tmp_path):
     closed_after(s, MARGIN_S)
     s.close()
     read_back(tmp_path, srv.uri, data)
-    assert "--max-option-size" in srv.stderr(), srv.stderr()
+    wait_for_log(srv, "--max-option-size")
     # At the limit: read, answered (LIST takes no data: INVALID), and the haggling goes on.
     s = connect(srv.port)
     handshake_start(s)
@@ -331,9 +343,24 @@ def test_idle_connection_is_closed_and_an_active_one_is_not(serve, tmp_path):
     # Still open and served after three limits; then, left idle, closed too.
     assert read_request(active, 999, 4096, 512) == data[4096:4608]
     closed_after(active, DEADLINE_S + MARGIN_S)
-    assert f"idle: no request for {DEADLINE_S} s" in srv.stderr(), srv.stderr()
+    wait_for_log(srv, f"idle: no request for {DEADLINE_S} s")
     idle.close()
     active.close()
+
+
+def test_a_client_that_never_reads_its_replies_is_cut(serve, tmp_path):
+    srv = serve("--reply-timeout", str(DEADLINE_S), "--buffer-memory", "64M")
+    data = write_pattern(tmp_path, srv.uri)
+    hog = connect(srv.port)
+    go(hog)
+    hog.sendall(b"".join(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_READ, cookie, 0, 8 * MIB)
+                         for cookie in range(64)))
+    started = time.monotonic()
+    read_back(tmp_path, srv.uri, data)
+    assert time.monotonic() - started < DEADLINE_S + MARGIN_S
+    closed_after(hog, MARGIN_S)
+    wait_for_log(srv, f"took no byte of a reply for {DEADLINE_S} s")
+    hog.close()
 
 
 def test_daemon_takes_the_limits_from_its_config(tmp_path):
@@ -372,5 +399,6 @@ def test_help_shows_every_limit_with_its_default():
         blocks[block.split()[0]] = " ".join(block.split())
     for flag, default in [("handshake-timeout", "10"), ("max-connections", "64"),
                           ("max-connections-per-client", "16"), ("max-option-size", "64K"),
-                          ("idle-timeout", "0"), ("max-requests-per-connection", "64")]:
+                          ("idle-timeout", "0"), ("max-requests-per-connection", "64"),
+                          ("reply-timeout", "60")]:
         assert f"[default: {default}]" in blocks[flag], (flag, blocks.get(flag))

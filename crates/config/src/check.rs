@@ -193,6 +193,12 @@ impl Checker<'_> {
                 self.at(secs.span(), "daemon.handshake_timeout_secs", message);
             }
         }
+        if let Some(secs) = &daemon.reply_timeout_secs {
+            if *secs.get_ref() > 3600 {
+                let message = "must be at most 3600 seconds (0: never)".to_string();
+                self.at(secs.span(), "daemon.reply_timeout_secs", message);
+            }
+        }
         for (value, key) in [
             (&daemon.max_connections, "daemon.max_connections"),
             (

@@ -97,6 +97,7 @@ impl Daemon {
                 max_connections_per_client,
                 max_option_size,
                 idle_timeout_secs,
+                reply_timeout_secs,
                 max_requests_per_connection,
             }
         )

@@ -78,6 +78,9 @@ pub struct Daemon {
     /// Seconds without a request after which a client is disconnected (serve's
     /// `--idle-timeout`, default 0: never).
     pub idle_timeout_secs: Option<Spanned<u64>>,
+    /// Seconds a client may take no byte of a reply before it is disconnected (serve's
+    /// `--reply-timeout`, default 60, at most 3600; 0: never).
+    pub reply_timeout_secs: Option<Spanned<u64>>,
     /// Requests of one connection in flight at once (serve's
     /// `--max-requests-per-connection`, default 64, 1 to 1024).
     pub max_requests_per_connection: Option<Spanned<u32>>,

@@ -351,6 +351,11 @@ fn values_out_of_range_are_refused() {
             "daemon.max_option_size",
             "8K to 1M",
         ),
+        (
+            "reply_timeout_secs = 3601",
+            "daemon.reply_timeout_secs",
+            "at most 3600",
+        ),
     ] {
         assert_problem(&format!("[daemon]\n{line}\n"), 2, key, needle);
     }

@@ -1,7 +1,7 @@
 //! The limits a hostile client meets, each driven by a raw socket while a well-behaved
 //! client is served: connections in total and per client address, the handshake deadline
-//! (silent and one-byte-at-a-time clients), the option size, the idle timeout and requests
-//! in flight per connection.
+//! (silent and one-byte-at-a-time clients), the option size, the idle timeout, requests in
+//! flight per connection and the reply timeout (a client that never reads its replies).
 //!
 //! Timing: deadlines are set short here (1 s) and every bound on how late something may
 //! happen has a margin of 10 s or more for a loaded machine; nothing is asserted to happen
@@ -444,4 +444,46 @@ fn requests_in_flight_per_connection_stop_the_reading_not_the_connection() {
     cookies.sort();
     assert_eq!(cookies, (0..10).collect::<Vec<_>>());
     assert_eq!(held.entered.load(Ordering::SeqCst), 10);
+}
+
+#[test]
+fn a_client_that_never_reads_its_replies_is_cut_and_frees_the_buffer_budget() {
+    let limit = Duration::from_secs(1);
+    let config = ServerConfig {
+        max_request_bytes: 1 << 20,
+        max_buffer_bytes: 2 << 20,
+        reply_timeout: Some(limit),
+        ..config("d")
+    };
+    let (_export, server) = start(config, Transport::Unix);
+    // 32 reads of 1 MiB, never read: the socket buffers fill, a reply write stalls holding
+    // its buffer, and the others wait for the 2 MiB budget.
+    let mut hog = server.connect();
+    hog.go(false, false);
+    for cookie in 0..32 {
+        hog.request(CMD_READ, 0, cookie, 0, 1 << 20);
+    }
+    // Another client's read needs the budget: served once the stalled connection is cut.
+    let started = Instant::now();
+    served(&server);
+    assert!(started.elapsed() < limit + MARGIN);
+    closed_within(&mut hog, MARGIN);
+
+    // A client that reads its replies slowly, but reads them, is not cut.
+    let mut slow = server.connect();
+    slow.go(false, false);
+    for cookie in 0..8 {
+        slow.request(CMD_READ, 0, cookie, 0, 1 << 20);
+    }
+    for _ in 0..8 {
+        let magic = slow.read_exact(16).unwrap();
+        assert_eq!(&magic[4..8], &[0; 4], "error in {magic:?}");
+        let mut left = 1 << 20;
+        while left > 0 {
+            let n = left.min(256 << 10);
+            slow.read_exact(n).unwrap();
+            left -= n;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }

@@ -12,6 +12,7 @@ pub mod defaults {
     pub const MAX_CONNECTIONS_PER_CLIENT: u32 = 16;
     pub const MAX_OPTION_SIZE: &str = "64K";
     pub const IDLE_TIMEOUT_SECS: u64 = 0;
+    pub const REPLY_TIMEOUT_SECS: u64 = 60;
     pub const MAX_REQUESTS_PER_CONNECTION: u32 = 64;
 }
 
@@ -57,6 +58,14 @@ pub struct ClientLimits {
     #[arg(long, value_name = "SECS", default_value_t = defaults::IDLE_TIMEOUT_SECS)]
     pub idle_timeout: u64,
 
+    /// Disconnect a client that takes no byte of a reply for this many seconds (0 = never):
+    /// one that sends requests and never reads the replies would otherwise hold their
+    /// buffers (--buffer-memory) and threads for ever. A slow client that keeps reading is
+    /// not affected.
+    #[arg(long, value_name = "SECS", default_value_t = defaults::REPLY_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u64).range(0..=HANDSHAKE_TIMEOUT_SECS_MAX))]
+    pub reply_timeout: u64,
+
     /// Requests of one connection in flight at once (1 to 1024; each has its own thread):
     /// at the limit the server reads no more from that client until one is answered
     /// (back-pressure, not an error).
@@ -74,6 +83,7 @@ impl Default for ClientLimits {
             max_option_size: option_size_arg(defaults::MAX_OPTION_SIZE)
                 .expect("the default option size is valid"),
             idle_timeout: defaults::IDLE_TIMEOUT_SECS,
+            reply_timeout: defaults::REPLY_TIMEOUT_SECS,
             max_requests_per_connection: defaults::MAX_REQUESTS_PER_CONNECTION,
         }
     }
@@ -105,6 +115,8 @@ impl ClientLimits {
                 .map_or(default.max_option_size, |v| v.get_ref().0 as u32),
             idle_timeout: (daemon.idle_timeout_secs.as_ref())
                 .map_or(default.idle_timeout, |v| *v.get_ref()),
+            reply_timeout: (daemon.reply_timeout_secs.as_ref())
+                .map_or(default.reply_timeout, |v| *v.get_ref()),
             max_requests_per_connection: (daemon.max_requests_per_connection.as_ref())
                 .map_or(default.max_requests_per_connection, |v| *v.get_ref()),
         }
@@ -118,6 +130,8 @@ impl ClientLimits {
             max_connections_per_client: self.max_connections_per_client as usize,
             max_option_bytes: self.max_option_size,
             idle_timeout: (self.idle_timeout > 0).then(|| Duration::from_secs(self.idle_timeout)),
+            reply_timeout: (self.reply_timeout > 0)
+                .then(|| Duration::from_secs(self.reply_timeout)),
             ..config
         }
     }
@@ -148,6 +162,7 @@ mod tests {
         );
         assert_eq!(listener.max_option_bytes, nbd_default.max_option_bytes);
         assert_eq!(listener.idle_timeout, None);
+        assert_eq!(listener.reply_timeout, nbd_default.reply_timeout);
         assert_eq!(
             listener.max_in_flight_per_conn,
             nbd_default.max_in_flight_per_conn
@@ -155,7 +170,8 @@ mod tests {
 
         let text = "[daemon]\nhandshake_timeout_secs = 3\nmax_connections = 9\n\
                     max_connections_per_client = 2\nmax_option_size = \"16K\"\n\
-                    idle_timeout_secs = 600\nmax_requests_per_connection = 8\n";
+                    idle_timeout_secs = 600\nmax_requests_per_connection = 8\n\
+                    reply_timeout_secs = 0\n";
         let config = config::Config::parse(text, std::path::Path::new("t.toml")).unwrap();
         let set = ClientLimits::of_daemon(&config.daemon);
         let listener = set.export(set.listener(nbd::ServerConfig::default()));
@@ -170,6 +186,7 @@ mod tests {
         assert_eq!(listener.max_option_bytes, 16 << 10);
         assert_eq!(listener.idle_timeout, Some(Duration::from_secs(600)));
         assert_eq!(listener.max_in_flight_per_conn, 8);
+        assert_eq!(listener.reply_timeout, None);
         let empty = config::Config::parse("", std::path::Path::new("t.toml")).unwrap();
         assert_eq!(ClientLimits::of_daemon(&empty.daemon), limits);
     }

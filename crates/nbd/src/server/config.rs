@@ -45,6 +45,10 @@ pub struct ServerConfig {
     /// A connection in transmission with no request in flight and none received for this
     /// long is disconnected (`None`: never). Default `None`.
     pub idle_timeout: Option<Duration>,
+    /// A reply write that makes no progress for this long — the client reads none of it —
+    /// ends the connection (`None`: never), so a client that never reads its replies cannot
+    /// hold buffer budget and request threads. Default 60 s.
+    pub reply_timeout: Option<Duration>,
     /// After shutdown, time allowed for connections to finish before they are cut. Default 60 s.
     pub shutdown_grace: Duration,
     /// TLS (STARTTLS) for clients, optional or required; `None`: STARTTLS is refused.
@@ -68,6 +72,7 @@ impl Default for ServerConfig {
             max_options_per_conn: 1024,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: None,
+            reply_timeout: Some(Duration::from_secs(60)),
             shutdown_grace: Duration::from_secs(60),
             tls: None,
         }
@@ -105,8 +110,12 @@ impl ServerConfig {
                 "must be at least 1",
             );
         }
-        if self.handshake_timeout.is_zero() || self.idle_timeout.is_some_and(|t| t.is_zero()) {
-            return bad("handshake_timeout/idle_timeout", "must be above zero");
+        let zero = |t: Option<Duration>| t.is_some_and(|t| t.is_zero());
+        if self.handshake_timeout.is_zero() || zero(self.idle_timeout) || zero(self.reply_timeout) {
+            return bad(
+                "handshake_timeout/idle_timeout/reply_timeout",
+                "must be above zero",
+            );
         }
         if self.max_blocking_calls == 0 {
             return bad("max_blocking_calls", "must be at least 1");

@@ -23,6 +23,8 @@ pub(crate) enum ConnError {
     },
     /// No request for the listener's idle timeout.
     Idle(std::time::Duration),
+    /// A reply write made no progress for the listener's reply timeout.
+    ReplyTimeout(std::time::Duration),
     /// The TLS handshake after STARTTLS failed (wrong CA, no client certificate, ...).
     Tls(io::Error),
     /// A plaintext client entered transmission (EXPORT_NAME) where TLS is required.
@@ -54,6 +56,12 @@ impl fmt::Display for ConnError {
                 f,
                 "idle: no request for {} s; the limit is --idle-timeout (daemon: \
                  idle_timeout_secs)",
+                limit.as_secs_f64()
+            ),
+            ConnError::ReplyTimeout(limit) => write!(
+                f,
+                "the client took no byte of a reply for {} s; the limit is --reply-timeout \
+                 (daemon: reply_timeout_secs)",
                 limit.as_secs_f64()
             ),
             ConnError::Tls(e) => write!(f, "TLS handshake failed: {e}"),

@@ -10,7 +10,6 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
@@ -96,15 +95,18 @@ where
         }
         _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
     };
-    let idle = listening.config.idle_timeout;
+    let limits = transmission::Limits {
+        idle: listening.config.idle_timeout,
+        reply: listening.config.reply_timeout,
+    };
     match ready {
         Ready::Closed => Ok(()),
         Ready::Plain(stream, leftover, selected, session) => {
             let socket = into_socket(stream)?;
-            transmission::serve(socket, leftover, selected, session, idle).await
+            transmission::serve(socket, leftover, selected, session, limits).await
         }
         Ready::Tls(tls, leftover, selected, session) => {
-            serve_tls(*tls, leftover, selected, session, idle).await
+            serve_tls(*tls, leftover, selected, session, limits).await
         }
     }
 }
@@ -164,7 +166,7 @@ async fn serve_tls<S>(
     leftover: Vec<u8>,
     selected: Selected,
     session: Session,
-    idle: Option<Duration>,
+    limits: transmission::Limits,
 ) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -194,7 +196,7 @@ where
             _ = up => unreachable!("the request direction never ends the relay"),
         }
     };
-    let served = transmission::serve(Socket::Unix(ours), leftover, selected, session, idle);
+    let served = transmission::serve(Socket::Unix(ours), leftover, selected, session, limits);
     let (served, relayed) = tokio::join!(served, relay);
     if let Err(e) = relayed {
         log::debug!("nbd: TLS relay ended: {e}");

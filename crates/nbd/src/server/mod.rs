@@ -61,8 +61,8 @@ pub async fn serve(
 /// Serves every export of `exports` on `listener` until `shutdown` completes, then drains
 /// (see module doc). `config` gives the listener's limits — `max_connections`,
 /// `max_connections_per_client`, `max_option_bytes`, `max_options_per_conn`,
-/// `handshake_timeout`, `idle_timeout`, `shutdown_grace` —; each export has its own for the
-/// rest ([`Exports::add`]).
+/// `handshake_timeout`, `idle_timeout`, `reply_timeout`, `shutdown_grace` —; each export has
+/// its own for the rest ([`Exports::add`]).
 pub async fn serve_exports(
     listener: Listener,
     exports: Arc<Exports>,

@@ -17,6 +17,11 @@
 //! long is stopped as below and ends with `ConnError::Idle` (a request read but refused counts
 //! as activity; a request whose header or payload is still arriving does not).
 //!
+//! Replies: with a reply timeout, a reply write that makes no progress for that long (the
+//! client reads none of it: each blocked `writev` waits until the socket buffer has room again)
+//! fails and cuts the connection, so a client that sends requests and never reads the replies
+//! cannot hold buffer budget and request threads for ever.
+//!
 //! Stopping: `Conn::stop_reading` makes every thread stop taking requests (a `shutdown(Read)`
 //! wakes the one blocked in `recv`); requests already read are answered; the last thread out
 //! reports to the async side. A client error (bad magic, truncated request, a failed reply
@@ -55,6 +60,13 @@ impl Socket {
         })
     }
 
+    fn set_write_timeout(&self, limit: Option<Duration>) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_write_timeout(limit),
+            Socket::Unix(s) => s.set_write_timeout(limit),
+        }
+    }
+
     fn shutdown(&self, how: Shutdown) {
         // NotConnected once the peer is gone: nothing left to shut.
         let _ = match self {
@@ -91,6 +103,16 @@ impl Write for Socket {
     }
 }
 
+/// The listener's limits on a connection in transmission.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// No request in flight and none taken for this long ends the connection.
+    pub idle: Option<Duration>,
+    /// A reply write that makes no progress for this long (the client takes none of it) ends
+    /// the connection (`SO_SNDTIMEO` on the socket the replies are written to).
+    pub reply: Option<Duration>,
+}
+
 /// Bytes already read past the handshake, then the socket.
 type Input = BufReader<io::Chain<io::Cursor<Vec<u8>>, Socket>>;
 
@@ -116,6 +138,8 @@ struct Conn {
     counts: Mutex<Counts>,
     /// The first error that ended the connection.
     error: Mutex<Option<ConnError>>,
+    /// Set on the writer: a reply write stalled this long fails.
+    reply_timeout: Option<Duration>,
 }
 
 /// What one turn at the reader produced.
@@ -133,20 +157,22 @@ enum Next<'a> {
 }
 
 /// Serves requests on `socket` until the client disconnects, a client error, the export's
-/// stop (removed, or the listener shutting down), or `idle` passing with no request in
-/// flight and none taken; then answers the requests already read and returns. `selected`
+/// stop (removed, or the listener shutting down), `limits.idle` passing with no request in
+/// flight and none taken, or a reply write stalled for `limits.reply`; then answers the requests already read and returns. `selected`
 /// holds the export for as long as the connection lives.
 pub(crate) async fn serve(
     socket: Socket,
     leftover: Vec<u8>,
     selected: Selected,
     session: Session,
-    idle: Option<Duration>,
+    limits: Limits,
 ) -> Result<(), ConnError> {
     let mut stop = selected.shared.stop.subscribe();
     let (done_tx, mut done_rx) = oneshot::channel();
     let shared = Arc::clone(&selected.shared);
-    let conn = Arc::new(Conn::new(socket, leftover, shared, session, done_tx)?);
+    let conn = Arc::new(Conn::new(
+        socket, leftover, shared, session, limits, done_tx,
+    )?);
     let _cut = CutOnDrop(Arc::clone(&conn));
     if let Err(e) = Conn::start_thread(&conn) {
         conn.lock_counts().threads = 0;
@@ -156,7 +182,7 @@ pub(crate) async fn serve(
     let stopped = tokio::select! {
         _ = &mut done_rx => false,
         _ = stop.wait_for(|stopped| *stopped) => true,
-        limit = idle_for(&conn, idle) => {
+        limit = idle_for(&conn, limits.idle) => {
             idled = Some(limit);
             true
         }
@@ -220,9 +246,12 @@ impl Conn {
         leftover: Vec<u8>,
         shared: Arc<Shared>,
         session: Session,
+        limits: Limits,
         done: oneshot::Sender<()>,
     ) -> io::Result<Conn> {
         let writer = socket.try_clone()?;
+        // The socket option is shared by every handle of the socket; only writes use it.
+        writer.set_write_timeout(limits.reply)?;
         let control = socket.try_clone()?;
         let input = io::Cursor::new(leftover).chain(socket);
         Ok(Conn {
@@ -239,6 +268,7 @@ impl Conn {
                 done: Some(done),
             }),
             error: Mutex::new(None),
+            reply_timeout: limits.reply,
         })
     }
 
@@ -429,7 +459,15 @@ impl Conn {
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = write_all_parts(&mut *w, head, data.unwrap_or(&[])) {
             drop(w);
-            self.fail(ConnError::Io(e), true);
+            let stalled = matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            );
+            let error = match self.reply_timeout {
+                Some(limit) if stalled => ConnError::ReplyTimeout(limit),
+                _ => ConnError::Io(e),
+            };
+            self.fail(error, true);
         }
     }
 }

@@ -5,19 +5,21 @@ with the certificates test_tls makes with certtool (``pki``).
   member whose ``tls-certificates`` trusts another CA fails, naming the member's URI, the CA
   file and what to do; the same against a plaintext nbdkit says the server does not offer TLS.
 - ``test_raid1_over_a_tls_member_served_over_tls_through_failure_and_reconnect`` (the issue's
-  "Done when", as far as it goes today): a RAID 1 of a local file and an ``nbds+unix://``
-  export (nbdkit ``--tls=require --tls-verify-peer``: raidkit presents its client certificate)
-  created through the nbds URI, served with ``--tls require --tls-verify-peer`` on loopback
+  "Done when"): a RAID 1 of a local file and an ``nbds+unix://`` export (nbdkit
+  ``--tls=require --tls-verify-peer``: raidkit presents its client certificate), encrypted at
+  rest (``create --encrypt --key-file``), created through the nbds URI, served with
+  ``--key-file`` and ``--tls require --tls-verify-peer`` on loopback
   TCP. The TLS client in front of fio is nbdkit's nbd plugin (libnbd, ``tls=require``, a client
   certificate), because fio's nbd engine cannot read ``tls-certificates`` from its URI (libnbd
   denies local files in URIs unless the program allows them, and fio does not); fio talks to
   that proxy over a Unix socket. fio writes with ``verify=crc32c`` while the TLS member's nbdkit
   is killed; the member goes faulty, fio finishes clean; nbdkit restarted on the same socket,
   the member comes back by itself and is rebuilt; fio ``verify_only`` passes, then passes again
-  with the local member failed (every read from the TLS member), and scrub finds nothing.
-  Not yet: encryption at rest (``create --encrypt``), which is not on main.
+  with the local member failed (every read from the TLS member), and scrub finds nothing. A
+  known pattern written through the TLS client reads back and is in neither member's file.
 """
 
+import os
 import subprocess
 import time
 
@@ -100,11 +102,15 @@ def test_raid1_over_a_tls_member_served_over_tls_through_failure_and_reconnect(
         f.truncate(32 * MIB)
     remote = members("m1").use_tls(pki["server"], pki["client"], verify_peer=True)
     remote.start()
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(64))
     run([RAIDKIT_BIN, "create", "--level", "1", "--chunk", "64K", "--name", "secure",
-         "--bitmap-region", "1M", str(local), remote.uri])
+         "--bitmap-region", "1M", "--encrypt", "--key-file", str(key),
+         "--kdf-memory", "64K", "--kdf-iterations", "1", str(local), remote.uri])
     port = free_tcp_port()
     array = arrays(tmp_path, "secure", [str(local), remote.uri], listen=f"127.0.0.1:{port}",
-                   extra=["--tls", "require", "--tls-certificates", str(pki["server"]),
+                   extra=["--key-file", str(key),
+                          "--tls", "require", "--tls-certificates", str(pki["server"]),
                           "--tls-verify-peer", "--reconnect-interval-max", "2"]).start()
     assert array.role_states() == ["active", "active"], array.status()
 
@@ -140,10 +146,38 @@ def test_raid1_over_a_tls_member_served_over_tls_through_failure_and_reconnect(
         check_fio(run(verify, timeout=300, cwd=tmp_path), "verify after the reconnect")
         scrub_clean(array)
 
+        # At rest, ciphertext only: a known pattern written through the TLS client while both
+        # members are in use reads back, and (below, once stopped) is in neither member's file.
+        pattern = b"RAIDKIT-AT-REST-" * 4096
+        at = 20 * MIB
+        write_through(proxy.uri, at, pattern)
+        assert read_through(proxy.uri, at, len(pattern)) == pattern
+
         # Every read from the TLS member: the local one failed.
         array.cli("fail", "role 0")
         assert array.role_states()[0] == "faulty", array.status()
         check_fio(run(verify, timeout=300, cwd=tmp_path), "verify from the TLS member alone")
+        assert read_through(proxy.uri, at, len(pattern)) == pattern
     finally:
         proxy.kill()
     array.stop()
+    for image in (local, remote.image):
+        assert pattern[:64] not in image.read_bytes(), f"{image} holds plaintext"
+
+
+def write_through(uri, offset, data):
+    import nbd
+    h = nbd.NBD()
+    h.connect_uri(uri)
+    h.pwrite(data, offset)
+    h.flush()
+    h.shutdown()
+
+
+def read_through(uri, offset, length):
+    import nbd
+    h = nbd.NBD()
+    h.connect_uri(uri)
+    data = h.pread(length, offset)
+    h.shutdown()
+    return data

@@ -116,14 +116,17 @@ fn format_records_the_bitmap_and_old_readers_refuse_it() {
     assert_eq!(at.region_bytes, 64 << 20);
     assert_ne!(sb.feature_incompat & FEATURE_INCOMPAT_BITMAP, 0);
     assert_eq!(Superblock::decode(&sb.encode()), Ok(sb.clone()));
-    // A reader that does not know the bit refuses (what an older raidkit does).
+    // A bit the reader does not know is refused (what an older raidkit does with the bitmap's):
+    // the first one past every bit this build knows.
+    let unknown = (ondisk::FEATURE_INCOMPAT_KNOWN + 1).next_power_of_two();
+    assert_eq!(unknown & ondisk::FEATURE_INCOMPAT_KNOWN, 0);
     let mut bytes = *sb.encode();
-    bytes[24] |= 2;
+    bytes[24..32].copy_from_slice(&(sb.feature_incompat | unknown).to_le_bytes());
     let crc = ondisk::checksum(&bytes);
     bytes[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(
         Superblock::decode(&bytes),
-        Err(SuperblockError::Features { unknown: 2 })
+        Err(SuperblockError::Features { unknown })
     );
     // The bitmap without its feature bit is invalid.
     let mut bytes = *sb.encode();

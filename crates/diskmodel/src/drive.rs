@@ -7,36 +7,13 @@ use std::sync::Mutex;
 use crate::flash::Flash;
 use crate::hdd::Hdd;
 use crate::models::{Model, Options};
+use crate::request::Request;
 use crate::{Clock, Nanos};
 
 /// Requests accepted and not yet dispatched, at most (the callers are threads, each waiting
 /// for its request, so the bound is never reached by a bounded server; past it `submit` says
 /// [`QueueFull`] and the caller waits for the next event).
 pub const MAX_PENDING: usize = 4096;
-
-/// What a request does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// Read `len` bytes.
-    Read,
-    /// Write `len` bytes (write-zeroes too: a disk writes the zeroes).
-    Write,
-    /// Make every acknowledged write durable.
-    Flush,
-    /// Release a range (no media work on a disk; a table update on flash).
-    Trim,
-}
-
-/// One request to a drive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
-    /// What it does.
-    pub op: Op,
-    /// Byte offset.
-    pub offset: u64,
-    /// Bytes (0 for a flush).
-    pub len: u64,
-}
 
 /// A submitted request, to ask for its completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

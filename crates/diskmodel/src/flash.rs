@@ -11,7 +11,7 @@
 //! give the published maximum IOPS and sequential bandwidth. What the model adds is the curve in
 //! between (queue depths 2–16, other request sizes, mixes) and the interaction with the array.
 
-use crate::drive::{Op, Request};
+use crate::request::{Op, Request};
 use crate::{Nanos, NS_PER_SEC};
 
 /// A flash drive's published figures (4 KiB random IOPS, sequential MB/s = 10^6 bytes/s).

@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::drive::{Op, Request};
+use crate::request::{Op, Request};
 use crate::Nanos;
 
 /// Zones of a modelled disk (real drives have 16–30).

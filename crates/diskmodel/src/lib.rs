@@ -27,11 +27,13 @@ mod rng;
 pub mod workload;
 
 mod drive;
+mod request;
 
-pub use drive::{Disk, Drive, Op, QueueFull, Request, Ticket, MAX_PENDING};
+pub use drive::{Disk, Drive, QueueFull, Ticket, MAX_PENDING};
 pub use flash::FlashParams;
 pub use hdd::{HddParams, Order};
 pub use models::{DiskClass, Model, Options};
+pub use request::{Op, Request};
 pub use rng::SimRng;
 
 use std::sync::atomic::{AtomicU64, Ordering};

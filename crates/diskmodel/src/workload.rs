@@ -2,8 +2,9 @@
 //! replaced by the next the moment it completes, as fio does with `iodepth`. No clock, no
 //! sleep: an hour of disk time runs in well under a second of CPU for a disk.
 
-use crate::drive::{Drive, Op, Request, Ticket};
+use crate::drive::{Drive, Ticket};
 use crate::models::{Model, Options};
+use crate::request::{Op, Request};
 use crate::{Nanos, SimRng, NS_PER_SEC};
 
 /// Where the requests of a run go.

@@ -8,6 +8,7 @@
 
 mod conn;
 mod handshake;
+mod stream;
 mod tls;
 mod uri;
 

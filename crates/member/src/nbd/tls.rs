@@ -29,7 +29,7 @@ use rustls::{
     RootCertStore, SignatureScheme,
 };
 
-use super::conn::Stream;
+use super::stream::Stream;
 use super::uri::{NbdTarget, TlsSettings};
 
 /// Plaintext sealed per turn of the session lock when sending (rustls's own send buffer

@@ -241,7 +241,7 @@ impl TlsParams {
             );
         }
         if let Some(name) = &self.hostname {
-            super::tls::server_name(name)
+            rustls::pki_types::ServerName::try_from(name.to_string())
                 .map_err(|e| format!("tls-hostname={name} is not a host name: {e}"))?;
         }
         Ok(TlsSettings {

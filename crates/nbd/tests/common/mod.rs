@@ -252,15 +252,52 @@ pub fn unique_socket_path() -> PathBuf {
 
 pub trait ReadWrite: Read + Write + Send {
     fn set_timeout(&self, d: Duration);
+    /// The socket's descriptor, where there is one socket under the stream.
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 impl ReadWrite for UnixStream {
     fn set_timeout(&self, d: Duration) {
         self.set_read_timeout(Some(d)).unwrap();
     }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(std::os::fd::AsRawFd::as_raw_fd(self))
+    }
 }
 impl ReadWrite for TcpStream {
     fn set_timeout(&self, d: Duration) {
         self.set_read_timeout(Some(d)).unwrap();
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(std::os::fd::AsRawFd::as_raw_fd(self))
+    }
+}
+
+impl RawClient {
+    /// Waits, reading nothing, until the server has shut the connection down (the socket
+    /// reports the peer's hang-up: POLLRDHUP); how long that took. Fails after `bound`. Unlike
+    /// reading to the end, this leaves a client that never reads its replies never reading.
+    pub fn hung_up_within(&self, bound: Duration) -> Duration {
+        let started = std::time::Instant::now();
+        loop {
+            let left = bound.saturating_sub(started.elapsed());
+            assert!(
+                !left.is_zero(),
+                "the server did not hang up within {bound:?}"
+            );
+            let mut fd = libc::pollfd {
+                fd: self.stream.raw_fd().expect("a plain socket"),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            };
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd, for the duration of the call.
+            let n = unsafe { libc::poll(&mut fd, 1, ms) };
+            if n > 0 && fd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0 {
+                return started.elapsed();
+            }
+        }
     }
 }
 

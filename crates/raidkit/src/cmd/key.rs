@@ -3,7 +3,7 @@
 //! superblock with it (events unchanged, as `journal add` does).
 
 use anyhow::{bail, Context};
-use crypt::{KeyArea, KeySource};
+use crypt::{KdfParams, KeyArea, KeySource, Secret};
 
 use crate::key_args::{KdfArgs, KeyArgs};
 
@@ -65,6 +65,13 @@ enum Action {
 }
 
 impl NewKeyArgs {
+    /// The new slot's KDF parameters and its secret for array `name` (read or prompted for).
+    fn with(&self, kdf: &KdfArgs, name: &str) -> anyhow::Result<(KdfParams, Secret)> {
+        let params = kdf.params()?;
+        let secret = (self.source()).read(&format!("New passphrase for {name}"), true)?;
+        Ok((params, secret))
+    }
+
     fn source(&self) -> KeySource {
         KeySource::from_args(
             self.new_key_file.as_deref(),
@@ -85,10 +92,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &key,
             "a key is added",
             |name, area, data_key, _slot| {
-                let params = kdf.params()?;
-                let secret = new
-                    .source()
-                    .read(&format!("New passphrase for {name}"), true)?;
+                let (params, secret) = new.with(&kdf, name)?;
                 let slot = area
                     .add(&data_key, &secret, params)
                     .map_err(anyhow::Error::msg)?;
@@ -115,10 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &key,
             "a key is changed",
             |name, area, data_key, slot| {
-                let params = kdf.params()?;
-                let secret = new
-                    .source()
-                    .read(&format!("New passphrase for {name}"), true)?;
+                let (params, secret) = new.with(&kdf, name)?;
                 area.replace(slot, &data_key, &secret, params)
                     .map_err(anyhow::Error::msg)?;
                 Ok(format!("key slot {slot} of {name} changed ({params})"))

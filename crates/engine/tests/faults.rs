@@ -309,6 +309,61 @@ fn a_read_error_on_an_untrusted_stripe_fails_instead_of_returning_garbage() {
     }
 }
 
+/// A hook on one member that, once armed, holds its next read until released, then answers
+/// it with `then()` (after the read is passed on when that is `Ok`).
+struct ReadGate {
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    paused: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    go: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+}
+
+impl ReadGate {
+    /// Puts the gate in front of `member`.
+    fn around(
+        member: &mut Arc<dyn Member>,
+        then: impl Fn() -> std::io::Result<()> + Send + Sync + 'static,
+    ) -> Arc<ReadGate> {
+        use std::sync::{mpsc, Mutex};
+        let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (paused_tx, paused_rx) = mpsc::channel::<()>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let go_rx = Mutex::new(go_rx);
+        let hook = {
+            let armed = Arc::clone(&armed);
+            move |call: &member::Call| {
+                if call.op == member::Op::Read && armed.swap(false, Ordering::SeqCst) {
+                    paused_tx.send(()).unwrap();
+                    // Bounded: if a change made the test's other side wait for this read, the
+                    // read goes on after the timeout and the test's checks still run.
+                    let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(10));
+                    return then();
+                }
+                Ok(())
+            }
+        };
+        *member = Arc::new(member::Hooked::new(Arc::clone(member), hook));
+        Arc::new(ReadGate {
+            armed,
+            paused: Mutex::new(paused_rx),
+            go: Mutex::new(go_tx),
+        })
+    }
+
+    fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until a read is held (`what` says which, if none comes).
+    fn wait_paused(&self, what: &str) {
+        let paused = self.paused.lock().unwrap();
+        paused.recv_timeout(Duration::from_secs(10)).expect(what);
+    }
+
+    fn release(&self) {
+        self.go.lock().unwrap().send(()).unwrap();
+    }
+}
+
 fn read_member(m: &MemMember, offset: u64, len: u64) -> Vec<u8> {
     let mut buf = vec![0u8; len as usize];
     m.read_at(&mut buf, offset).unwrap();
@@ -324,38 +379,19 @@ fn read_member(m: &MemMember, offset: u64, len: u64) -> Vec<u8> {
 /// RAID 5 is here because its lock-free read has the same shape (it retries under the locks).
 #[test]
 fn a_read_planned_before_a_member_swap_does_not_read_the_new_member() {
-    use member::{Call, Hooked, Op};
-    use std::sync::atomic::AtomicBool;
-    use std::sync::{mpsc, Mutex};
     for (level, n) in [(Level::Raid1, 2), (Level::Raid10, 4), (Level::Raid5, 3)] {
         let chunk = 4 * KIB;
         let rows = 16;
         // Role 0 is read first (a small batch runs its members' groups in role order): its
-        // hook holds the read there once armed, until the swap is done.
-        let armed = Arc::new(AtomicBool::new(false));
-        let (paused_tx, paused_rx) = mpsc::channel::<()>();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let go_rx = Mutex::new(go_rx);
-        let gate = {
-            let armed = Arc::clone(&armed);
-            move |call: &Call| {
-                if call.op == Op::Read && armed.swap(false, Ordering::SeqCst) {
-                    paused_tx.send(()).unwrap();
-                    // Bounded: if a later change made reads hold locks the swap waits for,
-                    // the read goes on after the timeout and the data is still checked.
-                    let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(10));
-                }
-                Ok(())
-            }
-        };
+        // gate holds the read there once armed, until the swap is done.
         let mut members = mem_members(&vec![rows * chunk; n]);
-        members[0] = Arc::new(Hooked::new(Arc::clone(&members[0]), gate));
+        let gate = ReadGate::around(&mut members[0], || Ok(()));
         let array = Arc::new(array_over(level, chunk, &members, &[]));
         let model: Vec<u8> = (0..array.size_bytes())
             .map(|i| (i % 251) as u8 + 1)
             .collect();
         array.write(0, &model).unwrap();
-        armed.store(true, Ordering::SeqCst);
+        gate.arm();
         let reader = {
             let array = Arc::clone(&array);
             std::thread::spawn(move || {
@@ -364,18 +400,17 @@ fn a_read_planned_before_a_member_swap_does_not_read_the_new_member() {
                 got
             })
         };
-        paused_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the read reaches role 0");
+        gate.wait_paused("the read reaches role 0");
         let swapper = {
             let array = Arc::clone(&array);
+            let gate = Arc::clone(&gate);
             std::thread::spawn(move || {
                 array.fail_member(1);
                 assert!(array.detach_member(1).is_some());
                 let fresh: Arc<dyn Member> =
                     Arc::new(MemMember::new("fresh", rows * chunk).unwrap());
                 array.attach_member(1, fresh).expect("attach");
-                go_tx.send(()).unwrap();
+                gate.release();
             })
         };
         let got = reader.join().unwrap();
@@ -396,9 +431,6 @@ fn a_read_planned_before_a_member_swap_does_not_read_the_new_member() {
 /// against the spare.
 #[test]
 fn a_late_answer_from_a_replaced_member_does_not_fail_its_spare() {
-    use member::{Call, Hooked, Op};
-    use std::sync::atomic::AtomicBool;
-    use std::sync::{mpsc, Mutex};
     #[derive(Clone, Copy, Debug)]
     enum Late {
         SlowRead,
@@ -408,29 +440,14 @@ fn a_late_answer_from_a_replaced_member_does_not_fail_its_spare() {
         for late in [Late::SlowRead, Late::ReadError] {
             let chunk = 4 * KIB;
             let rows = 16;
-            let armed = Arc::new(AtomicBool::new(false));
-            let (paused_tx, paused_rx) = mpsc::channel::<()>();
-            let (go_tx, go_rx) = mpsc::channel::<()>();
-            let go_rx = Mutex::new(go_rx);
-            let gate = {
-                let armed = Arc::clone(&armed);
-                move |call: &Call| {
-                    if call.op == Op::Read && armed.swap(false, Ordering::SeqCst) {
-                        paused_tx.send(()).unwrap();
-                        let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(10));
-                        return match late {
-                            Late::SlowRead => {
-                                std::thread::sleep(Duration::from_millis(150));
-                                Ok(())
-                            }
-                            Late::ReadError => Err(std::io::Error::from_raw_os_error(5)),
-                        };
-                    }
+            let mut members = mem_members(&vec![rows * chunk; n]);
+            let gate = ReadGate::around(&mut members[1], move || match late {
+                Late::SlowRead => {
+                    std::thread::sleep(Duration::from_millis(150));
                     Ok(())
                 }
-            };
-            let mut members = mem_members(&vec![rows * chunk; n]);
-            members[1] = Arc::new(Hooked::new(Arc::clone(&members[1]), gate));
+                Late::ReadError => Err(std::io::Error::from_raw_os_error(5)),
+            });
             let array = Arc::new(array_over(level, chunk, &members, &[]));
             array.set_fault_policy(FaultPolicy {
                 io_timeout: Duration::from_millis(100),
@@ -440,7 +457,7 @@ fn a_late_answer_from_a_replaced_member_does_not_fail_its_spare() {
                 .map(|i| (i % 251) as u8 + 1)
                 .collect();
             array.write(0, &model).unwrap();
-            armed.store(true, Ordering::SeqCst);
+            gate.arm();
             let client = {
                 let array = Arc::clone(&array);
                 let model = model.clone();
@@ -449,14 +466,12 @@ fn a_late_answer_from_a_replaced_member_does_not_fail_its_spare() {
                     array.read(0, &mut got).map(|_| got == model)
                 })
             };
-            paused_rx
-                .recv_timeout(Duration::from_secs(10))
-                .expect("the call reaches role 1");
+            gate.wait_paused("the call reaches role 1");
             array.fail_member(1);
             assert!(array.detach_member(1).is_some());
             let fresh: Arc<dyn Member> = Arc::new(MemMember::new("fresh", rows * chunk).unwrap());
             array.attach_member(1, fresh).expect("attach");
-            go_tx.send(()).unwrap();
+            gate.release();
             let same = client
                 .join()
                 .unwrap()

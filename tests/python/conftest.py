@@ -387,3 +387,15 @@ def server(request, make_server):
 def require_tools(*tools):
     """Fails the test if a tool is missing (see skips.py for the opt-out)."""
     skips.require_tools(*tools)
+
+
+@pytest.fixture
+def arrays():
+    """Makes `served.Array`s (`arrays(tmp_path, members, extra_flags)`); kills any still running
+    at the end of the test."""
+    from served import Array
+
+    made = []
+    yield lambda *a, **k: made.append(Array(*a, **k)) or made[-1]
+    for a in made:
+        a.cleanup()

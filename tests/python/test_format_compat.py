@@ -1,0 +1,53 @@
+"""Arrays made by earlier raidkit still open (docs/FORMAT.md "Upgrade path"): every on-disk
+addition is gated by a feature bit, so an array without it must assemble, serve the data it was
+given, keep its parity right and take writes with today's binary.
+
+The arrays are in tests/python/data/ (each directory's README says which build made it and what
+it wrote); v1-raid1 (made before encryption) is opened by test_encrypt.py.
+"""
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+from conftest import RAIDKIT_BIN, run
+
+MIB = 1 << 20
+DATA = Path(__file__).resolve().parent / "data"
+# What the making build wrote at array offset 1 MiB (tests/python/data/v1-raid5-bitmap/README.md).
+RAID5_PATTERN = b"".join(b"raidkit format 2026-11-27 pattern %06d " % i
+                         for i in range(8192))[:5 * 65536 + 4321]
+
+
+def unpack(tmp_path, name, members):
+    paths = []
+    for m in members:
+        path = tmp_path / f"{m}.img"
+        with gzip.open(DATA / name / f"{m}.gz") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        paths.append(path)
+    return paths
+
+
+def test_raid5_with_a_bitmap_made_at_d7a2e12_opens_reads_scrubs_and_writes(tmp_path, arrays):
+    members = unpack(tmp_path, "v1-raid5-bitmap", ["m0", "m1", "m2", "m3"])
+    examined = run([RAIDKIT_BIN, "examine", str(members[0])]).stdout
+    assert "format1127" in examined and "raid5" in examined, examined
+    array = arrays(tmp_path, members).start()
+    assert array.read(MIB, len(RAID5_PATTERN)) == RAID5_PATTERN
+    status = json.loads(array.cli("status", "--json").stdout)
+    assert status["health"] in ("active", "clean"), status
+    assert [m["state"] for m in status["members"] if m["role"] is not None] == ["active"] * 4, status
+    # The parity the old build wrote is right: a scrub finds nothing.
+    scrubbed = array.cli("scrub", "--wait", timeout=120).stdout
+    assert " 0 mismatches" in scrubbed, scrubbed
+    array.write(0, b"written by today's raidkit")
+    array.stop()
+
+    # Degraded (role 1 left out), the data comes back from the old parity and the new.
+    array.start(members=[str(m) for i, m in enumerate(members) if i != 1])
+    assert array.read(MIB, len(RAID5_PATTERN)) == RAID5_PATTERN
+    assert array.read(0, 26) == b"written by today's raidkit"
+    assert json.loads(array.cli("status", "--json").stdout)["health"] == "degraded"
+    array.stop()

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Direct I/O to members (issue 17): raidkit linear over one loop device with direct I/O on,
-against fio with direct I/O on the same device; and what buffered and direct members do to the
+against fio with direct I/O on the same device and against qemu-nbd serving the device with
+O_DIRECT (`--cache=none --aio=io_uring`: the same NBD path to fio, no RAID — what an NBD server
+doing direct I/O gets here, so the NBD round trip's share of the gap shows); and what buffered and direct members do to the
 machine's page cache and to raidkit's memory when 1 GiB is written through raidkit.
 
 Needs root (losetup), fio, and a filesystem with O_DIRECT for the backing file (--dir, default
@@ -71,6 +73,13 @@ def serve(dev, sock, extra):
     return benchlib.Proc(cmd, sock, "raidkit: serving")
 
 
+def serve_qemu_nbd(dev, sock):
+    """The reference: qemu-nbd on the device itself, O_DIRECT and io_uring."""
+    cmd = ["qemu-nbd", "--format=raw", "--persistent", "--shared=8", "--cache=none",
+           "--aio=io_uring", f"--socket={sock}", dev]
+    return benchlib.Proc(cmd, sock)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="2G", help="backing file and device size")
@@ -101,9 +110,16 @@ def main():
                                              fio_size, srv)
             finally:
                 srv.stop()
-            rows.append((name, unit, fio_fig, rk_fig))
-            print(f"{name}: fio direct {fio_fig:.0f} {unit}, raidkit {rk_fig:.0f} {unit}",
-                  file=sys.stderr)
+            srv = serve_qemu_nbd(dev, sock)
+            try:
+                qemu_fig, _ = benchlib.run_job(f"nbd+unix:///?socket={sock}",
+                                               (name, fargs, direction, unit), args.runtime,
+                                               fio_size, srv)
+            finally:
+                srv.stop()
+            rows.append((name, unit, fio_fig, rk_fig, qemu_fig))
+            print(f"{name}: fio direct {fio_fig:.0f} {unit}, raidkit {rk_fig:.0f} {unit}, "
+                  f"qemu-nbd {qemu_fig:.0f} {unit}", file=sys.stderr)
 
         memory = []
         for mode in ("buffered", "direct"):
@@ -131,11 +147,13 @@ def main():
     print(f"Run {date}, commit {commit}; load average at start {load[0]:.2f} {load[1]:.2f} "
           f"{load[2]:.2f} on {os.cpu_count()} CPUs; loop device over a {args.size} file on "
           f"{args.dir}, direct-io on; fio {args.runtime} s per job over the first half.\n")
-    print("| job | fio direct on the device | raidkit linear (direct member) | ratio |")
-    print("|---|---|---|---|")
-    for name, unit, fio_fig, rk_fig in rows:
+    print("| job | fio direct on the device | raidkit linear (direct member) | ratio | "
+          "qemu-nbd --cache=none (reference) | its ratio | raidkit / qemu-nbd |")
+    print("|---|---|---|---|---|---|---|")
+    for name, unit, fio_fig, rk_fig, qemu_fig in rows:
         print(f"| {name} | {fio_fig:,.0f} {unit} | {rk_fig:,.0f} {unit} | "
-              f"{rk_fig / fio_fig:.2f}× |")
+              f"{rk_fig / fio_fig:.2f}× | {qemu_fig:,.0f} {unit} | {qemu_fig / fio_fig:.2f}× | "
+              f"{rk_fig / qemu_fig:.2f}× |")
     print(f"\n{written // MIB} MiB written through raidkit linear (1 MiB writes, depth 16):\n")
     print("| member cache | page cache growth (/proc/meminfo Cached) | "
           "the device's own pages (mincore) | raidkit peak RSS |")

@@ -57,6 +57,8 @@ def test_install_stages_binary_unit_config_completions_and_man_page(tmp_path):
                          ("usr/share/zsh/site-functions/_raidkit", "#compdef raidkit"),
                          ("usr/share/fish/vendor_completions.d/raidkit.fish", "check-config")):
         assert needle in (tmp_path / path).read_text(), path
+    rule = (tmp_path / "usr/share/raidkit/udev/60-raidkit-nbd.rules").read_text()
+    assert 'KERNEL=="nbd[0-9]*"' in rule and 'ATTR{queue/max_sectors_kb}="4096"' in rule, rule
     example = tmp_path / "etc/raidkit/raidkit.toml.example"
     out = run([str(binary), "daemon", "--check-config", "--config", str(example)]).stdout
     assert "no problem found" in out, out

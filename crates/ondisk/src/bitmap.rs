@@ -45,7 +45,8 @@ pub const BITMAP_BYTES_MAX: u64 = BITMAP_REGIONS_MAX.div_ceil(BITS_PER_BLOCK) * 
 pub const BITMAP_REGION_DEFAULT: u64 = 64 << 20;
 /// Default idle time before a region's bit is cleared.
 pub const BITMAP_IDLE_DEFAULT: Duration = Duration::from_secs(5);
-const BLOCK_MAGIC: [u8; 4] = *b"RKBM";
+/// The magic of a write-intent bitmap block.
+pub const BITMAP_MAGIC: [u8; 4] = *b"RKBM";
 const OFF_BLOCK_MAGIC: usize = 4080;
 const OFF_BLOCK_INDEX: usize = 4084;
 const OFF_BLOCK_CRC: usize = 4092;
@@ -66,14 +67,41 @@ pub fn layout_for(array_bytes: u64, region_bytes: u64) -> BitmapRef {
     }
 }
 
+/// Where a map of one bit per region lives on every member, and which magic its blocks carry:
+/// the write-intent bitmap ([`BITMAP_MAGIC`]) and the used-regions map
+/// (`usedmap::USED_MAGIC`) share this block codec (docs/FORMAT.md "Write-intent bitmap").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapArea {
+    pub magic: [u8; 4],
+    /// From the member start.
+    pub offset_bytes: u64,
+    pub bytes: u64,
+}
+
+impl BitmapRef {
+    /// The bitmap's blocks on a member.
+    pub fn area(&self) -> MapArea {
+        MapArea {
+            magic: BITMAP_MAGIC,
+            offset_bytes: self.offset_bytes,
+            bytes: self.bytes,
+        }
+    }
+}
+
 /// Encodes block `index` of `image` (the whole bitmap's bits).
 pub fn encode_block(array_uuid: &Uuid, image: &[u8], index: usize) -> Vec<u8> {
+    encode_map_block(BITMAP_MAGIC, array_uuid, image, index)
+}
+
+/// Encodes block `index` of `image` (a whole map's bits) with `magic`.
+pub fn encode_map_block(magic: [u8; 4], array_uuid: &Uuid, image: &[u8], index: usize) -> Vec<u8> {
     let mut block = vec![0u8; BITMAP_BLOCK_BYTES as usize];
     let start = index * BITS_BYTES_PER_BLOCK;
     let end = (start + BITS_BYTES_PER_BLOCK).min(image.len());
     assert!(start < image.len(), "bitmap block {index} past the image");
     block[..end - start].copy_from_slice(&image[start..end]);
-    block[OFF_BLOCK_MAGIC..OFF_BLOCK_MAGIC + 4].copy_from_slice(&BLOCK_MAGIC);
+    block[OFF_BLOCK_MAGIC..OFF_BLOCK_MAGIC + 4].copy_from_slice(&magic);
     block[OFF_BLOCK_INDEX..OFF_BLOCK_INDEX + 4].copy_from_slice(&(index as u32).to_le_bytes());
     let crc = block_crc(array_uuid, &block);
     block[OFF_BLOCK_CRC..].copy_from_slice(&crc.to_le_bytes());
@@ -90,11 +118,21 @@ fn block_crc(array_uuid: &Uuid, block: &[u8]) -> u32 {
 /// Decodes block `index`: its bit bytes, or `None` when it fails a check (torn, never written,
 /// another array's, misplaced).
 pub fn decode_block<'a>(array_uuid: &Uuid, block: &'a [u8], index: usize) -> Option<&'a [u8]> {
+    decode_map_block(BITMAP_MAGIC, array_uuid, block, index)
+}
+
+/// Decodes block `index` of a map whose blocks carry `magic` (see [`decode_block`]).
+pub fn decode_map_block<'a>(
+    magic: [u8; 4],
+    array_uuid: &Uuid,
+    block: &'a [u8],
+    index: usize,
+) -> Option<&'a [u8]> {
     assert_eq!(block.len() as u64, BITMAP_BLOCK_BYTES);
     let stored = u32::from_le_bytes(block[OFF_BLOCK_CRC..].try_into().ok()?);
     let found_index =
         u32::from_le_bytes(block[OFF_BLOCK_INDEX..OFF_BLOCK_CRC - 4].try_into().ok()?);
-    let ok = block[OFF_BLOCK_MAGIC..OFF_BLOCK_MAGIC + 4] == BLOCK_MAGIC
+    let ok = block[OFF_BLOCK_MAGIC..OFF_BLOCK_MAGIC + 4] == magic
         && found_index as usize == index
         && stored == block_crc(array_uuid, block);
     ok.then(|| &block[..BITS_BYTES_PER_BLOCK])
@@ -108,13 +146,23 @@ pub fn read_image(
     at: &BitmapRef,
     regions: u64,
 ) -> io::Result<(Vec<u8>, usize)> {
+    read_map_image(whole, array_uuid, &at.area(), regions)
+}
+
+/// Reads a map of `regions` bits from `at` (see [`read_image`]).
+pub fn read_map_image(
+    whole: &dyn Member,
+    array_uuid: &Uuid,
+    at: &MapArea,
+    regions: u64,
+) -> io::Result<(Vec<u8>, usize)> {
     let mut image = vec![0u8; regions.div_ceil(8) as usize];
     let mut area = vec![0u8; at.bytes as usize];
     whole.read_at(&mut area, at.offset_bytes)?;
     let mut bad = 0;
     for (index, piece) in image.chunks_mut(BITS_BYTES_PER_BLOCK).enumerate() {
         let block = &area[index * BITMAP_BLOCK_BYTES as usize..][..BITMAP_BLOCK_BYTES as usize];
-        match decode_block(array_uuid, block, index) {
+        match decode_map_block(at.magic, array_uuid, block, index) {
             Some(bits) => piece.copy_from_slice(&bits[..piece.len()]),
             None => {
                 bad += 1;
@@ -127,14 +175,20 @@ pub fn read_image(
 }
 
 /// Writes the whole (all clear) bitmap of a new array.
-pub fn write_blank(whole: &dyn Member, array_uuid: &Uuid, at: &BitmapRef) -> io::Result<()> {
+pub fn write_blank(whole: &dyn Member, array_uuid: &Uuid, at: &MapArea) -> io::Result<()> {
+    whole.write_at(&encode_area(array_uuid, at, &[]), at.offset_bytes)
+}
+
+/// Every block of the map at `at` holding `image` (bits past its end are clear).
+pub fn encode_area(array_uuid: &Uuid, at: &MapArea, image: &[u8]) -> Vec<u8> {
     let blocks = (at.bytes / BITMAP_BLOCK_BYTES) as usize;
-    let image = vec![0u8; blocks * BITS_BYTES_PER_BLOCK];
+    let mut padded = image.to_vec();
+    padded.resize(blocks * BITS_BYTES_PER_BLOCK, 0);
     let mut area = Vec::with_capacity(at.bytes as usize);
     for index in 0..blocks {
-        area.extend_from_slice(&encode_block(array_uuid, &image, index));
+        area.extend_from_slice(&encode_map_block(at.magic, array_uuid, &padded, index));
     }
-    whole.write_at(&area, at.offset_bytes)
+    area
 }
 
 /// Bits past the last region are kept clear.

@@ -37,6 +37,10 @@ pub struct CreateOptions {
     /// would need more than `BITMAP_REGIONS_MAX` bits); `None`: no bitmap. Default: 64 MiB for
     /// redundant levels, none for linear and RAID 0.
     pub bitmap_region_bytes: Option<u64>,
+    /// Array bytes per used-regions map bit asked for (rounded up to whole sync units, grown
+    /// if the array would need more than `USED_REGIONS_MAX` bits); `None`: no map, rebuilds
+    /// copy everything. Default: none (the volume does not keep the map yet).
+    pub used_region_bytes: Option<u64>,
     /// Encrypt the array at rest: the key area (`crypt::KeyArea::create`) every member's
     /// superblock carries; `None`: plaintext.
     pub encryption: Option<crypt::KeyArea>,
@@ -56,6 +60,7 @@ impl CreateOptions {
             bitmap_region_bytes: level
                 .has_redundancy()
                 .then_some(crate::bitmap::BITMAP_REGION_DEFAULT),
+            used_region_bytes: None,
             encryption: None,
         }
     }
@@ -134,7 +139,18 @@ pub fn create(
     let all: Vec<Arc<dyn Member>> = members.iter().chain(&opts.spares).cloned().collect();
     check_options(members, opts)?;
     check_distinct(&all)?;
-    let geometry = geometry_for(members, opts)?;
+    let (geometry, metadata) = layout_for(members, opts)?;
+    let grown;
+    let opts = match metadata.data_offset_bytes == opts.data_offset_bytes {
+        true => opts,
+        false => {
+            grown = CreateOptions {
+                data_offset_bytes: metadata.data_offset_bytes,
+                ..opts.clone()
+            };
+            &grown
+        }
+    };
     check_spares(&opts.spares, opts, &geometry)?;
     crate::refuse_if_served(&all).map_err(|e| CreateError::Served {
         reason: e.to_string(),
@@ -145,10 +161,10 @@ pub fn create(
         }
     }
     let zero_all = all.iter().all(|m| cheap_to_zero(m.as_ref()));
-    let bitmap = bitmap_for(opts, &geometry)?;
     let mut superblocks = build_superblocks(&all, members.len(), opts, &geometry);
     for sb in &mut superblocks {
-        sb.set_bitmap(bitmap);
+        sb.set_bitmap(metadata.bitmap);
+        sb.set_used_map(metadata.used_map);
         sb.set_encryption(opts.encryption.clone());
     }
     if !zero_all && !opts.assume_clean && opts.level.has_redundancy() {
@@ -163,6 +179,93 @@ pub fn create(
         member.flush().map_err(io_err(member.name(), "flush"))?;
     }
     Ok(superblocks)
+}
+
+/// The metadata areas of a new array (docs/FORMAT.md "Member layout").
+struct Metadata {
+    bitmap: Option<crate::BitmapRef>,
+    used_map: Option<crate::usedmap::UsedMapRef>,
+    data_offset_bytes: u64,
+}
+
+/// The geometry and the metadata areas: the bitmap first, then the others one after another
+/// (`metadata::metadata_layout`); a default data offset grows when they do not fit (and the
+/// geometry is then that of the smaller data areas).
+fn layout_for(
+    members: &[Arc<dyn Member>],
+    opts: &CreateOptions,
+) -> Result<(Geometry, Metadata), CreateError> {
+    let mut geometry = geometry_for(members, opts)?;
+    let bitmap = bitmap_for(opts, &geometry)?;
+    let used_region = used_region_for(opts)?;
+    let areas = |g: &Geometry| {
+        let mut areas = Vec::new();
+        if let Some(region) = used_region {
+            let region = crate::usedmap::region_for(g, region);
+            let bytes = crate::usedmap::area_bytes(g.size_bytes().div_ceil(region));
+            areas.push((
+                crate::metadata::AreaRequest {
+                    name: "used-regions map",
+                    bytes,
+                },
+                region,
+            ));
+        }
+        areas
+    };
+    let requests: Vec<_> = areas(&geometry).iter().map(|(a, _)| *a).collect();
+    let placed =
+        crate::metadata::metadata_layout(bitmap.as_ref(), &requests, opts.data_offset_bytes)
+            .map_err(CreateError::Invalid)?;
+    if placed.data_offset_bytes != opts.data_offset_bytes {
+        let grown = CreateOptions {
+            data_offset_bytes: placed.data_offset_bytes,
+            ..opts.clone()
+        };
+        // Smaller data areas: the regions (and so the areas) can only shrink.
+        geometry = geometry_for(members, &grown)?;
+    }
+    let mut used_map = None;
+    for (request, (offset, (_, region))) in requests
+        .iter()
+        .zip(placed.offsets.iter().zip(areas(&geometry)))
+    {
+        if request.name == "used-regions map" {
+            used_map = Some(crate::usedmap::UsedMapRef {
+                offset_bytes: *offset,
+                bytes: request.bytes,
+                region_bytes: region,
+            });
+        }
+    }
+    Ok((
+        geometry,
+        Metadata {
+            bitmap,
+            used_map,
+            data_offset_bytes: placed.data_offset_bytes,
+        },
+    ))
+}
+
+/// The used-map region asked for, if the options ask for a map; refused when the level has no
+/// redundancy or the size is not a multiple of 4 KiB.
+fn used_region_for(opts: &CreateOptions) -> Result<Option<u64>, CreateError> {
+    let Some(region) = opts.used_region_bytes else {
+        return Ok(None);
+    };
+    if !opts.level.has_redundancy() {
+        return Err(CreateError::Invalid(format!(
+            "{} keeps no redundancy: a used-regions map is of no use (nothing is rebuilt)",
+            opts.level
+        )));
+    }
+    if region == 0 || !region.is_multiple_of(4096) {
+        return Err(CreateError::Invalid(format!(
+            "used-map region {region} is not a multiple of 4 KiB"
+        )));
+    }
+    Ok(Some(region))
 }
 
 /// Where the bitmap goes, if the options ask for one; refused when the level has no
@@ -401,6 +504,7 @@ fn build_superblocks(
         recovery_offset_bytes: None,
         resync_offset_bytes: None,
         bitmap: None,
+        used_map: None,
         journal: None,
         owner: None,
         roles: roles.clone(),
@@ -417,8 +521,12 @@ fn write_new(member: &dyn Member, sb: &Superblock, whole: bool) -> Result<(), Cr
     };
     zeroed.map_err(io_err(member.name(), "zero"))?;
     if let Some(at) = &sb.bitmap {
-        crate::bitmap::write_blank(member, &sb.array_uuid, at)
+        crate::bitmap::write_blank(member, &sb.array_uuid, &at.area())
             .map_err(io_err(member.name(), "write the bitmap to"))?;
+    }
+    if let Some(at) = &sb.used_map {
+        crate::bitmap::write_blank(member, &sb.array_uuid, &at.area())
+            .map_err(io_err(member.name(), "write the used-regions map to"))?;
     }
     member
         .write_at(&sb.encode()[..], SUPERBLOCK_OFFSET)

@@ -4,7 +4,9 @@
 //! - [`Superblock`]: the versioned, crc32c-checksummed 4 KiB block at byte 4096 of every member
 //!   (docs/FORMAT.md), with [`Superblock::encode`] / [`Superblock::decode`];
 //!   [`read_superblock`] reads and validates one member's.
-//! - [`bitmap`]: the write-intent bitmap's blocks on disk.
+//! - [`bitmap`]: the write-intent bitmap's blocks on disk (a codec the used map shares).
+//! - [`usedmap`]: the used-regions map (which regions ever held data) on disk.
+//! - [`metadata`]: where the metadata areas go between the superblock and the data.
 //! - [`create`] with [`CreateOptions`]: checks members, zeroes them and writes superblocks.
 //! - [`freshest_superblock`], [`set_journal_ref`]: the journal reference of a stopped array.
 //! - [`plan`]: the assembly decision (roles, freshness, refusals) from superblocks, as a pure
@@ -30,10 +32,12 @@ pub mod bitmap;
 mod create;
 mod duplicate;
 mod journal_ref;
+pub mod metadata;
 pub mod owner;
 mod plan;
 mod served;
 mod superblock;
+pub mod usedmap;
 
 pub use bitmap::{
     BitmapRef, BITMAP_BLOCK_BYTES, BITMAP_BYTES_MAX, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET,
@@ -53,7 +57,7 @@ pub use superblock::{
     OwnerProcess, ReadSuperblockError, Role, RoleEntry, RoleState, Superblock, SuperblockError,
     DATA_OFFSET_DEFAULT, FEATURE_COMPAT_OWNER, FEATURE_COMPAT_REPLACE,
     FEATURE_COMPAT_RESYNC_OFFSET, FEATURE_INCOMPAT_BITMAP, FEATURE_INCOMPAT_ENCRYPTED,
-    FEATURE_INCOMPAT_KNOWN, FORMAT_VERSION, MAGIC, MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES,
-    SUPERBLOCK_OFFSET, UNUSED_ROLE,
+    FEATURE_INCOMPAT_KNOWN, FEATURE_INCOMPAT_USED_MAP, FORMAT_VERSION, MAGIC, MAX_MEMBERS,
+    NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
 };
 pub use uuid::Uuid;

@@ -9,6 +9,7 @@ use member::Member;
 use uuid::Uuid;
 
 use crate::bitmap::{BitmapRef, BITMAP_BYTES_MAX, BITMAP_REGIONS_MAX, BITS_PER_BLOCK};
+use crate::usedmap::{UsedMapRef, USED_BYTES_MAX, USED_REGIONS_MAX};
 
 /// Identifies a raidkit superblock.
 pub const MAGIC: [u8; 8] = *b"RAIDKSB\0";
@@ -74,6 +75,12 @@ const OFF_OWNER_HOST_NAME: usize = 2376;
 /// The key area (`feature_incompat` bit 1): the encryption header and key slots,
 /// `crypt::KEY_AREA_BYTES` bytes from here (2440..3680).
 const OFF_KEY_AREA: usize = 2440;
+/// The used-regions map (`feature_incompat` bit 5): its offset, length and region size
+/// (u64 each), then 8 zero bytes: 3808..3840.
+const OFF_USED_OFFSET: usize = 3808;
+const OFF_USED_BYTES: usize = 3816;
+const OFF_USED_REGION: usize = 3824;
+const OFF_USED_END: usize = 3840;
 /// Longest host name an owner record keeps, in bytes of UTF-8 (longer ones are cut).
 pub const OWNER_HOST_NAME_BYTES_MAX: usize = 64;
 const OFF_CHECKSUM: usize = SUPERBLOCK_BYTES - 4;
@@ -87,8 +94,13 @@ pub const FEATURE_INCOMPAT_BITMAP: u64 = 1;
 /// Incompatible because a reader that ignored it would serve the ciphertext as the data, and
 /// write plaintext among it.
 pub const FEATURE_INCOMPAT_ENCRYPTED: u64 = 1 << 1;
+/// `feature_incompat` bit (bit 5): the array keeps a used-regions map (bytes 3808..3840 say
+/// where). Incompatible because a reader that ignored it would write to regions without
+/// setting their bits, and a later rebuild trusting the map would skip them: data lost.
+pub const FEATURE_INCOMPAT_USED_MAP: u64 = 1 << 5;
 /// Feature flags a reader must understand to use the array.
-pub const FEATURE_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_BITMAP | FEATURE_INCOMPAT_ENCRYPTED;
+pub const FEATURE_INCOMPAT_KNOWN: u64 =
+    FEATURE_INCOMPAT_BITMAP | FEATURE_INCOMPAT_ENCRYPTED | FEATURE_INCOMPAT_USED_MAP;
 /// `feature_compat` bit: `resync_offset_bytes` (byte 240) is meaningful.
 pub const FEATURE_COMPAT_RESYNC_OFFSET: u64 = 1;
 /// `feature_compat` bit (bit 1): an owner record (bytes 2304..2440) names the process serving
@@ -225,6 +237,9 @@ pub struct Superblock {
     /// Needs [`FEATURE_COMPAT_REPLACE`].
     pub replace_offset_bytes: Option<u64>,
     pub bitmap: Option<BitmapRef>,
+    /// The used-regions map: present exactly when `feature_incompat` has
+    /// [`FEATURE_INCOMPAT_USED_MAP`].
+    pub used_map: Option<UsedMapRef>,
     pub journal: Option<JournalRef>,
     /// The process serving the array, if one is (or was, and did not close it): present
     /// exactly when `feature_compat` has [`FEATURE_COMPAT_OWNER`].
@@ -472,6 +487,15 @@ impl Superblock {
         }
     }
 
+    /// Sets (or removes) the used-regions map together with its feature bit.
+    pub fn set_used_map(&mut self, used: Option<UsedMapRef>) {
+        self.used_map = used;
+        match used {
+            Some(_) => self.feature_incompat |= FEATURE_INCOMPAT_USED_MAP,
+            None => self.feature_incompat &= !FEATURE_INCOMPAT_USED_MAP,
+        }
+    }
+
     /// Encodes to the on-disk bytes, checksum included. Asserts the superblock is valid: an
     /// invalid one is a bug in the caller, and must never reach a disk.
     pub fn encode(&self) -> Box<[u8; SUPERBLOCK_BYTES]> {
@@ -544,6 +568,11 @@ impl Superblock {
             b.u64(OFF_BITMAP_OFFSET, bitmap.offset_bytes);
             b.u64(OFF_BITMAP_BYTES, bitmap.bytes);
             b.u64(OFF_BITMAP_REGION, bitmap.region_bytes);
+        }
+        if let Some(used) = self.used_map {
+            b.u64(OFF_USED_OFFSET, used.offset_bytes);
+            b.u64(OFF_USED_BYTES, used.bytes);
+            b.u64(OFF_USED_REGION, used.region_bytes);
         }
         if let Some(resync) = self.resync_offset_bytes {
             b.u64(OFF_RESYNC, resync);
@@ -650,6 +679,7 @@ impl Superblock {
                 .then(|| get_u64(bytes, OFF_RESYNC)),
             replace_offset_bytes: decode_replace_offset(bytes),
             bitmap: decode_bitmap(bytes),
+            used_map: decode_used_map(bytes, feature_incompat)?,
             journal: decode_journal(bytes),
             owner: decode_owner(bytes)?,
             roles: decode_roles(bytes)?,
@@ -707,6 +737,7 @@ impl Superblock {
 
     fn validate_refs(&self) -> Result<(), SuperblockError> {
         self.validate_bitmap()?;
+        self.validate_used_map()?;
         if self.journal.is_some_and(|j| j.kind == 0) {
             return Err(field_err("journal", "a journal of kind 0"));
         }
@@ -848,6 +879,82 @@ impl Superblock {
         Ok(())
     }
 
+    fn validate_used_map(&self) -> Result<(), SuperblockError> {
+        present_with_bit(
+            "used_map",
+            self.feature_incompat & FEATURE_INCOMPAT_USED_MAP != 0,
+            self.used_map.is_some(),
+            "a used-regions map",
+        )?;
+        let Some(u) = self.used_map else {
+            return Ok(());
+        };
+        aligned_past_superblock("used_map_offset", u.offset_bytes)?;
+        let end = u.offset_bytes.checked_add(u.bytes);
+        if u.bytes == 0
+            || !u.bytes.is_multiple_of(4096)
+            || u.bytes > USED_BYTES_MAX
+            || end.is_none_or(|e| e > self.data_offset_bytes)
+        {
+            return Err(field_err(
+                "used_map_bytes",
+                format!(
+                    "{} bytes at {} do not fit before the data area (at most {USED_BYTES_MAX})",
+                    u.bytes, u.offset_bytes
+                ),
+            ));
+        }
+        // Not over the bitmap (the other metadata areas check themselves against it too).
+        if let Some(b) = self.bitmap {
+            if u.offset_bytes < b.offset_bytes + b.bytes
+                && b.offset_bytes < u.offset_bytes + u.bytes
+            {
+                return Err(field_err(
+                    "used_map_offset",
+                    format!(
+                        "the used map at {}..{} overlaps the bitmap at {}..{}",
+                        u.offset_bytes,
+                        u.offset_bytes + u.bytes,
+                        b.offset_bytes,
+                        b.offset_bytes + b.bytes
+                    ),
+                ));
+            }
+        }
+        if !self.level.has_redundancy() {
+            return Err(field_err(
+                "used_map",
+                format!("a {} array has nothing to rebuild", self.level),
+            ));
+        }
+        // Whole sync units (stripes, mirror chunks): a region's stripes are its own.
+        let count = self.member_count as usize;
+        let areas: Vec<u64> = self.roles[..count].iter().map(|e| e.data_bytes).collect();
+        let unit = layout::Geometry::new(self.level, self.chunk_bytes, &areas)
+            .map(|g| g.unit_bytes())
+            .map_err(|e| field_err("used_map_region_bytes", e.to_string()))?;
+        let regions = self.array_size_bytes.div_ceil(u.region_bytes.max(1));
+        if u.region_bytes == 0 || !u.region_bytes.is_multiple_of(unit) {
+            return Err(field_err(
+                "used_map_region_bytes",
+                format!(
+                    "{} is not a multiple of the sync unit ({unit})",
+                    u.region_bytes
+                ),
+            ));
+        }
+        if regions > USED_REGIONS_MAX || regions > u.bytes / 4096 * BITS_PER_BLOCK {
+            return Err(field_err(
+                "used_map_region_bytes",
+                format!(
+                    "{} bytes give {regions} regions: at most {USED_REGIONS_MAX}, and {} bytes of map",
+                    u.region_bytes, u.bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_roles(&self) -> Result<(), SuperblockError> {
         if self.roles.len() != MAX_MEMBERS {
             return Err(field_err(
@@ -910,6 +1017,31 @@ fn decode_bitmap(bytes: &[u8; SUPERBLOCK_BYTES]) -> Option<BitmapRef> {
         bytes: get_u64(bytes, OFF_BITMAP_BYTES),
         region_bytes: get_u64(bytes, OFF_BITMAP_REGION),
     })
+}
+
+/// The used-regions map, when `feature_incompat` says there is one; its bytes must be zero
+/// otherwise.
+fn decode_used_map(
+    bytes: &[u8; SUPERBLOCK_BYTES],
+    feature_incompat: u64,
+) -> Result<Option<UsedMapRef>, SuperblockError> {
+    if feature_incompat & FEATURE_INCOMPAT_USED_MAP == 0 {
+        return match bytes[OFF_USED_OFFSET..OFF_USED_END].iter().all(|&b| b == 0) {
+            true => Ok(None),
+            false => Err(field_err(
+                "used_map",
+                "used-map bytes 3808..3840 present without feature_incompat bit 5",
+            )),
+        };
+    }
+    if get_u64(bytes, OFF_USED_REGION + 8) != 0 {
+        return Err(field_err("used_map", "reserved bytes 3832..3840 not zero"));
+    }
+    Ok(Some(UsedMapRef {
+        offset_bytes: get_u64(bytes, OFF_USED_OFFSET),
+        bytes: get_u64(bytes, OFF_USED_BYTES),
+        region_bytes: get_u64(bytes, OFF_USED_REGION),
+    }))
 }
 
 fn decode_journal(bytes: &[u8; SUPERBLOCK_BYTES]) -> Option<JournalRef> {

@@ -366,3 +366,88 @@ fn an_encrypted_array_carries_its_key_area_behind_an_incompatible_bit() {
     let sb = read_superblock(plain[0].as_ref()).unwrap();
     assert_eq!((sb.encryption, sb.feature_incompat & 2), (None, 0));
 }
+
+/// `create` with a used-regions map: every member's superblock names it (bytes 3808..3840)
+/// behind `feature_incompat` bit 5, after the bitmap, and its blocks are written clear; the
+/// bit without the bytes, the bytes without the bit, a region that is not whole stripes and a
+/// map over the bitmap are refused by name; a reader that knows only bits 0 and 1 (raidkit
+/// before the map) sees an unknown incompatible feature.
+#[test]
+fn a_used_map_is_placed_after_the_bitmap_behind_an_incompatible_bit() {
+    let members = mem_members(4, "16M");
+    let mut opts = CreateOptions::new("raid5".parse().unwrap(), "used");
+    opts.used_region_bytes = Some(1 << 20);
+    let written = create(&members, &opts).unwrap();
+    let geometry = layout::Geometry::new(opts.level, opts.chunk_bytes, &[15 << 20; 4]).unwrap();
+    for (m, sb) in members.iter().zip(&written) {
+        assert_eq!(&read_superblock(m.as_ref()).unwrap(), sb);
+        let used = sb.used_map.expect("a used map");
+        let bitmap = sb.bitmap.expect("a bitmap");
+        assert_eq!(used.offset_bytes, bitmap.offset_bytes + bitmap.bytes);
+        assert_eq!(used.region_bytes % geometry.unit_bytes(), 0);
+        assert!(used.region_bytes >= 1 << 20);
+        let regions = used.regions(sb.array_size_bytes);
+        let (image, bad) =
+            ondisk::bitmap::read_map_image(m.as_ref(), &sb.array_uuid, &used.area(), regions)
+                .unwrap();
+        assert_eq!(bad, 0);
+        assert!(
+            image.iter().all(|&b| b == 0),
+            "a new array's regions are unused"
+        );
+        // The bitmap's codec with another magic: a used-map block is not a bitmap block.
+        let (_, bad) = ondisk::bitmap::read_image(
+            m.as_ref(),
+            &sb.array_uuid,
+            &ondisk::BitmapRef {
+                offset_bytes: used.offset_bytes,
+                ..bitmap
+            },
+            1,
+        )
+        .unwrap();
+        assert_eq!(bad, 1);
+        let bytes = raw(m.as_ref());
+        let incompat = u64::from_le_bytes(bytes[24..32].try_into().unwrap());
+        assert_eq!(incompat & ondisk::FEATURE_INCOMPAT_USED_MAP, 1 << 5);
+        assert_ne!(incompat & !3, 0, "an older reader refuses it");
+        let at = u64::from_le_bytes(bytes[3808..3816].try_into().unwrap());
+        assert_eq!(at, used.offset_bytes);
+    }
+    let recrc = |b: &mut [u8; SUPERBLOCK_BYTES]| {
+        let crc = ondisk::checksum(b);
+        b[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+    };
+    let good = raw(members[0].as_ref());
+    let refused = |change: &dyn Fn(&mut [u8; SUPERBLOCK_BYTES]), field: &str| {
+        let mut b = good.clone();
+        change(&mut b);
+        recrc(&mut b);
+        let err = Superblock::decode(&b).unwrap_err().to_string();
+        assert!(err.contains(field), "{field}: {err}");
+    };
+    refused(&|b| b[24] &= !(1 << 5), "used_map");
+    refused(&|b| b[3808..3840].fill(0), "used_map");
+    refused(&|b| b[3832] = 1, "used_map");
+    let unit = geometry.unit_bytes();
+    refused(
+        &|b| b[3824..3832].copy_from_slice(&(unit + 4096).to_le_bytes()),
+        "used_map_region_bytes",
+    );
+    refused(
+        &|b| b[3808..3816].copy_from_slice(&8192u64.to_le_bytes()),
+        "used_map_offset",
+    );
+    // Without the map the bytes stay zero and the bit clear.
+    let plain = mem_members(2, "4M");
+    let sb = &create(&plain, &CreateOptions::new("raid1".parse().unwrap(), "p")).unwrap()[0];
+    assert_eq!(sb.used_map, None);
+    assert!(raw(plain[0].as_ref())[3808..3840].iter().all(|&b| b == 0));
+    // Linear and RAID 0 have nothing to rebuild.
+    let mut stripe = CreateOptions::new("raid0".parse().unwrap(), "s");
+    stripe.used_region_bytes = Some(1 << 20);
+    let err = create(&mem_members(2, "4M"), &stripe)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("used-regions map"), "{err}");
+}

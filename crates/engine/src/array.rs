@@ -246,9 +246,14 @@ impl Array {
         self.parts.gather.set_wait(wait);
     }
 
-    /// Stripes written whole because two adjacent writes were gathered.
+    /// Stripes written whole because adjacent writes were gathered.
     pub fn gathered_stripes(&self) -> u64 {
         self.parts.gather.gathered()
+    }
+
+    /// Writes now waiting for a pending stripe tail to be completed or claimed (gathering).
+    pub fn gather_waiting(&self) -> usize {
+        self.parts.gather.waiting()
     }
 
     /// Sets (or, with `None`, removes) what tells RAID 5/6 writes which stripes' parity is

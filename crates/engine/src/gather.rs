@@ -1,5 +1,5 @@
-//! Stripe gathering for RAID 5/6: two concurrent writes of a sequential stream that share a
-//! stripe write it once, whole, instead of each reading the other's part to compute parity.
+//! Stripe gathering for RAID 5/6: concurrent writes of a sequential stream that share a stripe
+//! write it once, whole, instead of each reading the others' parts to compute parity.
 //!
 //! A client writing sequentially with requests that are not multiples of the stripe (1 MiB
 //! requests on a 3-data-member RAID 5 with 128 KiB chunks: 384 KiB stripes) leaves a partial
@@ -10,24 +10,31 @@
 //!
 //! - Every RAID 5/6 write registers its range while it is in flight (`Table::in_flight`), and
 //!   its end is remembered for a while (`recent_ends`).
-//! - **Tail.** A write whose end falls inside a stripe (its tail covers the start of that
-//!   stripe) leaves the tail *pending* instead of writing it, if the write looks sequential
-//!   (it starts where another write ends or recently ended), other writes are in flight (a
-//!   client at queue depth 1 waits for this one before sending the next), no write that
-//!   starts at its end is registered already (that one has decided without us), and fewer
-//!   than [`PENDING_MAX`] tails are pending. It writes the rest, then waits for the tail.
+//! - **Tail.** A write whose end falls inside a stripe, and that covers the start of that
+//!   stripe (after a part in earlier stripes, or starting exactly there), leaves the tail
+//!   *pending* instead of writing it, if the write looks sequential (it starts where another
+//!   write ends or recently ended), other writes are in flight (a client at queue depth 1 waits
+//!   for this one before sending the next), no write that starts at its end is registered
+//!   already (that one has decided without us), and fewer than [`PENDING_MAX`] tails are
+//!   pending. It writes the rest, then waits for the tail.
+//! - **Middle.** A write inside one stripe that starts exactly where a pending tail ends *joins*
+//!   it (under the same conditions but sequence and load, which the tail proved): its bytes are
+//!   appended to the tail and it waits with the tail's owner. So a stripe cut into three or
+//!   more requests (the Linux client's 128 KiB requests on a stripe of 384 KiB) is gathered too.
 //! - **Head.** A write whose start falls inside a stripe where a pending tail ends exactly
 //!   there *takes* it: it writes the tail's data and its own head together as one full-stripe
-//!   write (no reads), and reports the result to the tail's owner.
-//! - A tail nobody took within the wait ([`GATHER_WAIT_DEFAULT`]) is written by its owner.
+//!   write (no reads), and reports the result to everyone waiting for the tail.
+//! - A tail nobody took within the wait ([`GATHER_WAIT_DEFAULT`]) is *claimed* by the first of
+//!   its waiters whose wait ends (the owner: it waited first): it writes the tail, joined bytes
+//!   included, and reports the result to the others.
 //!
-//! No write is acknowledged before its data is on the members: the owner of a tail returns only
-//! once the tail is written, by whichever request. A waiting owner holds no stripe lock (its
+//! No write is acknowledged before its data is on the members: every waiter of a tail returns
+//! only once the tail is written, by whichever request. A waiting owner holds no stripe lock (its
 //! other stripes are written and unlocked), so gathering adds no lock-order constraint; a taker
 //! writes the union through the normal path (stripe locks, journal, fault handling). The union
-//! is written while both requests are in flight, so the bytes either of them wrote are in
-//! their write-intent bitmap regions (both intents are held). If a taker panics, its guard puts
-//! the tail back (open), and the owner writes it itself when its wait ends.
+//! is written while every contributing request is in flight, so the bytes each of them wrote
+//! are in their write-intent bitmap regions (all intents are held). If a taker or claimer
+//! panics, its guard puts the tail back (open), and a waiter writes it when its wait ends.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +45,8 @@ use crate::error::IoError;
 
 /// How long a pending tail waits for the next write of its stream.
 pub const GATHER_WAIT_DEFAULT: Duration = Duration::from_millis(2);
-/// Pending tails at most (each holds at most one stripe of data).
+/// Pending tails at most (each holds at most one stripe of data; any number of writes may wait
+/// for one, each of them a request in flight, bounded by the server's requests in flight).
 pub(crate) const PENDING_MAX: usize = 64;
 /// Ends of recent writes remembered to recognise a sequential stream.
 const RECENT_ENDS: usize = 32;
@@ -69,17 +77,20 @@ struct Flight {
 }
 
 /// A tail waiting for the head of the next write: bytes `[lo, lo + data.len())`, `lo` being
-/// the start of its stripe.
+/// the start of its stripe; the owner's tail and the bytes of the writes that joined it.
 struct Pending {
     lo: u64,
     data: Vec<u8>,
     state: State,
+    /// Writes waiting for the outcome (the owner and those that joined, less a claimer); the
+    /// last to learn it removes the tail.
+    waiters: usize,
 }
 
 enum State {
     /// Waiting to be taken.
     Open,
-    /// A head took it and is writing the stripe.
+    /// A head took it, or a waiter claimed it, and is writing it.
     Taken,
     /// Written by the taker, with this outcome.
     Done(Result<(), IoError>),
@@ -96,19 +107,20 @@ pub(crate) struct GatherPlan {
     pub body: (u64, u64),
 }
 
-/// A taken tail plus the taker's head: one whole stripe.
+/// A tail to write at `lo`: taken with the taker's head (`union` is one whole stripe), or
+/// claimed by a waiter whose wait ended (`union` is the tail and the bytes joined to it).
 pub(crate) struct Taken {
     pub stripe: u64,
     pub lo: u64,
     pub union: Vec<u8>,
 }
 
-/// How a pending tail ended.
+/// How a pending tail ended for one of its waiters.
 pub(crate) enum Outcome {
-    /// A head wrote it, with this result.
+    /// Another write wrote it, with this result.
     Written(Result<(), IoError>),
-    /// Nobody took it: the owner writes `data` at `lo` itself.
-    Untaken { lo: u64, data: Vec<u8> },
+    /// Nobody took it: this waiter writes it, then reports with [`Gather::finish_taken`].
+    Claimed(Taken),
 }
 
 impl Gather {
@@ -146,7 +158,8 @@ impl Gather {
     }
 
     /// Registers the write of `buf` at `offset` (stripes of `stripe_bytes` data bytes) and
-    /// decides its plan. Must be paired with [`Gather::leave`].
+    /// decides its plan: take a pending tail with its head, join one, leave its own tail
+    /// pending, or none. Must be paired with [`Gather::leave`].
     pub fn enter(&self, offset: u64, buf: &[u8], stripe_bytes: u64) -> GatherPlan {
         assert!(!buf.is_empty() && stripe_bytes > 0);
         let end = offset + buf.len() as u64;
@@ -160,17 +173,25 @@ impl Gather {
             tail_stripe: None,
             body: (offset, end),
         };
-        // A head runs from inside a stripe to its end (the request may end there); a tail
-        // runs from a stripe's start to inside it, after a part in earlier stripes (a write
-        // inside one stripe is not a tail: the next small write would not complete it).
+        // A head runs from inside a stripe to its end (the request may end there); a middle
+        // lies inside one stripe; a tail runs from a stripe's start to inside it.
         let reaches_end = end >= (first + 1) * stripe_bytes;
-        if reaches_end && !offset.is_multiple_of(stripe_bytes) {
-            plan.take = t.take_tail(first, offset, buf, stripe_bytes);
-            if plan.take.is_some() {
-                plan.body.0 = (first + 1) * stripe_bytes;
+        let mut joined = false;
+        if !offset.is_multiple_of(stripe_bytes) {
+            if reaches_end {
+                plan.take = t.take_tail(first, offset, buf, stripe_bytes);
+                if plan.take.is_some() {
+                    plan.body.0 = (first + 1) * stripe_bytes;
+                }
+            } else if !self.wait().is_zero() && t.join_tail(first, offset, end, buf) {
+                joined = true;
+                plan.tail_stripe = Some(first);
+                plan.body = (offset, offset);
             }
         }
-        let wants_tail = first != last && !end.is_multiple_of(stripe_bytes);
+        let wants_tail = !joined
+            && !end.is_multiple_of(stripe_bytes)
+            && (first != last || offset.is_multiple_of(stripe_bytes));
         if wants_tail && !self.wait().is_zero() && t.tail_may_wait(offset, end, last) {
             let lo = last * stripe_bytes;
             let data = buf[(lo - offset) as usize..].to_vec();
@@ -178,6 +199,7 @@ impl Gather {
                 lo,
                 data,
                 state: State::Open,
+                waiters: 1,
             };
             t.pending.insert(last, pending);
             plan.tail_stripe = Some(last);
@@ -198,40 +220,48 @@ impl Gather {
         plan
     }
 
-    /// After the taker wrote the union of a taken tail: tells the tail's owner.
-    pub fn finish_taken(&self, taken: &Taken, result: &Result<(), IoError>) {
-        if result.is_ok() {
+    /// After the taker (or claimer) wrote a taken tail: tells the tail's waiters.
+    pub fn finish_taken(&self, taken: &Taken, result: &Result<(), IoError>, stripe_bytes: u64) {
+        if result.is_ok() && taken.union.len() as u64 == stripe_bytes {
             self.gathered.fetch_add(1, Ordering::Relaxed);
         }
-        let outcome = match result {
-            Ok(()) => Ok(()),
-            Err(e) => Err(e.clone()),
-        };
         let mut t = self.lock();
         let pending = t
             .pending
             .get_mut(&taken.stripe)
-            .expect("a taken tail stays until its owner has the outcome");
+            .expect("a taken tail stays until its waiters have the outcome");
         assert!(matches!(pending.state, State::Taken));
-        pending.state = State::Done(outcome);
+        if pending.waiters == 0 {
+            // A claimer that was the last waiter: nobody else needs the outcome.
+            t.pending.remove(&taken.stripe);
+            return;
+        }
+        pending.state = State::Done(result.clone());
         drop(t);
         self.changed.notify_all();
     }
 
-    /// Puts a taken tail back (its taker failed without writing it): the owner writes it.
+    /// Puts a taken tail back (its taker or claimer failed without writing it): a waiter
+    /// writes it when its wait ends. A claimer that was the last waiter drops it instead (its
+    /// request fails, and nobody else wrote the bytes).
     pub fn untake(&self, stripe: u64) {
         let mut t = self.lock();
         if let Some(pending) = t.pending.get_mut(&stripe) {
             if matches!(pending.state, State::Taken) {
-                pending.state = State::Open;
+                if pending.waiters == 0 {
+                    t.pending.remove(&stripe);
+                } else {
+                    pending.state = State::Open;
+                }
             }
         }
         drop(t);
         self.changed.notify_all();
     }
 
-    /// The owner of the pending tail in `stripe` waits until a head wrote it, or until the
-    /// wait is over and nobody took it.
+    /// A waiter of the pending tail in `stripe` (its owner, or a write that joined it) waits
+    /// until another write wrote it, or until its wait is over and nobody took it: then it
+    /// claims the tail and writes it itself.
     pub fn wait_for_tail(&self, stripe: u64) -> Outcome {
         let deadline = Instant::now() + self.wait();
         let mut t = self.lock();
@@ -249,13 +279,24 @@ impl Gather {
                 State::Taken => (false, false),
             };
             if finished {
-                let pending = t.pending.remove(&stripe).expect("present");
-                return match pending.state {
-                    State::Done(result) => Outcome::Written(result),
-                    _ => Outcome::Untaken {
-                        lo: pending.lo,
-                        data: pending.data,
-                    },
+                let pending = t.pending.get_mut(&stripe).expect("present");
+                pending.waiters -= 1;
+                return match &pending.state {
+                    State::Done(result) => {
+                        let result = result.clone();
+                        if pending.waiters == 0 {
+                            t.pending.remove(&stripe);
+                        }
+                        Outcome::Written(result)
+                    }
+                    _ => {
+                        pending.state = State::Taken;
+                        Outcome::Claimed(Taken {
+                            stripe,
+                            lo: pending.lo,
+                            union: std::mem::take(&mut pending.data),
+                        })
+                    }
                 };
             }
             t = if open {
@@ -283,6 +324,11 @@ impl Gather {
     #[cfg(test)]
     fn pending_count(&self) -> usize {
         self.lock().pending.len()
+    }
+
+    /// Writes waiting for pending tails now (owners and joiners).
+    pub fn waiting(&self) -> usize {
+        self.lock().pending.values().map(|p| p.waiters).sum()
     }
 }
 
@@ -321,6 +367,23 @@ impl Table {
             lo: pending.lo,
             union,
         })
+    }
+
+    /// If the open pending tail of `stripe` ends exactly at `offset`, and no write starting
+    /// at `end` has registered (it decided without us), appends `buf` (`[offset, end)`, inside
+    /// the stripe) to it: this write then waits for the tail with its owner.
+    fn join_tail(&mut self, stripe: u64, offset: u64, end: u64, buf: &[u8]) -> bool {
+        let partner_decided = self.in_flight.iter().any(|f| f.start == end);
+        let Some(pending) = self.pending.get_mut(&stripe) else {
+            return false;
+        };
+        let adjacent = pending.lo + pending.data.len() as u64 == offset;
+        if !matches!(pending.state, State::Open) || !adjacent || partner_decided {
+            return false;
+        }
+        pending.data.extend_from_slice(buf);
+        pending.waiters += 1;
+        true
     }
 
     /// Whether the tail of the write `[start, end)` in `stripe` should wait for a partner.
@@ -362,13 +425,15 @@ mod tests {
         assert_eq!(&taken.union[50..], &bytes(50, 2)[..]);
         // b continues the stream too: its own tail (300..350) waits for the next write.
         assert_eq!((b.body, b.tail_stripe), ((300, 300), Some(3)));
-        g.finish_taken(taken, &Ok(()));
+        g.finish_taken(taken, &Ok(()), STRIPE);
         assert!(matches!(g.wait_for_tail(2), Outcome::Written(Ok(()))));
         assert_eq!(g.gathered.load(Ordering::Relaxed), 1);
-        match g.wait_for_tail(3) {
-            Outcome::Untaken { lo, data } => assert_eq!((lo, data), (300, bytes(50, 2))),
+        let claimed = match g.wait_for_tail(3) {
+            Outcome::Claimed(c) => c,
             Outcome::Written(_) => panic!("no write came after b"),
-        }
+        };
+        assert_eq!((claimed.lo, &claimed.union), (300, &bytes(50, 2)));
+        g.finish_taken(&claimed, &Ok(()), STRIPE);
         for plan in [&other, &a, &b] {
             g.leave(plan);
         }
@@ -385,11 +450,18 @@ mod tests {
         let a = g.enter(50, &bytes(200, 1), STRIPE);
         assert_eq!(a.tail_stripe, Some(2));
         let started = Instant::now();
-        match g.wait_for_tail(2) {
-            Outcome::Untaken { lo, data } => assert_eq!((lo, data), (200, bytes(50, 1))),
+        let claimed = match g.wait_for_tail(2) {
+            Outcome::Claimed(c) => c,
             Outcome::Written(_) => panic!("nobody took it"),
-        }
+        };
+        assert_eq!((claimed.lo, &claimed.union), (200, &bytes(50, 1)));
         assert!(started.elapsed() >= Duration::from_millis(20));
+        g.finish_taken(&claimed, &Ok(()), STRIPE);
+        assert_eq!(
+            g.pending_count(),
+            0,
+            "the last waiter's claim removes the tail"
+        );
         g.leave(&a);
         g.leave(&other);
         // A head arriving after the owner took its tail back finds nothing to take.
@@ -449,7 +521,7 @@ mod tests {
             level: layout::Level::Raid5,
             missing: vec![0, 1],
         });
-        g.finish_taken(retaken, &failure);
+        g.finish_taken(retaken, &failure, STRIPE);
         match g.wait_for_tail(2) {
             Outcome::Written(Err(IoError::ArrayFailed { missing, .. })) => {
                 assert_eq!(missing, vec![0, 1])
@@ -458,6 +530,97 @@ mod tests {
         }
         assert_eq!(g.gathered.load(Ordering::Relaxed), 0);
         for plan in [&other, &a, &b, &c] {
+            g.leave(plan);
+        }
+    }
+
+    #[test]
+    fn a_stripe_in_three_pieces_is_gathered_whole() {
+        let g = Gather::new();
+        // The stream ended at 200 (a stripe boundary); another write is in flight.
+        let other = g.enter(150, &bytes(50, 0), STRIPE);
+        // 200..230 starts stripe 2 and ends inside it: all of it is a pending tail.
+        let a = g.enter(200, &bytes(30, 1), STRIPE);
+        assert_eq!((a.body, a.tail_stripe), ((200, 200), Some(2)));
+        // 230..260 lies inside stripe 2 and continues the tail: it joins.
+        let b = g.enter(230, &bytes(30, 2), STRIPE);
+        assert_eq!((b.body, b.tail_stripe), ((230, 230), Some(2)));
+        assert!(b.take.is_none());
+        assert_eq!(g.waiting(), 2);
+        // 260..300 completes it: one whole stripe with all three writes' bytes.
+        let c = g.enter(260, &bytes(40, 3), STRIPE);
+        let taken = c.take.as_ref().expect("taken");
+        assert_eq!(taken.lo, 200);
+        let want: Vec<u8> = [bytes(30, 1), bytes(30, 2), bytes(40, 3)].concat();
+        assert_eq!(taken.union, want);
+        assert_eq!((c.body, c.tail_stripe), ((300, 300), None));
+        g.finish_taken(taken, &Ok(()), STRIPE);
+        for _ in 0..2 {
+            assert!(matches!(g.wait_for_tail(2), Outcome::Written(Ok(()))));
+        }
+        assert_eq!((g.pending_count(), g.waiting()), (0, 0));
+        assert_eq!(g.gathered.load(Ordering::Relaxed), 1);
+        for plan in [&other, &a, &b, &c] {
+            g.leave(plan);
+        }
+    }
+
+    #[test]
+    fn a_joined_tail_nobody_completes_is_written_once_by_its_first_waiter() {
+        let g = Gather::new();
+        g.set_wait(Duration::from_millis(20));
+        let other = g.enter(150, &bytes(50, 0), STRIPE);
+        let a = g.enter(200, &bytes(30, 1), STRIPE);
+        let b = g.enter(230, &bytes(30, 2), STRIPE);
+        assert_eq!((a.tail_stripe, b.tail_stripe), (Some(2), Some(2)));
+        // The owner's wait ends first: it claims the tail with the joined bytes.
+        let claimed = match g.wait_for_tail(2) {
+            Outcome::Claimed(c) => c,
+            Outcome::Written(_) => panic!("nobody completed the stripe"),
+        };
+        assert_eq!(claimed.union, [bytes(30, 1), bytes(30, 2)].concat());
+        // A write arriving now cannot join or take a tail being written.
+        let late = g.enter(260, &bytes(40, 3), STRIPE);
+        assert!(late.take.is_none() && late.tail_stripe.is_none());
+        assert_eq!(late.body, (260, 300));
+        let failure = Err(IoError::ArrayFailed {
+            level: layout::Level::Raid5,
+            missing: vec![0, 1],
+        });
+        g.finish_taken(&claimed, &failure, STRIPE);
+        // The joined write learns the claimer's result; not a whole stripe, not counted.
+        assert!(matches!(
+            g.wait_for_tail(2),
+            Outcome::Written(Err(IoError::ArrayFailed { .. }))
+        ));
+        assert_eq!(
+            (g.pending_count(), g.gathered.load(Ordering::Relaxed)),
+            (0, 0)
+        );
+        for plan in [&other, &a, &b, &late] {
+            g.leave(plan);
+        }
+    }
+
+    #[test]
+    fn a_middle_write_joins_only_an_open_adjacent_tail_nobody_decided_past() {
+        let g = Gather::new();
+        let other = g.enter(150, &bytes(50, 0), STRIPE);
+        let a = g.enter(200, &bytes(30, 1), STRIPE);
+        // Not adjacent (a gap at 230..240): written by itself.
+        let gap = g.enter(240, &bytes(10, 2), STRIPE);
+        assert_eq!((gap.body, gap.tail_stripe), ((240, 250), None));
+        // The write after it (260..) registered first: 230..260 does not join.
+        let next = g.enter(260, &bytes(40, 3), STRIPE);
+        assert!(next.take.is_none(), "no tail ends at 260");
+        let mid = g.enter(230, &bytes(30, 2), STRIPE);
+        assert_eq!((mid.body, mid.tail_stripe), ((230, 260), None));
+        assert_eq!(g.waiting(), 1);
+        // Gathering off: nothing joins.
+        g.set_wait(Duration::ZERO);
+        let off = g.enter(230, &bytes(5, 2), STRIPE);
+        assert_eq!((off.body, off.tail_stripe), ((230, 235), None));
+        for plan in [&other, &a, &gap, &next, &mid, &off] {
             g.leave(plan);
         }
     }

@@ -5,6 +5,7 @@
 //!   one write ends the stream's first stripe, the next leaves its tail pending, and the write
 //!   after it takes the tail: one gathered stripe, no member read while the taker writes, data
 //!   and parity right, both writers return.
+//! - A stripe cut into three requests (tail, middle, head) is written once, whole, no reads.
 //! - A failing union fails both writes.
 //! - Seeded streams: threads take sequential, unaligned requests from one counter (as the
 //!   request threads of a client at queue depth 8 do), for RAID 5 and 6, healthy and with a
@@ -166,6 +167,48 @@ fn a_pending_tail_is_completed_by_the_next_write_without_reads() {
     held.join().unwrap().expect("the held write");
     model[192 * KIB as usize..204 * KIB as usize].copy_from_slice(&pattern(12 * KIB, 9));
     assert_reads(&array, &model, 0, 256 * KIB, "after gathering");
+    assert_eq!(array.check().unwrap().mismatch_count, 0);
+}
+
+#[test]
+fn a_stripe_written_in_three_requests_is_gathered_without_reads() {
+    // The Linux client's case (issue 17): requests smaller than a stripe, so one stripe is cut
+    // into a tail, a middle and a head.
+    let (array, latches) = latched_raid5();
+    let held = hold_a_write(&array, &latches);
+    let mut model = vec![0u8; 256 * KIB as usize];
+    model[..24 * KIB as usize].copy_from_slice(&pattern(24 * KIB, 1));
+    array.write(0, &model[..24 * KIB as usize]).unwrap(); // the stream ends at stripe 2
+    let piece = |offset: u64, len: u64, seed: u8, model: &mut Vec<u8>| {
+        let data = pattern(len, seed);
+        model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
+        let array = Arc::clone(&array);
+        thread::spawn(move || array.write(offset, &data))
+    };
+    let reads_before: u64 = latches.iter().map(|l| l.reads.load(Ordering::SeqCst)).sum();
+    // Stripe 2 is 24..36 KiB: 24..28 (tail: waits), 28..32 (middle: joins it), 32..36 (head).
+    let tail = piece(24 * KIB, 4 * KIB, 2, &mut model);
+    wait_until("the tail to wait", || array.gather_waiting() == 1);
+    let middle = piece(28 * KIB, 4 * KIB, 3, &mut model);
+    wait_until("the middle to join it", || array.gather_waiting() == 2);
+    piece(32 * KIB, 4 * KIB, 4, &mut model)
+        .join()
+        .unwrap()
+        .expect("the head writes the whole stripe");
+    tail.join().unwrap().expect("the tail's owner");
+    middle.join().unwrap().expect("the middle");
+    let reads_after: u64 = latches.iter().map(|l| l.reads.load(Ordering::SeqCst)).sum();
+    assert_eq!(
+        reads_after, reads_before,
+        "three pieces, one whole stripe, no reads"
+    );
+    assert_eq!(array.gathered_stripes(), 1);
+    for l in &latches {
+        l.release();
+    }
+    held.join().unwrap().expect("the held write");
+    model[192 * KIB as usize..204 * KIB as usize].copy_from_slice(&pattern(12 * KIB, 9));
+    assert_reads(&array, &model, 0, 256 * KIB, "after a three-piece stripe");
     assert_eq!(array.check().unwrap().mismatch_count, 0);
 }
 

@@ -17,8 +17,7 @@
 use super::columns::{block_role, Columns};
 use super::{gen_parity, Parity};
 use crate::error::IoError;
-use crate::gather::Gather;
-use crate::gather::Outcome;
+use crate::gather::{Gather, Outcome, Taken};
 use crate::io::MemOp;
 use crate::levels::repair::recovering;
 use crate::parts::Parts;
@@ -339,7 +338,7 @@ pub(super) fn raid56_write(
     io.run_logged(writes, &group_ends, applied)
 }
 
-/// Puts a taken tail back if its taker unwinds before reporting (see `gather`).
+/// Puts a taken tail back if its taker or claimer unwinds before reporting (see `gather`).
 struct TakenGuard<'a> {
     gather: &'a Gather,
     stripe: Option<u64>,
@@ -353,24 +352,30 @@ impl Drop for TakenGuard<'_> {
     }
 }
 
+/// Writes a taken or claimed tail (see `gather`) and tells its waiters the result.
+fn write_taken(io: &Parts, taken: &Taken, stripe_bytes: u64) -> Result<(), IoError> {
+    let mut guard = TakenGuard {
+        gather: &io.gather,
+        stripe: Some(taken.stripe),
+    };
+    let written = recovering(&Parity, io, || {
+        raid56_write(io, taken.lo, &taken.union, None)
+    });
+    guard.stripe = None;
+    io.gather.finish_taken(taken, &written, stripe_bytes);
+    written
+}
+
 /// A RAID 5/6 write through stripe gathering (`gather`): a head that completes a pending
-/// tail writes the whole stripe for both; a tail that may be completed soon waits for the
-/// next write of its stream. Each write below retries read errors (`recovering`).
+/// tail writes the whole stripe for all its writers; a write inside a stripe that continues a
+/// pending tail joins it; a tail that may be completed soon waits for the next write of its
+/// stream. Each write below retries read errors (`recovering`).
 pub(super) fn gathered_write(io: &Parts, offset: u64, buf: &[u8]) -> Result<(), IoError> {
     let stripe_bytes = io.geometry.stripe_data_bytes();
     let plan = io.gather.enter(offset, buf, stripe_bytes);
     let mut result = Ok(());
     if let Some(taken) = &plan.take {
-        let mut guard = TakenGuard {
-            gather: &io.gather,
-            stripe: Some(taken.stripe),
-        };
-        let written = recovering(&Parity, io, || {
-            raid56_write(io, taken.lo, &taken.union, None)
-        });
-        guard.stripe = None;
-        io.gather.finish_taken(taken, &written);
-        result = written;
+        result = write_taken(io, taken, stripe_bytes);
     }
     let (lo, hi) = plan.body;
     if lo < hi {
@@ -380,9 +385,7 @@ pub(super) fn gathered_write(io: &Parts, offset: u64, buf: &[u8]) -> Result<(), 
     if let Some(stripe) = plan.tail_stripe {
         let tail = match io.gather.wait_for_tail(stripe) {
             Outcome::Written(written) => written,
-            Outcome::Untaken { lo, data } => {
-                recovering(&Parity, io, || raid56_write(io, lo, &data, None))
-            }
+            Outcome::Claimed(claimed) => write_taken(io, &claimed, stripe_bytes),
         };
         result = result.and(tail);
     }

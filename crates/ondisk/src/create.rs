@@ -44,6 +44,9 @@ pub struct CreateOptions {
     /// Encrypt the array at rest: the key area (`crypt::KeyArea::create`) every member's
     /// superblock carries; `None`: plaintext.
     pub encryption: Option<crypt::KeyArea>,
+    /// Keep a bad-block list on every member (docs/FORMAT.md "Bad-block list"): on by default
+    /// for levels with redundancy (only a rebuild records bad blocks).
+    pub bad_blocks: bool,
 }
 
 impl CreateOptions {
@@ -62,6 +65,7 @@ impl CreateOptions {
                 .then_some(crate::bitmap::BITMAP_REGION_DEFAULT),
             used_region_bytes: None,
             encryption: None,
+            bad_blocks: level.has_redundancy(),
         }
     }
 }
@@ -165,6 +169,7 @@ pub fn create(
     for sb in &mut superblocks {
         sb.set_bitmap(metadata.bitmap);
         sb.set_used_map(metadata.used_map);
+        sb.set_bad_blocks(metadata.bad_blocks);
         sb.set_encryption(opts.encryption.clone());
     }
     if !zero_all && !opts.assume_clean && opts.level.has_redundancy() {
@@ -185,6 +190,7 @@ pub fn create(
 struct Metadata {
     bitmap: Option<crate::BitmapRef>,
     used_map: Option<crate::usedmap::UsedMapRef>,
+    bad_blocks: Option<crate::BadBlocksRef>,
     data_offset_bytes: u64,
 }
 
@@ -211,6 +217,16 @@ fn layout_for(
                 region,
             ));
         }
+        if opts.bad_blocks {
+            let bytes = crate::BAD_BLOCKS_AREA_BYTES;
+            areas.push((
+                crate::metadata::AreaRequest {
+                    name: BAD_BLOCKS_AREA,
+                    bytes,
+                },
+                0,
+            ));
+        }
         areas
     };
     let requests: Vec<_> = areas(&geometry).iter().map(|(a, _)| *a).collect();
@@ -225,7 +241,7 @@ fn layout_for(
         // Smaller data areas: the regions (and so the areas) can only shrink.
         geometry = geometry_for(members, &grown)?;
     }
-    let mut used_map = None;
+    let (mut used_map, mut bad_blocks) = (None, None);
     for (request, (offset, (_, region))) in requests
         .iter()
         .zip(placed.offsets.iter().zip(areas(&geometry)))
@@ -237,16 +253,26 @@ fn layout_for(
                 region_bytes: region,
             });
         }
+        if request.name == BAD_BLOCKS_AREA {
+            bad_blocks = Some(crate::BadBlocksRef {
+                offset_bytes: *offset,
+                bytes: request.bytes,
+            });
+        }
     }
     Ok((
         geometry,
         Metadata {
             bitmap,
             used_map,
+            bad_blocks,
             data_offset_bytes: placed.data_offset_bytes,
         },
     ))
 }
+
+/// The bad-block list's name among the metadata areas.
+const BAD_BLOCKS_AREA: &str = "bad-block list";
 
 /// The used-map region asked for, if the options ask for a map; refused when the level has no
 /// redundancy or the size is not a multiple of 4 KiB.
@@ -505,6 +531,7 @@ fn build_superblocks(
         resync_offset_bytes: None,
         bitmap: None,
         used_map: None,
+        bad_blocks: None,
         journal: None,
         owner: None,
         roles: roles.clone(),
@@ -527,6 +554,10 @@ fn write_new(member: &dyn Member, sb: &Superblock, whole: bool) -> Result<(), Cr
     if let Some(at) = &sb.used_map {
         crate::bitmap::write_blank(member, &sb.array_uuid, &at.area())
             .map_err(io_err(member.name(), "write the used-regions map to"))?;
+    }
+    if let Some(at) = &sb.bad_blocks {
+        crate::badblocks::write_blank(member, &sb.array_uuid, at)
+            .map_err(io_err(member.name(), "write the bad-block list to"))?;
     }
     member
         .write_at(&sb.encode()[..], SUPERBLOCK_OFFSET)

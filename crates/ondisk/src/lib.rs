@@ -28,6 +28,7 @@
 //! assert!(!plan.degraded);
 //! ```
 
+pub mod badblocks;
 pub mod bitmap;
 mod create;
 mod duplicate;
@@ -39,6 +40,7 @@ mod served;
 mod superblock;
 pub mod usedmap;
 
+pub use badblocks::{BadBlockList, BadBlocksRef, BadRange, BAD_BLOCKS_AREA_BYTES, BAD_BLOCKS_MAX};
 pub use bitmap::{
     BitmapRef, BITMAP_BLOCK_BYTES, BITMAP_BYTES_MAX, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET,
     BITMAP_REGIONS_MAX, BITMAP_REGION_DEFAULT, BITS_PER_BLOCK,
@@ -56,8 +58,8 @@ pub use superblock::{
     checksum, level_code, now_secs, read_superblock, validate_name, ArrayState, JournalRef, Owner,
     OwnerProcess, ReadSuperblockError, Role, RoleEntry, RoleState, Superblock, SuperblockError,
     DATA_OFFSET_DEFAULT, FEATURE_COMPAT_OWNER, FEATURE_COMPAT_REPLACE,
-    FEATURE_COMPAT_RESYNC_OFFSET, FEATURE_INCOMPAT_BITMAP, FEATURE_INCOMPAT_ENCRYPTED,
-    FEATURE_INCOMPAT_KNOWN, FEATURE_INCOMPAT_USED_MAP, FORMAT_VERSION, MAGIC, MAX_MEMBERS,
-    NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
+    FEATURE_COMPAT_RESYNC_OFFSET, FEATURE_INCOMPAT_BAD_BLOCKS, FEATURE_INCOMPAT_BITMAP,
+    FEATURE_INCOMPAT_ENCRYPTED, FEATURE_INCOMPAT_KNOWN, FEATURE_INCOMPAT_USED_MAP, FORMAT_VERSION,
+    MAGIC, MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
 };
 pub use uuid::Uuid;

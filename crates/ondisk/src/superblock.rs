@@ -8,6 +8,7 @@ use layout::Level;
 use member::Member;
 use uuid::Uuid;
 
+use crate::badblocks::{BadBlocksRef, BAD_BLOCKS_AREA_BYTES};
 use crate::bitmap::{BitmapRef, BITMAP_BYTES_MAX, BITMAP_REGIONS_MAX, BITS_PER_BLOCK};
 use crate::usedmap::{UsedMapRef, USED_BYTES_MAX, USED_REGIONS_MAX};
 
@@ -75,6 +76,11 @@ const OFF_OWNER_HOST_NAME: usize = 2376;
 /// The key area (`feature_incompat` bit 1): the encryption header and key slots,
 /// `crypt::KEY_AREA_BYTES` bytes from here (2440..3680).
 const OFF_KEY_AREA: usize = 2440;
+/// The bad-block list reference (`feature_incompat` bit 3): offset and length of the list area,
+/// in bytes 3744..3776 (the rest of that range is zero).
+const OFF_BAD_BLOCKS_OFFSET: usize = 3744;
+const OFF_BAD_BLOCKS_BYTES: usize = 3752;
+const BAD_BLOCKS_RANGE: std::ops::Range<usize> = 3744..3776;
 /// The used-regions map (`feature_incompat` bit 5): its offset, length and region size
 /// (u64 each), then 8 zero bytes: 3808..3840.
 const OFF_USED_OFFSET: usize = 3808;
@@ -98,9 +104,14 @@ pub const FEATURE_INCOMPAT_ENCRYPTED: u64 = 1 << 1;
 /// where). Incompatible because a reader that ignored it would write to regions without
 /// setting their bits, and a later rebuild trusting the map would skip them: data lost.
 pub const FEATURE_INCOMPAT_USED_MAP: u64 = 1 << 5;
+/// `feature_incompat` bit 3: the member keeps a bad-block list (bytes 3744..3760 say where). A
+/// reader that ignored it would serve the recorded ranges' lost content as data.
+pub const FEATURE_INCOMPAT_BAD_BLOCKS: u64 = 1 << 3;
 /// Feature flags a reader must understand to use the array.
-pub const FEATURE_INCOMPAT_KNOWN: u64 =
-    FEATURE_INCOMPAT_BITMAP | FEATURE_INCOMPAT_ENCRYPTED | FEATURE_INCOMPAT_USED_MAP;
+pub const FEATURE_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_BITMAP
+    | FEATURE_INCOMPAT_ENCRYPTED
+    | FEATURE_INCOMPAT_BAD_BLOCKS
+    | FEATURE_INCOMPAT_USED_MAP;
 /// `feature_compat` bit: `resync_offset_bytes` (byte 240) is meaningful.
 pub const FEATURE_COMPAT_RESYNC_OFFSET: u64 = 1;
 /// `feature_compat` bit (bit 1): an owner record (bytes 2304..2440) names the process serving
@@ -249,6 +260,9 @@ pub struct Superblock {
     /// The encryption header and key slots: present exactly when `feature_incompat` has
     /// [`FEATURE_INCOMPAT_ENCRYPTED`].
     pub encryption: Option<crypt::KeyArea>,
+    /// Where this member's bad-block list is; present exactly when `feature_incompat` has
+    /// [`FEATURE_INCOMPAT_BAD_BLOCKS`].
+    pub bad_blocks: Option<BadBlocksRef>,
 }
 
 /// Why bytes are not a valid superblock.
@@ -478,6 +492,15 @@ impl Superblock {
         self.encryption = area;
     }
 
+    /// Sets (or removes) the bad-block list area together with its feature bit.
+    pub fn set_bad_blocks(&mut self, at: Option<BadBlocksRef>) {
+        self.bad_blocks = at;
+        match at {
+            Some(_) => self.feature_incompat |= FEATURE_INCOMPAT_BAD_BLOCKS,
+            None => self.feature_incompat &= !FEATURE_INCOMPAT_BAD_BLOCKS,
+        }
+    }
+
     /// Sets (or removes) the write-intent bitmap together with its feature bit.
     pub fn set_bitmap(&mut self, bitmap: Option<BitmapRef>) {
         self.bitmap = bitmap;
@@ -598,6 +621,10 @@ impl Superblock {
         if let Some(area) = &self.encryption {
             b.put(OFF_KEY_AREA, &area.encode());
         }
+        if let Some(at) = self.bad_blocks {
+            b.u64(OFF_BAD_BLOCKS_OFFSET, at.offset_bytes);
+            b.u64(OFF_BAD_BLOCKS_BYTES, at.bytes);
+        }
     }
 
     /// Decodes and validates on-disk bytes.
@@ -684,6 +711,7 @@ impl Superblock {
             owner: decode_owner(bytes)?,
             roles: decode_roles(bytes)?,
             encryption: decode_key_area(bytes, feature_incompat)?,
+            bad_blocks: decode_bad_blocks(bytes, feature_incompat)?,
         })
     }
 
@@ -766,7 +794,52 @@ impl Superblock {
             self.encryption.is_some(),
             "a key area",
         )?;
-        self.validate_replace()
+        self.validate_replace()?;
+        self.validate_bad_blocks()
+    }
+
+    fn validate_bad_blocks(&self) -> Result<(), SuperblockError> {
+        present_with_bit(
+            "bad_blocks",
+            self.feature_incompat & FEATURE_INCOMPAT_BAD_BLOCKS != 0,
+            self.bad_blocks.is_some(),
+            "a bad-block list",
+        )?;
+        let Some(at) = self.bad_blocks else {
+            return Ok(());
+        };
+        aligned_past_superblock("bad_blocks_offset", at.offset_bytes)?;
+        if at.bytes != BAD_BLOCKS_AREA_BYTES {
+            return Err(field_err(
+                "bad_blocks_bytes",
+                format!("{}, expected {BAD_BLOCKS_AREA_BYTES}", at.bytes),
+            ));
+        }
+        if at.offset_bytes + at.bytes > self.data_offset_bytes {
+            return Err(field_err(
+                "bad_blocks_offset",
+                format!(
+                    "the list at {} ({} bytes) runs into the data area at {}",
+                    at.offset_bytes, at.bytes, self.data_offset_bytes
+                ),
+            ));
+        }
+        let others = [
+            self.bitmap.map(|b| ("bitmap", b.offset_bytes, b.bytes)),
+            self.used_map.map(|u| ("used map", u.offset_bytes, u.bytes)),
+        ];
+        for (name, offset, bytes) in others.into_iter().flatten() {
+            if at.offset_bytes < offset + bytes && offset < at.offset_bytes + at.bytes {
+                return Err(field_err(
+                    "bad_blocks_offset",
+                    format!(
+                        "the list at {} overlaps the {name} at {offset} ({bytes} bytes)",
+                        at.offset_bytes
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_owner(&self) -> Result<(), SuperblockError> {
@@ -1073,6 +1146,28 @@ fn decode_key_area(
     crypt::KeyArea::decode(area)
         .map(Some)
         .map_err(|e| field_err("encryption", e.0))
+}
+
+/// The bad-block list reference, when `feature_incompat` bit 3 says there is one; without the
+/// bit its bytes must be zero (as the key area's).
+fn decode_bad_blocks(
+    bytes: &[u8; SUPERBLOCK_BYTES],
+    feature_incompat: u64,
+) -> Result<Option<BadBlocksRef>, SuperblockError> {
+    let with_bit = feature_incompat & FEATURE_INCOMPAT_BAD_BLOCKS != 0;
+    let rest_zero = bytes[OFF_BAD_BLOCKS_BYTES + 8..BAD_BLOCKS_RANGE.end]
+        .iter()
+        .all(|&b| b == 0);
+    if !rest_zero || (!with_bit && bytes[BAD_BLOCKS_RANGE].iter().any(|&b| b != 0)) {
+        return Err(field_err(
+            "bad_blocks",
+            "bytes 3744..3776 hold more than the list reference, or one without feature_incompat bit 3",
+        ));
+    }
+    Ok(with_bit.then(|| BadBlocksRef {
+        offset_bytes: get_u64(bytes, OFF_BAD_BLOCKS_OFFSET),
+        bytes: get_u64(bytes, OFF_BAD_BLOCKS_BYTES),
+    }))
 }
 
 fn decode_owner(bytes: &[u8; SUPERBLOCK_BYTES]) -> Result<Option<Owner>, SuperblockError> {

@@ -451,3 +451,73 @@ fn a_used_map_is_placed_after_the_bitmap_behind_an_incompatible_bit() {
         .to_string();
     assert!(err.contains("used-regions map"), "{err}");
 }
+
+/// `create` gives every member (spares too) an empty bad-block list behind `feature_incompat`
+/// bit 3, after the bitmap; `bad_blocks = false` leaves bit and bytes clear (as arrays made
+/// before the list, which decode unchanged). Bytes in 3744..3776 without the bit, the bit
+/// without the area, and an area overlapping the bitmap or the data are refused by name; a
+/// reader that knows bits 0..2 only sees an unknown incompatible feature 0x8.
+#[test]
+fn a_bad_block_list_is_carried_behind_incompatible_bit_3() {
+    let members = mem_members(3, "4M");
+    let spare = mem_members(1, "4M");
+    let mut opts = CreateOptions::new("raid5".parse().unwrap(), "bb");
+    opts.spares = spare.clone();
+    assert!(opts.bad_blocks, "on by default for a redundant level");
+    create(&members, &opts).unwrap();
+    for m in members.iter().chain(&spare) {
+        let sb = read_superblock(m.as_ref()).unwrap();
+        let at = sb.bad_blocks.expect("a list area");
+        let bitmap = sb.bitmap.unwrap();
+        assert_eq!(at.offset_bytes, bitmap.offset_bytes + bitmap.bytes);
+        assert_eq!(at.bytes, ondisk::BAD_BLOCKS_AREA_BYTES);
+        assert_eq!(sb.feature_incompat & ondisk::FEATURE_INCOMPAT_BAD_BLOCKS, 8);
+        let list = ondisk::badblocks::read_list(m.as_ref(), &sb.array_uuid, &at).unwrap();
+        assert!(list.is_empty());
+        let incompat = u64::from_le_bytes(raw(m.as_ref())[24..32].try_into().unwrap());
+        assert_eq!(incompat & !0b111, 8, "unknown to a reader of bits 0..2");
+    }
+    let recrc = |b: &mut [u8; SUPERBLOCK_BYTES]| {
+        let crc = ondisk::checksum(b);
+        b[SUPERBLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+    };
+    let refused = |bytes: &[u8; SUPERBLOCK_BYTES], why: &str| {
+        let err = Superblock::decode(bytes).unwrap_err().to_string();
+        assert!(err.contains("bad_blocks"), "{why}: {err}");
+    };
+    let good = raw(members[0].as_ref());
+    let mut no_bit = good.clone();
+    no_bit[24] &= !8;
+    recrc(&mut no_bit);
+    refused(&no_bit, "the reference without the bit");
+    let mut stray = good.clone();
+    stray[3770] = 1;
+    recrc(&mut stray);
+    refused(&stray, "bytes past the reference");
+    let mut on_bitmap = good.clone();
+    on_bitmap[3744..3752].copy_from_slice(&8192u64.to_le_bytes());
+    recrc(&mut on_bitmap);
+    refused(&on_bitmap, "over the bitmap");
+    let mut on_data = good.clone();
+    on_data[3744..3752].copy_from_slice(&((1u64 << 20) - 4096).to_le_bytes());
+    recrc(&mut on_data);
+    refused(&on_data, "into the data");
+    let mut zero_area = good.clone();
+    zero_area[3744..3760].fill(0);
+    recrc(&mut zero_area);
+    refused(&zero_area, "the bit without an area");
+
+    let plain = mem_members(2, "2M");
+    let mut off = CreateOptions::new("raid1".parse().unwrap(), "p");
+    off.bad_blocks = false;
+    create(&plain, &off).unwrap();
+    let sb = read_superblock(plain[0].as_ref()).unwrap();
+    assert_eq!((sb.bad_blocks, sb.feature_incompat & 8), (None, 0));
+    assert!(raw(plain[0].as_ref())[3744..3776].iter().all(|&b| b == 0));
+    let mut bytes_no_bit = raw(plain[0].as_ref());
+    bytes_no_bit[3744] = 1;
+    recrc(&mut bytes_no_bit);
+    refused(&bytes_no_bit, "bytes without the bit");
+    let raid0 = CreateOptions::new("raid0".parse().unwrap(), "z");
+    assert!(!raid0.bad_blocks, "nothing rebuilds a RAID 0");
+}

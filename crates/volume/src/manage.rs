@@ -257,6 +257,11 @@ impl VolumeCore {
         sb.member_bytes = member.len();
         sb.recovery_offset_bytes = None;
         sb.replace_offset_bytes = None;
+        if let Some(at) = &sb.bad_blocks {
+            // A new spare has lost nothing: its list starts empty (both copies).
+            ondisk::badblocks::write_blank(member.as_ref(), &sb.array_uuid, at)
+                .map_err(|e| bad(format!("cannot write its bad-block list: {e}")))?;
+        }
         Ok(Held { whole: member, sb })
     }
 

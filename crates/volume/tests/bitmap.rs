@@ -152,7 +152,7 @@ fn format_records_the_bitmap_and_old_readers_refuse_it() {
     let mut off = CreateOptions::new(Level::Raid1, "off");
     off.bitmap_region_bytes = None;
     let sb = &create(&fresh(2), &off).unwrap()[0];
-    assert_eq!((sb.bitmap, sb.feature_incompat), (None, 0));
+    assert_eq!((sb.bitmap, sb.feature_incompat & 1), (None, 0));
     let mut tight = CreateOptions::new(Level::Raid1, "tight");
     tight.data_offset_bytes = 8192;
     assert!(

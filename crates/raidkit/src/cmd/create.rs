@@ -99,6 +99,12 @@ pub struct BitmapArgs {
     /// then resyncs the whole array, and a returning member is rebuilt in full.
     #[arg(long)]
     pub no_bitmap: bool,
+
+    /// No bad-block list (on by default for RAID 1, 10, 5 and 6): a rebuild that meets an
+    /// unreadable range where no redundancy is left then fails instead of recording the range
+    /// as lost and going on.
+    #[arg(long)]
+    pub no_bad_blocks: bool,
 }
 
 impl BitmapArgs {
@@ -183,6 +189,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         spares: open(&args.spare)?,
         assume_clean: args.assume_clean,
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
+        bad_blocks: defaults.bad_blocks && !args.bitmap.no_bad_blocks,
         encryption,
         ..defaults
     };

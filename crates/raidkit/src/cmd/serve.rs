@@ -418,8 +418,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.tls_certificates.as_deref(),
         args.tls_verify_peer,
     )?;
-    if !args.create && (args.bitmap.no_bitmap || args.bitmap.bitmap_region.is_some()) {
-        bail!("--no-bitmap and --bitmap-region choose how a new array is made: use them with --create");
+    if !args.create
+        && (args.bitmap.no_bitmap
+            || args.bitmap.bitmap_region.is_some()
+            || args.bitmap.no_bad_blocks)
+    {
+        bail!("--no-bitmap, --bitmap-region and --no-bad-blocks choose how a new array is made: use them with --create");
     }
     let endpoint = endpoint(&args)?;
     let stack_options = StackOptions {
@@ -741,6 +745,7 @@ fn create(
         spares: spares.to_vec(),
         assume_clean: args.assume_clean,
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
+        bad_blocks: defaults.bad_blocks && !args.bitmap.no_bad_blocks,
         encryption,
         ..defaults
     };

@@ -10,7 +10,7 @@ use volume::{SpeedLimits, Volume, VolumeError, VolumeStatus};
 use crate::api::{ApiError, Request};
 use crate::server::Control;
 use crate::stats::{self, Snapshot};
-use crate::status::Status;
+use crate::status::{QosSection, Status};
 use crate::Log;
 
 /// Acts on one volume; members named by `add`/`replace` are opened here, on the server, with
@@ -27,7 +27,12 @@ pub struct VolumeControl {
     log: Log,
     /// The array's fence: every member `add` and `replace` open is put behind it.
     fence: Option<member::Fence>,
+    /// The daemon's QoS section of the status, read at each request.
+    qos: Option<QosSource>,
 }
+
+/// Reads an array's QoS section (`VolumeControl::with_qos`).
+pub type QosSource = Box<dyn Fn() -> QosSection + Send + Sync>;
 
 /// Makes the served status from the volume's, read at each request: the front end adds what
 /// it keeps outside the volume (the journal, the read cache).
@@ -48,9 +53,11 @@ impl VolumeControl {
                 volume,
                 journal: None,
                 cache: None,
+                qos: None,
             }),
             client: None,
             fence: None,
+            qos: None,
             log,
         }
     }
@@ -74,8 +81,21 @@ impl VolumeControl {
         self
     }
 
+    /// Serves `qos()` as the status's QoS section (the daemon's arrays).
+    pub fn with_qos(mut self, qos: QosSource) -> VolumeControl {
+        self.qos = Some(qos);
+        self
+    }
+
+    /// The served status: the front end's sections, and the QoS one.
+    fn full_status(&self) -> Status {
+        let mut status = (self.status)(self.volume.status());
+        status.qos = self.qos.as_ref().map(|qos| qos());
+        status
+    }
+
     fn status(&self) -> Result<Value, ApiError> {
-        encode((self.status)(self.volume.status()))
+        encode(self.full_status())
     }
 
     /// The counters first, then the status (a status is slower to read).
@@ -84,7 +104,7 @@ impl VolumeControl {
         let members = self.volume.member_io_stats();
         Snapshot {
             unix_ms: stats::unix_ms(),
-            status: (self.status)(self.volume.status()),
+            status: self.full_status(),
             client,
             members,
         }

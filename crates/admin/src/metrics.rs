@@ -377,6 +377,26 @@ impl Scrape {
                 "raidkit_journal_unapplied_bytes",
                 "Write-back: acknowledged bytes not yet on the members.",
             ),
+            (
+                "raidkit_qos_latency_target_microseconds",
+                "The array's latency target (daemon QoS).",
+            ),
+            (
+                "raidkit_qos_throttle_level",
+                "How hard the array is throttled for another's latency target (0: not).",
+            ),
+            (
+                "raidkit_qos_throttled_requests",
+                "Requests that waited for admission or paused for another array's target.",
+            ),
+            (
+                "raidkit_qos_throttled_seconds",
+                "Time the array's requests waited or paused for another array's target.",
+            ),
+            (
+                "raidkit_qos_windows_missed",
+                "Windows in which more than a tenth of the array's requests missed its target.",
+            ),
         ]
         .into_iter()
         .map(|(name, help)| Family::new(name, help, vec![]))
@@ -398,6 +418,19 @@ impl Scrape {
                 if let Some(unapplied) = j.unapplied_bytes {
                     f[9].samples.push((l(), gauge(unapplied)));
                 }
+            }
+            if let Some(q) = &s.status.qos {
+                if let Some(target) = q.latency_target_us {
+                    f[10].samples.push((l(), gauge(target)));
+                }
+                f[11]
+                    .samples
+                    .push((l(), gauge(u64::from(q.throttle_level))));
+                f[12].samples.push((l(), counter(q.throttled_requests)));
+                f[13]
+                    .samples
+                    .push((l(), Value::Seconds(q.throttled_us as f64 / 1e6)));
+                f[14].samples.push((l(), counter(q.windows_missed)));
             }
         }
         f
@@ -656,6 +689,11 @@ mod tests {
         );
         has(r#"raidkit_member_requests_total{array="home",member="b",role="1",op="read"} 0"#);
         has(r#"raidkit_journal_unapplied_bytes{array="home"} 1048576"#);
+        has(r#"raidkit_qos_latency_target_microseconds{array="home"} 500"#);
+        has(r#"raidkit_qos_throttle_level{array="home"} 3"#);
+        has(r#"raidkit_qos_throttled_requests_total{array="home"} 15"#);
+        has(r#"raidkit_qos_throttled_seconds_total{array="home"} 0.000016"#);
+        has(r#"raidkit_qos_windows_missed_total{array="home"} 18"#);
         has(r#"raidkit_task_done_bytes{array="home",task="replace"} 1048576"#);
         assert!(!text.contains("# EOF"), "Prometheus text, not OpenMetrics");
     }

@@ -17,6 +17,33 @@ pub struct Status {
     pub journal: Option<JournalSection>,
     /// The read cache's counters (capacity 0: the cache is off).
     pub cache: Option<CacheStats>,
+    /// The daemon's QoS for the array (latency target, throttle); `null` in `serve`.
+    pub qos: Option<QosSection>,
+}
+
+/// The QoS section of the status (`nbd::qos`: an array with a latency target, or one that is
+/// throttled while another misses its target).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosSection {
+    /// `latency_target_us`; null: the array has none (it is the one throttled).
+    pub latency_target_us: Option<u64>,
+    /// 0: not throttled, up to `max_level`.
+    pub throttle_level: u32,
+    pub max_level: u32,
+    /// Requests admitted at once at this level; null: no limit of the throttle's.
+    pub max_in_flight: Option<u32>,
+    /// The pause after each request, in multiples of the time it took.
+    pub pause_factor: u32,
+    /// Requests that waited for admission or paused after their reply, and that time.
+    pub throttled_requests: u64,
+    pub throttled_us: u64,
+    /// Times the array was throttled one level further.
+    pub scale_downs: u64,
+    /// With a target: the windows in which more than a tenth of the requests took longer,
+    /// and the last window judged (requests, of which over the target).
+    pub windows_missed: u64,
+    pub last_window_requests: Option<u32>,
+    pub last_window_over_target: Option<u32>,
 }
 
 /// The journal section of the status.
@@ -168,6 +195,19 @@ pub(crate) mod tests {
                 allocated_bytes: 2 << 20,
                 capacity_bytes: 64 << 20,
                 ..CacheStats::default()
+            }),
+            qos: Some(QosSection {
+                latency_target_us: Some(500),
+                throttle_level: 3,
+                max_level: 7,
+                max_in_flight: Some(2),
+                pause_factor: 1,
+                throttled_requests: 15,
+                throttled_us: 16,
+                scale_downs: 17,
+                windows_missed: 18,
+                last_window_requests: Some(19),
+                last_window_over_target: Some(20),
             }),
         }
     }

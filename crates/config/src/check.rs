@@ -55,6 +55,9 @@ impl std::error::Error for Problems {}
 const BUFFER_MEMORY_MIN: u64 = 64 << 20;
 /// Longest partial-stripe wait.
 const GATHER_WAIT_MS_MAX: u64 = 1000;
+/// Range of `latency_target_us`: 10 µs (below that the clock and a thread wake-up are the
+/// latency) to 10 s.
+pub const LATENCY_TARGET_US: std::ops::RangeInclusive<u64> = 10..=10_000_000;
 /// Longest array name (it appears in URLs, alerts and metric labels).
 const NAME_BYTES_MAX: usize = 64;
 
@@ -370,6 +373,21 @@ impl Checker<'_> {
                 ms.span(),
                 "gather_wait_ms",
                 format!("is above {GATHER_WAIT_MS_MAX}"),
+            );
+        }
+        if let Some(t) = a
+            .latency_target_us
+            .as_ref()
+            .filter(|t| !LATENCY_TARGET_US.contains(t.get_ref()))
+        {
+            self.at(
+                t.span(),
+                "latency_target_us",
+                format!(
+                    "must be from {} to {} (µs)",
+                    LATENCY_TARGET_US.start(),
+                    LATENCY_TARGET_US.end()
+                ),
             );
         }
         for (value, key) in [

@@ -47,6 +47,7 @@ impl ArrayConfig {
                 speed_min,
                 speed_max,
                 gather_wait_ms,
+                latency_target_us,
                 read_errors_max,
                 read_error_window_secs,
                 io_timeout_secs,

@@ -189,6 +189,10 @@ pub struct ArrayConfig {
     pub speed_max: Option<Spanned<Rate>>,
     /// RAID 5/6 partial-stripe wait (serve's `--gather-wait`, default 2, at most 1000).
     pub gather_wait_ms: Option<Spanned<u64>>,
+    /// The daemon's QoS: this array's latency target in µs (10..=10,000,000). While more than a
+    /// tenth of its requests take longer, the arrays without a target (or with a larger one)
+    /// are throttled. Daemon only (`serve` has no other array to hold back).
+    pub latency_target_us: Option<Spanned<u64>>,
     /// Read errors before a member is failed (serve's `--read-errors-max`, default 20).
     pub read_errors_max: Option<Spanned<u32>>,
     /// Window of `read_errors_max`, seconds (serve's `--read-error-window`, default 60).

@@ -87,6 +87,7 @@ buffer_memory = "1G"
 speed_min = "5M/s"
 speed_max = "100M"
 gather_wait_ms = 0
+latency_target_us = 500
 io_timeout_secs = 10
 member_cache = "direct"
 member_io = "threads"
@@ -107,6 +108,7 @@ listen = ["127.0.0.1:10810"]
     );
     assert_eq!(a.speed_min.as_ref().unwrap().get_ref().0, 5 << 20);
     assert_eq!(a.reconnect, Some(false));
+    assert_eq!(a.latency_target_us.as_ref().unwrap().get_ref(), &500);
     assert!(a.has_own_listener());
     assert_eq!(
         a.background_window.as_ref().unwrap().get_ref(),
@@ -252,6 +254,17 @@ fn values_out_of_range_are_refused() {
     for (line, key, needle) in [
         ("buffer_memory = \"1M\"", "buffer_memory", "below 64M"),
         ("gather_wait_ms = 5000", "gather_wait_ms", "above 1000"),
+        (
+            "latency_target_us = 5",
+            "latency_target_us",
+            "must be from 10 to 10000000",
+        ),
+        (
+            "latency_target_us = 20000000",
+            "latency_target_us",
+            "must be from 10 to 10000000",
+        ),
+        ("latency_target_us = \"2ms\"", "latency_target_us", ""),
         (
             "io_timeout_secs = 0",
             "io_timeout_secs",

@@ -43,6 +43,7 @@ fn status(states: &[&str], task: Value) -> Status {
         volume,
         journal: None,
         cache: None,
+        qos: None,
     }
 }
 

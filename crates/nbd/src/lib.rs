@@ -8,6 +8,8 @@
 //!   [`ServerConfig`]; it returns after its shutdown future completes and requests in flight
 //!   have been answered, so the caller can then flush and mark the array clean.
 //!   [`serve_exports`] serves a set of [`Exports`] that grows and shrinks while it serves.
+//! - [`qos`]: latency targets between exports ([`QosGroup`], [`QosClass`]), enforced at each
+//!   request's admission.
 //! - [`Counted`]: an export filter counting each request as the client sent it
 //!   (`iostats::IoCounters`).
 //!
@@ -30,11 +32,13 @@ pub use nbd_codec as codec;
 mod counted;
 mod errno;
 mod export;
+pub mod qos;
 mod server;
 
 pub use counted::Counted;
 pub use errno::nbd_errno;
 pub use export::{Export, StatusExtent};
+pub use qos::{QosClass, QosGroup, QosSnapshot};
 pub use server::{
     serve, serve_exports, AddError, Address, ConfigError, Exports, Listener, Removed, ServerConfig,
     Stream, Tls, TlsError, TlsMode, MAX_EXPORTS, MAX_OPTION_BYTES, MIN_OPTION_BYTES,

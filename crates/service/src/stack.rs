@@ -127,6 +127,7 @@ impl ArrayStack {
             volume,
             journal: journal_section(journal.status(), volatile.as_ref()),
             cache: cache.upgrade().map(|c| c.inner().stats()),
+            qos: None,
         }))
     }
 

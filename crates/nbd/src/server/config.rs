@@ -1,10 +1,12 @@
 //! Server limits and identity.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::tls::Tls;
 use crate::codec::consts::MAX_STRING_BYTES;
+use crate::qos::QosClass;
 
 /// Configuration of [`serve`](super::serve). Every resource has a bound here.
 #[derive(Debug, Clone)]
@@ -53,6 +55,9 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// TLS (STARTTLS) for clients, optional or required; `None`: STARTTLS is refused.
     pub tls: Option<Tls>,
+    /// The export's class in a [`QosGroup`](crate::QosGroup) (its latency target, or the
+    /// throttle it gets while another export misses its target); `None`: never throttled.
+    pub qos: Option<Arc<QosClass>>,
 }
 
 impl Default for ServerConfig {
@@ -75,6 +80,7 @@ impl Default for ServerConfig {
             reply_timeout: Some(Duration::from_secs(60)),
             shutdown_grace: Duration::from_secs(60),
             tls: None,
+            qos: None,
         }
     }
 }

@@ -43,6 +43,7 @@ use super::request::{self, Command, Session};
 use super::shared::Shared;
 use crate::codec::consts::*;
 use crate::codec::Request;
+use crate::qos::Admitted;
 
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
@@ -150,6 +151,8 @@ enum Next<'a> {
         payload: Buffer,
         /// A write's buffer budget, taken before its payload was read.
         budget: Option<Permit<'a>>,
+        /// The export's QoS admission, taken before the payload was read.
+        admitted: Option<Admitted<'a>>,
     },
     /// A refused request (its payload skipped): the error reply to send.
     Refused(Vec<u8>),
@@ -333,9 +336,15 @@ impl Conn {
                     command,
                     payload,
                     budget,
+                    admitted,
                 } => {
                     self.took_request();
                     self.work(request, command, payload, budget);
+                    if let Some(admitted) = admitted {
+                        // After the reply: the latency a protected export records, and the
+                        // pause a throttled one takes (its slot held, its client waiting).
+                        admitted.finish();
+                    }
                     self.finished_request();
                 }
             }
@@ -415,6 +424,9 @@ impl Conn {
                 return Ok(Next::Refused(head));
             }
         };
+        // A throttled export's request waits here, before its payload is read: its connection
+        // reads nothing more meanwhile, so its client is held back too.
+        let admitted = self.shared.config.qos.as_ref().map(|class| class.admit());
         let (payload, budget) = match command {
             Command::Write { length, .. } => {
                 // Within the buffer budget before the bytes arrive (pushes back on reading).
@@ -433,6 +445,7 @@ impl Conn {
             command,
             payload,
             budget,
+            admitted,
         })
     }
 

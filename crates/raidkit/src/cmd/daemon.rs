@@ -180,6 +180,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             log: Arc::clone(&log),
             runtime: runtime.handle().clone(),
             limits: ClientLimits::of_daemon(&config.daemon),
+            qos: nbd::QosGroup::new(),
         });
         arrays.on_taken_over(taken);
         arrays.know_peers(&config.arrays);

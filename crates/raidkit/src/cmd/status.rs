@@ -10,7 +10,7 @@ use crate::admin_client::{decode_statuses, Client};
 use crate::progress::{follow_with, task_line};
 use crate::units::human_bytes;
 use admin::mdstat::sync_summary;
-use admin::status::{wire_name, JournalSection, Status};
+use admin::status::{wire_name, JournalSection, QosSection, Status};
 
 /// Show a running array's state (asks `raidkit serve --admin PATH`, or the daemon's).
 ///
@@ -233,6 +233,9 @@ pub fn render(status: &Status) -> String {
     if let Some(c) = &status.cache {
         out += &cache_line(c);
     }
+    if let Some(q) = &status.qos {
+        out += &qos_line(q);
+    }
     if let Some(scrub) = &s.last_scrub {
         out += &scrub_report(scrub);
     }
@@ -292,6 +295,45 @@ fn journal_line(j: &JournalSection) -> String {
         );
     }
     line + "\n"
+}
+
+/// The daemon's QoS of the array: its latency target and how it is met, and whether (how
+/// hard) it is throttled for another array's target.
+fn qos_line(q: &QosSection) -> String {
+    let mut line = "  qos:".to_string();
+    if let Some(target) = q.latency_target_us {
+        line += &format!(" latency target {target} µs");
+        if let (Some(n), Some(over)) = (q.last_window_requests, q.last_window_over_target) {
+            line += &format!(" (last window: {over} of {n} requests over it)");
+        }
+        line += &format!(", missed in {} windows;", q.windows_missed);
+    }
+    if q.throttle_level == 0 {
+        line += " not throttled";
+    } else {
+        let at_once = match q.max_in_flight {
+            Some(1) => "1 request at a time".to_string(),
+            Some(n) => format!("{n} requests at a time"),
+            None => "no limit on requests at a time".to_string(),
+        };
+        line += &format!(
+            " THROTTLED for another array's latency target, level {} of {} ({at_once}",
+            q.throttle_level, q.max_level
+        );
+        if q.pause_factor > 0 {
+            line += &format!(
+                ", a pause of {}× each request's time after it",
+                q.pause_factor
+            );
+        }
+        line += ")";
+    }
+    line += &format!(
+        "; {} requests held back, {:.3} s in all\n",
+        q.throttled_requests,
+        q.throttled_us as f64 / 1e6
+    );
+    line
 }
 
 fn cache_line(c: &CacheStats) -> String {
@@ -428,6 +470,7 @@ mod tests {
             },
             journal: None,
             cache: None,
+            qos: None,
         }
     }
 
@@ -566,6 +609,55 @@ mod tests {
         assert!(!text.contains("VOLATILE"), "{text}");
         assert!(text.contains("4 applies under ring pressure"), "{text}");
         assert!(text.contains("read cache: off"), "{text}");
+    }
+
+    #[test]
+    fn renders_the_qos_of_a_protected_and_of_a_throttled_array() {
+        let mut status = bare("raid5", ArrayHealth::Active);
+        let protected = QosSection {
+            latency_target_us: Some(500),
+            throttle_level: 0,
+            max_level: 7,
+            max_in_flight: None,
+            pause_factor: 0,
+            throttled_requests: 0,
+            throttled_us: 0,
+            scale_downs: 0,
+            windows_missed: 4,
+            last_window_requests: Some(120),
+            last_window_over_target: Some(3),
+        };
+        status.qos = Some(protected.clone());
+        let text = render(&status);
+        assert!(
+            text.contains(
+                "  qos: latency target 500 µs (last window: 3 of 120 requests over it), missed \
+                 in 4 windows; not throttled; 0 requests held back, 0.000 s in all\n"
+            ),
+            "{text}"
+        );
+        status.qos = Some(QosSection {
+            latency_target_us: None,
+            throttle_level: 6,
+            max_in_flight: Some(1),
+            pause_factor: 3,
+            throttled_requests: 42,
+            throttled_us: 1_500_000,
+            last_window_requests: None,
+            last_window_over_target: None,
+            ..protected
+        });
+        let text = render(&status);
+        assert!(
+            text.contains(
+                "  qos: THROTTLED for another array's latency target, level 6 of 7 (1 request \
+                 at a time, a pause of 3× each request's time after it); 42 requests held \
+                 back, 1.500 s in all\n"
+            ),
+            "{text}"
+        );
+        status.qos = None;
+        assert!(!render(&status).contains("qos"));
     }
 
     #[test]

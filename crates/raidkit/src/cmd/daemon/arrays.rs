@@ -6,8 +6,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use admin::server::Arrays;
+use admin::status::QosSection;
 use alerts::Alerter;
 use anyhow::{anyhow, Context};
 use config::ArrayConfig;
@@ -42,8 +44,9 @@ live_keys!(
     /// (`Volume::set_speed_limits`), the fault policy's read-error count and window
     /// (`Volume::set_fault_policy`), the RAID 5/6 partial-stripe wait (`Volume::set_gather_wait`),
     /// the write-mostly members (`Volume::set_write_mostly`),
-    /// and the scrub schedule and background window (the scheduler follows the new plan from now:
-    /// the next run counts from the reload, the window is applied at once).
+    /// the scrub schedule and background window (the scheduler follows the new plan from now:
+    /// the next run counts from the reload, the window is applied at once), and the QoS latency
+    /// target (`nbd::QosClass::set_target`: judged from the next window on).
     /// The others are fixed when the array starts: its members, spares and journal, how members
     /// are opened (`io_timeout_secs` is also each remote member's client deadline), the read cache
     /// and its read-ahead threads, the export's name, listener and buffer budget, read-only.
@@ -55,6 +58,7 @@ live_keys!(
     write_mostly,
     scrub_schedule,
     background_window,
+    latency_target_us,
 );
 
 /// Told the name of an array another process took over (its members are fenced already), from
@@ -100,6 +104,8 @@ struct Served {
     config: ArrayConfig,
     array: RunningArray,
     exports: Arc<nbd::Exports>,
+    /// Its class in the daemon's QoS group (also in its export's server configuration).
+    qos: Arc<nbd::QosClass>,
 }
 
 /// What every array of the set is hooked into while it is served.
@@ -116,6 +122,9 @@ pub(super) struct Services {
     /// `[daemon]`'s client limits as the daemon started with them (requests in flight per
     /// connection is each export's).
     pub limits: ClientLimits,
+    /// Every array's export is a class of this group: the arrays' latency targets and the
+    /// throttle of the others while one is missed (`nbd::qos`).
+    pub qos: Arc<nbd::QosGroup>,
 }
 
 /// The arrays the daemon serves, by name; see the module documentation.
@@ -180,6 +189,7 @@ impl ArraySet {
         volume
             .set_write_mostly(&opts.stack.write_mostly)
             .with_context(|| format!("array {name:?}: write_mostly"))?;
+        served.qos.set_target(latency_target(&config));
         let plan = super::scrub_plan(&config);
         if plan != super::scrub_plan(&served.config) {
             self.services.scheduler.forget(volume);
@@ -205,13 +215,17 @@ impl ArraySet {
         let volume = Arc::clone(array.volume());
         let export = a.export_name().to_string();
         let limits = &self.services.limits;
-        let server = serve::server_config(
-            export.clone(),
-            &volume,
-            a.read_only,
-            buffer_memory(a),
-            limits,
-        );
+        let qos = self.services.qos.join(latency_target(a));
+        let server = nbd::ServerConfig {
+            qos: Some(Arc::clone(&qos)),
+            ..serve::server_config(
+                export.clone(),
+                &volume,
+                a.read_only,
+                buffer_memory(a),
+                limits,
+            )
+        };
         if let Err(e) = exports.add(array.stack().export(), server) {
             let not_served = anyhow!(e).context(format!("serving export {export:?}"));
             return Err(match close(array) {
@@ -219,11 +233,15 @@ impl ArraySet {
                 Err(closing) => not_served.context(format!("then closing it: {closing:#}")),
             });
         }
-        let control = array.stack().control(
-            open_options(a),
-            remote_options(a),
-            Arc::clone(&self.services.log),
-        );
+        let class = Arc::clone(&qos);
+        let control = array
+            .stack()
+            .control(
+                open_options(a),
+                remote_options(a),
+                Arc::clone(&self.services.log),
+            )
+            .with_qos(Box::new(move || qos_section(&class.snapshot())));
         self.services.admin.insert(&name, Arc::new(control));
         let watch = WatchOptions {
             name: name.clone(),
@@ -252,6 +270,7 @@ impl ArraySet {
                 config: a.clone(),
                 array,
                 exports,
+                qos,
             },
         );
         Ok(())
@@ -309,6 +328,28 @@ impl ArraySet {
             }
         }
         failed
+    }
+}
+
+/// The latency target of `a` (`latency_target_us`).
+fn latency_target(a: &ArrayConfig) -> Option<Duration> {
+    (a.latency_target_us.as_ref()).map(|us| Duration::from_micros(*us.get_ref()))
+}
+
+/// The status's QoS section of a class.
+fn qos_section(s: &nbd::QosSnapshot) -> QosSection {
+    QosSection {
+        latency_target_us: s.latency_target.map(|t| t.as_micros() as u64),
+        throttle_level: s.level as u32,
+        max_level: nbd::qos::controller::MAX_LEVEL as u32,
+        max_in_flight: s.max_in_flight,
+        pause_factor: s.pause_factor,
+        throttled_requests: s.throttled_requests,
+        throttled_us: s.throttled.as_micros() as u64,
+        scale_downs: s.scale_downs,
+        windows_missed: s.windows_missed,
+        last_window_requests: s.last_window.map(|w| w.samples),
+        last_window_over_target: s.last_window.map(|w| w.over),
     }
 }
 

@@ -328,7 +328,7 @@ fn bitmap_for(
 /// Files (hole punch) and RAM members (disk models too: their trim costs no media time) are
 /// zeroed instantly; block devices and remote members
 /// may not be.
-fn cheap_to_zero(member: &dyn Member) -> bool {
+pub(crate) fn cheap_to_zero(member: &dyn Member) -> bool {
     member::ram_spec(member.name()) || std::fs::metadata(member.name()).is_ok_and(|m| m.is_file())
 }
 
@@ -437,7 +437,7 @@ fn geometry_for(
 }
 
 /// Refuses a member that carries any raidkit superblock or non-zero bytes in its first MiB.
-fn check_unused(member: &dyn Member) -> Result<(), CreateError> {
+pub(crate) fn check_unused(member: &dyn Member) -> Result<(), CreateError> {
     let in_use = |reason: String| CreateError::InUse {
         name: member.name().to_string(),
         reason,

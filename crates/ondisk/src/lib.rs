@@ -32,6 +32,7 @@ pub mod badblocks;
 pub mod bitmap;
 mod create;
 mod duplicate;
+mod grow;
 mod journal_ref;
 pub mod metadata;
 pub mod owner;
@@ -47,6 +48,7 @@ pub use bitmap::{
 };
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use duplicate::{describe_duplicate, find_duplicate, same_member};
+pub use grow::{grow_add_linear, grow_size_max, GrowError, GrowReport, NewSpace};
 pub use journal_ref::{
     freshest_superblock, rewrite_superblocks, set_journal_ref, SetJournalRefError,
 };

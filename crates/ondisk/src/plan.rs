@@ -370,7 +370,11 @@ fn freshest(found: &[(String, Superblock)]) -> usize {
     index.unwrap_or(0)
 }
 
-/// Fields that never change after creation must be the same on every member.
+/// Fields that never change after creation must be the same on every member; the size
+/// fields a grow changes (member count, array size, the roles' data sizes: `ondisk::grow`,
+/// with events + 1) must be the same on every member as current as the freshest. A member
+/// behind may hold the size before a grow (a crash in the middle of one): it is judged by its
+/// events (`assign_roles`), and assembly uses the freshest superblock's sizes.
 fn check_agrees(
     name: &str,
     sb: &Superblock,
@@ -378,19 +382,29 @@ fn check_agrees(
 ) -> Result<(), AssembleError> {
     let r = &reference.1;
     type Field = fn(&Superblock) -> String;
-    let fields: [(&'static str, Field); 8] = [
-        ("level", |s| s.level.to_string()),
-        ("layout", |s| s.layout.to_string()),
-        ("chunk_bytes", |s| s.chunk_bytes.to_string()),
-        ("member_count", |s| s.member_count.to_string()),
-        ("array_size_bytes", |s| s.array_size_bytes.to_string()),
-        ("data_offset_bytes", |s| s.data_offset_bytes.to_string()),
-        ("ctime_secs", |s| s.ctime_secs.to_string()),
-        ("feature_incompat", |s| s.feature_incompat.to_string()),
+    let fields: [(&'static str, Field, bool); 8] = [
+        ("level", |s| s.level.to_string(), false),
+        ("layout", |s| s.layout.to_string(), false),
+        ("chunk_bytes", |s| s.chunk_bytes.to_string(), false),
+        ("member_count", |s| s.member_count.to_string(), true),
+        ("array_size_bytes", |s| s.array_size_bytes.to_string(), true),
+        (
+            "data_offset_bytes",
+            |s| s.data_offset_bytes.to_string(),
+            false,
+        ),
+        ("ctime_secs", |s| s.ctime_secs.to_string(), false),
+        (
+            "feature_incompat",
+            |s| s.feature_incompat.to_string(),
+            false,
+        ),
     ];
+    let current = sb.events == r.events;
     let differs = fields
         .into_iter()
-        .map(|(field, value)| (field, value(sb), value(r)))
+        .filter(|(_, _, grows)| current || !grows)
+        .map(|(field, value, _)| (field, value(sb), value(r)))
         .find(|(_, found, expected)| found != expected);
     if let Some((field, found, expected)) = differs {
         return Err(AssembleError::Disagree {
@@ -419,7 +433,10 @@ fn check_role_identity(
         expected,
         reference: reference.0.clone(),
     };
-    let count = r.member_count as usize;
+    let count = match sb.events == r.events {
+        true => r.member_count as usize,
+        false => 0,
+    };
     for role in 0..count {
         let (mine, theirs) = (sb.roles[role].data_bytes, r.roles[role].data_bytes);
         if mine != theirs {
@@ -466,6 +483,16 @@ fn assign_roles(
             continue;
         };
         let role = role as usize;
+        if role >= plan.roles.len() {
+            // Only a member behind can differ in member count (check_agrees): one whose role
+            // the freshest table does not have is no member of the array as it is now.
+            plan.warnings.push(format!(
+                "member {name}: role {role} is past the array's {} roles (events {} < {max_events}); left out",
+                plan.roles.len(),
+                sb.events
+            ));
+            continue;
+        }
         let holder = plan.superblock.roles[role].member_uuid;
         if sb.member_uuid != holder {
             // A former member (replaced, or rebuilt onto another): the freshest role table

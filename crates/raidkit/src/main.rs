@@ -46,6 +46,7 @@ enum Command {
     Add(cmd::manage::AddArgs),
     Replace(cmd::manage::ReplaceArgs),
     Scrub(cmd::manage::ScrubArgs),
+    Grow(cmd::grow::Args),
     #[command(name = "speed-limit")]
     SpeedLimit(cmd::manage::SpeedArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
@@ -73,6 +74,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Add(args) => cmd::manage::add(args),
         Command::Replace(args) => cmd::manage::replace(args),
         Command::Scrub(args) => cmd::manage::scrub(args),
+        Command::Grow(args) => cmd::grow::run(args),
         Command::SpeedLimit(args) => cmd::manage::speed(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;

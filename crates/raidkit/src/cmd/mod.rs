@@ -3,6 +3,7 @@
 pub mod create;
 pub mod daemon;
 pub mod examine;
+pub mod grow;
 pub mod iostat;
 pub mod journal;
 pub mod key;

@@ -9,7 +9,8 @@
 #                    prometheus-node-exporter (reads the mdstat file in test_mdstat.py),
 #                    python3-matplotlib (bench/plot.py's charts; test_bench_plot.py),
 #                    gnutls-bin (certtool: the certificates of test_tls.py),
-#                    make (cargo-afl's build of AFL++)
+#                    make (cargo-afl's build of AFL++),
+#                    fonts-dejavu-core (the text of `raidkit bench --plot`; test_bench.py)
 #   Rust toolchain:  rustup (stable), only when cargo is missing or older than rust-version.
 #   cargo-afl:       the fuzz targets' AFL++ (scripts/fuzz.sh, docs/FUZZING.md); installing it
 #                    builds AFL++ for the installed toolchain.
@@ -40,12 +41,15 @@ PROBES=(
   "py:matplotlib:python3-matplotlib"
   "certtool:gnutls-bin"
   "make:make"
+  "file:/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf:fonts-dejavu-core"
 )
 
 have() {
   local probe=$1
   if [[ $probe == py:* ]]; then
     [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c "import ${probe#py:}" 2>/dev/null
+  elif [[ $probe == file:* ]]; then
+    [[ -e ${probe#file:} ]]
   else
     command -v "$probe" >/dev/null 2>&1 || [[ -x /usr/sbin/$probe || -x /sbin/$probe ]]
   fi

@@ -32,6 +32,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     Create(cmd::create::Args),
+    Bench(Box<cmd::bench::Args>),
     Examine(cmd::examine::Args),
     Serve(Box<cmd::serve::Args>),
     Daemon(cmd::daemon::Args),
@@ -60,6 +61,7 @@ enum Command {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Create(args) => cmd::create::run(args),
+        Command::Bench(args) => cmd::bench::run(*args),
         Command::Examine(args) => cmd::examine::run(args),
         Command::Serve(args) => cmd::serve::run(*args),
         Command::Daemon(args) => cmd::daemon::run(args),

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod create;
 pub mod daemon;
 pub mod examine;

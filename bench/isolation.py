@@ -6,11 +6,15 @@ same with B idle — both arrays served by one `raidkit daemon`, and, for compar
 processes over one file each (the reference: no RAID work at all, so what the machine itself
 gives — fio's flood and the kernel's copying compete for the same cores).
 
+With the daemon's QoS (`latency_target_us` on A, none on B: a row of its own, `--latency-target-us`),
+B is throttled while A's requests miss the target; the row prints what B was held back.
+
 Both arrays are RAID 5 over four sparse files in --dir (the page cache below: the figures are
 CPU and scheduling bound, which is where one array can take from another on a small machine).
 Rounds alternate idle and flooded measurements so drift hits both alike.
 
 Usage: bench/isolation.py [--runtime 10] [--rounds 3] [--size 256M] [--dir /var/tmp/raidkit-iso]
+                          [--latency-target-us 100] [--only LABEL-PART]
 Prints a markdown table (p50/p99 read latency of A, the flooded/idle ratio, B's write rate);
 the figures go in docs/PERFORMANCE.md ("Isolation between arrays").
 """
@@ -62,18 +66,30 @@ def measure(uri_a, uri_b, runtime, size, flood):
     return latency_us(job, "50.000000"), latency_us(job, "99.000000"), b_mbs
 
 
-def daemon_setup(dir_, size):
+def daemon_setup(dir_, size, latency_target_us=None):
     a, b = create(dir_, "a", size), create(dir_, "b", size)
     sock = dir_ / "nbd.sock"
     config = dir_ / "raidkit.toml"
     members = lambda files: "[" + ", ".join(f'"{f}"' for f in files) + "]"
+    target = f"latency_target_us = {latency_target_us}\n" if latency_target_us else ""
     config.write_text(f'[daemon]\nunix = "{sock}"\nadmin = "{dir_}/admin.sock"\n\n'
-                      f'[[array]]\nname = "a"\nmembers = {members(a)}\n\n'
+                      f'[[array]]\nname = "a"\nmembers = {members(a)}\n{target}\n'
                       f'[[array]]\nname = "b"\nmembers = {members(b)}\n')
     proc = Proc([raidkit_bin(), "daemon", "--config", str(config)], str(sock),
                 ready_line='serving "b"')
     uri = lambda name: f"nbd+unix:///{name}?socket={sock}"
     return [proc], uri("a"), uri("b")
+
+
+def qos_of(dir_, name):
+    """The daemon's QoS section of array `name` (None without a daemon)."""
+    admin = dir_ / "admin.sock"
+    if not admin.exists():
+        return None
+    out = subprocess.run([raidkit_bin(), "status", "--admin", str(admin), "--array", name,
+                          "--json"], check=True, capture_output=True, text=True).stdout
+    import json
+    return json.loads(out)["qos"]
 
 
 def separate_setup(dir_, size):
@@ -106,11 +122,23 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", default="256M")
     parser.add_argument("--dir", default="/var/tmp/raidkit-iso")
+    parser.add_argument("--latency-target-us", type=int, default=100,
+                        help="A's latency_target_us in the QoS row (the server's time per "
+                             "request, from admission to reply)")
+    parser.add_argument("--only", help="run only the rows whose label contains this")
     args = parser.parse_args()
     rows = []
-    setups = (("one raidkit daemon", daemon_setup), ("two raidkit serve processes", separate_setup),
+    target = args.latency_target_us
+    setups = (("one raidkit daemon", daemon_setup),
+              (f"one raidkit daemon, A latency_target_us = {target}",
+               lambda d, s: daemon_setup(d, s, target)),
+              ("two raidkit serve processes", separate_setup),
               ("two nbdkit file processes (reference)", nbdkit_setup))
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"on {os.cpu_count()} CPUs", flush=True)
     for label, setup in setups:
+        if args.only and args.only not in label:
+            continue
         dir_ = Path(args.dir)
         shutil.rmtree(dir_, ignore_errors=True)
         dir_.mkdir(parents=True)
@@ -123,8 +151,15 @@ def main():
                 idle.append(measure(uri_a, uri_b, args.runtime, args.size, flood=False))
                 flooded.append(measure(uri_a, uri_b, args.runtime, args.size, flood=True))
                 print(f"  {label} round {r + 1}: idle p99 {idle[-1][1]:.0f} us, "
-                      f"flooded p99 {flooded[-1][1]:.0f} us, B {flooded[-1][2]:.0f} MB/s",
-                      flush=True)
+                      f"flooded p99 {flooded[-1][1]:.0f} us, B {flooded[-1][2]:.0f} MB/s, "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
+            qos_b = qos_of(dir_, "b")
+            if qos_b and qos_b.get("throttle_level") is not None:
+                qos_a = qos_of(dir_, "a")
+                print(f"  {label}: B held back {qos_b['throttled_requests']} requests, "
+                      f"{qos_b['throttled_us'] / 1e6:.1f} s, throttled further "
+                      f"{qos_b['scale_downs']} times; A missed {qos_a['windows_missed']} "
+                      f"windows", flush=True)
             rows.append((label, median(i[0] for i in idle), median(i[1] for i in idle),
                          median(f[0] for f in flooded), median(f[1] for f in flooded),
                          median(f[2] for f in flooded)))

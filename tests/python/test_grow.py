@@ -12,7 +12,6 @@ import nbd
 import pytest
 
 from conftest import RAIDKIT_BIN, rng_for, run
-from test_encrypt import Array, arrays  # noqa: F401 (the fixture)
 
 MIB = 1 << 20
 SMALL = 8 * MIB

@@ -11,12 +11,25 @@ use layout::{Geometry, Level};
 use member::Member;
 use uuid::Uuid;
 
-use crate::bitmap::{read_image, BitmapRef, BITS_PER_BLOCK};
+use crate::bitmap::{
+    encode_area, put_bit, read_image, read_map_image, BitmapRef, BITS_BYTES_PER_BLOCK,
+    BITS_PER_BLOCK,
+};
 use crate::now_secs;
 use crate::superblock::{
     read_superblock, ArrayState, Role, RoleEntry, RoleState, Superblock, MAX_MEMBERS,
     SUPERBLOCK_OFFSET,
 };
+use crate::usedmap::{UsedMapRef, USED_REGIONS_MAX};
+
+/// The incompatible features whose metadata a grow keeps right: the bitmap and the used map
+/// (their region grows), the key area (the tweak is the array sector: unchanged), the
+/// bad-block lists (member offsets: unchanged). A feature added later is refused until grow
+/// learns it.
+const GROWS_WITH: u64 = crate::superblock::FEATURE_INCOMPAT_BITMAP
+    | crate::superblock::FEATURE_INCOMPAT_ENCRYPTED
+    | crate::superblock::FEATURE_INCOMPAT_USED_MAP
+    | crate::superblock::FEATURE_INCOMPAT_BAD_BLOCKS;
 
 /// Why a grow did not happen. Nothing was written unless the error is `Io` while writing.
 #[derive(Debug)]
@@ -150,6 +163,13 @@ fn read_array(members: &[Arc<dyn Member>]) -> Result<Read, GrowError> {
             )));
         }
     }
+    let unknown = fresh.feature_incompat & !GROWS_WITH;
+    if unknown != 0 {
+        return Err(refuse(format!(
+            "it uses features (incompatible bits {unknown:#x}) whose metadata grow does not \
+             resize yet"
+        )));
+    }
     if fresh.state != ArrayState::Clean {
         return Err(refuse(
             "it was not stopped cleanly (state dirty); start it, let its resync finish and \
@@ -225,6 +245,55 @@ fn bitmap_for(old: BitmapRef, size: u64) -> BitmapRef {
         region_bytes: region,
         ..old
     }
+}
+
+/// The used-regions map for an array of `size` bytes in the area `old` has: the same area, the
+/// region doubled until the area's bits cover the array (still whole sync units).
+fn used_map_for(old: UsedMapRef, size: u64) -> UsedMapRef {
+    let capacity = old.bytes / 4096 * BITS_PER_BLOCK;
+    let mut region = old.region_bytes;
+    while size.div_ceil(region) > capacity.min(USED_REGIONS_MAX) {
+        region *= 2;
+    }
+    UsedMapRef {
+        region_bytes: region,
+        ..old
+    }
+}
+
+/// The used-regions map of the array: the union of the role members' maps (a block that fails
+/// its check counts as all used), `regions` bits.
+fn read_used(
+    holders: &[&Arc<dyn Member>],
+    uuid: &Uuid,
+    at: &UsedMapRef,
+    regions: u64,
+) -> Result<Vec<u8>, GrowError> {
+    let mut union = vec![0u8; regions.div_ceil(8) as usize];
+    for m in holders {
+        let (image, _) = read_map_image(m.as_ref(), uuid, &at.area(), regions)
+            .map_err(io_err(m.name(), "read the used-regions map of"))?;
+        union.iter_mut().zip(&image).for_each(|(u, i)| *u |= i);
+    }
+    Ok(union)
+}
+
+/// Writes `image` as the used-regions map at `at` on every one of `holders`, then flushes them.
+fn write_used(
+    holders: &[&Arc<dyn Member>],
+    uuid: &Uuid,
+    at: &UsedMapRef,
+    image: &[u8],
+) -> Result<(), GrowError> {
+    let area = encode_area(uuid, &at.area(), image);
+    for m in holders {
+        m.write_at(&area, at.offset_bytes)
+            .map_err(io_err(m.name(), "write the used-regions map to"))?;
+    }
+    for m in holders {
+        m.flush().map_err(io_err(m.name(), "flush"))?;
+    }
+    Ok(())
 }
 
 /// Files (hole punch) and RAM members are zeroed instantly (as `create` judges).
@@ -334,6 +403,20 @@ pub fn grow_size_max(members: &[Arc<dyn Member>]) -> Result<GrowReport, GrowErro
         let from = fresh.resync_offset_bytes.unwrap_or(old_size).min(old_size);
         NewSpace::Resync { from }
     };
+    // The used-regions map (a bit per region that ever held data) keeps its area; when the
+    // region must grow, its bits change meaning: every bit is set (all used: safe under either
+    // region size) before the superblocks change, and the merged bits written after.
+    let role_members: Vec<&Arc<dyn Member>> = (0..count).map(|r| &members[holder(r)]).collect();
+    let uuid = fresh.array_uuid;
+    let used = match fresh.used_map {
+        Some(old) => {
+            let image = read_used(&role_members, &uuid, &old, old.regions(old_size))?;
+            let all = vec![0xFF; (old.bytes / 4096) as usize * BITS_BYTES_PER_BLOCK];
+            write_used(&role_members, &uuid, &old, &all)?;
+            Some((old, used_map_for(old, new_size), image))
+        }
+        None => None,
+    };
     let now = now_secs();
     let events = fresh.events + 1;
     let mut table = fresh.roles.clone();
@@ -357,10 +440,22 @@ pub fn grow_size_max(members: &[Arc<dyn Member>]) -> Result<GrowReport, GrowErro
             if let NewSpace::Resync { from } = new_space {
                 sb.set_resync_offset(Some(from));
             }
+            sb.set_used_map(used.as_ref().map(|(_, new, _)| *new));
             sb
         })
         .collect();
     write_all(members, &updated)?;
+    if let Some((old, new, image)) = used {
+        let factor = new.region_bytes / old.region_bytes;
+        let regions = new.regions(new_size);
+        let mut merged = vec![0u8; regions.div_ceil(8) as usize];
+        for r in 0..old.regions(old_size) {
+            if crate::bitmap::bit(&image, r) {
+                put_bit(&mut merged, r / factor, true);
+            }
+        }
+        write_used(&role_members, &uuid, &new, &merged)?;
+    }
     Ok(GrowReport {
         array,
         old_size,
@@ -600,6 +695,57 @@ mod tests {
                 <= bitmap.bytes / 4096 * BITS_PER_BLOCK
         );
         refused(grow_size_max(&members), "already uses all the room");
+    }
+
+    #[test]
+    fn the_used_map_keeps_its_area_and_its_used_regions_when_its_region_doubles() {
+        let dir = tempfile::tempdir().unwrap();
+        // Sparse files: RAID 5 of 3 x 127 MiB data, 8 KiB stripes and 8 KiB regions: 32512
+        // regions, one block of map (32640 bits). Grown to 255 MiB each: the region doubles.
+        let paths = files(dir.path(), 3, 128 * MIB);
+        let mut opts = CreateOptions::new(Level::Raid5, "u");
+        opts.chunk_bytes = 4096;
+        opts.used_region_bytes = Some(8192);
+        create(&open(&paths), &opts).unwrap();
+        let members = open(&paths);
+        let sb = read_superblock(members[0].as_ref()).unwrap();
+        let old = sb.used_map.unwrap();
+        assert_eq!((old.region_bytes, old.bytes), (8192, 4096));
+        let regions = old.regions(sb.array_size_bytes);
+        let mut image = vec![0u8; regions.div_ceil(8) as usize];
+        for r in [5, 32000, 32511] {
+            put_bit(&mut image, r, true);
+        }
+        // Region 7 is used on one member only: the union counts.
+        let mut one = image.clone();
+        put_bit(&mut one, 7, true);
+        for (i, m) in members.iter().enumerate() {
+            let bits = if i == 1 { &one } else { &image };
+            m.write_at(
+                &encode_area(&sb.array_uuid, &old.area(), bits),
+                old.offset_bytes,
+            )
+            .unwrap();
+        }
+        drop(members);
+        resize(&paths, 256 * MIB);
+        let members = open(&paths);
+        let report = grow_size_max(&members).unwrap();
+        assert_eq!(report.new_size, 2 * 255 * MIB);
+        let sb = assembled(&members).superblock;
+        let new = sb.used_map.unwrap();
+        assert_eq!((new.offset_bytes, new.bytes), (old.offset_bytes, old.bytes));
+        assert_eq!(new.region_bytes, 16384);
+        let regions = new.regions(sb.array_size_bytes);
+        for m in &members {
+            let (bits, bad) =
+                read_map_image(m.as_ref(), &sb.array_uuid, &new.area(), regions).unwrap();
+            assert_eq!(bad, 0);
+            let set: Vec<u64> = (0..regions)
+                .filter(|r| crate::bitmap::bit(&bits, *r))
+                .collect();
+            assert_eq!(set, vec![2, 3, 16000, 16255], "{}", m.name());
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ refused with a message saying so.
 
 import os
 import subprocess
+import time
 
 import nbd
 import pytest
@@ -19,6 +20,7 @@ LARGE = 16 * MIB
 
 
 def size_of(array):
+    """The size a new NBD connection is told."""
     h = nbd.NBD()
     h.connect_uri(array.uri)
     size = h.get_size()
@@ -136,3 +138,74 @@ def test_what_is_not_built_is_refused_and_changes_nothing(tmp_path, arrays):
     r = subprocess.run([RAIDKIT_BIN, "grow", "--admin", str(array.admin), "--size", "max"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "running array is not built yet" in r.stderr, r.stderr
+
+
+def test_remote_members_get_the_new_part_resynced(tmp_path):
+    """Members that are not files (NBD exports here) cannot be zeroed cheaply: grow records a
+    resync offset at the old size and the next start resyncs the new part, whose old bytes
+    (different on each member) leave parity wrong until then."""
+    from test_faults import Array as RemoteArray, Nbdkit
+
+    kits = [Nbdkit(tmp_path, f"r{i}", size=SMALL) for i in range(3)]
+    array = RemoteArray(tmp_path, "rg", [k.uri for k in kits], extra=["--speed-min", "100M"])
+    try:
+        run([RAIDKIT_BIN, "create", "-l", "5", "-c", "64K", "-n", "rg",
+             *[str(k.image) for k in kits]])
+        for k in kits:
+            k.start()
+        array.start()
+        old = size_of(array)
+        data = rng_for("grow-remote").randbytes(old)
+        array_write(array, 0, data)
+        array.stop()
+        for i, k in enumerate(kits):
+            k.stop()
+            with open(k.image, "r+b") as f:
+                f.truncate(LARGE)
+                f.seek(SMALL + MIB)
+                f.write(rng_for(f"grow-remote-old-{i}").randbytes(2 * MIB))
+            k.start()
+        out = grow("--size", "max", *[k.uri for k in kits]).stdout
+        new = sizes("5", 3, LARGE)
+        assert "resynced in the background from array byte %d" % old in out, out
+        # RAID 5: the XOR of the members' data areas is zero where parity is right.
+        assert xor_of([k.image for k in kits], SMALL, LARGE) != 0, "the old bytes disagree"
+        array.start()
+        assert size_of(array) == new
+        deadline = time.monotonic() + 120
+        while True:
+            st = array.status()
+            if st["task"] is None and st["health"] not in ("resyncing", "rebuilding"):
+                break
+            assert time.monotonic() < deadline, st
+            time.sleep(0.2)
+        h = nbd.NBD()
+        h.connect_uri(array.uri)
+        assert h.pread(old, 0) == data
+        h.shutdown()
+        out = array.cli("scrub", "--wait").stdout
+        assert " 0 mismatches" in out, out
+        array.stop()
+        assert xor_of([k.image for k in kits], SMALL, LARGE) == 0, "the new part resynced"
+    finally:
+        array.cleanup()
+        for k in kits:
+            k.kill()
+
+
+def xor_of(paths, start, end):
+    """The XOR of the files' bytes [start, end), as an integer."""
+    acc = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            f.seek(start)
+            acc ^= int.from_bytes(f.read(end - start), "little")
+    return acc
+
+
+def array_write(array, offset, data):
+    h = nbd.NBD()
+    h.connect_uri(array.uri)
+    h.pwrite(data, offset)
+    h.flush()
+    h.shutdown()

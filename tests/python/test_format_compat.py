@@ -51,3 +51,31 @@ def test_raid5_with_a_bitmap_made_at_d7a2e12_opens_reads_scrubs_and_writes(tmp_p
     assert array.read(0, 26) == b"written by today's raidkit"
     assert json.loads(array.cli("status", "--json").stdout)["health"] == "degraded"
     array.stop()
+
+
+def test_raid5_made_at_d7a2e12_grows_with_larger_members(tmp_path, arrays):
+    """`raidkit grow --size max` (no new field, no feature bit) on the old array: the pattern
+    reads back, clients are told the larger size, parity is right (scrub)."""
+    import nbd
+
+    members = unpack(tmp_path, "v1-raid5-bitmap", ["m0", "m1", "m2", "m3"])
+    before = members[0].stat().st_size
+    examined = run([RAIDKIT_BIN, "examine", str(members[0])]).stdout
+    old_size = int(next(line.split()[2] for line in examined.splitlines()
+                        if line.strip().startswith("array bytes")))
+    for m in members:
+        with open(m, "r+b") as f:
+            f.truncate(before + 4 * MIB)
+    out = run([RAIDKIT_BIN, "grow", "--size", "max", *map(str, members)]).stdout
+    assert "grown from" in out and "the new part was zeroed" in out, out
+    array = arrays(tmp_path, members).start()
+    h = nbd.NBD()
+    h.connect_uri(array.uri)
+    size = h.get_size()
+    h.shutdown()
+    assert size == old_size + 3 * 4 * MIB, (size, old_size)  # 3 data members, 4 MiB more each
+    assert array.read(MIB, len(RAID5_PATTERN)) == RAID5_PATTERN
+    assert array.read(size - 4096, 4096) == bytes(4096)
+    scrubbed = array.cli("scrub", "--wait", timeout=120).stdout
+    assert " 0 mismatches" in scrubbed, scrubbed
+    array.stop()

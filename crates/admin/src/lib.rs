@@ -12,6 +12,8 @@
 //!   volume's status with the journal and read-cache sections the front end fills in.
 //! - [`pages`]: [`pages::Pages`], what answers the metrics listener's other paths (the web
 //!   dashboard), with its plain request and response.
+//! - [`tcp`]: the same API on a TCP listener, only over TLS and only with the operator's
+//!   [`token::Token`] (`Authorization: Bearer`).
 //! - [`metrics`]: the Prometheus text exposition of the arrays' snapshots and its HTTP
 //!   listener (`GET /metrics`), bounded like the admin socket.
 //! - [`stats`]: [`stats::Snapshot`], what `GET /v1/stats` serves: the I/O counters of the
@@ -32,6 +34,8 @@ pub mod pages;
 pub mod server;
 pub mod stats;
 pub mod status;
+pub mod tcp;
+pub mod token;
 
 /// Where the admin service's lines for the operator go (`raidkit serve`: stderr).
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;

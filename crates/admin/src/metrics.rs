@@ -485,7 +485,17 @@ pub async fn serve(
             Arc::clone(&log),
         )
     };
-    crate::server::accept_bounded(accept, CONNECTIONS_MAX, "metrics", &log, shutdown, served).await;
+    let refuse = crate::server::refuse_busy;
+    crate::server::accept_bounded(
+        accept,
+        CONNECTIONS_MAX,
+        "metrics",
+        &log,
+        shutdown,
+        served,
+        refuse,
+    )
+    .await;
     Ok(())
 }
 

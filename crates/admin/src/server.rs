@@ -277,24 +277,43 @@ pub async fn serve(
 ) -> io::Result<()> {
     let listener = tokio::net::UnixListener::from_std(socket.listener.try_clone()?)?;
     let accept = || async { listener.accept().await.map(|(stream, _)| stream) };
-    let served = |stream| serve_connection(stream, Arc::clone(&arrays), Arc::clone(&log));
-    accept_bounded(accept, CONNECTIONS_MAX, "admin", &log, shutdown, served).await;
+    let served = |stream| {
+        let arrays = Arc::clone(&arrays);
+        let log = Arc::clone(&log);
+        async move {
+            let service = move |req| handle(req, Arc::clone(&arrays));
+            serve_http(stream, service, &log).await
+        }
+    };
+    accept_bounded(
+        accept,
+        CONNECTIONS_MAX,
+        "admin",
+        &log,
+        shutdown,
+        served,
+        refuse_busy,
+    )
+    .await;
     Ok(())
 }
 
-/// Accepts connections until `shutdown`, at most `max` served at once (more are answered 503
-/// naming `what` and closed), each served by `serve` on a task of its own.
-pub(crate) async fn accept_bounded<S, A, F>(
+/// Accepts connections until `shutdown`, at most `max` served at once (more are handed to
+/// `refuse` with a message naming `what` and the bound), each served by `serve` on a task of
+/// its own.
+pub(crate) async fn accept_bounded<S, A, F, R>(
     accept: impl Fn() -> A,
     max: usize,
     what: &str,
     log: &Log,
     shutdown: impl Future<Output = ()>,
     serve: impl Fn(S) -> F,
+    refuse: impl Fn(S, String) -> R,
 ) where
     A: Future<Output = io::Result<S>>,
-    S: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: Send + 'static,
     F: Future<Output = ()> + Send + 'static,
+    R: Future<Output = ()> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(max));
     tokio::pin!(shutdown);
@@ -312,7 +331,7 @@ pub(crate) async fn accept_bounded<S, A, F>(
         };
         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
             let busy = format!("too many {what} connections (at most {max})");
-            tokio::spawn(refuse_busy(stream, busy));
+            tokio::spawn(refuse(stream, busy));
             continue;
         };
         let served = serve(stream);
@@ -323,8 +342,15 @@ pub(crate) async fn accept_bounded<S, A, F>(
     }
 }
 
-async fn serve_connection(stream: tokio::net::UnixStream, arrays: Arc<Arrays>, log: Log) {
-    let service = service_fn(move |req| handle(req, Arc::clone(&arrays)));
+/// Serves the HTTP/1.1 requests of one admin connection with `service`, bounded in header
+/// time, buffer size and the connection's life.
+pub(crate) async fn serve_http<IO, S, F>(stream: IO, service: S, log: &Log)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: Fn(HttpRequest<Incoming>) -> F + Send + 'static,
+    F: Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    let service = service_fn(service);
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -351,7 +377,7 @@ pub(crate) async fn refuse_busy(mut stream: impl tokio::io::AsyncWrite + Unpin, 
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes())).await;
 }
 
-async fn handle(
+pub(crate) async fn handle(
     req: HttpRequest<Incoming>,
     arrays: Arc<Arrays>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {

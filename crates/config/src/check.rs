@@ -158,6 +158,7 @@ impl Checker<'_> {
         if let Some(metrics) = &daemon.metrics {
             self.address(metrics, "daemon.metrics");
         }
+        self.admin_listener(daemon);
         if let (Some(token), None) = (&daemon.dashboard_token_file, &daemon.metrics) {
             self.at(
                 token.span(),
@@ -186,6 +187,44 @@ impl Checker<'_> {
             _ => {}
         }
         self.client_limits(daemon);
+    }
+
+    /// The TCP admin listener starts only with TLS and a token; either without it is a mistake.
+    fn admin_listener(&mut self, daemon: &Daemon) {
+        let (certificates, token) = (&daemon.admin_tls_certificates, &daemon.admin_token_file);
+        let Some(listen) = &daemon.admin_listen else {
+            let set = [
+                (
+                    "daemon.admin_tls_certificates",
+                    certificates.as_ref().map(|c| c.span()),
+                ),
+                ("daemon.admin_token_file", token.as_ref().map(|t| t.span())),
+            ];
+            for (key, span) in set {
+                if let Some(span) = span {
+                    let message = "only the TCP admin listener uses it: set daemon.admin_listen \
+                                   too, or remove it"
+                        .to_string();
+                    self.at(span, key, message);
+                }
+            }
+            return;
+        };
+        self.address(listen, "daemon.admin_listen");
+        if certificates.is_none() {
+            let message = "the TCP admin listener speaks TLS only: set \
+                           daemon.admin_tls_certificates to a directory with server-cert.pem and \
+                           server-key.pem"
+                .to_string();
+            self.at(listen.span(), "daemon.admin_listen", message);
+        }
+        if token.is_none() {
+            let message = "the TCP admin listener needs a token: set daemon.admin_token_file \
+                           to a file only its owner can read (umask 077; head -c 24 \
+                           /dev/urandom | base64 > FILE)"
+                .to_string();
+            self.at(listen.span(), "daemon.admin_listen", message);
+        }
     }
 
     /// The NBD client limits' ranges (serve's flags of the same names).

@@ -42,6 +42,14 @@ pub struct Daemon {
     pub unix: Option<Spanned<PathBuf>>,
     /// The admin API's Unix socket (`raidkit status --admin`, `fail`, `add`, ...).
     pub admin: Option<Spanned<PathBuf>>,
+    /// The admin API on TCP (`HOST:PORT`), for operators on other machines: TLS only, with
+    /// `admin_tls_certificates`, and only for requests with the token of `admin_token_file`.
+    pub admin_listen: Option<Spanned<String>>,
+    /// The TCP admin listener's certificates (server-cert.pem, server-key.pem; nbdkit's layout).
+    pub admin_tls_certificates: Option<Spanned<PathBuf>>,
+    /// The file holding the token every TCP admin request must carry (`Authorization: Bearer`;
+    /// readable by its owner only).
+    pub admin_token_file: Option<Spanned<PathBuf>>,
     /// The metrics and dashboard listener (`HOST:PORT`).
     pub metrics: Option<Spanned<String>>,
     /// The file the daemon keeps in exactly /proc/mdstat's format for its arrays, for the

@@ -336,6 +336,42 @@ fn values_out_of_range_are_refused() {
         "daemon.listen",
         "HOST:PORT",
     );
+    let admin_tcp = [
+        (
+            "admin_listen = \"0.0.0.0:9470\"",
+            "daemon.admin_listen",
+            "speaks TLS only",
+        ),
+        (
+            "admin_listen = \"0.0.0.0:9470\"",
+            "daemon.admin_listen",
+            "needs a token",
+        ),
+        (
+            "admin_listen = \"9470\"",
+            "daemon.admin_listen",
+            "HOST:PORT",
+        ),
+        (
+            "admin_tls_certificates = \"/etc/raidkit/tls\"",
+            "daemon.admin_tls_certificates",
+            "set daemon.admin_listen",
+        ),
+        (
+            "admin_token_file = \"/etc/raidkit/admin.token\"",
+            "daemon.admin_token_file",
+            "set daemon.admin_listen",
+        ),
+    ];
+    for (line, key, needle) in admin_tcp {
+        assert_problem(&format!("[daemon]\n{line}\n"), 2, key, needle);
+    }
+    let complete = "[daemon]\nadmin_listen = \"127.0.0.1:9470\"\nadmin_token_file = \"/t\"\n\
+                    admin_tls_certificates = \"/c\"\n";
+    let daemon = parse(complete)
+        .expect("a complete TCP admin listener")
+        .daemon;
+    assert_eq!(daemon.admin_listen.unwrap().get_ref(), "127.0.0.1:9470");
     assert_problem(
         "[daemon]\ndashboard_token_file = \"/etc/raidkit/dashboard.token\"\n",
         2,

@@ -6,7 +6,6 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,30 +13,13 @@ use common::*;
 use nbd::codec::consts::*;
 use nbd::codec::*;
 use nbd::{ServerConfig, Tls, TlsMode};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use rustls::pki_types::ServerName;
 
 const SIZE: usize = 4 << 20;
 
-/// A CA and a server certificate for "localhost" in nbdkit's layout under `dir`; returns the
-/// CA certificate (PEM) a client trusts.
-fn make_certificates(dir: &Path) -> String {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-    std::fs::write(dir.join("ca-cert.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("server-cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("server-key.pem"), key.serialize_pem()).unwrap();
-    ca.pem()
-}
-
 fn tls_server(mode: TlsMode) -> (Arc<MemExport>, TestServer, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let ca = make_certificates(dir.path());
+    let ca = testsupport::certificates::server_in(dir.path());
     let export = Arc::new(MemExport::new(SIZE));
     let config = ServerConfig {
         tls: Some(Tls::load(dir.path(), mode, false).unwrap()),
@@ -219,7 +201,7 @@ fn missing_certificates_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let err = Tls::load(dir.path(), TlsMode::Require, false).unwrap_err();
     assert!(err.to_string().contains("server-cert.pem"), "{err}");
-    make_certificates(dir.path());
+    testsupport::certificates::server_in(dir.path());
     std::fs::remove_file(dir.path().join("ca-cert.pem")).unwrap();
     Tls::load(dir.path(), TlsMode::Require, false).expect("no CA needed without verify-peer");
     let err = Tls::load(dir.path(), TlsMode::Require, true).unwrap_err();

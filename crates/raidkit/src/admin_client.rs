@@ -1,8 +1,11 @@
 //! The operator's side of the admin endpoint (the server is the `admin` crate): one HTTP
-//! request per call over the server's Unix socket, with errors that name the socket.
+//! request per call over the server's Unix socket, or over TLS to its TCP admin listener with
+//! the operator's token, with errors that name the socket or address.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -18,23 +21,116 @@ const REPLY_BYTES_MAX: usize = 16 << 20;
 /// Longest time one request may take (a wait request blocks at most `api::WAIT_SECS_MAX`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// A connection target: the admin socket of one `raidkit serve`.
+/// Where the admin API is: a Unix socket, or a TCP admin listener over TLS.
+enum Target {
+    Unix(PathBuf),
+    Tls(Box<TlsTarget>),
+}
+
+/// A TCP admin listener (`--admin https://HOST:PORT`) and what reaching it takes.
+struct TlsTarget {
+    /// As given, for messages.
+    url: String,
+    /// `HOST:PORT` to connect to.
+    address: String,
+    /// The name the server's certificate must carry.
+    name: rustls::pki_types::ServerName<'static>,
+    connector: tokio_rustls::TlsConnector,
+    /// `Bearer TOKEN`.
+    authorization: hyper::header::HeaderValue,
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Unix(path) => write!(f, "admin socket {}", path.display()),
+            Target::Tls(tls) => write!(f, "admin API {}", tls.url),
+        }
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// `https://HOST:PORT[/]` as `(HOST:PORT, HOST)` (brackets of an IPv6 host kept in the first,
+/// dropped in the second); `None` if `text` is not an https URL of that form.
+fn https_address(text: &str) -> Option<(String, String)> {
+    let rest = text.strip_prefix("https://")?.trim_end_matches('/');
+    let (host, port) = rest.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    (!bare.is_empty() && !rest.contains('/')).then(|| (rest.to_string(), bare.to_string()))
+}
+
+impl TlsTarget {
+    fn new(url: &str, token_file: Option<&Path>, ca: Option<&Path>) -> anyhow::Result<TlsTarget> {
+        let (address, host) = https_address(url).with_context(|| {
+            format!("--admin {url:?}: not https://HOST:PORT (or the path of a Unix socket)")
+        })?;
+        let ca = ca.with_context(|| {
+            format!(
+                "--admin {url} needs --admin-ca FILE, the CA certificate that signed the \
+                 server's (its --admin-tls-certificates DIR/ca-cert.pem)"
+            )
+        })?;
+        let token_file = token_file.with_context(|| {
+            format!("--admin {url} needs --admin-token-file FILE, the server's admin token")
+        })?;
+        let token = admin::token::Token::from_file(token_file, "the admin token file")
+            .map_err(anyhow::Error::msg)?;
+        let bearer = [b"Bearer ".as_slice(), token.expose()].concat();
+        let mut authorization = hyper::header::HeaderValue::from_bytes(&bearer)
+            .context("the admin token is not a valid HTTP header value")?;
+        authorization.set_sensitive(true);
+        let mut roots = rustls::RootCertStore::empty();
+        let layout = "--admin-ca is a PEM file with the CA certificate";
+        for cert in member::pem_certificates(ca, layout).map_err(anyhow::Error::msg)? {
+            (roots.add(cert))
+                .with_context(|| format!("unusable CA certificate in {}", ca.display()))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("TLS setup")?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from(host)
+            .with_context(|| format!("--admin {url}: the host is not a DNS name or address"))?;
+        Ok(TlsTarget {
+            url: url.to_string(),
+            address,
+            name,
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            authorization,
+        })
+    }
+}
+
+/// A connection target: the admin API of one `raidkit serve` or daemon.
 #[derive(Debug)]
 pub struct Client {
-    socket: PathBuf,
+    target: Target,
     /// The array a daemon serving several is asked about (`/v1/arrays/NAME/...`).
     array: Option<String>,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Client {
+    /// A client of the admin socket `socket`.
     pub fn new(socket: &Path, array: Option<&str>) -> anyhow::Result<Client> {
+        Client::to(Target::Unix(socket.to_path_buf()), array)
+    }
+
+    fn to(target: Target, array: Option<&str>) -> anyhow::Result<Client> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("starting the async runtime")?;
         Ok(Client {
-            socket: socket.to_path_buf(),
+            target,
             array: array.map(str::to_string),
             runtime,
         })
@@ -92,21 +188,16 @@ impl Client {
             }
             _ => path,
         };
-        let fut = send(&self.socket, method, path, body);
+        let target = &self.target;
+        let fut = send(target, method, path, body);
         let (status, bytes) = self
             .runtime
             .block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, fut).await })
             .map_err(|_| {
-                anyhow!(
-                    "admin socket {}: no reply to {method} {path} within {REQUEST_TIMEOUT:?}",
-                    self.socket.display()
-                )
+                anyhow!("{target}: no reply to {method} {path} within {REQUEST_TIMEOUT:?}")
             })??;
         let value: Value = serde_json::from_slice(&bytes).with_context(|| {
-            format!(
-                "admin socket {}: {method} {path}: the reply (HTTP {status}) is not JSON",
-                self.socket.display()
-            )
+            format!("{target}: {method} {path}: the reply (HTTP {status}) is not JSON")
         })?;
         if !(200..300).contains(&status) {
             let message = value
@@ -121,40 +212,73 @@ impl Client {
 }
 
 async fn send(
-    socket: &Path,
+    target: &Target,
     method: &str,
     path: &str,
     body: String,
 ) -> anyhow::Result<(u16, Bytes)> {
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach the admin socket {} (is `raidkit serve --admin {}` running?)",
-                socket.display(),
-                socket.display()
-            )
-        })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .with_context(|| format!("admin socket {}: HTTP handshake", socket.display()))?;
-    let driver = tokio::spawn(conn);
     let request = hyper::Request::builder()
         .method(method)
         .uri(path)
         .header(hyper::header::HOST, "raidkit")
-        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .header(hyper::header::CONTENT_TYPE, "application/json");
+    match target {
+        Target::Unix(socket) => {
+            let stream = tokio::net::UnixStream::connect(socket)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot reach the admin socket {} (is `raidkit serve --admin {}` \
+                         running?)",
+                        socket.display(),
+                        socket.display()
+                    )
+                })?;
+            exchange(target, stream, request, method, path, body).await
+        }
+        Target::Tls(tls) => {
+            let url = &tls.url;
+            let stream = tokio::net::TcpStream::connect(&tls.address)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot reach the admin API {url} (is a raidkit serve --admin-listen \
+                         or daemon admin_listen there?)"
+                    )
+                })?;
+            let stream = (tls.connector.connect(tls.name.clone(), stream).await)
+                .with_context(|| format!("admin API {url}: TLS handshake (is --admin-ca the CA that signed its certificate?)"))?;
+            let request = request.header(hyper::header::AUTHORIZATION, tls.authorization.clone());
+            exchange(target, stream, request, method, path, body).await
+        }
+    }
+}
+
+/// One HTTP/1.1 request over `stream`: the reply's status and body.
+async fn exchange(
+    target: &Target,
+    stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    request: hyper::http::request::Builder,
+    method: &str,
+    path: &str,
+    body: String,
+) -> anyhow::Result<(u16, Bytes)> {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .with_context(|| format!("{target}: HTTP handshake"))?;
+    let driver = tokio::spawn(conn);
+    let request = request
         .body(Full::new(Bytes::from(body)))
         .context("building the admin request")?;
     let response = sender
         .send_request(request)
         .await
-        .with_context(|| format!("admin socket {}: {method} {path}", socket.display()))?;
+        .with_context(|| format!("{target}: {method} {path}"))?;
     let status = response.status().as_u16();
     let bytes = Limited::new(response.into_body(), REPLY_BYTES_MAX)
         .collect()
         .await
-        .map_err(|e| anyhow!("admin socket {}: reading the reply: {e}", socket.display()))?
+        .map_err(|e| anyhow!("{target}: reading the reply: {e}"))?
         .to_bytes();
     driver.abort();
     Ok((status, bytes))
@@ -163,9 +287,18 @@ async fn send(
 /// The admin socket argument every command shares.
 #[derive(Debug, clap::Args)]
 pub struct Admin {
-    /// The admin socket of the server (`raidkit serve --admin PATH`, or the daemon's).
-    #[arg(long, value_name = "PATH")]
-    pub admin: PathBuf,
+    /// The admin socket of the server (`raidkit serve --admin PATH`, or the daemon's), or its
+    /// TCP admin listener as https://HOST:PORT (with --admin-token-file and --admin-ca).
+    #[arg(long, value_name = "PATH|URL")]
+    pub admin: String,
+
+    /// The token of a TCP admin listener (a file only its owner can read).
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// The CA certificate (PEM) that signed the TCP admin listener's certificate.
+    #[arg(long, value_name = "FILE")]
+    pub admin_ca: Option<PathBuf>,
 
     /// The array, when the server (a `raidkit daemon`) serves several.
     #[arg(long, value_name = "NAME")]
@@ -174,7 +307,24 @@ pub struct Admin {
 
 impl Admin {
     pub fn client(&self) -> anyhow::Result<Client> {
-        Client::new(&self.admin, self.array.as_deref())
+        let target = if self.admin.starts_with("https://") {
+            let (token, ca) = (self.admin_token_file.as_deref(), self.admin_ca.as_deref());
+            Target::Tls(Box::new(TlsTarget::new(&self.admin, token, ca)?))
+        } else if self.admin.starts_with("http://") {
+            anyhow::bail!(
+                "--admin {}: the TCP admin listener speaks TLS only: use https://",
+                self.admin
+            );
+        } else {
+            if self.admin_token_file.is_some() || self.admin_ca.is_some() {
+                anyhow::bail!(
+                    "--admin-token-file and --admin-ca are for a TCP admin listener \
+                     (--admin https://HOST:PORT); a Unix socket needs neither"
+                );
+            }
+            Target::Unix(PathBuf::from(&self.admin))
+        };
+        Client::to(target, self.array.as_deref())
     }
 
     /// Whether `--array` named one.
@@ -189,4 +339,32 @@ pub fn decode_statuses(all: serde_json::Value) -> anyhow::Result<BTreeMap<String
         anyhow::bail!("the server's reply has no \"arrays\": {all}");
     };
     serde_json::from_value(arrays).context("the server's statuses do not decode")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::https_address;
+
+    #[test]
+    fn https_admin_addresses() {
+        let ok = |text: &str, address: &str, host: &str| {
+            assert_eq!(
+                https_address(text),
+                Some((address.to_string(), host.to_string())),
+                "{text}"
+            );
+        };
+        ok("https://localhost:9470", "localhost:9470", "localhost");
+        ok("https://127.0.0.1:9470/", "127.0.0.1:9470", "127.0.0.1");
+        ok("https://[::1]:9470", "[::1]:9470", "::1");
+        for bad in [
+            "http://localhost:9470",
+            "https://localhost",
+            "https://:9470",
+            "https://localhost:x",
+            "https://localhost:9470/v1/status",
+        ] {
+            assert_eq!(https_address(bad), None, "{bad}");
+        }
+    }
 }

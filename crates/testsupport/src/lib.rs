@@ -1,7 +1,7 @@
 //! Test support shared by the workspace's integration tests: what a test does when a tool it
 //! needs (nbdkit, qemu-io, …) is missing, or when the machine cannot run it at all; seeded
 //! randomness ([`Rng`], [`seed`], [`seeds`], [`SeedGuard`]: `RAIDKIT_SEED` replays); NBD servers
-//! started on Unix sockets ([`server`]).
+//! started on Unix sockets ([`server`]); TLS certificates made in the test ([`certificates`]).
 //!
 //! A missing tool fails the test ([`require_tool`] panics with how to install it), so a test
 //! can never pass by not running. `RAIDKIT_ALLOW_MISSING_TOOLS=1` turns that into a skip for
@@ -23,6 +23,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+pub mod certificates;
 mod seeded;
 pub mod server;
 

@@ -101,6 +101,12 @@ impl Tls {
             verify_peer,
         })
     }
+
+    /// The acceptor of this configuration, for another TLS listener of the process with the
+    /// same certificates and rules (the admin API on TCP).
+    pub fn acceptor(&self) -> TlsAcceptor {
+        self.acceptor.clone()
+    }
 }
 
 /// Every certificate of a PEM file; an empty or missing file is an error naming it.

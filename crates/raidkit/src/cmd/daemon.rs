@@ -116,11 +116,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .as_ref()
         .map_or_else(|| PathBuf::from(ADMIN_DEFAULT), |p| p.get_ref().clone());
     let admin = bind_admin(&admin_path, &log)?;
+    let admin_tcp = (config.daemon.admin_listen.as_ref())
+        .map(|addr| {
+            serve::bind_admin_tcp(
+                addr.get_ref(),
+                config
+                    .daemon
+                    .admin_tls_certificates
+                    .as_ref()
+                    .map(|d| d.get_ref().as_path()),
+                config
+                    .daemon
+                    .admin_token_file
+                    .as_ref()
+                    .map(|f| f.get_ref().as_path()),
+            )
+        })
+        .transpose()?;
     let metrics = (config.daemon.metrics.as_ref())
         .map(|addr| serve::bind_metrics(addr.get_ref()))
         .transpose()?;
     let token = (config.daemon.dashboard_token_file.as_ref())
-        .map(|path| dashboard::token::Token::from_file(path.get_ref()))
+        .map(|path| {
+            dashboard::token::Token::from_file(path.get_ref(), dashboard::token::TOKEN_FILE)
+        })
         .transpose()
         .map_err(anyhow::Error::msg)?;
     let mdstat_path = config.daemon.mdstat_path(&admin_path);
@@ -211,6 +230,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             std::future::pending(),
         ))
     });
+    if let Some(tcp) = &admin_tcp {
+        serve::announce_admin_tcp(tcp)?;
+    }
+    let admin_tcp = admin_tcp.map(|tcp| {
+        let served = Arc::clone(&admin_arrays);
+        let log = Arc::clone(&log);
+        runtime.spawn(async move {
+            let result = admin::tcp::serve(&tcp, served, Arc::clone(&log), std::future::pending());
+            if let Err(e) = result.await {
+                log(&format!("TCP admin listener: {e}"));
+            }
+        })
+    });
     systemd(&[NotifyState::Ready, NotifyState::Status(&ready)]);
 
     let served = runtime.block_on(listeners.serve(
@@ -223,6 +255,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     systemd(&[NotifyState::Stopping]);
     if let Some(metrics) = metrics {
         metrics.abort();
+    }
+    if let Some(admin_tcp) = admin_tcp {
+        admin_tcp.abort();
     }
     drop(dashboard);
     drop(watchdog);

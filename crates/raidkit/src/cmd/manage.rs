@@ -167,7 +167,7 @@ pub fn scrub(args: ScrubArgs) -> anyhow::Result<()> {
     if !args.wait {
         println!(
             "`raidkit status --admin {}` shows its progress and report",
-            args.admin.admin.display()
+            args.admin.admin
         );
         return Ok(());
     }
@@ -179,7 +179,7 @@ pub fn scrub(args: ScrubArgs) -> anyhow::Result<()> {
         println!(
             "the scrub is paused ({why}); it goes on by itself when the window opens: \
              `raidkit status --admin {}` shows its progress and report",
-            args.admin.admin.display()
+            args.admin.admin
         );
         return Ok(());
     }

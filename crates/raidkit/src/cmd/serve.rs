@@ -152,6 +152,22 @@ pub struct Args {
     #[arg(long, value_name = "PATH", conflicts_with = "read_only")]
     admin: Option<PathBuf>,
 
+    /// Also serve the admin API on TCP HOST:PORT (a port alone is 127.0.0.1:PORT), for an
+    /// operator on another machine (`raidkit status --admin https://HOST:PORT`): TLS only
+    /// (--admin-tls-certificates) and only for requests with the token (--admin-token-file).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "read_only")]
+    admin_listen: Option<String>,
+
+    /// The TCP admin listener's certificates: DIR/server-cert.pem and DIR/server-key.pem
+    /// (nbdkit's layout, as --tls-certificates).
+    #[arg(long, value_name = "DIR", requires = "admin_listen")]
+    admin_tls_certificates: Option<PathBuf>,
+
+    /// The token every TCP admin request must carry (`Authorization: Bearer TOKEN`), in a file
+    /// only its owner can read: (umask 077; head -c 24 /dev/urandom | base64 > FILE).
+    #[arg(long, value_name = "FILE", requires = "admin_listen")]
+    admin_token_file: Option<PathBuf>,
+
     /// Serve Prometheus metrics (text format, `GET /metrics`) on TCP HOST:PORT; a port alone
     /// is 127.0.0.1:PORT. The address is bound as given: the metrics name the array and its
     /// members to whoever can reach it.
@@ -446,9 +462,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let admin_tcp = (args.admin_listen.as_deref())
+        .map(|addr| {
+            bind_admin_tcp(
+                addr,
+                args.admin_tls_certificates.as_deref(),
+                args.admin_token_file.as_deref(),
+            )
+        })
+        .transpose()?;
     let metrics = args.metrics.as_deref().map(bind_metrics).transpose()?;
     let token = (args.dashboard_token_file.as_deref())
-        .map(dashboard::token::Token::from_file)
+        .map(|p| dashboard::token::Token::from_file(p, dashboard::token::TOKEN_FILE))
         .transpose()
         .map_err(anyhow::Error::msg)?;
     // Listed in the mdstat file once assembled (the file is written first, empty).
@@ -475,9 +500,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         assert!(arrays.insert(volume.name(), Arc::new(control)));
         arrays
     };
-    let served_arrays = (admin.is_some() || metrics.is_some()).then(arrays);
+    let served_arrays = (admin.is_some() || admin_tcp.is_some() || metrics.is_some()).then(arrays);
     let admin_served = (admin.as_ref().zip(served_arrays.clone()))
         .map(|(socket, arrays)| (socket, arrays, Arc::clone(&log)));
+    let admin_tcp_served = (admin_tcp.as_ref().zip(served_arrays.clone()))
+        .map(|(tcp, arrays)| (tcp, arrays, Arc::clone(&log)));
     let metrics_served = metrics.zip(served_arrays);
     let dashboard = (metrics_served.as_ref())
         .map(|(_, arrays)| Arc::new(dashboard::Dashboard::start(Arc::clone(arrays), token)));
@@ -497,6 +524,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             )
         }),
         admin_served,
+        admin_tcp_served,
         metrics_served.map(|(listener, arrays)| (listener, arrays, Arc::clone(&log), pages)),
     ));
     drop(admin);
@@ -517,31 +545,62 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Binds the metrics listener at `text`: `HOST:PORT`, or a port alone on 127.0.0.1. Requests
-/// may address it by HOST when it is a name (`admin::metrics::host_allowed`).
-pub(crate) fn bind_metrics(text: &str) -> anyhow::Result<MetricsListener> {
-    let with_host;
+/// Binds the TCP listener for `what` at `text`: `HOST:PORT`, or a port alone on 127.0.0.1;
+/// also the host as written.
+fn bind_tcp(text: &str, what: &str) -> anyhow::Result<(std::net::TcpListener, String)> {
     let addr_text = match text.parse::<u16>() {
-        Ok(port) => {
-            with_host = format!("127.0.0.1:{port}");
-            with_host.as_str()
-        }
-        Err(_) => text,
+        Ok(port) => format!("127.0.0.1:{port}"),
+        Err(_) => text.to_string(),
     };
     let addr = addr_text
         .to_socket_addrs()
-        .with_context(|| format!("metrics address {text:?}: not HOST:PORT or a port"))?
+        .with_context(|| format!("{what} address {text:?}: not HOST:PORT or a port"))?
         .next()
-        .with_context(|| format!("metrics address {text:?}: the host has no address"))?;
+        .with_context(|| format!("{what} address {text:?}: the host has no address"))?;
     let socket = std::net::TcpListener::bind(addr)
-        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        .with_context(|| format!("cannot listen for {what} on {addr}"))?;
     socket
         .set_nonblocking(true)
-        .context("metrics listener: non-blocking mode")?;
+        .with_context(|| format!("{what} listener: non-blocking mode"))?;
     let host = addr_text
         .rsplit_once(':')
-        .map_or(addr_text, |(host, _)| host);
-    Ok(MetricsListener::new(socket, host))
+        .map_or(addr_text.as_str(), |(host, _)| host);
+    Ok((socket, host.to_string()))
+}
+
+/// Binds the metrics listener at `text`: `HOST:PORT`, or a port alone on 127.0.0.1. Requests
+/// may address it by HOST when it is a name (`admin::metrics::host_allowed`).
+pub(crate) fn bind_metrics(text: &str) -> anyhow::Result<MetricsListener> {
+    let (socket, host) = bind_tcp(text, "metrics")?;
+    Ok(MetricsListener::new(socket, &host))
+}
+
+/// Binds the TCP admin listener at `text` (as [`bind_metrics`]) with the certificates of
+/// `certificates` (nbdkit's layout) and the token of `token_file`; refuses without either.
+pub(crate) fn bind_admin_tcp(
+    text: &str,
+    certificates: Option<&std::path::Path>,
+    token_file: Option<&std::path::Path>,
+) -> anyhow::Result<admin::tcp::AdminTcp> {
+    let Some(certificates) = certificates else {
+        bail!(
+            "the TCP admin listener {text} speaks TLS only: give its certificates \
+             (--admin-tls-certificates DIR, [daemon] admin_tls_certificates: server-cert.pem and \
+             server-key.pem)"
+        );
+    };
+    let Some(token_file) = token_file else {
+        bail!(
+            "the TCP admin listener {text} needs a token (--admin-token-file FILE, [daemon] \
+             admin_token_file): make one with (umask 077; head -c 24 /dev/urandom | base64 > FILE)"
+        );
+    };
+    let tls = nbd::Tls::load(certificates, nbd::TlsMode::Require, false)
+        .context("the TCP admin listener's certificates")?;
+    let token = admin::token::Token::from_file(token_file, "the admin token file")
+        .map_err(anyhow::Error::msg)?;
+    let (socket, _) = bind_tcp(text, "the admin API")?;
+    admin::tcp::AdminTcp::new(socket, tls.acceptor(), token).context("the TCP admin listener")
 }
 
 /// Serves the metrics of `arrays` on `listener` (bound by [`bind_metrics`]) until `stop`.
@@ -761,6 +820,7 @@ async fn serve(
     endpoint: Endpoint,
     config: nbd::ServerConfig,
     admin: Option<(&AdminSocket, Arc<Arrays>, admin::Log)>,
+    admin_tcp: Option<(&admin::tcp::AdminTcp, Arc<Arrays>, admin::Log)>,
     metrics: Option<MetricsServed>,
 ) -> anyhow::Result<()> {
     let listener = match &endpoint {
@@ -786,6 +846,9 @@ async fn serve(
     if let Some((socket, _, _)) = &admin {
         eprintln!("raidkit: admin API on {}", socket.path().display());
     }
+    if let Some((tcp, _, _)) = &admin_tcp {
+        announce_admin_tcp(tcp)?;
+    }
     println!(
         "raidkit: serving \"{export_name}\" ({}) at {uri}",
         describe(volume)
@@ -805,6 +868,14 @@ async fn serve(
             None => Ok(()),
         }
     };
+    let admin_tcp_served = async {
+        match admin_tcp {
+            Some((tcp, arrays, log)) => {
+                admin::tcp::serve(tcp, arrays, log, stopped(stop_rx.clone())).await
+            }
+            None => Ok(()),
+        }
+    };
     let metrics_served = async {
         match metrics {
             Some((listener, arrays, log, pages)) => {
@@ -813,12 +884,20 @@ async fn serve(
             None => Ok(()),
         }
     };
-    let (nbd_result, admin_result, metrics_result) =
-        tokio::join!(nbd_served, admin_served, metrics_served);
+    let (nbd_result, admin_result, admin_tcp_result, metrics_result) =
+        tokio::join!(nbd_served, admin_served, admin_tcp_served, metrics_served);
     signal_task.abort();
     nbd_result?;
     admin_result.context("admin socket")?;
+    admin_tcp_result.context("TCP admin listener")?;
     metrics_result?;
+    Ok(())
+}
+
+/// Says where the TCP admin listener is (stderr).
+pub(crate) fn announce_admin_tcp(tcp: &admin::tcp::AdminTcp) -> anyhow::Result<()> {
+    let addr = tcp.local_addr().context("TCP admin listener address")?;
+    eprintln!("raidkit: admin API on https://{addr} (TLS, token required)");
     Ok(())
 }
 

@@ -1,0 +1,208 @@
+"""The admin API on TCP (issue 14: "a TCP admin listener requires TLS and a token"), on
+loopback: ``raidkit serve --admin-listen HOST:PORT --admin-tls-certificates DIR
+--admin-token-file FILE`` and the daemon's ``admin_listen``; the CLI reaches it with ``--admin
+https://HOST:PORT --admin-token-file F --admin-ca FILE`` (status, fail, add); a missing or
+wrong token gets 401 and a log line, a plaintext client gets no HTTP, a client trusting
+another CA refuses the server; without certificates or a token (or with a token file others
+can read) the listener does not start. Certificates: certtool, as test_tls.py makes them.
+"""
+
+import json
+import socket
+import ssl
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import RAIDKIT_BIN, free_tcp_port, run
+from test_daemon import Daemon
+from test_tls import pki  # noqa: F401  (the session's certificates)
+
+TOKEN = "c2VjcmV0LWFkbWluLXRva2VuLTAxMjM0NTY3"
+MEMBER_BYTES = 32 * 1024 * 1024
+
+
+def token_file(dir, text=TOKEN, mode=0o600):
+    path = dir / "admin.token"
+    path.write_text(text + "\n")
+    path.chmod(mode)
+    return path
+
+
+class AdminServer:
+    """``raidkit serve`` of a RAID 1 on two file members with the TCP admin listener."""
+
+    def __init__(self, tmp_path, pki):
+        self.tmp = tmp_path
+        self.port = free_tcp_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.members = [tmp_path / f"m{i}.img" for i in range(2)]
+        self.token = token_file(tmp_path)
+        self.ca = pki["server"] / "ca-cert.pem"
+        self.stderr_path = tmp_path / "serve.stderr"
+        cmd = [RAIDKIT_BIN, "serve", "--listen", f"127.0.0.1:{free_tcp_port()}",
+               "--admin-listen", f"127.0.0.1:{self.port}",
+               "--admin-tls-certificates", str(pki["server"]),
+               "--admin-token-file", str(self.token),
+               "--create", "--level", "1", "--size", str(MEMBER_BYTES), "--name", "remote",
+               *map(str, self.members)]
+        with open(self.stderr_path, "w") as err:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
+                                         stdin=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        assert "raidkit: serving" in line, f"serve did not start: {line}{self.stderr()}"
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+
+    def stderr(self):
+        return self.stderr_path.read_text()
+
+    def wait_for_log(self, *words, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(all(w in line for w in words) for line in self.stderr().splitlines()):
+                return
+            time.sleep(0.05)
+        pytest.fail(f"server log never had a line with {words!r}:\n{self.stderr()}")
+
+    def cli(self, *args, check=True, token=None, ca=None):
+        return run([RAIDKIT_BIN, *args, "--admin", self.url,
+                    "--admin-token-file", str(token or self.token),
+                    "--admin-ca", str(ca or self.ca)], timeout=60, check=check)
+
+    def stop(self):
+        self.proc.terminate()
+        rc = self.proc.wait(timeout=60)
+        assert rc == 0, f"server exited {rc}:\n{self.stderr()}"
+
+
+@pytest.fixture
+def admin_server(tmp_path, pki):  # noqa: F811
+    srv = AdminServer(tmp_path, pki)
+    yield srv
+    if srv.proc.poll() is None:
+        srv.stop()
+
+
+def https_request(port, ca, path, headers):
+    """One request over TLS trusting ``ca``; (status, JSON body)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}"
+                        "Connection: close\r\n\r\n".encode())
+            reply = b""
+            while chunk := tls.recv(65536):
+                reply += chunk
+    head, _, body = reply.decode().partition("\r\n\r\n")
+    return int(head.split(" ")[1]), json.loads(body)
+
+
+def test_status_fail_and_add_over_tls_with_the_token(admin_server, tmp_path):
+    status = json.loads(admin_server.cli("status", "--json").stdout)
+    assert status["name"] == "remote", status
+    assert [m["state"] for m in status["members"]] == ["active", "active"], status
+    admin_server.cli("fail", str(admin_server.members[1]))
+    status = json.loads(admin_server.cli("status", "--json").stdout)
+    assert status["members"][1]["state"] == "faulty", status
+    admin_server.cli("remove", str(admin_server.members[1]))
+    spare = tmp_path / "spare.img"
+    admin_server.cli("add", "--wait", str(spare))
+    status = json.loads(admin_server.cli("status", "--json").stdout)
+    names = {m["name"]: m["state"] for m in status["members"]}
+    assert names.get(str(spare)) == "active", status
+    assert status["health"] == "clean", status
+
+
+def test_a_missing_or_wrong_token_is_refused_and_logged(admin_server, tmp_path):
+    wrong_dir = tmp_path / "wrong"
+    wrong_dir.mkdir()
+    wrong = token_file(wrong_dir, text="not-the-admin-token-0123456789")
+    refused = admin_server.cli("fail", str(admin_server.members[1]), token=wrong, check=False)
+    assert refused.returncode != 0
+    assert "unauthorized: a wrong token" in refused.stderr, refused.stderr
+    admin_server.wait_for_log("admin TCP request POST /v1/fail from 127.0.0.1:",
+                              "refused (401)", "a wrong token")
+    status, body = https_request(admin_server.port, admin_server.ca, "/v1/status", {})
+    assert status == 401, body
+    admin_server.wait_for_log("admin TCP request GET /v1/status", "no Authorization header")
+    status, body = https_request(admin_server.port, admin_server.ca, "/v1/status",
+                                 {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200 and body["members"][1]["state"] == "active", body
+
+
+def test_plaintext_and_an_untrusted_server_are_refused(admin_server, pki):  # noqa: F811
+    # Plaintext HTTP to the TLS listener: no HTTP reply, and the server logs why.
+    with socket.create_connection(("127.0.0.1", admin_server.port), timeout=30) as raw:
+        raw.sendall(f"GET /v1/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}"
+                    "\r\n\r\n".encode())
+        reply = b""
+        try:
+            while chunk := raw.recv(65536):
+                reply += chunk
+        except ConnectionResetError:
+            pass
+    assert b"HTTP/1.1 200" not in reply and b"members" not in reply, reply
+    admin_server.wait_for_log("admin TCP connection from 127.0.0.1:", "TLS handshake failed")
+    refused = run([RAIDKIT_BIN, "status", "--admin", f"http://127.0.0.1:{admin_server.port}"],
+                  check=False, timeout=60)
+    assert refused.returncode != 0 and "TLS only" in refused.stderr, refused.stderr
+    # A client trusting another CA refuses the server (and so never sends the token).
+    other = admin_server.cli("status", ca=pki["other"] / "ca-cert.pem", check=False)
+    assert other.returncode != 0
+    assert "TLS handshake" in other.stderr, other.stderr
+    assert "UnknownIssuer" in other.stderr or "certificate" in other.stderr, other.stderr
+
+
+def test_the_listener_needs_certificates_and_a_private_token(tmp_path, pki):  # noqa: F811
+    base = [RAIDKIT_BIN, "serve", "--listen", f"127.0.0.1:{free_tcp_port()}",
+            "--admin-listen", f"127.0.0.1:{free_tcp_port()}", "--create", "--level", "1",
+            "--size", str(MEMBER_BYTES), "mem:32M", "mem:32M"]
+    private = token_file(tmp_path)
+    no_tls = run(base + ["--admin-token-file", str(private)], check=False, timeout=60)
+    assert no_tls.returncode != 0 and "speaks TLS only" in no_tls.stderr, no_tls.stderr
+    no_token = run(base + ["--admin-tls-certificates", str(pki["server"])],
+                   check=False, timeout=60)
+    assert no_token.returncode != 0 and "needs a token" in no_token.stderr, no_token.stderr
+    readable_dir = tmp_path / "readable"
+    readable_dir.mkdir()
+    readable = token_file(readable_dir, mode=0o644)
+    shared = run(base + ["--admin-tls-certificates", str(pki["server"]),
+                         "--admin-token-file", str(readable)], check=False, timeout=60)
+    assert shared.returncode != 0 and "chmod 600" in shared.stderr, shared.stderr
+    config = tmp_path / "raidkit.toml"
+    config.write_text('[daemon]\nadmin_listen = "127.0.0.1:9470"\n')
+    checked = run([RAIDKIT_BIN, "daemon", "--config", str(config), "--check-config"],
+                  check=False, timeout=60)
+    out = checked.stdout + checked.stderr
+    assert checked.returncode != 0 and "admin_tls_certificates" in out, out
+    assert "admin_token_file" in out, out
+
+
+def test_daemon_admin_listen(tmp_path, pki):  # noqa: F811
+    members = [tmp_path / f"m{i}" for i in range(2)]
+    run([RAIDKIT_BIN, "create", "--level", "1", "--name", "home", "--size", "16M", *members])
+    port = free_tcp_port()
+    token = token_file(tmp_path)
+    config = tmp_path / "raidkit.toml"
+    config.write_text(
+        f'[daemon]\nlisten = ["127.0.0.1:{free_tcp_port()}"]\nadmin = "{tmp_path}/a.sock"\n'
+        f'admin_listen = "127.0.0.1:{port}"\nadmin_tls_certificates = "{pki["server"]}"\n'
+        f'admin_token_file = "{token}"\n\n'
+        f'[[array]]\nname = "home"\nmembers = ["{members[0]}", "{members[1]}"]\n')
+    daemon = Daemon(config, 1)
+    try:
+        args = ["--admin", f"https://127.0.0.1:{port}", "--admin-token-file", str(token),
+                "--admin-ca", str(pki["server"] / "ca-cert.pem"), "--array", "home"]
+        status = json.loads(run([RAIDKIT_BIN, "status", "--json", *args]).stdout)
+        assert [m["state"] for m in status["members"]] == ["active", "active"], status
+        code, _ = https_request(port, pki["server"] / "ca-cert.pem", "/v1/arrays",
+                                {"Authorization": "Bearer nope-nope-nope-nope-nope"})
+        assert code == 401
+    finally:
+        text = daemon.stop()
+        daemon.kill()
+    assert f"admin API on https://127.0.0.1:{port}" in text, text
+    assert "refused (401): a wrong token" in text, text

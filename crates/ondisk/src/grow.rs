@@ -374,12 +374,12 @@ pub fn grow_size_max(members: &[Arc<dyn Member>]) -> Result<GrowReport, GrowErro
     if fresh.level != Level::Linear {
         for (i, sb) in sbs.iter().enumerate() {
             let Role::Spare = sb.role else { continue };
-            if sb.data_bytes < new_role_bytes[0] {
+            let room = members[i].len().saturating_sub(fresh.data_offset_bytes);
+            if room < new_role_bytes[0] {
                 return Err(refuse(format!(
-                    "spare {} has a data area of {} bytes, too small for the new {} per \
+                    "spare {} has a data area of {room} bytes, too small for the new {} per \
                      member; remove it (raidkit remove) or replace it by a larger one first",
                     members[i].name(),
-                    sb.data_bytes,
                     new_role_bytes[0]
                 )));
             }
@@ -423,6 +423,17 @@ pub fn grow_size_max(members: &[Arc<dyn Member>]) -> Result<GrowReport, GrowErro
     for (r, bytes) in new_role_bytes.iter().enumerate() {
         table[r].data_bytes = *bytes;
     }
+    // A spare's data size is its whole usable size (as `create` records it): it grows too.
+    let spare_room = |m: &Arc<dyn Member>| m.len() - fresh.data_offset_bytes;
+    for (m, sb) in members.iter().zip(&sbs) {
+        if sb.role == Role::Spare {
+            let entry = table
+                .iter_mut()
+                .find(|e| e.state == RoleState::Spare && e.member_uuid == sb.member_uuid)
+                .expect("read_array found every spare listed");
+            entry.data_bytes = spare_room(m);
+        }
+    }
     let updated: Vec<Superblock> = members
         .iter()
         .zip(&sbs)
@@ -431,9 +442,10 @@ pub fn grow_size_max(members: &[Arc<dyn Member>]) -> Result<GrowReport, GrowErro
             sb.events = events;
             sb.utime_secs = now;
             sb.array_size_bytes = new_size;
-            if let Some(r) = sb.role_index() {
-                sb.data_bytes = new_role_bytes[r];
-            }
+            sb.data_bytes = match sb.role_index() {
+                Some(r) => new_role_bytes[r],
+                None => spare_room(m),
+            };
             sb.member_bytes = m.len();
             sb.roles = table.clone();
             sb.set_bitmap(fresh.bitmap.map(|b| bitmap_for(b, new_size)));
@@ -853,6 +865,27 @@ mod tests {
         // Without the new member, the old members are the array as it was: nothing lost.
         let old = assembled(&members).superblock;
         assert_eq!((old.member_count, old.array_size_bytes), (2, 4 * MIB));
+    }
+
+    #[test]
+    fn a_spare_too_small_for_the_new_size_is_refused_and_a_grown_one_grows_with_the_array() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(dir.path(), 3, 4 * MIB);
+        let mut opts = CreateOptions::new(Level::Raid1, "s");
+        let spare = open(&paths[2..]);
+        opts.spares = spare.clone();
+        create(&open(&paths[..2]), &opts).unwrap();
+        drop((opts, spare));
+        resize(&paths[..2], 8 * MIB);
+        refused(grow_size_max(&open(&paths)), "spare");
+        resize(&paths[2..], 8 * MIB);
+        let members = open(&paths);
+        grow_size_max(&members).unwrap();
+        let plan = assembled(&members);
+        assert_eq!(plan.spares, vec![2], "{:?}", plan.warnings);
+        let spare = read_superblock(members[2].as_ref()).unwrap();
+        assert_eq!(spare.data_bytes, 7 * MIB);
+        assert_eq!(plan.superblock.roles[2].data_bytes, 7 * MIB);
     }
 
     #[test]

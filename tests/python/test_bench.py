@@ -167,3 +167,32 @@ def test_compare_interleaves_targets_and_gives_ratios_and_plots(tmp_path, nbdkit
     # The same run's PNG (a second, shorter run).
     bench(tmp_path, nbdkit_memory, "--ops", "200", "--qd", "1,2", "--plot", str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_file_tests_need_allow_writes_on_a_uri(tmp_path, nbdkit_memory):
+    proc, report = bench(tmp_path, nbdkit_memory, "--files", check=False)
+    assert proc.returncode != 0 and report is None
+    assert "--allow-writes" in proc.stderr and "ext4" in proc.stderr, proc.stderr
+
+
+def test_file_tests_on_a_built_array_write_read_and_delete(tmp_path):
+    from test_filesystem import require_fuse_and_loop
+    require_fuse_and_loop()
+    proc, report = bench(tmp_path, "--members", "mem:256M", "mem:256M", "--level", "1",
+                         "--serve-arg=--cache-size=0", "--files", "--large-file", "32M",
+                         "--small-files", "300", "--small-size", "8K")
+    phases = {f["phase"]: f for f in report["files"]}
+    assert list(phases) == ["large-write", "large-read", "small-create", "small-read",
+                            "small-delete"], report["files"]
+    assert report["results"] == []
+    for f in phases.values():
+        assert f["target"] == "raid1" and f["elapsed_s"] > 0
+        assert f["mb_s"] == pytest.approx(f["bytes"] / f["elapsed_s"] / 1e6, rel=1e-6)
+        assert f["files_per_s"] == pytest.approx(f["files"] / f["elapsed_s"], rel=1e-6)
+    assert phases["large-write"]["bytes"] == phases["large-read"]["bytes"] == 32 << 20
+    assert phases["small-create"]["files"] == phases["small-read"]["files"] == 300
+    assert phases["small-read"]["bytes"] == 300 * 8192
+    assert "small-delete" in proc.stdout
+    # Nothing of the run is left mounted.
+    mounts = open("/proc/mounts").read()
+    assert "raidkit-bench" not in mounts, mounts

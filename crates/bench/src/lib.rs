@@ -8,8 +8,10 @@
 //! - [`run`]: one case against one target, `clients` connections × `queue_depth` requests in
 //!   flight;
 //! - [`report`]: the serialisable report (`--json`), comparison ratios, the table;
-//! - [`plot`]: the SVG/PNG plot.
+//! - [`plot`]: the SVG/PNG plot;
+//! - [`files`]: the file-level tests (ext4 over the export: one large file, many small ones).
 
+pub mod files;
 pub mod plot;
 pub mod report;
 pub mod run;

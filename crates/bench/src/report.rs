@@ -62,6 +62,9 @@ pub struct Report {
     pub rounds: u32,
     pub targets: Vec<Target>,
     pub results: Vec<CaseResult>,
+    /// The file-level tests' phases, when run (`--files`).
+    #[serde(default)]
+    pub files: Vec<crate::files::FileResult>,
 }
 
 impl Report {
@@ -100,6 +103,7 @@ impl Report {
             rounds,
             targets,
             results,
+            files: Vec::new(),
         };
         report.set_ratios();
         report
@@ -195,6 +199,26 @@ impl Report {
         }
         out
     }
+}
+
+/// The file tests' table: one line per target and phase.
+pub fn files_table(files: &[crate::files::FileResult]) -> String {
+    let mut out = format!(
+        "{:<24}  {:<12}  {:>8}  {:>10}  {:>9}  {:>9}\n",
+        "target", "phase", "files", "MB", "MB/s", "files/s"
+    );
+    for f in files {
+        out.push_str(&format!(
+            "{:<24}  {:<12}  {:>8}  {:>10.1}  {:>9.1}  {:>9.0}\n",
+            f.target,
+            f.phase,
+            f.files,
+            f.bytes as f64 / 1e6,
+            f.mb_s,
+            f.files_per_s
+        ));
+    }
+    out
 }
 
 /// A latency in ms with 3 significant digits or so.

@@ -110,6 +110,25 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
 
+    /// Run the file-level tests instead of the block workloads: ext4 is made on each target
+    /// (through nbdfuse and a loop device: root and the tools needed), then one large file is
+    /// written and read, and many small files are created, read and deleted, each read after a
+    /// remount. Destroys the target's data: needs --allow-writes against a URI.
+    #[arg(long)]
+    files: bool,
+
+    /// With --files: size of the large file.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = super::size_arg)]
+    large_file: u64,
+
+    /// With --files: how many small files.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    small_files: u64,
+
+    /// With --files: size of each small file.
+    #[arg(long, value_name = "SIZE", default_value = "4K", value_parser = super::size_arg)]
+    small_size: u64,
+
     /// Seed of every random choice (default: RAIDKIT_SEED, else the clock).
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
@@ -121,7 +140,24 @@ fn parse_level(text: &str) -> Result<Level, String> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let cases = sweep(&args)?.cases().map_err(anyhow::Error::msg)?;
-    let writes = cases.iter().any(Case::writes);
+    let writes = args.files || cases.iter().any(Case::writes);
+    if args.files {
+        if args.plot.is_some() {
+            bail!("--plot draws the block workloads; the file tests have their table and --json");
+        }
+        if !(1..=bench::files::MAX_SMALL_FILES).contains(&args.small_files)
+            || !(1..=1 << 30).contains(&args.small_size)
+            || args.large_file == 0
+        {
+            bail!(
+                "--files: give --small-files 1 to {}, --small-size and --large-file above 0 \
+                 (--small-size at most 1G)",
+                bench::files::MAX_SMALL_FILES
+            );
+        }
+        bench::files::check_environment(rustix::process::geteuid().is_root())
+            .map_err(anyhow::Error::msg)?;
+    }
     check_targets(&args, writes)?;
     if let Some(plot) = &args.plot {
         // Refuse a bad plot name before the run, not after it.
@@ -155,6 +191,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         targets.push((target_named(name, description, &uri)?, uri));
     }
 
+    if args.files {
+        return run_files(&args, seed, targets, servers);
+    }
     let per_target: Vec<Vec<Case>> = targets
         .iter()
         .map(|(t, _)| {
@@ -222,6 +261,66 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--files`: the file tests on each target in turn, for each round.
+fn run_files(
+    args: &Args,
+    seed: u64,
+    targets: Vec<(Target, String)>,
+    mut servers: Servers,
+) -> anyhow::Result<()> {
+    let test = bench::files::FileTest {
+        large_bytes: args.large_file,
+        small_files: args.small_files,
+        small_bytes: args.small_size,
+    };
+    for (t, _) in &targets {
+        let need = test
+            .large_bytes
+            .max(test.small_files * test.small_bytes.max(4096));
+        if need + need / 4 + (64 << 20) > t.bytes {
+            bail!(
+                "{}: {} bytes is too small for the file tests ({need} bytes of files, plus \
+                 ext4's own): give a smaller --large-file or fewer --small-files",
+                t.name,
+                t.bytes
+            );
+        }
+    }
+    let bar = progress_bar(u64::from(args.rounds) * targets.len() as u64);
+    let mut files = Vec::new();
+    let work = servers.dir()?;
+    for round in 0..args.rounds {
+        for (i, (target, uri)) in targets.iter().enumerate() {
+            let dir = work.join(format!("files-{round}-{i}"));
+            std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let phases = bench::files::run(&target.name, uri, &dir, &test, &|phase| {
+                bar.set_message(format!("{} (round {}): {phase}", target.name, round + 1))
+            })
+            .map_err(|e| anyhow::anyhow!("{}: file tests: {e}", target.name))?;
+            let _ = std::fs::remove_dir_all(&dir);
+            files.extend(phases);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    servers.stop_all()?;
+    let report = Report {
+        format: bench::report::FORMAT,
+        source: "bench".into(),
+        seed,
+        rounds: args.rounds,
+        targets: targets.into_iter().map(|(t, _)| t).collect(),
+        results: Vec::new(),
+        files,
+    };
+    print!("{}", bench::report::files_table(&report.files));
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        write_new(path, text.as_bytes())?;
+    }
+    Ok(())
+}
+
 /// The sweep the flags ask for.
 fn sweep(args: &Args) -> anyhow::Result<Sweep> {
     if !(args.runtime.is_finite() && args.runtime > 0.0 && args.runtime <= 86_400.0) {
@@ -261,6 +360,12 @@ fn check_targets(args: &Args, writes: bool) -> anyhow::Result<()> {
     for t in &args.targets {
         if !member::is_nbd_uri(t) {
             bail!("{t}: not an NBD URI (nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH, nbds://…); to build an array give --members and --level");
+        }
+        if args.files && !args.allow_writes {
+            bail!(
+                "{t}: --files makes ext4 on the export, which destroys its data: give \
+                 --allow-writes if that is meant"
+            );
         }
         if writes && !args.allow_writes {
             bail!(

@@ -251,3 +251,47 @@ def test_the_daemon_unlocks_with_its_config_keys_and_scan_notes_them(tmp_path):
         f'key_file = "{key}"\n', f'key_file = "{key}"\npassphrase_file = "{key}"\n'))
     proc = run([RAIDKIT_BIN, "daemon", "--config", str(config), "--check-config"], check=False)
     assert proc.returncode != 0 and "not both" in proc.stderr, proc.stderr
+
+
+def block_map(uri):
+    """nbdinfo --map's extents as (offset, length, zero) runs, adjacent alike ones merged."""
+    import json
+    extents = json.loads(run(["nbdinfo", "--map", "--json", uri], timeout=60).stdout)
+    runs = []
+    for e in extents:
+        zero = bool(e["type"] & 2)
+        if runs and runs[-1][2] == zero and runs[-1][0] + runs[-1][1] == e["offset"]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + e["length"], zero)
+        else:
+            runs.append((e["offset"], e["length"], zero))
+    return runs
+
+
+def test_block_status_of_an_encrypted_array_shows_its_zero_units(tmp_path, arrays):
+    """nbdinfo --map through the encryption layer: a new array is all zero; after writes the
+    512-byte units written are data and the rest still zero (a unit whose ciphertext is all
+    zero reads as zeroes); reading what the map calls zero gives zeroes."""
+    members = [tmp_path / f"m{i}.img" for i in range(2)]
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(64))
+    run([RAIDKIT_BIN, "create", "-l", "1", "-s", str(MEMBER_BYTES), "-n", "map", "--encrypt",
+         "--key-file", str(key), *KDF, *map(str, members)])
+    array = arrays(tmp_path, members).start("--key-file", str(key))
+    try:
+        first = block_map(array.uri)
+        assert len(first) == 1 and first[0][0] == 0 and first[0][2], first
+        size = first[0][1]
+        array.write(MIB, pattern("map", 64 * 1024))
+        array.write(3 * MIB + 100, b"x" * 100)
+        assert block_map(array.uri) == [
+            (0, MIB, True),
+            (MIB, 64 * 1024, False),
+            (MIB + 64 * 1024, 2 * MIB - 64 * 1024, True),
+            (3 * MIB, 512, False),
+            (3 * MIB + 512, size - 3 * MIB - 512, True),
+        ]
+        assert array.read(3 * MIB, 100) == bytes(100)
+        assert array.read(3 * MIB + 100, 100) == b"x" * 100
+    finally:
+        array.stop()
+

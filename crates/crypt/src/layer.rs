@@ -16,6 +16,10 @@
 //!   whose real ciphertext is all zero has probability 2^-4096. Partial units of a
 //!   `write_zeroes` are written as encrypted zeroes; those of a `trim` are left as they are
 //!   (a trim's content is unspecified).
+//! - **Block status.** A unit whose ciphertext is all zero is reported as reading zeroes;
+//!   holes below pass through at the units they cover whole; everything else is data. At most
+//!   [`PIECE_BYTES`] is looked at per request (the ciphertext read, under the units' shared
+//!   locks); the reply covers that much and the client asks again for the rest.
 //! - **Bounds.** Writes are encrypted into a per-thread buffer of at most [`PIECE_BYTES`]
 //!   (longer writes go down in pieces), so the layer adds at most 1 MiB per request thread.
 //!   Reads decrypt in place in the caller's buffer (unaligned ones through that buffer).
@@ -129,6 +133,48 @@ fn decrypt_units(cipher: &DataCipher, buf: &mut [u8], first: u64) {
     }
 }
 
+/// Which units of `[start, end)` (whole units) lie wholly inside an extent `below` (which
+/// starts at `start`) says is a hole: allocation is the storage's, so it passes through at
+/// the units it covers whole.
+fn whole_unit_holes(start: u64, end: u64, below: &[StatusExtent]) -> Vec<bool> {
+    let mut holes = vec![false; ((end - start) / UNIT) as usize];
+    let mut at = start;
+    for e in below {
+        let e_end = (at + u64::from(e.length)).min(end);
+        if e.hole {
+            let (lo, hi) = (at.div_ceil(UNIT) * UNIT, e_end / UNIT * UNIT);
+            for unit in (lo..hi).step_by(UNIT_BYTES) {
+                holes[((unit - start) / UNIT) as usize] = true;
+            }
+        }
+        at = e_end;
+        if at >= end {
+            break;
+        }
+    }
+    holes
+}
+
+/// The status of bytes `[from, to)` of `ciphertext` (whole units): a unit whose ciphertext is
+/// all zero reads as zeroes (`zero`), whatever part of it is asked about; any other is data.
+/// Runs of units alike make one extent.
+fn unit_extents(ciphertext: &[u8], holes: &[bool], from: u64, to: u64) -> Vec<StatusExtent> {
+    let mut extents: Vec<StatusExtent> = Vec::new();
+    for (i, unit) in ciphertext.chunks_exact(UNIT_BYTES).enumerate() {
+        let (lo, hi) = ((i as u64 * UNIT).max(from), ((i as u64 + 1) * UNIT).min(to));
+        if lo >= hi {
+            continue;
+        }
+        let zero = unit.iter().all(|&b| b == 0);
+        let (hole, length) = (holes[i], (hi - lo) as u32);
+        match extents.last_mut() {
+            Some(last) if last.zero == zero && last.hole == hole => last.length += length,
+            _ => extents.push(StatusExtent { length, hole, zero }),
+        }
+    }
+    extents
+}
+
 impl<E: Export> Export for Encrypted<E> {
     fn size(&self) -> u64 {
         self.inner.size()
@@ -223,11 +269,21 @@ impl<E: Export> Export for Encrypted<E> {
     }
 
     fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<StatusExtent>> {
-        match self.cipher {
-            // Below, extents are of ciphertext, at whatever granularity: "all data" is right.
-            Some(_) => Ok(vec![StatusExtent::data(len)]),
-            None => self.inner.block_status(offset, len),
+        if self.cipher.is_none() || len == 0 {
+            return self.inner.block_status(offset, len);
         }
+        // At most one piece is looked at (the reply may cover less than asked, as the spec
+        // allows: the client asks again from where it ends).
+        let (start, _) = cover(offset, u64::from(len));
+        let end = (offset + u64::from(len)).min(start + PIECE_BYTES);
+        let (_, cover_end) = cover(offset, end - offset);
+        let below = self.inner.block_status(start, (cover_end - start) as u32)?;
+        let holes = whole_unit_holes(start, cover_end, &below);
+        let _held = self.units.read(UNIT, offset, end - offset);
+        with_buffer((cover_end - start) as usize, |b| -> io::Result<_> {
+            self.inner.read(start, b)?;
+            Ok(unit_extents(b, &holes, offset - start, end - start))
+        })
     }
 
     fn preferred_block_size(&self) -> u32 {

@@ -210,3 +210,116 @@ fn a_whole_unit_write_racing_a_partial_write_of_it_is_not_undone() {
         );
     }
 }
+
+/// The status of `[offset, offset + len)` through `layer`, as (length, zero) runs, asking
+/// again from where each reply ends (as a client does).
+fn statuses(layer: &Encrypted<Ram>, offset: u64, len: u64) -> Vec<(u64, bool)> {
+    let mut runs: Vec<(u64, bool)> = Vec::new();
+    let mut at = offset;
+    while at < offset + len {
+        let ask = u32::try_from(offset + len - at).unwrap_or(u32::MAX);
+        let extents = layer.block_status(at, ask).unwrap();
+        assert!(!extents.is_empty());
+        for e in extents {
+            assert!(!e.hole, "a RAM export has no holes");
+            match runs.last_mut() {
+                Some(last) if last.1 == e.zero => last.0 += u64::from(e.length),
+                _ => runs.push((u64::from(e.length), e.zero)),
+            }
+            at += u64::from(e.length);
+        }
+    }
+    assert_eq!(at, offset + len, "extents past the end asked");
+    runs
+}
+
+#[test]
+fn block_status_reports_units_of_zero_ciphertext_as_zeroes_and_the_rest_as_data() {
+    let ram = Ram::new(SIZE);
+    let layer = Encrypted::new(ram.clone(), Some(cipher(7)));
+    // A new array: all zero, every byte (asked in several replies: ≤ 1 MiB each).
+    assert_eq!(statuses(&layer, 0, SIZE as u64), vec![(SIZE as u64, true)]);
+    // Data written at 1 MiB + 100 (3 units touched: 1 MiB .. 1 MiB + 1536) and 3 MiB (4 KiB),
+    // zeroes written (encrypted: they are data below) at 2 MiB + 512.
+    layer.write((1 << 20) + 100, &[0xa5; 1000], false).unwrap();
+    layer.write(3 << 20, &[1; 4096], false).unwrap();
+    layer.write((2 << 20) + 512, &[0; 512], false).unwrap();
+    let runs = statuses(&layer, 0, SIZE as u64);
+    assert_eq!(
+        runs,
+        vec![
+            (1 << 20, true),
+            (1536, false),
+            ((1 << 20) - 1536 + 512, true),
+            (512, false),
+            ((1 << 20) - 1024, true),
+            (4096, false),
+            ((1 << 20) - 4096, true),
+        ]
+    );
+    // Unaligned questions: the zero unit before the data, then the data, exactly as asked.
+    assert_eq!(
+        statuses(&layer, (1 << 20) - 10, 20),
+        vec![(10, true), (10, false)]
+    );
+    // Every byte reported zero reads as zero through the layer; a trimmed unit reads zero again.
+    layer.trim(3 << 20, 4096).unwrap();
+    assert_eq!(statuses(&layer, 3 << 20, 8192), vec![(8192, true)]);
+    let mut back = vec![1u8; 8192];
+    layer.read(3 << 20, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0));
+    // Without a cipher the layer below answers (a RAM export: all data).
+    let plain = Encrypted::new(ram, None);
+    assert!(!plain.block_status(0, 4096).unwrap()[0].zero);
+}
+
+/// A RAM export whose block status says `[hole.0, hole.1)` is a hole (and reads as zero).
+struct Holey(Ram, (u64, u64));
+
+impl Export for Holey {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.0.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        self.0.write(offset, data, fua)
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.0.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, may_trim: bool) -> io::Result<()> {
+        self.0.write_zeroes(offset, len, may_trim)
+    }
+    fn block_status(&self, offset: u64, len: u32) -> io::Result<Vec<nbd::StatusExtent>> {
+        let end = offset + u64::from(len);
+        let (lo, hi) = (self.1 .0.clamp(offset, end), self.1 .1.clamp(offset, end));
+        let parts = [(offset, lo, false), (lo, hi, true), (hi, end, false)];
+        Ok(parts
+            .into_iter()
+            .filter(|&(a, b, _)| b > a)
+            .map(|(a, b, hole)| nbd::StatusExtent {
+                length: (b - a) as u32,
+                hole,
+                zero: hole,
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn holes_below_pass_through_at_the_units_they_cover_whole() {
+    // A hole from byte 700 to 700 + 2048: the units 1024..2560 lie in it whole.
+    let layer = Encrypted::new(Holey(Ram::new(SIZE), (700, 2748)), Some(cipher(3)));
+    let extents = layer.block_status(0, 4096).unwrap();
+    let flags: Vec<(u32, bool, bool)> =
+        extents.iter().map(|e| (e.length, e.hole, e.zero)).collect();
+    assert_eq!(
+        flags,
+        vec![(1024, false, true), (1536, true, true), (1536, false, true)]
+    );
+}

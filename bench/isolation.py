@@ -14,7 +14,7 @@ CPU and scheduling bound, which is where one array can take from another on a sm
 Rounds alternate idle and flooded measurements so drift hits both alike.
 
 Usage: bench/isolation.py [--runtime 10] [--rounds 3] [--size 256M] [--dir /var/tmp/raidkit-iso]
-                          [--latency-target-us 100] [--only LABEL-PART]
+                          [--latency-target-us 50] [--only LABEL-PART]
 Prints a markdown table (p50/p99 read latency of A, the flooded/idle ratio, B's write rate);
 the figures go in docs/PERFORMANCE.md ("Isolation between arrays").
 """
@@ -122,7 +122,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", default="256M")
     parser.add_argument("--dir", default="/var/tmp/raidkit-iso")
-    parser.add_argument("--latency-target-us", type=int, default=100,
+    parser.add_argument("--latency-target-us", type=int, default=50,
                         help="A's latency_target_us in the QoS row (the server's time per "
                              "request, from admission to reply)")
     parser.add_argument("--only", help="run only the rows whose label contains this")

@@ -9,7 +9,8 @@ latencies: on a loaded machine a timing bound would flake.
   ``throttle_level`` > 0, requests held back, the metrics count them), A is not (its windows
   missed are counted); B's flood still writes (the minimum share: throttled, never starved).
   Once A is idle, B's throttle relaxes back to none while B keeps writing. A reload that
-  removes A's target is applied live and shown.
+  removes A's target is applied live and shown; one that caps B at 4M/s (``max_bandwidth``,
+  io.max's model) holds B's flood under it and counts the requests that waited.
 """
 
 import json
@@ -112,5 +113,22 @@ def test_a_missed_target_throttles_the_other_array_and_is_reported(tmp_path):
         assert "latency_target_us applied" in reloaded.stdout + reloaded.stderr, reloaded
         assert qos(admin, "a")["latency_target_us"] is None
         assert "not throttled" in raidkit("status", "--admin", admin, "--array", "a").stdout
+
+        # A cap (io.max) on B, by reload: B's writes move at most 4 MiB/s (plus a burst of
+        # 0.4 MiB); a loaded machine can only make it slower.
+        config.write_text(head + f'[[array]]\nname = "a"\nmembers = {members(a)}\n\n'
+                          f'[[array]]\nname = "b"\nmembers = {members(b)}\n'
+                          f'max_bandwidth = "4M"\n')
+        reloaded = run([RAIDKIT_BIN, "reload", "--admin", str(admin)])
+        assert "max_bandwidth applied" in reloaded.stdout + reloaded.stderr, reloaded
+        written = fio_result(fio(daemon.serving["b"], "write", 3), "write")
+        assert 0 < written["io_bytes"] <= 20 << 20, written["io_bytes"]
+        capped = qos(admin, "b")
+        assert capped["max_bandwidth_bytes_per_sec"] == 4 << 20, capped
+        assert capped["capped_requests"] > 0 and capped["capped_us"] > 0, capped
+        text = raidkit("status", "--admin", admin, "--array", "b").stdout
+        assert "capped at 4.0 MiB/s" in text, text
+        _, samples = scrape(port)
+        assert samples['raidkit_qos_capped_requests_total{array="b"}'] > 0
     finally:
         daemon.kill()

@@ -394,6 +394,14 @@ impl Scrape {
                 "Time the array's requests waited or paused for another array's target.",
             ),
             (
+                "raidkit_qos_capped_requests",
+                "Requests that waited for the array's max_bandwidth or max_iops.",
+            ),
+            (
+                "raidkit_qos_capped_seconds",
+                "Time the array's requests waited for its max_bandwidth or max_iops.",
+            ),
+            (
                 "raidkit_qos_windows_missed",
                 "Windows in which more than a tenth of the array's requests missed its target.",
             ),
@@ -430,7 +438,11 @@ impl Scrape {
                 f[13]
                     .samples
                     .push((l(), Value::Seconds(q.throttled_us as f64 / 1e6)));
-                f[14].samples.push((l(), counter(q.windows_missed)));
+                f[14].samples.push((l(), counter(q.capped_requests)));
+                f[15]
+                    .samples
+                    .push((l(), Value::Seconds(q.capped_us as f64 / 1e6)));
+                f[16].samples.push((l(), counter(q.windows_missed)));
             }
         }
         f
@@ -704,6 +716,8 @@ mod tests {
         has(r#"raidkit_qos_throttled_requests_total{array="home"} 15"#);
         has(r#"raidkit_qos_throttled_seconds_total{array="home"} 0.000016"#);
         has(r#"raidkit_qos_windows_missed_total{array="home"} 18"#);
+        has(r#"raidkit_qos_capped_requests_total{array="home"} 23"#);
+        has(r#"raidkit_qos_capped_seconds_total{array="home"} 0.000024"#);
         has(r#"raidkit_task_done_bytes{array="home",task="replace"} 1048576"#);
         assert!(!text.contains("# EOF"), "Prometheus text, not OpenMetrics");
     }

@@ -44,6 +44,12 @@ pub struct QosSection {
     pub windows_missed: u64,
     pub last_window_requests: Option<u32>,
     pub last_window_over_target: Option<u32>,
+    /// io.max's caps (`max_bandwidth`, `max_iops`; null: none), and the requests that waited
+    /// for them and that time.
+    pub max_bandwidth_bytes_per_sec: Option<u64>,
+    pub max_iops: Option<u64>,
+    pub capped_requests: u64,
+    pub capped_us: u64,
 }
 
 /// The journal section of the status.
@@ -208,6 +214,10 @@ pub(crate) mod tests {
                 windows_missed: 18,
                 last_window_requests: Some(19),
                 last_window_over_target: Some(20),
+                max_bandwidth_bytes_per_sec: Some(21),
+                max_iops: Some(22),
+                capped_requests: 23,
+                capped_us: 24,
             }),
         }
     }

@@ -429,6 +429,16 @@ impl Checker<'_> {
                 ),
             );
         }
+        if let Some(b) = (a.max_bandwidth.as_ref()).filter(|b| b.get_ref().0 < (1 << 20)) {
+            self.at(
+                b.span(),
+                "max_bandwidth",
+                "must be at least 1M/s (the largest request then waits 32 s)".to_string(),
+            );
+        }
+        if let Some(n) = (a.max_iops.as_ref()).filter(|n| *n.get_ref() < 10) {
+            self.at(n.span(), "max_iops", "must be at least 10".to_string());
+        }
         for (value, key) in [
             (&a.read_error_window_secs, "read_error_window_secs"),
             (&a.io_timeout_secs, "io_timeout_secs"),

@@ -48,6 +48,8 @@ impl ArrayConfig {
                 speed_max,
                 gather_wait_ms,
                 latency_target_us,
+                max_bandwidth,
+                max_iops,
                 read_errors_max,
                 read_error_window_secs,
                 io_timeout_secs,

@@ -201,6 +201,10 @@ pub struct ArrayConfig {
     /// tenth of its requests take longer, the arrays without a target (or with a larger one)
     /// are throttled. Daemon only (`serve` has no other array to hold back).
     pub latency_target_us: Option<Spanned<u64>>,
+    /// The daemon's QoS: caps on this array's clients, as Linux's io.max — bytes read and
+    /// written per second (at least 1M/s) and requests per second (at least 10). Daemon only.
+    pub max_bandwidth: Option<Spanned<Rate>>,
+    pub max_iops: Option<Spanned<u64>>,
     /// Read errors before a member is failed (serve's `--read-errors-max`, default 20).
     pub read_errors_max: Option<Spanned<u32>>,
     /// Window of `read_errors_max`, seconds (serve's `--read-error-window`, default 60).

@@ -88,6 +88,8 @@ speed_min = "5M/s"
 speed_max = "100M"
 gather_wait_ms = 0
 latency_target_us = 500
+max_bandwidth = "200M/s"
+max_iops = 5000
 io_timeout_secs = 10
 member_cache = "direct"
 member_io = "threads"
@@ -109,6 +111,8 @@ listen = ["127.0.0.1:10810"]
     assert_eq!(a.speed_min.as_ref().unwrap().get_ref().0, 5 << 20);
     assert_eq!(a.reconnect, Some(false));
     assert_eq!(a.latency_target_us.as_ref().unwrap().get_ref(), &500);
+    assert_eq!(a.max_bandwidth.as_ref().unwrap().get_ref().0, 200 << 20);
+    assert_eq!(a.max_iops.as_ref().unwrap().get_ref(), &5000);
     assert!(a.has_own_listener());
     assert_eq!(
         a.background_window.as_ref().unwrap().get_ref(),
@@ -265,6 +269,8 @@ fn values_out_of_range_are_refused() {
             "must be from 10 to 10000000",
         ),
         ("latency_target_us = \"2ms\"", "latency_target_us", ""),
+        ("max_bandwidth = \"512K\"", "max_bandwidth", "at least 1M/s"),
+        ("max_iops = 5", "max_iops", "at least 10"),
         (
             "io_timeout_secs = 0",
             "io_timeout_secs",

@@ -14,9 +14,14 @@
 //! from those clients — and at the harder levels the request thread pauses after the reply,
 //! holding its slot, for a multiple of the time the request took.
 //!
+//! A class may also be capped (io.max: `bucket::Caps`, bytes and requests per second): a
+//! request over its cap waits, at the same point, until its bucket holds it — whatever the
+//! other classes do.
+//!
 //! Bounds: waiting requests are request threads (bounded per connection); the pause is at most
 //! `controller::MAX_PAUSE`; the controller holds a few counters per class.
 
+pub mod bucket;
 pub mod controller;
 
 use std::fmt;
@@ -24,6 +29,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bucket::Caps;
 use controller::{Controller, Judged, LEVELS};
 
 /// The exports that compete for the machine; see the module documentation.
@@ -56,6 +62,10 @@ struct ClassShared {
     wake: Condvar,
     throttled_requests: AtomicU64,
     throttled_ns: AtomicU64,
+    /// io.max's caps (none: `Caps::default()`), and what they made wait.
+    caps: Mutex<Caps>,
+    capped_requests: AtomicU64,
+    capped_ns: AtomicU64,
 }
 
 /// One export's membership of a [`QosGroup`]; leaves the group when dropped.
@@ -91,6 +101,11 @@ pub struct QosSnapshot {
     /// With a target: windows in which it was missed, and the last judgement.
     pub windows_missed: u64,
     pub last_window: Option<Judged>,
+    /// io.max's caps, and the requests that waited for them and that time.
+    pub max_bytes_per_sec: Option<u64>,
+    pub max_iops: Option<u64>,
+    pub capped_requests: u64,
+    pub capped: Duration,
 }
 
 impl QosGroup {
@@ -117,6 +132,9 @@ impl QosGroup {
             wake: Condvar::new(),
             throttled_requests: AtomicU64::new(0),
             throttled_ns: AtomicU64::new(0),
+            caps: Mutex::new(Caps::default()),
+            capped_requests: AtomicU64::new(0),
+            capped_ns: AtomicU64::new(0),
         });
         self.lock_controller().add(id, target);
         lock(&self.members).push(Arc::clone(&shared));
@@ -167,7 +185,21 @@ impl QosClass {
             .store(target_ns(target), Ordering::Relaxed);
     }
 
+    /// New caps (io.max: bytes and requests per second; `None`: no cap), from now on; the
+    /// buckets start full.
+    pub fn set_caps(&self, bytes_per_sec: Option<u64>, iops: Option<u64>) {
+        let caps = Caps::new(bytes_per_sec, iops);
+        let mut current = lock(&self.shared.caps);
+        if current.bytes_per_sec() != caps.bytes_per_sec() || current.iops() != caps.iops() {
+            *current = caps;
+        }
+    }
+
     pub fn snapshot(&self) -> QosSnapshot {
+        let (max_bytes_per_sec, max_iops) = {
+            let caps = lock(&self.shared.caps);
+            (caps.bytes_per_sec(), caps.iops())
+        };
         let controller = self.group.lock_controller();
         let state = controller
             .class(self.shared.id)
@@ -184,13 +216,32 @@ impl QosClass {
             scale_downs: state.scale_downs,
             windows_missed: state.windows_missed,
             last_window: state.last,
+            max_bytes_per_sec,
+            max_iops,
+            capped_requests: self.shared.capped_requests.load(Ordering::Relaxed),
+            capped: Duration::from_nanos(self.shared.capped_ns.load(Ordering::Relaxed)),
         }
     }
 
-    /// Admits one request of this class: at once unless the class is throttled to fewer
-    /// requests at a time than it has in flight, else once one of them finished.
-    pub(crate) fn admit(&self) -> Admitted<'_> {
+    /// Admits one request of this class carrying `bytes` (read or written): once its caps
+    /// hold it, then at once unless the class is throttled to fewer requests at a time than it
+    /// has in flight, else once one of them finished.
+    pub(crate) fn admit(&self, bytes: u64) -> Admitted<'_> {
         let c = &*self.shared;
+        let capped = {
+            let mut caps = lock(&c.caps);
+            if caps.is_empty() {
+                Duration::ZERO
+            } else {
+                caps.reserve(self.group.now(), bytes)
+            }
+        };
+        if !capped.is_zero() {
+            std::thread::sleep(capped);
+            c.capped_requests.fetch_add(1, Ordering::Relaxed);
+            c.capped_ns
+                .fetch_add(capped.as_nanos() as u64, Ordering::Relaxed);
+        }
         let mut waited = Duration::ZERO;
         if !self.try_take() {
             let start = Instant::now();
@@ -334,11 +385,11 @@ mod tests {
         let b = group.join(None);
         throttle(&group, &a, &b, 4); // one at a time, no pause
         assert_eq!(b.snapshot().max_in_flight, Some(1));
-        let first = b.admit();
+        let first = b.admit(1 << 20);
         let b2 = Arc::clone(&b);
         let (tx, rx) = std::sync::mpsc::channel();
         let waiter = std::thread::spawn(move || {
-            let second = b2.admit();
+            let second = b2.admit(1 << 20);
             tx.send(()).unwrap();
             second.finish();
         });
@@ -347,7 +398,7 @@ mod tests {
             "a second request was admitted at level 4"
         );
         // The protected class is not held back meanwhile.
-        a.admit().finish();
+        a.admit(4096).finish();
         first.finish();
         rx.recv_timeout(Duration::from_secs(5))
             .expect("the waiting request was admitted once the first finished");
@@ -363,13 +414,33 @@ mod tests {
         let a = group.join(Some(Duration::from_micros(100)));
         let b = group.join(None);
         throttle(&group, &a, &b, controller::MAX_LEVEL);
-        let admitted = b.admit();
+        let admitted = b.admit(1 << 20);
         std::thread::sleep(Duration::from_millis(5));
         let start = Instant::now();
         admitted.finish();
         // 9 × (≥ 5 ms), capped at 100 ms... minus nothing: the pause is at least 45 ms.
         assert!(start.elapsed() >= Duration::from_millis(45));
         assert_eq!(b.snapshot().throttled_requests, 1);
+    }
+
+    #[test]
+    fn a_capped_class_waits_for_its_bucket_and_counts_it() {
+        let group = QosGroup::new();
+        let b = group.join(None);
+        b.set_caps(Some(bucket::MIN_BYTES_PER_SEC), None);
+        // 1 MiB/s: the burst (100 ms) holds 0.1 MiB, so a 1 MiB request waits ~0.9 s.
+        let start = Instant::now();
+        b.admit(1 << 20).finish();
+        assert!(start.elapsed() >= Duration::from_millis(800));
+        let s = b.snapshot();
+        assert_eq!((s.max_bytes_per_sec, s.capped_requests), (Some(1 << 20), 1));
+        assert!(s.capped >= Duration::from_millis(800));
+        assert_eq!(s.throttled_requests, 0, "a cap is not the latency throttle");
+        // Uncapped again: nothing waits.
+        b.set_caps(None, None);
+        let start = Instant::now();
+        b.admit(1 << 20).finish();
+        assert!(start.elapsed() < Duration::from_millis(500));
     }
 
     #[test]

@@ -426,7 +426,8 @@ impl Conn {
         };
         // A throttled export's request waits here, before its payload is read: its connection
         // reads nothing more meanwhile, so its client is held back too.
-        let admitted = self.shared.config.qos.as_ref().map(|class| class.admit());
+        let admitted =
+            (self.shared.config.qos.as_ref()).map(|class| class.admit(data_bytes(&command)));
         let (payload, budget) = match command {
             Command::Write { length, .. } => {
                 // Within the buffer budget before the bytes arrive (pushes back on reading).
@@ -507,6 +508,15 @@ fn run_command(
             let head = request::error_reply(cookie, EIO, "internal server error", structured);
             (head, None)
         }
+    }
+}
+
+/// The bytes a request moves over the connection, as a bandwidth cap counts them (a read's
+/// or a write's length; nothing for the others).
+fn data_bytes(command: &Command) -> u64 {
+    match command {
+        Command::Read { length, .. } | Command::Write { length, .. } => u64::from(*length),
+        _ => 0,
     }
 }
 

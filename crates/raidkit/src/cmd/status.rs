@@ -329,11 +329,26 @@ fn qos_line(q: &QosSection) -> String {
         line += ")";
     }
     line += &format!(
-        "; {} requests held back, {:.3} s in all\n",
+        "; {} requests held back, {:.3} s in all",
         q.throttled_requests,
         q.throttled_us as f64 / 1e6
     );
-    line
+    let caps: Vec<String> = [
+        (q.max_bandwidth_bytes_per_sec).map(|b| format!("{}/s", human_bytes(b))),
+        q.max_iops.map(|n| format!("{n} requests/s")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !caps.is_empty() {
+        line += &format!(
+            "; capped at {}: {} requests waited, {:.3} s in all",
+            caps.join(" and "),
+            q.capped_requests,
+            q.capped_us as f64 / 1e6
+        );
+    }
+    line + "\n"
 }
 
 fn cache_line(c: &CacheStats) -> String {
@@ -626,6 +641,10 @@ mod tests {
             windows_missed: 4,
             last_window_requests: Some(120),
             last_window_over_target: Some(3),
+            max_bandwidth_bytes_per_sec: None,
+            max_iops: None,
+            capped_requests: 0,
+            capped_us: 0,
         };
         status.qos = Some(protected.clone());
         let text = render(&status);
@@ -653,6 +672,21 @@ mod tests {
                 "  qos: THROTTLED for another array's latency target, level 6 of 7 (1 request \
                  at a time, a pause of 3× each request's time after it); 42 requests held \
                  back, 1.500 s in all\n"
+            ),
+            "{text}"
+        );
+        status.qos = Some(QosSection {
+            max_bandwidth_bytes_per_sec: Some(100 << 20),
+            max_iops: Some(2000),
+            capped_requests: 7,
+            capped_us: 250_000,
+            ..protected
+        });
+        let text = render(&status);
+        assert!(
+            text.contains(
+                "; capped at 100.0 MiB/s and 2000 requests/s: 7 requests waited, 0.250 s in \
+                 all\n"
             ),
             "{text}"
         );

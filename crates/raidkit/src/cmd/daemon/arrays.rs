@@ -46,7 +46,8 @@ live_keys!(
     /// the write-mostly members (`Volume::set_write_mostly`),
     /// the scrub schedule and background window (the scheduler follows the new plan from now:
     /// the next run counts from the reload, the window is applied at once), and the QoS latency
-    /// target (`nbd::QosClass::set_target`: judged from the next window on).
+    /// target (`nbd::QosClass::set_target`: judged from the next window on) and caps
+    /// (`nbd::QosClass::set_caps`: the buckets start full).
     /// The others are fixed when the array starts: its members, spares and journal, how members
     /// are opened (`io_timeout_secs` is also each remote member's client deadline), the read cache
     /// and its read-ahead threads, the export's name, listener and buffer budget, read-only.
@@ -59,6 +60,8 @@ live_keys!(
     scrub_schedule,
     background_window,
     latency_target_us,
+    max_bandwidth,
+    max_iops,
 );
 
 /// Told the name of an array another process took over (its members are fenced already), from
@@ -190,6 +193,7 @@ impl ArraySet {
             .set_write_mostly(&opts.stack.write_mostly)
             .with_context(|| format!("array {name:?}: write_mostly"))?;
         served.qos.set_target(latency_target(&config));
+        served.qos.set_caps(caps(&config).0, caps(&config).1);
         let plan = super::scrub_plan(&config);
         if plan != super::scrub_plan(&served.config) {
             self.services.scheduler.forget(volume);
@@ -216,6 +220,7 @@ impl ArraySet {
         let export = a.export_name().to_string();
         let limits = &self.services.limits;
         let qos = self.services.qos.join(latency_target(a));
+        qos.set_caps(caps(a).0, caps(a).1);
         let server = nbd::ServerConfig {
             qos: Some(Arc::clone(&qos)),
             ..serve::server_config(
@@ -336,6 +341,14 @@ fn latency_target(a: &ArrayConfig) -> Option<Duration> {
     (a.latency_target_us.as_ref()).map(|us| Duration::from_micros(*us.get_ref()))
 }
 
+/// The caps of `a` (`max_bandwidth`, `max_iops`).
+fn caps(a: &ArrayConfig) -> (Option<u64>, Option<u64>) {
+    (
+        a.max_bandwidth.as_ref().map(|b| b.get_ref().0),
+        a.max_iops.as_ref().map(|n| *n.get_ref()),
+    )
+}
+
 /// The status's QoS section of a class.
 fn qos_section(s: &nbd::QosSnapshot) -> QosSection {
     QosSection {
@@ -350,6 +363,10 @@ fn qos_section(s: &nbd::QosSnapshot) -> QosSection {
         windows_missed: s.windows_missed,
         last_window_requests: s.last_window.map(|w| w.samples),
         last_window_over_target: s.last_window.map(|w| w.over),
+        max_bandwidth_bytes_per_sec: s.max_bytes_per_sec,
+        max_iops: s.max_iops,
+        capped_requests: s.capped_requests,
+        capped_us: s.capped.as_micros() as u64,
     }
 }
 

@@ -161,19 +161,27 @@ impl Array {
         })
     }
 
-    /// A write-back apply: [`Array::write`] of bytes the journal's `ArrayWrite` records hold
-    /// already (`sources`, sorted by offset, covering `[offset, offset + buf.len())`), so a
-    /// RAID 5/6 stripe's record logs its parity and only refers to its data
-    /// (`journal::Record::StripeApply`).
+    /// A write-back apply: [`Array::write`] of `pieces` (sorted by offset, disjoint), bytes
+    /// the journal's `ArrayWrite` records hold already (`sources`, sorted by offset, covering
+    /// every piece), so a RAID 5/6 stripe's record logs its parity and only refers to its data
+    /// (`journal::Record::StripeApply`). On RAID 5/6, pieces that share a stripe are written
+    /// together: the stripe is read once for all of them and its parity written once.
     pub fn write_applied(
         &self,
-        offset: u64,
-        buf: &[u8],
+        pieces: &[(u64, &[u8])],
         sources: &[journal::DataSource],
     ) -> Result<(), IoError> {
-        self.write_by(offset, buf, || {
-            (self.level_io).write_applied(&self.parts, offset, buf, sources)
-        })
+        let (Some(&(offset, _)), Some(&(last, tail))) = (pieces.first(), pieces.last()) else {
+            return Ok(());
+        };
+        for &(at, data) in pieces {
+            self.assert_range(at, data.len() as u64);
+        }
+        let len = last + tail.len() as u64 - offset;
+        self.client_requests.fetch_add(1, Ordering::Relaxed);
+        let result = (self.level_io).write_applied(&self.parts, pieces, sources);
+        self.note_failed_write(&result, offset, len);
+        result
     }
 
     fn write_by(

@@ -77,14 +77,16 @@ impl Parts {
             .clone()
     }
 
-    /// A bound of the records a write-back apply of `len` bytes at `offset` from `sources`
-    /// sources logs; zero unless this array logs its writes. Per stripe touched, one record:
-    /// its header, every parity chunk (a stripe's parity range may be wider than the write),
-    /// and an entry per operation (data and parity of every member, twice: a stripe's data may
-    /// be cut into more pieces); plus one entry per source (each source boundary cuts one data
-    /// operation in two, and a data operation carries its bytes only when that is smaller than
-    /// its references), counted once in the total and in the largest record. The data itself
-    /// is in the client's records, not here.
+    /// A bound of the records a write-back apply from `sources` sources, all within `len`
+    /// bytes at `offset`, logs; zero unless this array logs its writes. Per stripe touched,
+    /// one record: its header, every parity chunk (a stripe's parity range may be wider than
+    /// the write), and an entry per operation (data and parity of every member, twice: a
+    /// stripe's data may be cut into more pieces); plus, per source, one entry for data (each
+    /// source boundary cuts one data operation in two, and a data operation carries its bytes
+    /// only when that is smaller than its references) and one per parity block (a merged
+    /// apply writes parity over each range its scattered pieces change: at most one range per
+    /// source), counted once in the total and in the largest record. The data itself is in
+    /// the client's records, not here.
     pub(crate) fn logged_bytes_bound(&self, offset: u64, len: u64, sources: usize) -> RecordsBound {
         let geometry = &self.geometry;
         let parity = geometry.parity_count() as u64;
@@ -95,7 +97,7 @@ impl Parts {
         let stripes = (offset + len - 1) / stripe - offset / stripe + 1;
         let ops = 2 * (stripe / chunk + parity);
         let per_stripe = Record::member_ops_ring_bytes_max(ops, parity * chunk);
-        let references = sources as u64 * APPLY_ENTRY_BYTES as u64;
+        let references = sources as u64 * (1 + parity) * APPLY_ENTRY_BYTES as u64;
         RecordsBound {
             total: stripes * per_stripe + references,
             largest: per_stripe + references,
@@ -166,26 +168,61 @@ impl Parts {
             return self.run(ops);
         };
         let records = logged_records(&ops, group_ends, applied.as_ref());
-        if records.is_empty() {
-            return self.run(ops);
-        }
-        let ticket = journal.append(&records).map_err(|e| IoError::Journal {
-            source: Arc::new(e.into()),
-        })?;
+        let ticket = append(&journal, &records)?;
         drop(records);
+        self.run_then_complete(&journal, ticket, ops)
+    }
+
+    /// A write-back apply that writes more in place (`written`) than it logs (`logged`,
+    /// grouped by `group_ends`): the bytes written and not logged must be rewritten with the
+    /// values they hold, read under the stripe locks held, so a torn write cannot change them
+    /// and replaying the records leaves every stripe consistent (`raid56::merged`).
+    pub(crate) fn run_logged_apart(
+        &self,
+        written: Vec<MemOp<'_>>,
+        logged: &[MemOp<'_>],
+        group_ends: &[usize],
+        applied: Applied<'_>,
+    ) -> Result<(), IoError> {
+        let Some(journal) = self.journal() else {
+            return self.run(written);
+        };
+        let records = logged_records(logged, group_ends, Some(&applied));
+        let ticket = append(&journal, &records)?;
+        drop(records);
+        self.run_then_complete(&journal, ticket, written)
+    }
+
+    /// Runs `ops` and marks the records of `ticket` (if any) complete.
+    fn run_then_complete(
+        &self,
+        journal: &Journal,
+        ticket: Option<journal::Ticket>,
+        ops: Vec<MemOp<'_>>,
+    ) -> Result<(), IoError> {
         let result = self.run(ops);
-        journal.complete(ticket);
+        if let Some(ticket) = ticket {
+            journal.complete(ticket);
+        }
         result
     }
 }
 
+/// Appends `records` durably (none: nothing to wait for).
+fn append(journal: &Journal, records: &[Record<'_>]) -> Result<Option<journal::Ticket>, IoError> {
+    if records.is_empty() {
+        return Ok(None);
+    }
+    let ticket = journal.append(records).map_err(|e| IoError::Journal {
+        source: Arc::new(e.into()),
+    })?;
+    Ok(Some(ticket))
+}
+
 /// A write-back apply's batch of member writes ([`Array::write_applied`]).
 pub(crate) struct Applied<'a> {
-    /// The array offset of the buffer the data writes come from.
-    pub(crate) offset: u64,
-    /// Per operation of the batch: the offset in that buffer of the data it writes; `None`
-    /// for parity.
-    pub(crate) from_buf: &'a [Option<u64>],
+    /// Per operation of the batch: the array offset of the data it writes; `None` for parity.
+    pub(crate) array_offsets: &'a [Option<u64>],
     /// The `ArrayWrite` records holding the buffer's bytes.
     pub(crate) sources: &'a [DataSource],
 }
@@ -198,7 +235,7 @@ fn logged_records<'b>(
 ) -> Vec<Record<'b>> {
     assert_eq!(group_ends.last().copied().unwrap_or(0), ops.len());
     if let Some(applied) = applied {
-        assert_eq!(applied.from_buf.len(), ops.len());
+        assert_eq!(applied.array_offsets.len(), ops.len());
     }
     let role = |r: usize| u32::try_from(r).expect("role fits u32");
     let mut records = Vec::with_capacity(group_ends.len());
@@ -212,9 +249,9 @@ fn logged_records<'b>(
                     role: r,
                     offset,
                     buf,
-                } => match applied.and_then(|a| Some((a, a.from_buf[i]?))) {
+                } => match applied.and_then(|a| Some((a, a.array_offsets[i]?))) {
                     Some((a, at)) => {
-                        push_data_op(&mut group, role(*r), *offset, a.offset + at, buf, a.sources)
+                        push_data_op(&mut group, role(*r), *offset, at, buf, a.sources)
                     }
                     None => group.push(MemberOp::Write {
                         role: role(*r),

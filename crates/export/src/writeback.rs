@@ -4,10 +4,12 @@
 //! non-overlapping extents, and acknowledged once the records are durable. Reads overlay the
 //! buffer on the volume. [`APPLIERS`] applier threads write buffered extents to the volume
 //! (`Volume::write_applied`, whose RAID 5/6 stripes the engine logs to the same journal as
-//! `StripeApply` records: parity, and references to the records the bytes came from),
-//! merging contiguous ones (up to [`APPLY_BYTES_MAX`], cut at stripe boundaries) so small
-//! sequential writes become full-stripe writes, and mark their records complete; the journal
-//! then checkpoints. A record is complete once every byte of it is on the array or superseded
+//! `StripeApply` records: parity, and references to the records the bytes came from) in
+//! offset order (a cursor sweeps the buffer), each taking the extents within a window of
+//! whole stripes ([`APPLY_BYTES_MAX`]), contiguous or not: the engine writes the pieces that
+//! share a stripe as one write (one read of the stripe, one parity write; a full-stripe write
+//! when they cover it, so small sequential writes become full-stripe writes), and they mark
+//! their records complete; the journal then checkpoints. A record is complete once every byte of it is on the array or superseded
 //! by a newer record, and no apply that copied bytes of it is still running (a `StripeApply`
 //! record may refer to it until then: replay needs it in the ring).
 //!
@@ -35,7 +37,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use journal::{scan, DataSource, Journal, JournalError, Record, ScanSummary, Superblock};
+use journal::{
+    scan, DataSource, Journal, JournalError, Record, ScanSummary, Superblock, APPLY_ENTRY_BYTES,
+};
 use member::Member;
 use volume::Volume;
 
@@ -44,6 +48,10 @@ use crate::ring_budget::RingBudget;
 
 /// Largest array write an applier issues at once.
 pub const APPLY_BYTES_MAX: u64 = 4 << 20;
+/// Most extents one apply takes (4 KiB writes filling [`APPLY_BYTES_MAX`]; fewer when a
+/// stripe holds less than that many references): bounds the references its stripe records
+/// hold and the work of one apply.
+pub const APPLY_EXTENTS_MAX: usize = 1024;
 /// Applier threads: array writes in flight at once (each one of them an RMW on RAID 5/6, so a
 /// single applier was bound by member latency: 3x fewer random writes than without a journal).
 pub const APPLIERS: usize = 8;
@@ -67,8 +75,9 @@ struct Buffer {
     refs: HashMap<u64, u32>,
     next_id: u64,
     cursor: u64,
-    /// Byte ranges appliers are writing now (at most [`APPLIERS`]).
-    in_flight: Vec<(u64, u64)>,
+    /// What appliers are writing now (at most [`APPLIERS`]): the byte range from an apply's
+    /// first piece to the end of its last, and the bytes it copied.
+    in_flight: Vec<InFlight>,
     /// An apply of the oldest record under ring pressure is running (one at a time).
     forced: bool,
     shutdown: bool,
@@ -77,6 +86,14 @@ struct Buffer {
     /// buffered (their records stay in the journal) and appliers wait until this instant
     /// before trying again; the error says what happened. Cleared by a successful apply.
     no_space: Option<(Instant, String)>,
+}
+
+/// One apply in flight.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct InFlight {
+    lo: u64,
+    hi: u64,
+    copied: u64,
 }
 
 /// After the array refused an apply for lack of space, appliers try again this much later.
@@ -400,17 +417,22 @@ impl Shared {
                     b = self.cond.wait(b).unwrap_or_else(|p| p.into_inner());
                 }
             };
+            let pieces: Vec<(u64, &[u8])> = batch
+                .pieces
+                .iter()
+                .map(|&(offset, at, len)| (offset, &batch.data[at..at + len]))
+                .collect();
             let result = self
                 .volume
-                .write_applied(batch.offset, &batch.data, &batch.sources)
+                .write_applied(&pieces, &batch.sources)
                 .map_err(io::Error::from);
+            drop(pieces);
             self.budget.release_apply(batch.reserved);
             let mut b = lock(&self.buf);
-            let end = batch.offset + batch.data.len() as u64;
             let at = b
                 .in_flight
                 .iter()
-                .position(|&r| r == (batch.offset, end))
+                .position(|&r| r == batch.in_flight)
                 .expect("an applied range is in flight");
             b.in_flight.swap_remove(at);
             if batch.forced {
@@ -437,10 +459,13 @@ impl Shared {
     /// The next batch to apply, registered in flight with its ring space reserved, or `None`
     /// when this applier must wait for another to finish.
     ///
-    /// Normally a contiguous run of extents no other applier is writing, from the cursor on,
-    /// cut at a stripe boundary. When the ring has no room for its stripe records
-    /// ([`RingBudget::reserve_apply`]) it is instead the oldest buffered extent alone, once no
-    /// other applier is writing it or applying an oldest extent.
+    /// Normally the extents no other applier is writing from the cursor on (an elevator over
+    /// the buffer, in offset order), within [`APPLY_BYTES_MAX`] of whole stripes from the first
+    /// one's stripe and at most [`APPLY_EXTENTS_MAX`] of them, contiguous or not: the array
+    /// writes the pieces that share a stripe together (one read of the stripe, one parity
+    /// write; a full-stripe write when they cover it). When the ring has no room for its
+    /// stripe records ([`RingBudget::reserve_apply`]) it is instead the oldest buffered extent
+    /// alone, once no other applier is writing it or applying an oldest extent.
     fn take_batch(&self, b: &mut Buffer) -> Option<Batch> {
         let stripe = self.volume.geometry().unit_bytes().max(1);
         let limit = (APPLY_BYTES_MAX / stripe).max(1) * stripe;
@@ -449,8 +474,8 @@ impl Shared {
         let stripe_span = |lo: u64, hi: u64| (lo / stripe, hi.div_ceil(stripe));
         let busy = |b: &Buffer, s: u64, e: &BufferedRange| {
             let (lo, hi) = stripe_span(s, s + e.data.len() as u64);
-            b.in_flight.iter().any(|&(flo, fhi)| {
-                let (flo, fhi) = stripe_span(flo, fhi);
+            b.in_flight.iter().any(|f| {
+                let (flo, fhi) = stripe_span(f.lo, f.hi);
                 lo < fhi && flo < hi
             })
         };
@@ -465,35 +490,43 @@ impl Shared {
             .map(|(&s, _)| s)?
         };
         // Applies in flight copy at most about 2 x APPLY_BYTES_MAX of the buffer.
-        let copied: u64 = b.in_flight.iter().map(|&(lo, hi)| hi - lo).sum();
+        let copied: u64 = b.in_flight.iter().map(|f| f.copied).sum();
         if copied >= APPLY_BYTES_MAX {
             return None;
         }
-        let mut parts = Vec::new();
-        let mut len = 0u64;
-        for (&s, e) in b.extents.range(start..) {
-            let too_big = len + e.data.len() as u64 > limit && len > 0;
-            if s != start + len || too_big || busy(b, s, e) {
+        // Each extent costs at most three entries (APPLY_ENTRY_BYTES: a reference, and a
+        // parity write per parity block, RAID 6 having two) in a stripe's record: at most a
+        // stripe's data of them, so a record stays within what the attach check let in.
+        let entries = 3 * APPLY_ENTRY_BYTES as u64;
+        let extents_max = APPLY_EXTENTS_MAX.min((stripe / entries).max(1) as usize);
+        // The window: whole stripes from the first extent's. Extents before it in its stripe
+        // are taken too (it is theirs as well); a busy extent ends the batch (or, before the
+        // first extent, restarts it after the busy one).
+        let window_lo = start / stripe * stripe;
+        let window_hi = window_lo.saturating_add(limit);
+        let mut parts: Vec<(u64, u64, u64)> = Vec::new();
+        for (&s, e) in b.extents.range(window_lo..) {
+            let end = s + e.data.len() as u64;
+            let full = parts.len() >= extents_max || (end > window_hi && s > start);
+            if s > start && (full || busy(b, s, e)) {
                 break;
             }
-            len += e.data.len() as u64;
-            parts.push((s, e.id));
+            if busy(b, s, e) {
+                parts.clear();
+                continue;
+            }
+            parts.push((s, e.data.len() as u64, e.id));
         }
-        let mut batch = Batch {
-            offset: start,
-            data: Vec::new(),
-            parts: Vec::new(),
-            sources: Vec::new(),
-            reserved: 0,
-            forced: false,
-        };
-        let logged = self.volume.logged_bytes_bound(start, len, parts.len());
+        assert!(
+            parts.iter().any(|p| p.0 == start),
+            "the first extent is taken"
+        );
+        let lo = parts[0].0;
+        let hi = parts.last().map(|&(s, len, _)| s + len).expect("a part");
+        let mut batch = Batch::default();
+        let logged = self.volume.logged_bytes_bound(lo, hi - lo, parts.len());
         if let Some(reserved) = self.budget.reserve_apply(logged) {
             batch.reserved = reserved;
-            batch.data.reserve_exact(len as usize);
-            for &(s, _) in &parts {
-                batch.data.extend_from_slice(&b.extents[&s].data);
-            }
         } else {
             // Ring pressure: only the oldest record's extents, one at a time.
             if b.forced {
@@ -503,36 +536,42 @@ impl Shared {
             if busy(b, s, e) {
                 return None;
             }
-            parts = vec![(s, e.id)];
+            parts = vec![(s, e.data.len() as u64, e.id)];
             let logged = self.volume.logged_bytes_bound(s, e.data.len() as u64, 1);
-            batch = Batch {
-                offset: s,
-                data: e.data.clone(),
-                parts: Vec::new(),
-                sources: Vec::new(),
-                reserved: self.budget.force_reserve_apply(logged),
-                forced: true,
-            };
+            batch.reserved = self.budget.force_reserve_apply(logged);
+            batch.forced = true;
             b.forced = true;
         }
-        for &(s, _) in &parts {
+        let bytes: u64 = parts.iter().map(|p| p.1).sum();
+        batch.data.reserve_exact(bytes as usize);
+        for &(s, len, id) in &parts {
             let e = &b.extents[&s];
+            // Contiguous extents make one piece.
+            match batch.pieces.last_mut() {
+                Some((at, _, n)) if *at + *n as u64 == s => *n += len as usize,
+                _ => batch.pieces.push((s, batch.data.len(), len as usize)),
+            }
+            batch.data.extend_from_slice(&e.data);
             batch.sources.push(DataSource {
                 offset: s,
-                len: e.data.len() as u64,
+                len,
                 seq: e.seq,
             });
+            batch.parts.push((s, id));
         }
-        batch.parts = parts;
         for source in &batch.sources {
             *b.refs.get_mut(&source.seq).expect("a buffered record") += 1;
         }
-        let end = batch.offset + batch.data.len() as u64;
-        assert!(end > batch.offset, "a batch holds at least one extent");
+        let (first, last) = (batch.parts[0].0, *batch.sources.last().expect("a source"));
+        batch.in_flight = InFlight {
+            lo: first,
+            hi: last.offset + last.len,
+            copied: bytes,
+        };
         if !batch.forced {
-            b.cursor = end;
+            b.cursor = batch.in_flight.hi;
         }
-        b.in_flight.push((batch.offset, end));
+        b.in_flight.push(batch.in_flight);
         Some(batch)
     }
 
@@ -548,9 +587,14 @@ impl Shared {
     }
 }
 
+#[derive(Default)]
 struct Batch {
-    offset: u64,
+    /// What `in_flight` holds for this apply.
+    in_flight: InFlight,
+    /// The pieces' bytes, one after the other.
     data: Vec<u8>,
+    /// Per piece (a run of contiguous extents): array offset, offset in `data`, length.
+    pieces: Vec<(u64, usize, usize)>,
     /// The extents copied: start and id.
     parts: Vec<(u64, u64)>,
     /// Where `data`'s bytes come from, extent by extent: the journal logs the apply's data by

@@ -412,7 +412,7 @@ fn a_version_1_journal_replays_and_is_rewritten_as_version_2() {
 }
 
 /// Opens the gate when dropped (a failed assertion must not leave the applier stuck).
-struct GateHeld<'a>(&'a (std::sync::Mutex<bool>, std::sync::Condvar));
+struct GateHeld<'a>(&'a Gate);
 
 impl Drop for GateHeld<'_> {
     fn drop(&mut self) {
@@ -421,15 +421,9 @@ impl Drop for GateHeld<'_> {
     }
 }
 
-/// A client record stays in the journal while an apply that copied from it is running, even
-/// once a newer write superseded its bytes: the apply's `StripeApply` record refers to it, and
-/// a checkpoint releasing it first would let replay skip that record while its stripe was not
-/// flushed (the write hole). Checked by holding the apply's in-place writes.
-#[test]
-fn a_record_an_apply_refers_to_stays_until_the_apply_returns() {
-    let world = World::new();
-    let sims = members(&world, &names(Level::Raid5), JOURNAL_BYTES);
-    drop(new_volume(Level::Raid5, &sims));
+/// A gate over the array members' data-area writes (closed: they wait) and the volume over
+/// `sims` (the last one is the journal) behind it.
+fn gated_volume(sims: &[Arc<SimMember>]) -> (Arc<Gate>, Arc<Volume>) {
     let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
     let gated: Vec<Arc<dyn Member>> = sims[..sims.len() - 1]
         .iter()
@@ -449,21 +443,87 @@ fn a_record_an_apply_refers_to_stays_until_the_apply_returns() {
         })
         .collect();
     let v = Arc::new(assemble(gated, &AssembleOptions::default()).unwrap());
+    (gate, v)
+}
+
+type Gate = (std::sync::Mutex<bool>, std::sync::Condvar);
+
+/// A write-back session (1 MiB buffer) on a new RAID 5 of 4 behind a gate
+/// ([`gated_volume`]): the world, the gate, the volume, the journal member and the session.
+#[allow(clippy::type_complexity)]
+fn gated_session() -> (
+    Arc<World>,
+    Arc<Gate>,
+    Arc<Volume>,
+    Arc<dyn Member>,
+    (Arc<Journal>, Checkpointer, WriteBack),
+) {
+    let world = World::new();
+    let sims = members(&world, &names(Level::Raid5), JOURNAL_BYTES);
+    drop(new_volume(Level::Raid5, &sims));
+    let (gate, v) = gated_volume(&sims);
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
-    let (j, checkpointer, wb) = start(&v, &jm, true, 1 << 20);
+    let session = start(&v, &jm, true, 1 << 20);
+    (world, gate, v, jm, session)
+}
+
+/// Waits until the journal's durable sequence reaches `seq` (20 s at most).
+fn wait_durable(j: &Journal, seq: u64, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while j.stats().durable_seq < seq {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Writes that share a stripe are applied together: five scattered 4 KiB writes buffered
+/// while their stripe was being written (by an apply held at the members) reach the members,
+/// once it returned, as one reconstruct-write: the stripe read once (one read per data member,
+/// 3) and written once (one write per member, 4), where applying each alone costs two reads
+/// and two writes apiece. RAID 5 of 4, 16 KiB
+/// chunks: stripe 0 is array bytes 0..48 KiB.
+#[test]
+fn writes_sharing_a_stripe_are_applied_as_one() {
+    let (_world, gate, v, _jm, (j, checkpointer, wb)) = gated_session();
+    let ops = |v: &Volume| {
+        let stats = v.member_io_stats();
+        let reads: u64 = stats.iter().map(|s| s.read.ops).sum();
+        (reads, stats.iter().map(|s| s.write.ops).sum::<u64>())
+    };
+    let before = ops(&v);
+    let first = j.superblock().tail_seq;
+    let held = GateHeld(&gate);
+    *gate.0.lock().unwrap() = true;
+    wb.write(0, &pattern(1, 4096)).unwrap();
+    wait_durable(&j, first + 1, "the first apply never logged");
+    for (i, at) in (8u64..48).step_by(8).enumerate() {
+        wb.write(at << 10, &pattern(2 + i as u64, 4096)).unwrap();
+    }
+    drop(held);
+    wb.close().unwrap();
+    let (reads, writes) = ops(&v);
+    // The first apply: a 4 KiB read-modify-write (2 reads, 2 writes).
+    assert_eq!(
+        (reads - before.0, writes - before.1),
+        (2 + 3, 2 + 4),
+        "member (reads, writes) for one held apply and five writes sharing its stripe"
+    );
+    assert_eq!(stop(&j, &v, checkpointer), 0);
+}
+
+/// A client record stays in the journal while an apply that copied from it is running, even
+/// once a newer write superseded its bytes: the apply's `StripeApply` record refers to it, and
+/// a checkpoint releasing it first would let replay skip that record while its stripe was not
+/// flushed (the write hole). Checked by holding the apply's in-place writes.
+#[test]
+fn a_record_an_apply_refers_to_stays_until_the_apply_returns() {
+    let (_world, gate, v, jm, (j, checkpointer, wb)) = gated_session();
     let first = j.superblock().tail_seq;
     let held = GateHeld(&gate);
     *gate.0.lock().unwrap() = true;
     wb.write(0, &pattern(1, 4096)).unwrap();
     // The applier logs its stripe (the record after the client's), then waits at the gate.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while j.stats().durable_seq < first + 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the apply never logged"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_durable(&j, first + 1, "the apply never logged");
     wb.write(0, &pattern(2, 4096)).unwrap();
     checkpoint(&j, &v).unwrap();
     let tail = read_superblock(jm.as_ref()).unwrap().tail_seq;

@@ -137,9 +137,33 @@ fn random_pieces(rng: &mut Rng, offset: u64, len: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// A write: offset and bytes.
+type Write = (u64, Vec<u8>);
+
+/// Two to six disjoint writes of at most a chunk each within `window` bytes from a random
+/// offset, sorted: what an applier takes from the write-back buffer and applies together.
+fn scattered_writes(rng: &mut Rng, size: u64, window: u64) -> Vec<Write> {
+    let base = rng.below(size - window);
+    let mut writes: Vec<Write> = Vec::new();
+    let mut starts: Vec<u64> = (0..2 + rng.below(5))
+        .map(|_| base + rng.below(window))
+        .collect();
+    starts.sort_unstable();
+    for at in starts {
+        // Disjoint and not adjacent (adjacent extents reach the array as one piece).
+        if writes.last().is_some_and(|(o, d)| o + d.len() as u64 >= at) {
+            continue;
+        }
+        let len = 1 + rng.below(CHUNK.min(base + window - at));
+        writes.push((at, pattern(rng.next_u64(), len as usize)));
+    }
+    writes
+}
+
 /// The write-back path at the array level: each write is logged as `ArrayWrite` records (one
 /// per piece), applied with `Array::write_applied` (its stripes logged as `StripeApply`
-/// records: parity, and references to those pieces), then the pieces are complete. Lose power,
+/// records: parity, and references to those pieces), alone or with other writes near it (the
+/// pieces that share a stripe applied as one write), then the pieces are complete. Lose power,
 /// reassemble with one member (RAID 6: two) missing, replay as `export` does (physical redo,
 /// references resolved, then each `ArrayWrite` record as whole-stripe rewrites): every byte
 /// reads back, those written before the journal session too.
@@ -155,38 +179,43 @@ fn write_back_round(level: Level, seed: u64) {
     a.flush().unwrap();
     let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
     let (j, checkpoints) = started(&a, &jm, Mode::WriteBack);
+    let stripe = a.geometry().stripe_data_bytes();
     for _ in 0..40 + rng.below(80) {
-        let (offset, data) = random_write(&mut rng, size, 3 * CHUNK);
-        let pieces = random_pieces(&mut rng, offset, data.len() as u64);
-        // One record per append: its ticket's last sequence number is the record's (a wrap
-        // marker placed before it takes the one before).
-        let sources: Vec<DataSource> = pieces
-            .iter()
-            .map(|&(at, len)| {
+        let writes = match rng.below(2) {
+            0 => vec![random_write(&mut rng, size, 3 * CHUNK)],
+            _ => scattered_writes(&mut rng, size, 3 * stripe),
+        };
+        let mut sources: Vec<DataSource> = Vec::new();
+        for (offset, data) in &writes {
+            // One record per append: its ticket's last sequence number is the record's (a
+            // wrap marker placed before it takes the one before).
+            for (at, len) in random_pieces(&mut rng, *offset, data.len() as u64) {
                 let piece = &data[(at - offset) as usize..(at - offset + len) as usize];
                 let record = Record::ArrayWrite {
                     offset: at,
                     data: piece,
                 };
                 let seq = j.append(&[record]).unwrap().last;
-                DataSource {
+                sources.push(DataSource {
                     offset: at,
                     len,
                     seq,
-                }
-            })
-            .collect();
-        a.write_applied(offset, &data, &sources).unwrap();
+                });
+            }
+        }
+        let pieces: Vec<(u64, &[u8])> = writes.iter().map(|(o, d)| (*o, &d[..])).collect();
+        a.write_applied(&pieces, &sources).unwrap();
         for source in &sources {
             j.complete_seq(source.seq);
         }
-        model[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+        for (offset, data) in &writes {
+            model[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
+        }
     }
     let (_w, crashed) = world.crash(rng.next_u64(), &name_refs);
     drop((a, j, checkpoints));
     let (missing, a, sb) = replay_degraded(level, &crashed, &mut rng);
     let jm = crashed.last().unwrap();
-    let stripe = a.geometry().stripe_data_bytes();
     scan(jm.as_ref(), &sb, |_, record| {
         if let Record::ArrayWrite { offset, data } = record {
             let lo = offset / stripe * stripe;
@@ -287,18 +316,28 @@ fn apply_reservations_cover_the_records_logged() {
         let jm: Arc<dyn Member> = Arc::clone(sims.last().unwrap()) as Arc<dyn Member>;
         let (j, _checkpoints) = started(&a, &jm, Mode::WriteThrough);
         let mut rng = Rng::new(base);
-        for i in 0..300 {
+        let stripe = a.geometry().stripe_data_bytes();
+        for i in 0..400 {
             let len = 1 + rng.below(5 * CHUNK);
             let offset = rng.below(a.size_bytes() - len);
-            let pieces = match i % 3 {
-                0 => vec![(offset, len)],
-                1 => random_pieces(&mut rng, offset, len),
-                _ => (offset..offset + len)
-                    .step_by(7)
-                    .map(|at| (at, 7.min(offset + len - at)))
-                    .collect(),
+            let data = pattern(rng.next_u64(), len as usize);
+            let (sources, writes): (Vec<(u64, u64)>, Vec<Write>) = match i % 4 {
+                0 => (vec![(offset, len)], vec![(offset, data)]),
+                1 => (random_pieces(&mut rng, offset, len), vec![(offset, data)]),
+                2 => {
+                    let tiny = (offset..offset + len)
+                        .step_by(7)
+                        .map(|at| (at, 7.min(offset + len - at)));
+                    (tiny.collect(), vec![(offset, data)])
+                }
+                // Scattered pieces applied together, one source each.
+                _ => {
+                    let writes = scattered_writes(&mut rng, a.size_bytes(), 3 * stripe);
+                    let sources = writes.iter().map(|(o, d)| (*o, d.len() as u64));
+                    (sources.collect(), writes)
+                }
             };
-            let sources: Vec<DataSource> = pieces
+            let sources: Vec<DataSource> = sources
                 .iter()
                 .map(|&(at, len)| DataSource {
                     offset: at,
@@ -306,8 +345,11 @@ fn apply_reservations_cover_the_records_logged() {
                     seq: 1,
                 })
                 .collect();
+            let (offset, last) = (writes[0].0, writes.last().expect("a write"));
+            let len = last.0 + last.1.len() as u64 - offset;
+            let pieces: Vec<(u64, &[u8])> = writes.iter().map(|(o, d)| (*o, &d[..])).collect();
             let before = j.stats().appended_bytes;
-            (a.write_applied(offset, &pattern(rng.next_u64(), len as usize), &sources)).unwrap();
+            a.write_applied(&pieces, &sources).unwrap();
             let logged = j.stats().appended_bytes - before;
             let bound = a
                 .logged_bytes_bound(offset, len, sources.len())

@@ -366,12 +366,12 @@ forward_to_core! {
     fn is_dirty(&self) -> bool;
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), VolumeError>;
     fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError>;
-    /// A write-back apply: [`Volume::write`] of bytes the journal's `ArrayWrite` records
-    /// `sources` hold already (see `engine::Array::write_applied`).
+    /// A write-back apply: [`Volume::write`] of `pieces` (sorted, disjoint), bytes the
+    /// journal's `ArrayWrite` records `sources` hold already; RAID 5/6 pieces sharing a stripe
+    /// are written together (see `engine::Array::write_applied`).
     fn write_applied(
         &self,
-        offset: u64,
-        buf: &[u8],
+        pieces: &[(u64, &[u8])],
         sources: &[engine::DataSource]
     ) -> Result<(), VolumeError>;
     fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError>;
@@ -567,15 +567,17 @@ impl VolumeCore {
         self.changing(offset, buf.len() as u64, || self.array.write(offset, buf))
     }
 
+    /// The write-intent bits are set over the pieces' whole envelope.
     pub(crate) fn write_applied(
         &self,
-        offset: u64,
-        buf: &[u8],
+        pieces: &[(u64, &[u8])],
         sources: &[engine::DataSource],
     ) -> Result<(), VolumeError> {
-        self.changing(offset, buf.len() as u64, || {
-            self.array.write_applied(offset, buf, sources)
-        })
+        let (Some(&(offset, _)), Some(&(last, tail))) = (pieces.first(), pieces.last()) else {
+            return Ok(());
+        };
+        let len = last + tail.len() as u64 - offset;
+        self.changing(offset, len, || self.array.write_applied(pieces, sources))
     }
 
     pub(crate) fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {

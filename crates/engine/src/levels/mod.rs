@@ -42,16 +42,20 @@ pub(crate) trait LevelIo: Sync {
         recovering(self, io, || plain::write(io, offset, buf))
     }
 
-    /// A write-back apply's write (`Array::write_applied`): as [`LevelIo::write`], except
-    /// that a level logging its writes logs the data by reference to the `sources` holding it.
+    /// A write-back apply's write (`Array::write_applied`): as [`LevelIo::write`] of each
+    /// piece (sorted by offset, disjoint), except that a level logging its writes logs the
+    /// data by reference to the `sources` holding it, and may write pieces sharing a stripe
+    /// together.
     fn write_applied(
         &self,
         io: &Parts,
-        offset: u64,
-        buf: &[u8],
+        pieces: &[(u64, &[u8])],
         _sources: &[DataSource],
     ) -> Result<(), IoError> {
-        self.write(io, offset, buf)
+        for &(offset, buf) in pieces {
+            self.write(io, offset, buf)?;
+        }
+        Ok(())
     }
 
     /// Trims or zeroes `[offset, offset+len)` (the caller repairs read errors).

@@ -2,6 +2,7 @@
 //! writes (see `write`), trims and write-zeroes that keep parity correct.
 
 pub(crate) mod columns;
+mod merged;
 mod reconstruct;
 mod scrub;
 mod write;
@@ -36,16 +37,17 @@ impl LevelIo for Parity {
     }
 
     /// Not gathered: appliers write disjoint stripes, so no other write in flight could
-    /// complete a stripe of this one, and a tail waiting for one would only wait.
+    /// complete a stripe of this one, and a tail waiting for one would only wait. Several
+    /// pieces are written as one write per stripe (`merged`).
     fn write_applied(
         &self,
         io: &Parts,
-        offset: u64,
-        buf: &[u8],
+        pieces: &[(u64, &[u8])],
         sources: &[DataSource],
     ) -> Result<(), IoError> {
-        recovering(self, io, || {
-            write::raid56_write(io, offset, buf, Some(sources))
+        recovering(self, io, || match pieces {
+            [(offset, buf)] => write::raid56_write(io, *offset, buf, Some(sources)),
+            _ => merged::merged_write(io, pieces, sources),
         })
     }
 

@@ -253,13 +253,13 @@ impl<'p> StripeWrite<'p> {
         }
     }
 
-    /// Pushes the stripe's member writes to `ops`, and for each the offset in `buf` of the
-    /// data it writes (`None` for parity) to `from_buf`.
+    /// Pushes the stripe's member writes to `ops`, and for each the array offset of the data
+    /// it writes (`None` for parity) to `from_buf`, `buf` being at array offset `offset`.
     fn write_ops<'s>(
         &'s self,
         g: &Geometry,
         present: &[bool],
-        buf: &'s [u8],
+        (offset, buf): (u64, &'s [u8]),
         ops: &mut Vec<MemOp<'s>>,
         from_buf: &mut Vec<Option<u64>>,
     ) {
@@ -272,7 +272,7 @@ impl<'p> StripeWrite<'p> {
                 offset: base + c.start,
                 buf: data,
             });
-            from_buf.push(Some(c.buf_offset));
+            from_buf.push(Some(offset + c.buf_offset));
         }
         let blocks = match (&self.columns, self.mode) {
             (_, Mode::DataOnly) => return,
@@ -327,12 +327,11 @@ pub(super) fn raid56_write(
     let mut from_buf = Vec::new();
     let mut group_ends = Vec::with_capacity(plans.len());
     for plan in &plans {
-        plan.write_ops(g, &writable, buf, &mut writes, &mut from_buf);
+        plan.write_ops(g, &writable, (offset, buf), &mut writes, &mut from_buf);
         group_ends.push(writes.len());
     }
     let applied = sources.map(|sources| Applied {
-        offset,
-        from_buf: &from_buf,
+        array_offsets: &from_buf,
         sources,
     });
     io.run_logged(writes, &group_ends, applied)

@@ -160,13 +160,21 @@ def test_compare_interleaves_targets_and_gives_ratios_and_plots(tmp_path, nbdkit
     assert by[(names[1], 1)]["figures"]["latency"]["p50_ms"] >= 0.1
     assert by[(names[1], 1)]["ratio"]["iops"] < 1.0
     assert "IOPS ratio" in proc.stdout
+    # Each target's result names its own working set (the one given here).
+    assert {r["case"]["working_set"] for r in report["results"]} == {32 << 20}
     root = ET.parse(svg).getroot()
     assert root.tag.endswith("svg")
     text = svg.read_text()
     assert "queue depth" in text and "raid1" in text
-    # The same run's PNG (a second, shorter run).
-    bench(tmp_path, nbdkit_memory, "--ops", "200", "--qd", "1,2", "--plot", str(png))
+    # A PNG, of targets of different sizes without --working-set: each runs over its whole size.
+    _, report = bench(tmp_path, nbdkit_memory, "--members", "mem:32M", "mem:32M", "--level", "0",
+                      "--compare", "--ops", "200", "--qd", "1,2", "--plot", str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    sizes = {t["name"]: t["bytes"] for t in report["targets"]}
+    assert sizes["raid0"] != 64 << 20
+    for r in report["results"]:
+        assert r["case"]["working_set"] == sizes[r["target"]], r
+        assert r["ratio"] is not None
 
 
 def test_file_tests_need_allow_writes_on_a_uri(tmp_path, nbdkit_memory):

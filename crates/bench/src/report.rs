@@ -124,7 +124,7 @@ impl Report {
             .collect();
         let div = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
         for r in &mut self.results {
-            if let Some((_, b)) = base.iter().find(|(c, _)| *c == r.case) {
+            if let Some((_, b)) = base.iter().find(|(c, _)| c.same_load(&r.case)) {
                 r.ratio = Some(Ratio {
                     iops: div(r.figures.iops, b.iops),
                     mb_s: div(r.figures.mb_s, b.mb_s),
@@ -286,6 +286,12 @@ mod tests {
         ];
         let r = Report::measured(1, 2, vec![target("A"), target("B")], &cases, &m);
         assert_eq!(r.results.len(), 4);
+        // Targets of other sizes ran the same cases over other working sets.
+        let mut other = r.clone();
+        other.results[1].case.working_set = 2 << 20;
+        other.results[1].ratio = None;
+        other.set_ratios();
+        assert_eq!(other.results[1].ratio, r.results[1].ratio);
         let b4k = &r.results[1];
         assert_eq!((b4k.target.as_str(), b4k.case.size), ("B", 4096));
         let ratio = b4k.ratio.unwrap();

@@ -184,6 +184,15 @@ impl Case {
         Ok(case)
     }
 
+    /// The same workload, size, depth, clients and limit, whatever the working set (two
+    /// targets of different sizes run the same case over their whole size).
+    pub fn same_load(&self, other: &Case) -> bool {
+        Case {
+            working_set: other.working_set,
+            ..self.clone()
+        } == *other
+    }
+
     /// One line naming the case: `rand-read 4KiB qd1 c1`.
     pub fn label(&self) -> String {
         format!(

@@ -206,8 +206,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .collect()
         })
         .collect::<anyhow::Result<_>>()?;
-    // The report's cases are the first target's (the working sets are the same when given;
-    // otherwise each target runs over its whole size).
+    // Each target runs the cases over its own working set: the one given, else its whole size.
     let mut measured: Vec<Vec<Measured>> =
         vec![vec![Measured::default(); targets.len()]; cases.len()];
     let runs = (args.rounds as usize * cases.len() * targets.len()) as u64;
@@ -242,13 +241,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     servers.stop_all()?;
 
     let report_cases: Vec<Case> = per_target[0].clone();
-    let report = Report::measured(
+    let mut report = Report::measured(
         seed,
         args.rounds,
         targets.into_iter().map(|(t, _)| t).collect(),
         &report_cases,
         &measured,
     );
+    // Each result names the working set its target ran (its whole size when not given).
+    for (i, r) in report.results.iter_mut().enumerate() {
+        r.case.working_set = per_target[i % per_target.len()][i / per_target.len()].working_set;
+    }
     print!("{}", report.table());
     println!("seed {seed}");
     if let Some(path) = &args.json {

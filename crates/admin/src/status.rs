@@ -170,6 +170,14 @@ pub(crate) mod tests {
                     block_writes: 11,
                 }),
                 unsynced_bytes: 3 << 20,
+                bad_blocks: vec![volume::BadBlockStatus {
+                    role: 2,
+                    member: "c".into(),
+                    member_offset: 1 << 20,
+                    len: 4096,
+                    array_offset: Some(5 << 20),
+                    stripe_array_offset: 5 << 20,
+                }],
                 at_risk: Some(AtRisk {
                     ranges: vec![ArrayRange {
                         offset_bytes: 0,

@@ -74,6 +74,10 @@ pub enum Event {
     SlowMember,
     /// A member judged slow answers like its peers again and is read again.
     SlowMemberRecovered,
+    /// A range was recorded in a member's bad-block list (md's badblocks): a rebuild met it
+    /// unreadable with no redundancy left, so its data is lost and reads of it fail until it
+    /// is written again.
+    BadBlocks,
 }
 
 /// How bad an event is: syslog's severity and the log line's word.
@@ -110,6 +114,7 @@ impl Event {
             Event::TakenOver => "TakenOver",
             Event::SlowMember => "SlowMember",
             Event::SlowMemberRecovered => "SlowMemberRecovered",
+            Event::BadBlocks => "BadBlocks",
         }
     }
 
@@ -120,6 +125,7 @@ impl Event {
             | Event::DegradedArray
             | Event::DeviceDisappeared
             | Event::MismatchesFound
+            | Event::BadBlocks
             | Event::TakenOver => Severity::Critical,
             Event::SparesMissing
             | Event::MemberTimeout

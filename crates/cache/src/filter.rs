@@ -267,8 +267,13 @@ impl<E: Export> ReadCache<E> {
             dst
         } else {
             scratch = member::AlignedBuf::zeroed((hi - lo) as usize, 0);
-            self.shared.inner.read(lo, &mut scratch)?;
             let (from, to) = (lo.max(offset), hi.min(end));
+            if self.shared.inner.read(lo, &mut scratch).is_err() {
+                // Some of the wider range cannot be read (a range recorded as lost, say): the
+                // client's part alone may be readable, and is then served, uncached.
+                let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
+                return self.shared.inner.read(from, dst);
+            }
             buf[(from - offset) as usize..(to - offset) as usize]
                 .copy_from_slice(&scratch[(from - lo) as usize..(to - lo) as usize]);
             &scratch

@@ -56,6 +56,39 @@ fn a_failed_write_leaves_nothing_claimed() {
     }
 }
 
+/// A range below that cannot be read fails exactly the client reads that touch it: a
+/// streaming read whose whole-block read below fails is served from its own part alone
+/// (before, every read of a block with an unreadable byte failed once read-ahead saw a
+/// stream).
+#[test]
+fn an_unreadable_range_fails_only_the_reads_that_touch_it() {
+    for mode in [ReadAhead::On, ReadAhead::Adaptive, ReadAhead::Off] {
+        let cache =
+            ReadCache::new(MemExport::with_data(filled(4)), config(mode)).expect("valid config");
+        let (bad, bad_len) = (2 * BLOCK + 2048, 512);
+        *cache.inner().fail_range.lock().unwrap() = Some((bad, bad_len));
+        let truth = cache.inner().contents();
+        for at in (0..4 * BLOCK).step_by(1000) {
+            let len = 1000.min(4 * BLOCK - at);
+            let mut buf = vec![0; len as usize];
+            let touches = at < bad + bad_len && bad < at + len;
+            match cache.read(at, &mut buf) {
+                Ok(()) => {
+                    assert!(
+                        !touches,
+                        "{mode:?}: read at {at} touches the range yet succeeded"
+                    );
+                    assert!(
+                        buf[..] == truth[at as usize..(at + len) as usize],
+                        "{mode:?} {at}"
+                    );
+                }
+                Err(_) => assert!(touches, "{mode:?}: read at {at} failed"),
+            }
+        }
+    }
+}
+
 #[test]
 fn a_failed_read_caches_nothing() {
     let cache = ReadCache::new(MemExport::with_data(filled(2)), config(ReadAhead::Off))

@@ -329,6 +329,10 @@ impl<'a> Runner<'a> {
             };
         }
         let Err(e) = result else { return Ok(()) };
+        if kind == Op::Read && member::is_bad_block(&e) {
+            // A range the member's bad-block list records: it answered, and is not at fault.
+            return Err(e);
+        }
         if kind == Op::Read {
             if counters.note_read_error(&policy) {
                 fail(FaultReason::ReadErrors {

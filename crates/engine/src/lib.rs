@@ -62,6 +62,7 @@ mod parts;
 mod plain;
 mod rebuild_pipeline;
 mod recover;
+pub use recover::LOST_PIECE_BYTES;
 mod report;
 mod scratch;
 mod scrub;

@@ -7,18 +7,95 @@
 use crate::error::{IoError, Op};
 use crate::io::MemOp;
 use crate::levels::repair;
-use crate::state::MemberHealth;
+use crate::state::{FaultReason, MemberHealth};
 use crate::Array;
 use member::Member;
 use std::sync::Arc;
 
+/// Granularity of a rebuild's bad-block records: a step that meets a range no member can
+/// provide is redone in pieces of this size, and each piece that fails is recorded whole.
+pub const LOST_PIECE_BYTES: u64 = 4096;
+
 impl Array {
     /// Rebuilds `[offset, offset+len)` of the recovering member of `role` from the others.
     /// A write error fails the new member (check [`Array::health_of`] afterwards).
-    /// Read errors on the other members are repaired and retried like a client read's.
+    /// Read errors on the other members are repaired and retried like a client read's. A
+    /// range that cannot be read anywhere (no redundancy left for it) is, when the new member
+    /// keeps a bad-block list, recorded there as lost (durably, before this returns) in 4 KiB
+    /// pieces, and the rest of the step is rebuilt: the rebuild goes on (md's badblocks). With
+    /// no list the step fails as before; with a full list the new member is failed.
     pub fn rebuild_step(&self, role: usize, offset: u64, len: u64) -> Result<(), IoError> {
         assert!(offset + len <= self.parts.geometry.member_data_bytes(role));
-        self.recovering(|| self.rebuild_step_locked(role, offset, len))
+        match self.recovering(|| self.rebuild_step_locked(role, offset, len)) {
+            Err(e) if self.unreadable_source(role, &e) => {
+                self.rebuild_recording_lost(role, offset, len, e)
+            }
+            done => done,
+        }
+    }
+
+    /// A read error of another member than the recovering `role` that repair could not get
+    /// past: the range has no redundancy left.
+    fn unreadable_source(&self, role: usize, e: &IoError) -> bool {
+        matches!(e, IoError::Member { role: r, op: Op::Read, .. } if *r != role)
+            && self.health_of(role) == MemberHealth::Recovering
+    }
+
+    /// [`Array::rebuild_step`] piece by piece, recording the pieces no member can provide in
+    /// `role`'s bad-block list. `first`: the error that sent the step here.
+    fn rebuild_recording_lost(
+        &self,
+        role: usize,
+        offset: u64,
+        len: u64,
+        first: IoError,
+    ) -> Result<(), IoError> {
+        let Some(member) = self.parts.members.slot(role).0 else {
+            return Err(first);
+        };
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let n = LOST_PIECE_BYTES.min(end - at);
+            match self.recovering(|| self.rebuild_step_locked(role, at, n)) {
+                Err(e) if self.unreadable_source(role, &e) => {
+                    match member.record_lost(at, n) {
+                        Some(Ok(true)) => {}
+                        None => return Err(e),
+                        Some(Ok(false)) => {
+                            // md fails a member whose list is full: the rebuild ends.
+                            let reason = FaultReason::Unrepairable(format!(
+                                "bad-block list full; could not record bytes {at}..{} as lost ({e})",
+                                at + n
+                            ));
+                            self.parts
+                                .members
+                                .try_fail(role, reason, &self.parts.geometry);
+                            return Err(e);
+                        }
+                        Some(Err(source)) => {
+                            let reason = FaultReason::WriteError(format!(
+                                "writing its bad-block list: {source}"
+                            ));
+                            self.parts
+                                .members
+                                .try_fail(role, reason, &self.parts.geometry);
+                            return Err(IoError::Member {
+                                role,
+                                name: member.name().to_string(),
+                                op: Op::Write,
+                                offset: at,
+                                len: n,
+                                source: Arc::new(source),
+                            });
+                        }
+                    }
+                }
+                other => other?,
+            }
+            at += n;
+        }
+        Ok(())
     }
 
     fn rebuild_step_locked(&self, role: usize, offset: u64, len: u64) -> Result<(), IoError> {

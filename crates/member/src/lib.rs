@@ -95,6 +95,49 @@ pub use uring::{MemberIo, RingAsk, RingTarget};
 pub use volatile::{volatile_storage, Volatile};
 pub use window::Window;
 
+/// The error of a read that touches a range the member's bad-block list records as lost: not a
+/// fault of the member (it answered), so it is not counted against it; the data is served
+/// from redundancy where some is left, else the request fails.
+#[derive(Debug)]
+pub struct BadBlock {
+    pub member: String,
+    /// The recorded range met (bytes of the member's data area).
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl std::fmt::Display for BadBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "member {}: bytes {}..{} are recorded as lost (bad-block list)",
+            self.member,
+            self.offset,
+            self.offset + self.len
+        )
+    }
+}
+
+impl std::error::Error for BadBlock {}
+
+impl BadBlock {
+    /// As an `io::Error` (kind `Other`, recognised by [`is_bad_block`]).
+    pub fn into_io(self) -> std::io::Error {
+        std::io::Error::other(self)
+    }
+}
+
+/// Whether `e` is a read of a recorded bad block ([`BadBlock`]).
+pub fn is_bad_block(e: &std::io::Error) -> bool {
+    bad_block_of(e).is_some()
+}
+
+/// The recorded range `e` met, if it is a [`BadBlock`].
+pub fn bad_block_of(e: &std::io::Error) -> Option<&BadBlock> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<BadBlock>())
+}
+
 /// A device an array is built from. See the crate docs for the contract.
 pub trait Member: Send + Sync + std::fmt::Debug {
     /// What the user typed: a path, `mem:1G`, a URI.
@@ -174,6 +217,14 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     /// since the member was opened ([`Detached`]; other members never abandon a call).
     fn stuck_calls(&self) -> (usize, u64) {
         (0, 0)
+    }
+    /// Records `[offset, offset + len)` as lost in the member's bad-block list and makes the
+    /// record durable: `Some(Ok(true))` recorded (its reads fail with [`BadBlock`] from then
+    /// on, until a write covers it), `Some(Ok(false))` the list is full, `None` (the default)
+    /// the member keeps no list.
+    fn record_lost(&self, offset: u64, len: u64) -> Option<std::io::Result<bool>> {
+        let _ = (offset, len);
+        None
     }
     /// True when the member has no bytes.
     fn is_empty(&self) -> bool {

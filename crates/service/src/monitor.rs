@@ -289,6 +289,31 @@ pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
     if degraded(now.health) && !degraded(before.health) {
         alerts.push(degraded_alert(now));
     }
+    for bad in (now.bad_blocks.iter()).filter(|b| !before.bad_blocks.contains(b)) {
+        let held = match bad.array_offset {
+            Some(at) => format!("array offset {at}"),
+            None => format!(
+                "parity of the stripe at array offset {}",
+                bad.stripe_array_offset
+            ),
+        };
+        alerts.push(
+            Alert::new(
+                Event::BadBlocks,
+                name,
+                Some(&bad.member),
+                format!(
+                    "role {} bytes {}..{} of its data area recorded as lost ({held}): reads \
+                     fail until written again",
+                    bad.role,
+                    bad.member_offset,
+                    bad.member_offset + bad.len
+                ),
+            )
+            .with("member_offset", bad.member_offset)
+            .with("len", bad.len),
+        );
+    }
     let mismatches = |s: &VolumeStatus| {
         s.last_scrub
             .as_ref()

@@ -147,6 +147,27 @@ fn an_array_that_starts_degraded_says_so_and_timeouts_and_mismatches_are_raised(
         [],
         "the same report is raised once"
     );
+
+    let mut lost = clean.clone();
+    lost.bad_blocks = vec![volume::BadBlockStatus {
+        role: 2,
+        member: clean.members[2].name.clone(),
+        member_offset: 8192,
+        len: 4096,
+        array_offset: Some(1 << 20),
+        stripe_array_offset: 1 << 20,
+    }];
+    let alerts = changes(&clean, &lost);
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].event, Event::BadBlocks);
+    assert_eq!(alerts[0].details["member_offset"], "8192");
+    assert!(
+        alerts[0].message.contains("array offset 1048576"),
+        "{}",
+        alerts[0].message
+    );
+    assert_eq!(events(&lost, &lost), [], "a range is raised once");
+    assert_eq!(events(&lost, &clean), [], "nor when it is cleared");
 }
 
 #[test]

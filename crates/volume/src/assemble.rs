@@ -11,6 +11,7 @@ use ondisk::owner::LEASE_SECS;
 use ondisk::{check_owner, plan, read_superblock, AssembleError, ReadSuperblockError};
 use ondisk::{now_secs, ArrayState, AssemblyPlan, DirtyDegradedStart, RoleState, Superblock};
 
+use crate::badblocks::BadBlocks;
 use crate::options::AssembleOptions;
 use crate::volume::AT_RISK_LISTED_IN_WARNING;
 use crate::volume::{Held, MetaState, PendingResync, Volume, VolumeCore};
@@ -86,9 +87,16 @@ fn start(
     let sb = &plan.superblock;
     let count = sb.member_count as usize;
     assert_eq!(plan.roles.len(), count);
+    let mut lists = Vec::with_capacity(members.len());
+    for (m, sb) in members.iter().zip(&own) {
+        let list = BadBlocks::load(m, sb)
+            .map_err(|e| AssembleError::Engine(format!("member {}: {e}", m.name())))?;
+        lists.push(list);
+    }
     let held = |i: usize| Held {
         whole: Arc::clone(&members[i]),
         sb: own[i].clone(),
+        bad: lists[i].clone(),
     };
     let roles: Vec<Option<Held>> = plan.roles.iter().map(|i| i.map(held)).collect();
     // Members that were being rebuilt join as missing, then are attached as recovering.

@@ -285,6 +285,10 @@ impl VolumeCore {
         let Some(role) = self.re_add_role(meta, &sb) else {
             return Ok(false);
         };
+        // It keeps what it recorded as lost; an unreadable list makes it a new spare instead.
+        let Ok(bad) = crate::badblocks::BadBlocks::load(member, &sb) else {
+            return Ok(false);
+        };
         if self.array.health_of(role) == MemberHealth::Faulty {
             self.array.detach_member(role);
         }
@@ -292,6 +296,7 @@ impl VolumeCore {
         let mut held = Held {
             whole: Arc::clone(member),
             sb,
+            bad,
         };
         held.sb.recovery_offset_bytes = Some(0);
         let window = held.window(data_bytes);

@@ -14,6 +14,7 @@
 
 mod assemble;
 mod at_risk;
+mod badblocks;
 mod bitmap;
 mod bitmap_volume;
 mod lease;
@@ -29,8 +30,8 @@ pub use assemble::assemble;
 pub use at_risk::{ArrayRange, AtRisk, AT_RISK_RANGES_LISTED_MAX};
 pub use options::AssembleOptions;
 pub use status::{
-    ArrayHealth, BitmapStatus, FaultPolicy, FilesystemStatus, MemberState, MemberStatus,
-    MismatchLocation, ScrubReport, SpeedLimits, TakenOver, TaskKind, TaskStatus, VolumeStatus,
-    SCRUB_MISMATCHES_LISTED_MAX,
+    ArrayHealth, BadBlockStatus, BitmapStatus, FaultPolicy, FilesystemStatus, MemberState,
+    MemberStatus, MismatchLocation, ScrubReport, SpeedLimits, TakenOver, TaskKind, TaskStatus,
+    VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
 };
 pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeError};

@@ -262,7 +262,12 @@ impl VolumeCore {
             ondisk::badblocks::write_blank(member.as_ref(), &sb.array_uuid, at)
                 .map_err(|e| bad(format!("cannot write its bad-block list: {e}")))?;
         }
-        Ok(Held { whole: member, sb })
+        let bad = crate::badblocks::BadBlocks::blank(&member, &sb);
+        Ok(Held {
+            whole: member,
+            sb,
+            bad,
+        })
     }
 
     pub(crate) fn replace(&self, member: &str, with: Arc<dyn Member>) -> Result<(), VolumeError> {
@@ -613,7 +618,32 @@ impl VolumeCore {
             bitmap: self.bitmap_status(),
             unsynced_bytes: self.array.unsynced_units() * self.sync_unit_array_bytes(),
             at_risk: self.at_risk(),
+            bad_blocks: self.bad_block_status(&meta),
         }
+    }
+
+    /// Every range recorded in the lists of the members holding roles.
+    fn bad_block_status(&self, meta: &MetaState) -> Vec<crate::status::BadBlockStatus> {
+        let geometry = self.geometry();
+        let mut out = Vec::new();
+        for (role, held) in meta.roles.iter().enumerate() {
+            let Some((held, bad)) = held.as_ref().and_then(|h| Some((h, h.bad.as_ref()?))) else {
+                continue;
+            };
+            for r in bad.ranges() {
+                let (stripe_array_offset, array_offset) =
+                    crate::badblocks::array_offset_of(geometry, role, r.offset);
+                out.push(crate::status::BadBlockStatus {
+                    role,
+                    member: held.whole.name().to_string(),
+                    member_offset: r.offset,
+                    len: r.len,
+                    array_offset,
+                    stripe_array_offset,
+                });
+            }
+        }
+        out
     }
 
     /// Outside the background window, with nothing running: the scrub or resync that waits for

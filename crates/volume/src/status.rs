@@ -295,6 +295,24 @@ pub struct VolumeStatus {
     /// Started dirty and degraded without a journal (`--start-dirty-degraded`): the array
     /// ranges whose data may be wrong, until every member is in sync again.
     pub at_risk: Option<AtRisk>,
+    /// Ranges the members' bad-block lists record as lost (reads of them fail), role order.
+    #[serde(default)]
+    pub bad_blocks: Vec<BadBlockStatus>,
+}
+
+/// One range a member's bad-block list records as lost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadBlockStatus {
+    pub role: usize,
+    pub member: String,
+    /// Bytes of the member's data area.
+    pub member_offset: u64,
+    pub len: u64,
+    /// The array byte the range's first byte holds; `None` where it holds parity (then the
+    /// stripe at `stripe_array_offset` cannot be rebuilt if another of its members is lost).
+    pub array_offset: Option<u64>,
+    /// The array offset of the stripe (RAID 5/6) or chunk (mirrors) the range starts in.
+    pub stripe_array_offset: u64,
 }
 
 impl VolumeStatus {
@@ -323,6 +341,7 @@ impl VolumeStatus {
             bitmap: None,
             unsynced_bytes: 0,
             at_risk: None,
+            bad_blocks: Vec::new(),
         }
     }
 }

@@ -28,6 +28,7 @@ use layout::Level;
 use member::{Member, Window};
 use uuid::Uuid;
 
+use crate::badblocks::{BadBlockWindow, BadBlocks};
 use crate::bitmap::{Bitmap, WriteIntent};
 use ondisk::StaleMember;
 
@@ -117,16 +118,23 @@ impl From<VolumeError> for io::Error {
 pub(crate) struct Held {
     pub whole: Arc<dyn Member>,
     pub sb: Superblock,
+    /// The member's bad-block list, when its superblock names one.
+    pub bad: Option<Arc<BadBlocks>>,
 }
 
 impl Held {
-    /// The data-area view the engine uses, of `data_bytes`.
+    /// The data-area view the engine uses, of `data_bytes` (through the bad-block list when
+    /// the member keeps one).
     pub(crate) fn window(&self, data_bytes: u64) -> Arc<dyn Member> {
-        Arc::new(Window::new(
+        let data: Arc<dyn Member> = Arc::new(Window::new(
             Arc::clone(&self.whole),
             self.sb.data_offset_bytes,
             data_bytes,
-        ))
+        ));
+        match &self.bad {
+            Some(bad) => Arc::new(BadBlockWindow::new(data, Arc::clone(bad))),
+            None => data,
+        }
     }
 }
 

@@ -73,8 +73,13 @@ fn an_owner_record_roundtrips_at_its_documented_bytes_and_is_optional() {
     assert_eq!(u64_at(2360), 1_700_000_010);
     assert_eq!(u64_at(2368), owner.process.pid_namespace);
     assert_eq!(&bytes[2376..2440], "h".repeat(64).as_bytes());
+    // Past the record: the bad-block list's reference (3744..3760) and reserved zeroes.
+    assert!(sb.bad_blocks.is_some());
     assert!(
-        bytes[2440..4092].iter().all(|&b| b == 0),
+        bytes[2440..3744]
+            .iter()
+            .chain(&bytes[3760..4092])
+            .all(|&b| b == 0),
         "the rest stays reserved"
     );
     assert_eq!(Superblock::decode(&bytes).unwrap(), sb);

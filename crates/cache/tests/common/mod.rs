@@ -31,6 +31,8 @@ pub fn small_config(blocks: u64, mode: cache::ReadAhead) -> cache::CacheConfig {
 pub struct MemExport {
     data: Mutex<Vec<u8>>,
     pub fail_reads: AtomicBool,
+    /// Reads touching `[offset, offset + len)` fail (an unreadable range below).
+    pub fail_range: Mutex<Option<(u64, u64)>>,
     pub fail_writes: AtomicBool,
     /// When set, a failing write first writes its first half (a torn write below).
     pub tear_writes: AtomicBool,
@@ -48,6 +50,7 @@ impl MemExport {
         MemExport {
             data: Mutex::new(data),
             fail_reads: AtomicBool::new(false),
+            fail_range: Mutex::new(None),
             fail_writes: AtomicBool::new(false),
             tear_writes: AtomicBool::new(false),
             read_latency: Duration::ZERO,
@@ -94,6 +97,12 @@ impl Export for MemExport {
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         if self.fail_reads.load(Ordering::SeqCst) {
             return Err(Self::fail("read"));
+        }
+        let end = offset + buf.len() as u64;
+        if let Some((at, len)) = *self.fail_range.lock().unwrap() {
+            if offset < at + len && at < end {
+                return Err(Self::fail("read of an unreadable range"));
+            }
         }
         let image = self.data.lock().unwrap();
         let start = offset as usize;

@@ -33,26 +33,31 @@ pub(crate) fn recovering<L: LevelIo + ?Sized, T>(
             op: Op::Read,
             offset,
             len,
+            ref source,
             ..
         } = error
         else {
             return Err(error);
         };
+        let recorded = member::bad_block_of(source);
         tries += 1;
-        if tries > limit || !recover_read_error(level, io, role, offset, len) {
+        if tries > limit || !recover_read_error(level, io, role, offset, len, recorded) {
             return Err(error);
         }
     }
 }
 
 /// After a read error on `role` at `[offset, offset+len)`: rewrite the range from
-/// redundancy. True when retrying the request may succeed.
+/// redundancy. True when retrying the request may succeed. `recorded`: the range is in the
+/// member's bad-block list (its content lost, the member not at fault): the rewrite makes it
+/// valid again; when it cannot be made, the read fails and the member stays.
 fn recover_read_error<L: LevelIo + ?Sized>(
     level: &L,
     io: &Parts,
     role: usize,
     offset: u64,
     len: u64,
+    recorded: Option<&member::BadBlock>,
 ) -> bool {
     if !io.health_of(role).readable() {
         return true;
@@ -66,8 +71,31 @@ fn recover_read_error<L: LevelIo + ?Sized>(
     }
     match rewrite_range(level, io, role, offset, len) {
         Ok(()) => true,
+        // Another member's recorded bad block: nothing to reconstruct from there. An
+        // unreadable range of this member in the same rows is then lost too: recorded in its
+        // list (md does the same), so later reads fail at once, uncounted, and the member
+        // stays; the request is retried and fails on the record.
+        Err(IoError::Member { source, .. }) if member::is_bad_block(&source) => {
+            let lost = member::bad_block_of(&source);
+            recorded.is_none() && lost.is_some_and(|b| record_unreadable(io, role, offset, len, b))
+        }
+        // This range is a recorded loss and another member cannot read the same rows: that
+        // range is lost as well (recorded likewise); the read fails, both members stay.
+        Err(IoError::Member {
+            role: other,
+            op: Op::Read,
+            offset: at,
+            len: n,
+            ..
+        }) if other != role && recorded.is_some() => {
+            let lost = recorded.expect("checked");
+            record_unreadable(io, other, at, n, lost);
+            false
+        }
         // Another member failed while reconstructing: its error was counted; retry.
         Err(IoError::Member { role: other, .. }) if other != role => true,
+        // Lost content the redundancy left cannot rebuild: the read fails, the member stays.
+        Err(_) if recorded.is_some() => false,
         // No space to write the repaired range back: not the member's fault; the read
         // fails (it was not served from redundancy either).
         Err(e) if e.is_no_space() => false,
@@ -76,6 +104,17 @@ fn recover_read_error<L: LevelIo + ?Sized>(
             io.members.try_fail(role, reason, &io.geometry)
         }
     }
+}
+
+/// Records in `role`'s bad-block list the part of its unreadable `[offset, offset+len)` that
+/// lies in the rows of another member's recorded range `b` (the same member offsets on every
+/// level with redundancy). True when something was recorded.
+fn record_unreadable(io: &Parts, role: usize, offset: u64, len: u64, b: &member::BadBlock) -> bool {
+    let (lo, hi) = (offset.max(b.offset), (offset + len).min(b.offset + b.len));
+    let Some(member) = io.members.slot(role).0.filter(|_| lo < hi) else {
+        return false;
+    };
+    matches!(member.record_lost(lo, hi - lo), Some(Ok(true)))
 }
 
 /// Reconstructs `role`'s `[offset, offset+len)` from the other members and writes it back.

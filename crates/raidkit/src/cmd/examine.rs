@@ -61,6 +61,43 @@ struct SuperblockJson {
     roles: Vec<RoleJson>,
     /// Encryption at rest, or null for an array without it.
     encryption: Option<EncryptionJson>,
+    /// The member's bad-block list, or null when it keeps none.
+    bad_blocks: Option<BadBlocksJson>,
+}
+
+/// A member's bad-block list: the ranges of its data area recorded as lost.
+#[derive(Debug, Serialize)]
+struct BadBlocksJson {
+    /// Bytes of the data area: `[offset, offset + len)` each.
+    ranges: Vec<BadRangeJson>,
+    /// Why the list could not be read (then `ranges` is empty), or null.
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct BadRangeJson {
+    offset: u64,
+    len: u64,
+}
+
+/// The list `sb` names on `m`, read.
+fn bad_blocks_json(m: &dyn member::Member, sb: &Superblock) -> Option<BadBlocksJson> {
+    let at = sb.bad_blocks?;
+    Some(match ondisk::badblocks::read_list(m, &sb.array_uuid, &at) {
+        Ok(list) => BadBlocksJson {
+            ranges: (list.ranges().iter())
+                .map(|r| BadRangeJson {
+                    offset: r.offset,
+                    len: r.len,
+                })
+                .collect(),
+            error: None,
+        },
+        Err(e) => BadBlocksJson {
+            ranges: Vec::new(),
+            error: Some(e.to_string()),
+        },
+    })
 }
 
 /// An encrypted array's cipher and key slots (never anything secret).
@@ -116,7 +153,7 @@ fn role_state_name(state: RoleState) -> &'static str {
     }
 }
 
-fn to_json(member: &str, sb: &Superblock) -> SuperblockJson {
+fn to_json(member: &str, sb: &Superblock, bad_blocks: Option<BadBlocksJson>) -> SuperblockJson {
     let roles = sb
         .roles
         .iter()
@@ -176,6 +213,7 @@ fn to_json(member: &str, sb: &Superblock) -> SuperblockJson {
                 })
                 .collect(),
         }),
+        bad_blocks,
     }
 }
 
@@ -262,6 +300,23 @@ fn render_text(j: &SuperblockJson) -> String {
             );
         }
     }
+    if let Some(b) = &j.bad_blocks {
+        let summary = match (&b.error, b.ranges.len()) {
+            (Some(e), _) => format!("unreadable: {e}"),
+            (None, 0) => "none recorded".to_string(),
+            (None, n) => format!("{n} ranges of the data area recorded as lost"),
+        };
+        out += &format!("  {:<15} {summary}\n", "bad blocks");
+        for r in &b.ranges {
+            out += &format!(
+                "  {:<15} bytes {}-{} ({})\n",
+                "",
+                r.offset,
+                r.offset + r.len,
+                human_bytes(r.len)
+            );
+        }
+    }
     for r in &j.roles {
         let replacing = match r.replacing {
             Some(role) => format!(", replacing role {role}"),
@@ -292,7 +347,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let m = member::open(spec, &opts)?;
         let sb = ondisk::read_superblock(m.as_ref())
             .with_context(|| format!("member {spec}: cannot examine"))?;
-        out.push(to_json(spec, &sb));
+        out.push(to_json(spec, &sb, bad_blocks_json(m.as_ref(), &sb)));
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -443,6 +498,13 @@ mod tests {
                     parallelism: 1,
                 }],
             }),
+            bad_blocks: Some(BadBlocksJson {
+                ranges: vec![BadRangeJson {
+                    offset: 1 << 20,
+                    len: 4096,
+                }],
+                error: None,
+            }),
         };
         let text = render_text(&j);
         for needle in [
@@ -456,6 +518,8 @@ mod tests {
             "  member bytes    10485760 (10.0 MiB)\n",
             "  bitmap          64.0 MiB per bit\n",
             "  rebuilt to      3145728 (3.0 MiB)\n",
+            "  bad blocks      1 ranges of the data area recorded as lost\n",
+            "                  bytes 1048576-1052672 (4.0 KiB)\n",
             "  role 0          active m (9.0 MiB)\n",
             "  owner           pid 42 on host vm since 2026-11-25T05:40:27Z, lease renewed \
              2026-11-25T05:40:28Z for 30 s\n",

@@ -219,6 +219,7 @@ pub fn render(status: &Status) -> String {
     if let Some(risk) = &s.at_risk {
         out += &at_risk_lines(risk);
     }
+    out += &bad_block_lines(&s.bad_blocks);
     if let Some(task) = &s.task {
         out += &format!("  {}\n", task_line(task));
     }
@@ -238,6 +239,35 @@ pub fn render(status: &Status) -> String {
     }
     if let Some(scrub) = &s.last_scrub {
         out += &scrub_report(scrub);
+    }
+    out
+}
+
+/// The ranges the members' bad-block lists record as lost (none: no line).
+fn bad_block_lines(bad: &[volume::BadBlockStatus]) -> String {
+    if bad.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "  LOST: {} ranges recorded in bad-block lists (reads of them fail until written):\n",
+        bad.len()
+    );
+    for b in bad {
+        let held = match b.array_offset {
+            Some(at) => format!("array offset {at}"),
+            None => format!(
+                "parity of the stripe at array offset {}",
+                b.stripe_array_offset
+            ),
+        };
+        out += &format!(
+            "    role {} {}: member bytes {}-{} ({}), {held}\n",
+            b.role,
+            b.member,
+            b.member_offset,
+            b.member_offset + b.len,
+            human_bytes(b.len)
+        );
     }
     out
 }
@@ -557,6 +587,28 @@ mod tests {
         status.volume.at_risk = None;
         let text = render(&status);
         assert!(!text.contains("AT RISK"), "{text}");
+    }
+
+    #[test]
+    fn renders_the_ranges_recorded_as_lost() {
+        let mut status = bare("raid5", ArrayHealth::Active);
+        assert!(!render(&status).contains("LOST"));
+        let lost = |member_offset, array_offset| volume::BadBlockStatus {
+            role: 2,
+            member: "c".into(),
+            member_offset,
+            len: 4096,
+            array_offset,
+            stripe_array_offset: 1 << 20,
+        };
+        status.volume.bad_blocks = vec![lost(8192, Some(1 << 20)), lost(1 << 16, None)];
+        let text = render(&status);
+        assert!(
+            text.contains("LOST: 2 ranges recorded in bad-block lists")
+                && text.contains("    role 2 c: member bytes 8192-12288 (4.0 KiB), array offset 1048576\n")
+                && text.contains("member bytes 65536-69632 (4.0 KiB), parity of the stripe at array offset 1048576\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,0 +1,238 @@
+//! Bad-block lists (issue 15): a rebuild that meets a range no member can provide records it
+//! in the new member's list and finishes; reads of it fail, the rest of the array is intact;
+//! a write over it clears the record; on a mirror the other leg serves once it reads again.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use member::{FaultControl, FaultRule, FaultyMember, Member};
+use volume::{assemble, AssembleOptions, MemberState, SpeedLimits, Volume};
+
+const BLOCK: u64 = 4096;
+
+/// The array of `paths` assembled over `FaultyMember`s, and their controls.
+fn assemble_faulty(paths: &[std::path::PathBuf]) -> (Volume, Vec<FaultControl>) {
+    let faulty: Vec<FaultyMember> = open_all(paths).into_iter().map(FaultyMember::new).collect();
+    let controls: Vec<_> = faulty.iter().map(|f| f.control()).collect();
+    let members: Vec<Arc<dyn Member>> = faulty.into_iter().map(|f| Arc::new(f) as _).collect();
+    let v = assemble(members, &AssembleOptions::default()).unwrap();
+    v.set_speed_limits(SpeedLimits {
+        min_bytes_per_sec: 1 << 30,
+        max_bytes_per_sec: 1 << 30,
+    });
+    (v, controls)
+}
+
+/// Fails role `dead`, makes `[lost, lost + BLOCK)` of `source`'s data area unreadable, adds a
+/// spare and waits for its rebuild to end. Returns the spare.
+fn rebuild_over_a_bad_range(
+    v: &Volume,
+    controls: &[FaultControl],
+    dir: &std::path::Path,
+    dead: usize,
+    source: usize,
+    lost: u64,
+    data_offset: u64,
+) -> Arc<dyn Member> {
+    v.fail_member(dead);
+    controls[source].fail_reads(FaultRule::Range {
+        offset: data_offset + lost,
+        len: BLOCK,
+    });
+    let spare = open_all(&sized_files(dir, "spare", 1, MEMBER_BYTES)).remove(0);
+    v.add(Arc::clone(&spare)).unwrap();
+    let done = wait_for(60, || {
+        let s = v.status();
+        s.task.is_none() && s.members[dead].state == MemberState::Active
+    });
+    assert!(done, "the rebuild did not finish: {:?}", v.status());
+    spare
+}
+
+/// Array blocks whose data `role` holds at data-area bytes `[at, at + BLOCK)`.
+fn blocks_held(v: &Volume, role: usize, at: u64) -> Vec<u64> {
+    let g = v.geometry();
+    (0..g.size_bytes() / BLOCK)
+        .map(|b| b * BLOCK)
+        .filter(|&off| {
+            g.locate(off)
+                .iter()
+                .any(|a| a.role == role && (at..at + BLOCK).contains(&a.member_offset))
+        })
+        .collect()
+}
+
+/// Reads the array block by block: the blocks that fail, and checks every other one against
+/// `want`.
+fn failing_blocks(v: &Volume, want: &[u8]) -> Vec<u64> {
+    let mut failed = Vec::new();
+    let mut buf = vec![0u8; BLOCK as usize];
+    for off in (0..v.size_bytes()).step_by(BLOCK as usize) {
+        match v.read(off, &mut buf) {
+            Ok(()) => assert!(
+                buf[..] == want[off as usize..][..BLOCK as usize],
+                "array block at {off} differs"
+            ),
+            Err(_) => failed.push(off),
+        }
+    }
+    failed
+}
+
+fn list_on(m: &dyn Member) -> Vec<(u64, u64)> {
+    let sb = ondisk::read_superblock(m).unwrap();
+    let list = ondisk::badblocks::read_list(m, &sb.array_uuid, &sb.bad_blocks.unwrap()).unwrap();
+    list.ranges().iter().map(|r| (r.offset, r.len)).collect()
+}
+
+#[test]
+fn a_raid5_rebuild_records_an_unreadable_range_and_a_full_stripe_write_clears_it() {
+    let seed = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "bb", "raid5", 3);
+    let data_offset = read_sb(&paths[0]).data_offset_bytes;
+    let (v, controls) = assemble_faulty(&paths);
+    let mut data = pattern(v.size_bytes() as usize, seed);
+    v.write(0, &data).unwrap();
+    let chunk = v.chunk_bytes();
+    let lost = 5 * chunk + 3 * BLOCK;
+    let spare = rebuild_over_a_bad_range(&v, &controls, dir.path(), 2, 0, lost, data_offset);
+
+    let status = v.status();
+    assert_eq!(status.bad_blocks.len(), 1, "{:?}", status.bad_blocks);
+    let bad = &status.bad_blocks[0];
+    assert_eq!((bad.role, bad.member_offset, bad.len), (2, lost, BLOCK));
+    assert_eq!(bad.member, spare.name());
+    assert_eq!(
+        list_on(spare.as_ref()),
+        [(lost, BLOCK)],
+        "durable on the new member"
+    );
+    // Exactly the blocks of that row on the unreadable source and the lost target fail.
+    let mut expected = blocks_held(&v, 0, lost);
+    expected.extend(blocks_held(&v, 2, lost));
+    expected.sort();
+    assert_eq!(expected.len(), 1, "one of the two holds parity in that row");
+    assert_eq!(bad.array_offset, blocks_held(&v, 2, lost).first().copied());
+    for _ in 0..3 {
+        assert_eq!(failing_blocks(&v, &data), expected, "RAIDKIT_SEED={seed}");
+    }
+    assert_eq!(
+        v.status().members[0].state,
+        MemberState::Active,
+        "the source stays"
+    );
+
+    // A full-stripe write (nothing read) makes the row valid: the record is cleared.
+    let unit = v.geometry().unit_bytes();
+    let stripe = bad.stripe_array_offset;
+    let fresh = pattern(unit as usize, seed ^ 1);
+    v.write(stripe, &fresh).unwrap();
+    data[stripe as usize..][..unit as usize].copy_from_slice(&fresh);
+    assert!(
+        v.status().bad_blocks.is_empty(),
+        "{:?}",
+        v.status().bad_blocks
+    );
+    assert!(list_on(spare.as_ref()).is_empty(), "cleared on disk");
+    controls[0].heal();
+    assert!(failing_blocks(&v, &data).is_empty(), "RAIDKIT_SEED={seed}");
+    assert_eq!(v.check().unwrap().mismatch_count, 0, "parity right");
+    v.close().unwrap();
+}
+
+/// RAID 1 with one leg left, rebuilding onto a spare, meets an unreadable range: recorded on
+/// the spare. `heal_first`: the leg reads again before anyone reads the range (the other leg
+/// then serves it, and the read's repair clears the record); else reads fail (the leg's range
+/// is recorded too) until a write clears both.
+fn mirror_with_one_leg_left(heal_first: bool) {
+    let seed = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "bm", "raid1", 2);
+    let data_offset = read_sb(&paths[0]).data_offset_bytes;
+    let (v, controls) = assemble_faulty(&paths);
+    let data = pattern(v.size_bytes() as usize, seed);
+    v.write(0, &data).unwrap();
+    let lost = 300 * BLOCK;
+    let spare = rebuild_over_a_bad_range(&v, &controls, dir.path(), 1, 0, lost, data_offset);
+    assert_eq!(list_on(spare.as_ref()), [(lost, BLOCK)]);
+    let shown: Vec<_> = (v.status().bad_blocks.iter())
+        .map(|b| (b.role, b.member_offset, b.len, b.array_offset))
+        .collect();
+    assert_eq!(shown, [(1, lost, BLOCK, Some(lost))]);
+    if heal_first {
+        controls[0].heal();
+        let mut buf = vec![0u8; BLOCK as usize];
+        for _ in 0..8 {
+            v.read(lost, &mut buf).unwrap();
+            assert!(buf[..] == data[lost as usize..][..BLOCK as usize]);
+        }
+        assert!(failing_blocks(&v, &data).is_empty(), "RAIDKIT_SEED={seed}");
+    } else {
+        for _ in 0..3 {
+            assert_eq!(failing_blocks(&v, &data), [lost], "RAIDKIT_SEED={seed}");
+        }
+        let on_leg: Vec<_> = v.status().bad_blocks.iter().map(|b| b.role).collect();
+        assert_eq!(on_leg, [0, 1], "the unreadable leg's range is recorded too");
+        v.write(lost, &data[lost as usize..][..BLOCK as usize])
+            .unwrap();
+        controls[0].heal();
+        assert!(failing_blocks(&v, &data).is_empty(), "RAIDKIT_SEED={seed}");
+    }
+    let status = v.status();
+    assert!(status.bad_blocks.is_empty(), "{:?}", status.bad_blocks);
+    assert!(list_on(spare.as_ref()).is_empty());
+    assert!(
+        status
+            .members
+            .iter()
+            .all(|m| m.state == MemberState::Active)
+            && status.members[1].read_errors == 0,
+        "recorded ranges are not counted as read errors: {:?}",
+        status.members
+    );
+    v.close().unwrap();
+}
+
+#[test]
+fn a_mirror_rebuild_with_one_leg_left_records_the_range_and_reads_of_it_fail() {
+    mirror_with_one_leg_left(false);
+}
+
+#[test]
+fn a_recorded_range_on_one_mirror_leg_is_served_by_the_other() {
+    mirror_with_one_leg_left(true);
+}
+
+#[test]
+fn without_a_list_the_rebuild_fails_on_the_range_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let level = "raid1".parse().unwrap();
+    let paths = sized_files(dir.path(), "nl", 2, MEMBER_BYTES);
+    let members = open_all(&paths);
+    let mut opts = ondisk::CreateOptions::new(level, "nl");
+    opts.bad_blocks = false;
+    ondisk::create(&members, &opts).unwrap();
+    drop(members);
+    let data_offset = read_sb(&paths[0]).data_offset_bytes;
+    let (v, controls) = assemble_faulty(&paths);
+    v.write(0, &pattern(v.size_bytes() as usize, 7)).unwrap();
+    v.fail_member(1);
+    controls[0].fail_reads(FaultRule::Range {
+        offset: data_offset + 40 * BLOCK,
+        len: BLOCK,
+    });
+    let spare = open_all(&sized_files(dir.path(), "spare", 1, MEMBER_BYTES)).remove(0);
+    v.add(spare).unwrap();
+    let stopped = wait_for(60, || v.status().task.is_none());
+    assert!(stopped);
+    let s = v.status();
+    assert_ne!(s.members[1].state, MemberState::Active, "{s:?}");
+    assert!(s.bad_blocks.is_empty());
+    assert!(ondisk::read_superblock(open_all(&paths[..1])[0].as_ref())
+        .unwrap()
+        .bad_blocks
+        .is_none());
+}

@@ -295,8 +295,13 @@ impl Scrape {
         let (mut read_errors, mut write_errors, mut timeouts) =
             (Vec::new(), Vec::new(), Vec::new());
         let (mut task_done, mut task_total) = (Vec::new(), Vec::new());
+        let (mut sum_bad, mut sum_checked) = (Vec::new(), Vec::new());
         for (name, s) in &self.arrays {
             let v = &s.status.volume;
+            if let Some(c) = &v.checksum {
+                sum_bad.push((array_labels(name), counter(c.mismatches)));
+                sum_checked.push((array_labels(name), counter(c.verified_blocks)));
+            }
             let mut labels = array_labels(name);
             labels.push(("level", v.level.clone()));
             labels.push(("uuid", v.uuid.to_string()));
@@ -343,6 +348,12 @@ impl Scrape {
             Family::new("raidkit_member_timeouts", "Member requests slower than the I/O timeout.", timeouts),
             Family::new("raidkit_task_done_bytes", "The background task's progress, per member.", task_done),
             Family::new("raidkit_task_total_bytes", "The background task's size, per member.", task_total),
+            Family::new(
+                "raidkit_checksum_mismatches",
+                "4 KiB blocks whose data did not match their checksum (silent corruption), arrays with checksums.",
+                sum_bad,
+            ),
+            Family::new("raidkit_checksum_verified_blocks", "4 KiB blocks read and checked against their checksum.", sum_checked),
         ]
     }
 

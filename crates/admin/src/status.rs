@@ -187,6 +187,12 @@ pub(crate) mod tests {
                     bytes: 1 << 26,
                     whole_array: false,
                 }),
+                checksum: Some(volume::ChecksumStatus {
+                    algorithm: "crc32c".into(),
+                    verified_blocks: 1000,
+                    mismatches: 2,
+                    rehashed: 1,
+                }),
             },
             journal: Some(JournalSection {
                 name: "/dev/shm/j".into(),

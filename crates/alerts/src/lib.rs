@@ -78,6 +78,9 @@ pub enum Event {
     /// unreadable with no redundancy left, so its data is lost and reads of it fail until it
     /// is written again.
     BadBlocks,
+    /// Blocks whose data did not match their checksum were found (silent corruption; healed
+    /// from redundancy where the level has it).
+    ChecksumMismatch,
 }
 
 /// How bad an event is: syslog's severity and the log line's word.
@@ -115,6 +118,7 @@ impl Event {
             Event::SlowMember => "SlowMember",
             Event::SlowMemberRecovered => "SlowMemberRecovered",
             Event::BadBlocks => "BadBlocks",
+            Event::ChecksumMismatch => "ChecksumMismatch",
         }
     }
 
@@ -126,6 +130,7 @@ impl Event {
             | Event::DeviceDisappeared
             | Event::MismatchesFound
             | Event::BadBlocks
+            | Event::ChecksumMismatch
             | Event::TakenOver => Severity::Critical,
             Event::SparesMissing
             | Event::MemberTimeout

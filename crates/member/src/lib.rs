@@ -47,6 +47,7 @@
 
 mod aligned;
 mod block_locks;
+mod checksum;
 mod detached;
 mod direct;
 mod error;
@@ -71,6 +72,10 @@ use std::sync::Arc;
 
 pub use aligned::{AlignedBuf, DIRECT_ALIGN};
 pub use block_locks::{BlockLocks, Held};
+pub use checksum::{
+    block_checksum, is_checksum_error, ChecksumShared, ChecksumStats, ChecksumTrust, Checksummed,
+    Mismatch, MismatchHook, CHECKSUM_CACHE_BLOCKS,
+};
 pub use detached::{
     carry_deadline, current_deadline, scatter, with_deadline, Detached, StartCall, Started,
     STUCK_MAX, WORKERS_MAX,

@@ -47,6 +47,10 @@ pub struct CreateOptions {
     /// Keep a bad-block list on every member (docs/FORMAT.md "Bad-block list"): on by default
     /// for levels with redundancy (only a rebuild records bad blocks).
     pub bad_blocks: bool,
+    /// Keep a checksum of every 4 KiB data block of every member in a checksum area
+    /// (`metadata_layout` puts it, last; the data offset grows past the default when it does not fit);
+    /// `None`: no checksums.
+    pub checksum: Option<crate::ChecksumAlg>,
 }
 
 impl CreateOptions {
@@ -66,6 +70,7 @@ impl CreateOptions {
             used_region_bytes: None,
             encryption: None,
             bad_blocks: level.has_redundancy(),
+            checksum: None,
         }
     }
 }
@@ -143,7 +148,7 @@ pub fn create(
     let all: Vec<Arc<dyn Member>> = members.iter().chain(&opts.spares).cloned().collect();
     check_options(members, opts)?;
     check_distinct(&all)?;
-    let (geometry, metadata) = layout_for(members, opts)?;
+    let (geometry, metadata) = layout_for(members, &all, opts)?;
     let grown;
     let opts = match metadata.data_offset_bytes == opts.data_offset_bytes {
         true => opts,
@@ -165,12 +170,27 @@ pub fn create(
         }
     }
     let zero_all = all.iter().all(|m| cheap_to_zero(m.as_ref()));
+    if metadata.checksum.is_some()
+        && !zero_all
+        && !opts.assume_clean
+        && !opts.level.has_redundancy()
+    {
+        // The checksums of blocks create does not zero would be wrong, and without
+        // redundancy no sync can make them right.
+        return Err(CreateError::Invalid(format!(
+            "checksums on {} need members create can zero (files, RAM), or --assume-clean \
+             for members known to be zeroed: a block device's or remote member's existing \
+             blocks would not match their checksums",
+            opts.level
+        )));
+    }
     let mut superblocks = build_superblocks(&all, members.len(), opts, &geometry);
     for sb in &mut superblocks {
         sb.set_bitmap(metadata.bitmap);
         sb.set_used_map(metadata.used_map);
         sb.set_bad_blocks(metadata.bad_blocks);
         sb.set_encryption(opts.encryption.clone());
+        sb.set_checksum(metadata.checksum);
     }
     if !zero_all && !opts.assume_clean && opts.level.has_redundancy() {
         for sb in &mut superblocks {
@@ -191,6 +211,7 @@ struct Metadata {
     bitmap: Option<crate::BitmapRef>,
     used_map: Option<crate::usedmap::UsedMapRef>,
     bad_blocks: Option<crate::BadBlocksRef>,
+    checksum: Option<crate::ChecksumRef>,
     data_offset_bytes: u64,
 }
 
@@ -199,6 +220,7 @@ struct Metadata {
 /// geometry is then that of the smaller data areas).
 fn layout_for(
     members: &[Arc<dyn Member>],
+    all: &[Arc<dyn Member>],
     opts: &CreateOptions,
 ) -> Result<(Geometry, Metadata), CreateError> {
     let mut geometry = geometry_for(members, opts)?;
@@ -227,6 +249,19 @@ fn layout_for(
                 0,
             ));
         }
+        if let Some(alg) = opts.checksum {
+            // Sized for the largest member or spare, whatever the data offset: every data
+            // area is covered, and the area does not change when the offset grows.
+            let largest = all.iter().map(|m| m.len()).max().unwrap_or(0);
+            let bytes = crate::ChecksumRef::area_bytes(alg, largest);
+            areas.push((
+                crate::metadata::AreaRequest {
+                    name: CHECKSUM_AREA,
+                    bytes,
+                },
+                0,
+            ));
+        }
         areas
     };
     let requests: Vec<_> = areas(&geometry).iter().map(|(a, _)| *a).collect();
@@ -241,7 +276,7 @@ fn layout_for(
         // Smaller data areas: the regions (and so the areas) can only shrink.
         geometry = geometry_for(members, &grown)?;
     }
-    let (mut used_map, mut bad_blocks) = (None, None);
+    let (mut used_map, mut bad_blocks, mut checksum) = (None, None, None);
     for (request, (offset, (_, region))) in requests
         .iter()
         .zip(placed.offsets.iter().zip(areas(&geometry)))
@@ -259,6 +294,13 @@ fn layout_for(
                 bytes: request.bytes,
             });
         }
+        if request.name == CHECKSUM_AREA {
+            checksum = opts.checksum.map(|alg| crate::ChecksumRef {
+                offset_bytes: *offset,
+                bytes: request.bytes,
+                alg,
+            });
+        }
     }
     Ok((
         geometry,
@@ -266,6 +308,7 @@ fn layout_for(
             bitmap,
             used_map,
             bad_blocks,
+            checksum,
             data_offset_bytes: placed.data_offset_bytes,
         },
     ))
@@ -273,6 +316,8 @@ fn layout_for(
 
 /// The bad-block list's name among the metadata areas.
 const BAD_BLOCKS_AREA: &str = "bad-block list";
+/// The checksum area's name among the metadata areas.
+const CHECKSUM_AREA: &str = "checksum area";
 
 /// The used-map region asked for, if the options ask for a map; refused when the level has no
 /// redundancy or the size is not a multiple of 4 KiB.
@@ -536,6 +581,7 @@ fn build_superblocks(
         owner: None,
         roles: roles.clone(),
         encryption: None,
+        checksum: None,
     };
     (0..all.len()).map(make).collect()
 }

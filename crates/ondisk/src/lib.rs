@@ -30,6 +30,7 @@
 
 pub mod badblocks;
 pub mod bitmap;
+mod checksum_area;
 mod create;
 mod duplicate;
 mod grow;
@@ -45,6 +46,9 @@ pub use badblocks::{BadBlockList, BadBlocksRef, BadRange, BAD_BLOCKS_AREA_BYTES,
 pub use bitmap::{
     BitmapRef, BITMAP_BLOCK_BYTES, BITMAP_BYTES_MAX, BITMAP_IDLE_DEFAULT, BITMAP_OFFSET,
     BITMAP_REGIONS_MAX, BITMAP_REGION_DEFAULT, BITS_PER_BLOCK,
+};
+pub use checksum_area::{
+    ChecksumAlg, ChecksumRef, CHECKSUM_BLOCK_BYTES, FEATURE_INCOMPAT_CHECKSUM,
 };
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use duplicate::{describe_duplicate, find_duplicate, same_member};

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::badblocks::{BadBlocksRef, BAD_BLOCKS_AREA_BYTES};
 use crate::bitmap::{BitmapRef, BITMAP_BYTES_MAX, BITMAP_REGIONS_MAX, BITS_PER_BLOCK};
+use crate::checksum_area::{ChecksumRef, FEATURE_INCOMPAT_CHECKSUM};
 use crate::usedmap::{UsedMapRef, USED_BYTES_MAX, USED_REGIONS_MAX};
 
 /// Identifies a raidkit superblock.
@@ -111,7 +112,8 @@ pub const FEATURE_INCOMPAT_BAD_BLOCKS: u64 = 1 << 3;
 pub const FEATURE_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_BITMAP
     | FEATURE_INCOMPAT_ENCRYPTED
     | FEATURE_INCOMPAT_BAD_BLOCKS
-    | FEATURE_INCOMPAT_USED_MAP;
+    | FEATURE_INCOMPAT_USED_MAP
+    | FEATURE_INCOMPAT_CHECKSUM;
 /// `feature_compat` bit: `resync_offset_bytes` (byte 240) is meaningful.
 pub const FEATURE_COMPAT_RESYNC_OFFSET: u64 = 1;
 /// `feature_compat` bit (bit 1): an owner record (bytes 2304..2440) names the process serving
@@ -263,6 +265,9 @@ pub struct Superblock {
     /// Where this member's bad-block list is; present exactly when `feature_incompat` has
     /// [`FEATURE_INCOMPAT_BAD_BLOCKS`].
     pub bad_blocks: Option<BadBlocksRef>,
+    /// The member's checksum area: present exactly when `feature_incompat` has
+    /// [`FEATURE_INCOMPAT_CHECKSUM`] (bytes 3776..3808, "Block checksums").
+    pub checksum: Option<ChecksumRef>,
 }
 
 /// Why bytes are not a valid superblock.
@@ -625,6 +630,9 @@ impl Superblock {
             b.u64(OFF_BAD_BLOCKS_OFFSET, at.offset_bytes);
             b.u64(OFF_BAD_BLOCKS_BYTES, at.bytes);
         }
+        if let Some(at) = &self.checksum {
+            at.encode(b.0);
+        }
     }
 
     /// Decodes and validates on-disk bytes.
@@ -712,6 +720,7 @@ impl Superblock {
             roles: decode_roles(bytes)?,
             encryption: decode_key_area(bytes, feature_incompat)?,
             bad_blocks: decode_bad_blocks(bytes, feature_incompat)?,
+            checksum: ChecksumRef::decode(bytes, feature_incompat)?,
         })
     }
 
@@ -766,6 +775,7 @@ impl Superblock {
     fn validate_refs(&self) -> Result<(), SuperblockError> {
         self.validate_bitmap()?;
         self.validate_used_map()?;
+        self.validate_checksum()?;
         if self.journal.is_some_and(|j| j.kind == 0) {
             return Err(field_err("journal", "a journal of kind 0"));
         }
@@ -885,6 +895,42 @@ impl Superblock {
             self.data_bytes,
             "the data area",
         )
+    }
+
+    fn validate_checksum(&self) -> Result<(), SuperblockError> {
+        present_with_bit(
+            "checksum",
+            self.feature_incompat & FEATURE_INCOMPAT_CHECKSUM != 0,
+            self.checksum.is_some(),
+            "a checksum area",
+        )?;
+        let Some(at) = self.checksum else {
+            return Ok(());
+        };
+        let others: Vec<(&str, u64, u64)> = [
+            self.bitmap.map(|b| ("bitmap", b.offset_bytes, b.bytes)),
+            self.used_map.map(|u| ("used map", u.offset_bytes, u.bytes)),
+            self.bad_blocks
+                .map(|b| ("bad-block list", b.offset_bytes, b.bytes)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        // A spare's own data area may be larger than any role's; the area covers the roles'.
+        let covered = match self.role {
+            Role::Active(_) => self.data_bytes,
+            Role::Spare => 0,
+        };
+        at.validate(&others, self.data_offset_bytes, covered)
+    }
+
+    /// Sets (or removes) the checksum area together with its feature bit.
+    pub fn set_checksum(&mut self, checksum: Option<ChecksumRef>) {
+        self.checksum = checksum;
+        match checksum {
+            Some(_) => self.feature_incompat |= FEATURE_INCOMPAT_CHECKSUM,
+            None => self.feature_incompat &= !FEATURE_INCOMPAT_CHECKSUM,
+        }
     }
 
     fn validate_bitmap(&self) -> Result<(), SuperblockError> {

@@ -320,6 +320,22 @@ pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
             .filter(|r| r.finished)
             .map(|r| r.mismatches)
     };
+    let corrupt = |s: &VolumeStatus| s.checksum.as_ref().map_or(0, |c| c.mismatches);
+    if corrupt(now) > corrupt(before) {
+        let (found, total) = (corrupt(now) - corrupt(before), corrupt(now));
+        alerts.push(
+            Alert::new(
+                Event::ChecksumMismatch,
+                name,
+                None,
+                format!(
+                    "{found} block(s) did not match their checksum (silent corruption; \
+                     rewritten from redundancy where the level has it), {total} since start"
+                ),
+            )
+            .with("checksum_mismatches", total),
+        );
+    }
     if let Some(found) = mismatches(now).filter(|&n| n > 0) {
         if before.last_scrub != now.last_scrub {
             alerts.push(

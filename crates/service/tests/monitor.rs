@@ -1,6 +1,6 @@
 //! The monitor's events from status changes, as `mdadm --monitor` raises them: a member
 //! failing, an array going degraded, a rebuild starting, passing 20/40/60/80 % and finishing,
-//! a spare becoming active, a scrub finding mismatches; an array that starts degraded says so;
+//! a spare becoming active, a scrub finding mismatches, blocks failing their checksums; an array that starts degraded says so;
 //! fewer spares than the configuration lists (at start and when it becomes true); a journal
 //! whose ring filled up (rate-limited, with the figures).
 
@@ -201,6 +201,34 @@ fn a_member_turning_slow_and_recovering_is_raised_once_each_way() {
     failed.members[1].state = MemberState::Faulty;
     let got: Vec<Event> = events(&slow, &failed).into_iter().map(|e| e.0).collect();
     assert!(!got.contains(&Event::SlowMemberRecovered), "{got:?}");
+}
+
+#[test]
+fn checksum_mismatches_found_are_raised_when_the_count_rises() {
+    let mut clean = status();
+    clean.checksum = Some(volume::ChecksumStatus {
+        algorithm: "crc32c".into(),
+        verified_blocks: 10,
+        mismatches: 0,
+        rehashed: 0,
+    });
+    assert_eq!(events(&clean, &clean), []);
+    let mut found = clean.clone();
+    found.checksum.as_mut().unwrap().mismatches = 3;
+    let alerts = changes(&clean, &found);
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0].event, Event::ChecksumMismatch);
+    assert!(
+        alerts[0].message.contains("3 block(s)"),
+        "{}",
+        alerts[0].message
+    );
+    assert_eq!(alerts[0].details["checksum_mismatches"], "3");
+    assert_eq!(events(&found, &found), [], "raised once per rise");
+    // Rewritten checksums after an unclean shutdown are no corruption.
+    let mut rehashed = found.clone();
+    rehashed.checksum.as_mut().unwrap().rehashed = 5;
+    assert_eq!(events(&found, &rehashed), []);
 }
 
 #[test]

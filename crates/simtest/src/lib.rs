@@ -34,8 +34,8 @@ mod torn;
 mod with_journal;
 
 pub use cases::{
-    journal_case, journal_case_ordered, power_loss_case, power_loss_case_with, ReplayOrder,
-    Sabotage,
+    journal_case, journal_case_ordered, power_loss_case, power_loss_case_checksum,
+    power_loss_case_with, ReplayOrder, Sabotage,
 };
 pub use grid::{sub_seed, CutPolicy, GridMember, PowerGrid};
 pub use model::{RegionModel, MAYBE_OPS_MAX};

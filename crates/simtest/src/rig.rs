@@ -30,6 +30,9 @@ pub struct Shape {
     /// `simN` are not "cheap to zero" for `create`); else create with `assume_clean`. The
     /// sync's timing makes a case's member operation order depend on the scheduler.
     pub initial_sync: bool,
+    /// Keep block checksums (`create --checksum`): recovery must then read every block
+    /// without a false mismatch.
+    pub checksum: bool,
 }
 
 fn pick<T: Copy>(rng: &mut SimRng, items: &[T]) -> T {
@@ -76,6 +79,7 @@ impl Shape {
             threads: threads as usize,
             ops_per_thread: 8 + rng.below(33) as usize,
             initial_sync: rng.chance(1, 3),
+            checksum: false,
         }
     }
 
@@ -104,6 +108,9 @@ pub fn build(shape: &Shape, seed: u64, policy: CutPolicy, cut_at: u64) -> (Arc<P
     opts.chunk_bytes = shape.chunk_bytes;
     opts.data_offset_bytes = DATA_OFFSET_BYTES;
     opts.assume_clean = !shape.initial_sync;
+    if shape.checksum {
+        opts.checksum = Some(ondisk::ChecksumAlg::Crc32c);
+    }
     create(&members, &opts).unwrap_or_else(|e| panic!("create {shape:?}: {e}"));
     grid.arm(cut_at);
     let volume = assemble(members, &AssembleOptions::default())

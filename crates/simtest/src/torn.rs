@@ -37,6 +37,7 @@ pub fn torn_shape(level: Level, count: usize) -> Shape {
         threads: 1,
         ops_per_thread: 0,
         initial_sync: false,
+        checksum: false,
     }
 }
 

@@ -17,7 +17,7 @@
 //! `RAIDKIT_SOAK=1` runs 20 times the default. A failure prints the replay command.
 //! Multi-threaded cases replay the same choices; their interleaving may differ.
 
-use simtest::{power_loss_case, run_seeds, SeedRun};
+use simtest::{power_loss_case, power_loss_case_checksum, run_seeds, SeedRun};
 
 fn level_suite(test_name: &str, level: &str, default_count: u64) {
     let level = level.parse().expect("level");
@@ -55,6 +55,18 @@ fn power_loss_raid5() {
 #[test]
 fn power_loss_raid6() {
     level_suite("power_loss_raid6", "raid6", 700);
+}
+
+/// Block checksums on (`create --checksum`), every level: after the power cut and recovery,
+/// every block reads back (no torn update taken for corruption) with the same checks.
+#[test]
+fn power_loss_checksums() {
+    let levels = ["linear", "raid0", "raid1", "raid10", "raid5", "raid6"];
+    let run = SeedRun::from_env(300);
+    run_seeds("power_loss", "power_loss_checksums", run, |seed| {
+        let level = levels[(seed % levels.len() as u64) as usize];
+        power_loss_case_checksum(level.parse().expect("level"), seed)
+    });
 }
 
 /// Counts the cases (of `cases` consecutive seeds) whose checks fail under `sabotage`.

@@ -87,6 +87,7 @@ fn start(
     let sb = &plan.superblock;
     let count = sb.member_count as usize;
     assert_eq!(plan.roles.len(), count);
+    let checksums = member::ChecksumShared::new();
     let mut lists = Vec::with_capacity(members.len());
     for (m, sb) in members.iter().zip(&own) {
         let list = BadBlocks::load(m, sb)
@@ -97,6 +98,7 @@ fn start(
         whole: Arc::clone(&members[i]),
         sb: own[i].clone(),
         bad: lists[i].clone(),
+        checksums: Arc::clone(&checksums),
     };
     let roles: Vec<Option<Held>> = plan.roles.iter().map(|i| i.map(held)).collect();
     // Members that were being rebuilt join as missing, then are attached as recovering.
@@ -168,6 +170,15 @@ fn start(
         ));
         risk
     });
+    if sb.checksum.is_some() && sb.state == ArrayState::Dirty && !sb.level.has_redundancy() {
+        checksums.set_trust(Some(Arc::new(crate::resync_trust::UncleanSingleCopy)));
+        plan.warnings.push(format!(
+            "array \"{}\" {}: {} after an unclean shutdown keeps no redundancy to tell a torn \
+             update from corruption: checksum mismatches are rewritten (not reported as \
+             corruption) until the array is closed cleanly",
+            sb.name, sb.array_uuid, sb.level
+        ));
+    }
     let mut template = sb.clone();
     template.replace_offset_bytes = None;
     let meta = MetaState {
@@ -189,7 +200,16 @@ fn start(
         owner: None,
         write_mostly: Vec::new(),
     };
-    let core = VolumeCore::new(array, meta, bitmap, at_risk, plan.stale, plan.warnings);
+    let core = VolumeCore::new(
+        array,
+        meta,
+        bitmap,
+        at_risk,
+        plan.stale,
+        plan.warnings,
+        Arc::clone(&checksums),
+    );
+    core.watch_checksums();
     if let Some(progress) = resync_offset {
         core.distrust_unsynced_parity(progress, resync_full_from);
     }

@@ -297,6 +297,7 @@ impl VolumeCore {
             whole: Arc::clone(member),
             sb,
             bad,
+            checksums: Arc::clone(&self.checksums),
         };
         held.sb.recovery_offset_bytes = Some(0);
         let window = held.window(data_bytes);

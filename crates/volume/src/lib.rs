@@ -30,8 +30,8 @@ pub use assemble::assemble;
 pub use at_risk::{ArrayRange, AtRisk, AT_RISK_RANGES_LISTED_MAX};
 pub use options::AssembleOptions;
 pub use status::{
-    ArrayHealth, BadBlockStatus, BitmapStatus, FaultPolicy, FilesystemStatus, MemberState,
-    MemberStatus, MismatchLocation, ScrubReport, SpeedLimits, TakenOver, TaskKind, TaskStatus,
-    VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
+    ArrayHealth, BadBlockStatus, BitmapStatus, ChecksumStatus, FaultPolicy, FilesystemStatus,
+    MemberState, MemberStatus, MismatchLocation, ScrubReport, SpeedLimits, TakenOver, TaskKind,
+    TaskStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
 };
 pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeError};

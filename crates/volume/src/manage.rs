@@ -267,6 +267,7 @@ impl VolumeCore {
             whole: member,
             sb,
             bad,
+            checksums: Arc::clone(&self.checksums),
         })
     }
 
@@ -619,6 +620,7 @@ impl VolumeCore {
             unsynced_bytes: self.array.unsynced_units() * self.sync_unit_array_bytes(),
             at_risk: self.at_risk(),
             bad_blocks: self.bad_block_status(&meta),
+            checksum: self.checksum_status(&meta),
         }
     }
 
@@ -644,6 +646,19 @@ impl VolumeCore {
             }
         }
         out
+    }
+
+    /// The checksum counters, when the array keeps checksums.
+    fn checksum_status(&self, meta: &MetaState) -> Option<crate::ChecksumStatus> {
+        let alg = meta.template.checksum?.alg;
+        let stats = &self.checksums.stats;
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        Some(crate::ChecksumStatus {
+            algorithm: alg.name().to_string(),
+            verified_blocks: load(&stats.verified),
+            mismatches: load(&stats.mismatches),
+            rehashed: load(&stats.rehashed),
+        })
     }
 
     /// Outside the background window, with nothing running: the scrub or resync that waits for

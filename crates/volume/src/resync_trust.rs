@@ -37,11 +37,55 @@ impl ParityTrust for ResyncTrust {
     }
 }
 
+/// `member::ChecksumTrust` over a volume's running sync: a block whose row some role's sync
+/// unit still awaits may hold a torn update, so its checksum is rewritten from its data, not
+/// taken for corruption (docs/DESIGN.md "Block checksums"). Conservative: any role's unit at
+/// that row (RAID 10 rows hold two logical chunks).
+struct ResyncChecksums {
+    core: Weak<VolumeCore>,
+    full_from: Option<u64>,
+}
+
+impl member::ChecksumTrust for ResyncChecksums {
+    fn unsynced(&self, offset: u64) -> bool {
+        let Some(core) = self.core.upgrade() else {
+            return true;
+        };
+        // Only atomics and the bitmap behind this, no lock a member call could hold; the hook
+        // is removed once the sync has passed every unit.
+        let geometry = core.array.geometry();
+        if !geometry.level().has_redundancy() {
+            return false;
+        }
+        let row = offset / geometry.chunk_bytes();
+        if row >= geometry.rows() {
+            return false;
+        }
+        (0..geometry.member_count())
+            .map(|role| geometry.unit_of_row(role, row))
+            .any(|unit| core.unit_awaits_resync(unit, self.full_from))
+    }
+}
+
+/// Linear and RAID 0 after an unclean shutdown: no resync says which blocks a torn update may
+/// have left, so every mismatch rewrites the checksum until a clean close.
+pub(crate) struct UncleanSingleCopy;
+
+impl member::ChecksumTrust for UncleanSingleCopy {
+    fn unsynced(&self, _offset: u64) -> bool {
+        true
+    }
+}
+
 impl VolumeCore {
-    /// A RAID 5/6 sync is pending from `progress` (array bytes): until it passes a stripe,
-    /// writes there regenerate the stripe's parity. Called before the worker may run the
-    /// sync.
+    /// A sync is pending from `progress` (array bytes): until it passes a stripe, RAID 5/6
+    /// writes there regenerate the stripe's parity, and on every level a checksum mismatch
+    /// there rewrites the checksum. Called before the worker may run the sync.
     pub(crate) fn distrust_unsynced_parity(&self, progress: u64, full_from: Option<u64>) {
+        self.checksums.set_trust(Some(Arc::new(ResyncChecksums {
+            core: self.this.clone(),
+            full_from,
+        })));
         if !self.level().has_parity() {
             return;
         }
@@ -55,6 +99,7 @@ impl VolumeCore {
 
     /// The sync has passed every stripe: writes need not ask any more.
     pub(crate) fn trust_synced_parity(&self) {
+        self.checksums.set_trust(None);
         self.array.set_parity_trust(None);
     }
 }

@@ -271,6 +271,21 @@ pub struct BitmapStatus {
     pub block_writes: u64,
 }
 
+/// Block checksums as `status` shows them (since the array was assembled).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChecksumStatus {
+    /// The algorithm (`crc32c`).
+    pub algorithm: String,
+    /// Blocks read and checked.
+    pub verified_blocks: u64,
+    /// Blocks whose data did not match their checksum: silent corruption, each rewritten from
+    /// redundancy where the level has it (else the read failed).
+    pub mismatches: u64,
+    /// Blocks a sync after an unclean shutdown awaited whose checksum was rewritten from
+    /// their data (a torn update, not corruption).
+    pub rehashed: u64,
+}
+
 /// Everything `status` shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeStatus {
@@ -298,6 +313,9 @@ pub struct VolumeStatus {
     /// Ranges the members' bad-block lists record as lost (reads of them fail), role order.
     #[serde(default)]
     pub bad_blocks: Vec<BadBlockStatus>,
+    /// Block checksums, if the array keeps them.
+    #[serde(default)]
+    pub checksum: Option<ChecksumStatus>,
 }
 
 /// One range a member's bad-block list records as lost.
@@ -342,6 +360,7 @@ impl VolumeStatus {
             unsynced_bytes: 0,
             at_risk: None,
             bad_blocks: Vec::new(),
+            checksum: None,
         }
     }
 }

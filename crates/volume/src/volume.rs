@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use engine::{Array, IoError, MemberHealth};
 use layout::Level;
-use member::{Member, Window};
+use member::{ChecksumShared, Checksummed, Member, Window};
 use uuid::Uuid;
 
 use crate::badblocks::{BadBlockWindow, BadBlocks};
@@ -120,17 +120,32 @@ pub(crate) struct Held {
     pub sb: Superblock,
     /// The member's bad-block list, when its superblock names one.
     pub bad: Option<Arc<BadBlocks>>,
+    /// The array's checksum counters and trust hook (used when `sb.checksum` is set).
+    pub checksums: Arc<ChecksumShared>,
 }
 
 impl Held {
-    /// The data-area view the engine uses, of `data_bytes` (through the bad-block list when
-    /// the member keeps one).
+    /// The data-area view the engine uses, of `data_bytes`: with block checksums, the window
+    /// checked against (and updating) the member's checksum area (`member::Checksummed`);
+    /// over that the bad-block list when the member keeps one (a recorded range fails before
+    /// its bytes are checked).
     pub(crate) fn window(&self, data_bytes: u64) -> Arc<dyn Member> {
         let data: Arc<dyn Member> = Arc::new(Window::new(
             Arc::clone(&self.whole),
             self.sb.data_offset_bytes,
             data_bytes,
         ));
+        let data: Arc<dyn Member> = match self.sb.checksum {
+            Some(at) => {
+                let area = Arc::new(Window::new(
+                    Arc::clone(&self.whole),
+                    at.offset_bytes,
+                    at.bytes,
+                ));
+                Arc::new(Checksummed::new(data, area, Arc::clone(&self.checksums)))
+            }
+            None => data,
+        };
         match &self.bad {
             Some(bad) => Arc::new(BadBlockWindow::new(data, Arc::clone(bad))),
             None => data,
@@ -239,6 +254,8 @@ pub(crate) struct VolumeCore {
     pub(crate) at_risk: Mutex<Option<crate::AtRisk>>,
     /// This core (for hooks handed to the engine, which must not keep it alive).
     pub(crate) this: std::sync::Weak<VolumeCore>,
+    /// Block checksums' counters and trust hook, shared by every checksummed member window.
+    pub(crate) checksums: Arc<ChecksumShared>,
 }
 
 /// Ranges at risk named in the start warning and the notice that ends them (all are in
@@ -488,11 +505,13 @@ impl VolumeCore {
         at_risk: Option<AtRisk>,
         stale: Vec<StaleMember>,
         warnings: Vec<String>,
+        checksums: Arc<ChecksumShared>,
     ) -> Arc<VolumeCore> {
         let sb = meta.template.clone();
         let resync_offset = meta.resync.map(|r| r.offset);
         Arc::new_cyclic(|this| VolumeCore {
             this: this.clone(),
+            checksums,
             persisted_epoch: AtomicU64::new(array.state_epoch()),
             array,
             level: sb.level,
@@ -759,6 +778,25 @@ impl VolumeCore {
                 risk.describe(AT_RISK_LISTED_IN_WARNING)
             ));
         }
+    }
+
+    /// Each checksum mismatch found is told to the operator (the first 100, then every
+    /// 1000th: a failing disk must not flood the log), with the count so far.
+    pub(crate) fn watch_checksums(&self) {
+        let core = self.this.clone();
+        let told = AtomicU64::new(0);
+        self.checksums.set_on_mismatch(Box::new(move |m| {
+            let n = told.fetch_add(1, Ordering::Relaxed) + 1;
+            if n > 100 && !n.is_multiple_of(1000) {
+                return;
+            }
+            if let Some(core) = core.upgrade() {
+                core.notice(&format!(
+                    "array \"{}\": {m} ({n} found since the array was assembled)",
+                    core.name
+                ));
+            }
+        }));
     }
 
     pub(crate) fn set_notice_hook(&self, hook: NoticeHook) {

@@ -62,6 +62,14 @@ fn recover_read_error<L: LevelIo + ?Sized>(
     if !io.health_of(role).readable() {
         return true;
     }
+    let mut others = io.present_snapshot();
+    others[role] = false;
+    if !io.geometry.survives(&others) {
+        // Nothing to rebuild the range from (linear, RAID 0, or an array already degraded
+        // as far as it can be): the read fails, the member keeps what it holds. (Linear has
+        // no rows to lock: trying panicked here.)
+        return false;
+    }
     if level.rows_untrusted(io, offset, len) {
         // Reconstructing from parity that may not match its data would return (and write
         // back over the member) bytes that were never there: the read fails instead, as

@@ -75,6 +75,14 @@ pub struct Args {
     #[arg(long)]
     encrypt: bool,
 
+    /// Keep a checksum (ALG: crc32c) of every 4 KiB block of every member, parity included, in a
+    /// checksum area before the data (4 bytes per block; the data offset grows past 1 MiB
+    /// when the area needs it). Every read is checked: a block changed behind raidkit's back
+    /// is rewritten from redundancy (a mirror copy, parity), or is a read error on linear and
+    /// RAID 0; scrub checks every block.
+    #[arg(long, value_name = "ALG")]
+    checksum: Option<ondisk::ChecksumAlg>,
+
     #[command(flatten)]
     key: crate::key_args::KeyArgs,
 
@@ -191,6 +199,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
         bad_blocks: defaults.bad_blocks && !args.bitmap.no_bad_blocks,
         encryption,
+        checksum: args.checksum,
         ..defaults
     };
     let superblocks =
@@ -218,6 +227,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             b.region_bytes
         ),
         None => println!("no write-intent bitmap"),
+    }
+    if let Some(c) = &first.checksum {
+        println!(
+            "checksums: {} per 4 KiB block, {} bytes per member at byte {}; data offset {}",
+            c.alg, c.bytes, c.offset_bytes, first.data_offset_bytes
+        );
     }
     if first.resync_offset_bytes.is_none() {
         return Ok(());

@@ -63,6 +63,16 @@ struct SuperblockJson {
     encryption: Option<EncryptionJson>,
     /// The member's bad-block list, or null when it keeps none.
     bad_blocks: Option<BadBlocksJson>,
+    /// Block checksums, or null for an array without them.
+    checksum: Option<ChecksumJson>,
+}
+
+/// Where the member's checksum area is and its algorithm.
+#[derive(Debug, Serialize)]
+struct ChecksumJson {
+    algorithm: &'static str,
+    area_offset_bytes: u64,
+    area_bytes: u64,
 }
 
 /// A member's bad-block list: the ranges of its data area recorded as lost.
@@ -200,6 +210,11 @@ fn to_json(member: &str, sb: &Superblock, bad_blocks: Option<BadBlocksJson>) -> 
             lease_secs: o.lease_secs,
         }),
         roles,
+        checksum: sb.checksum.map(|c| ChecksumJson {
+            algorithm: c.alg.name(),
+            area_offset_bytes: c.offset_bytes,
+            area_bytes: c.bytes,
+        }),
         encryption: sb.encryption.as_ref().map(|area| EncryptionJson {
             cipher: area.cipher_name(),
             unit_bytes: area.unit_bytes(),
@@ -257,6 +272,18 @@ fn render_text(j: &SuperblockJson) -> String {
             "bitmap",
             match j.bitmap_region_bytes {
                 Some(r) => format!("{} per bit", human_bytes(r)),
+                None => "none".to_string(),
+            },
+        ),
+        (
+            "checksums",
+            match &j.checksum {
+                Some(c) => format!(
+                    "{} per 4 KiB block, {} at byte {}",
+                    c.algorithm,
+                    bytes(c.area_bytes),
+                    c.area_offset_bytes
+                ),
                 None => "none".to_string(),
             },
         ),
@@ -487,6 +514,11 @@ mod tests {
                 state: "active",
                 replacing: None,
             }],
+            checksum: Some(ChecksumJson {
+                algorithm: "crc32c",
+                area_offset_bytes: 12288,
+                area_bytes: 4096,
+            }),
             encryption: Some(EncryptionJson {
                 cipher: "aes-xts-plain64 (AES-256)",
                 unit_bytes: 512,
@@ -517,6 +549,7 @@ mod tests {
             "  array bytes     28311552 (27.0 MiB)\n",
             "  member bytes    10485760 (10.0 MiB)\n",
             "  bitmap          64.0 MiB per bit\n",
+            "  checksums       crc32c per 4 KiB block, 4096 (4.0 KiB) at byte 12288\n",
             "  rebuilt to      3145728 (3.0 MiB)\n",
             "  bad blocks      1 ranges of the data area recorded as lost\n",
             "                  bytes 1048576-1052672 (4.0 KiB)\n",

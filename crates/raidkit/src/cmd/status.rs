@@ -220,6 +220,13 @@ pub fn render(status: &Status) -> String {
         out += &at_risk_lines(risk);
     }
     out += &bad_block_lines(&s.bad_blocks);
+    if let Some(c) = &s.checksum {
+        out += &format!(
+            "  checksums {}: {} blocks verified, {} mismatches (silent corruption) found, {} \
+             rewritten after an unclean shutdown\n",
+            c.algorithm, c.verified_blocks, c.mismatches, c.rehashed
+        );
+    }
     if let Some(task) = &s.task {
         out += &format!("  {}\n", task_line(task));
     }

@@ -1,0 +1,270 @@
+//! Block checksums (`create --checksum`): bytes changed in a member file behind the array's
+//! back (no I/O error) are found on read and rewritten from redundancy on every redundant
+//! level (RAID 1, 10, 5, 6), are a read error on linear and RAID 0, and are found by a scrub
+//! in blocks nobody read; the count is in `status`. An array without checksums opens as
+//! before; a torn update after an unclean shutdown rewrites the checksum, not the data.
+//!
+//! Seeded: `RAIDKIT_SEED=N cargo test -p volume --test checksum` replays the data patterns.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use ondisk::{create, ChecksumAlg, CreateOptions, FEATURE_INCOMPAT_CHECKSUM};
+use volume::{assemble, AssembleOptions, Volume};
+
+const WAIT: Duration = Duration::from_secs(60);
+/// Array bytes written and read back by each test.
+const SPAN: usize = 1 << 20;
+/// The member data-area byte corrupted: the member [`victim`] names holds array byte 12288
+/// there on every level.
+const AT: u64 = 12288;
+
+/// The member holding array byte `AT` at data-area byte `AT`: member 0 (linear, RAID 0 and 1
+/// directly; RAID 10's first pair; RAID 5's stripe 0 has P on its last member), except RAID 6,
+/// whose stripe 0 has Q on member 0 (md's left-symmetric) and data chunk 0 on member 1.
+fn victim(level: &str) -> usize {
+    match level {
+        "raid6" => 1,
+        _ => 0,
+    }
+}
+
+fn new_checksummed(dir: &Path, level: &str, count: usize) -> Vec<PathBuf> {
+    let paths = files(dir, level, count);
+    let mut opts = CreateOptions::new(level.parse().unwrap(), level);
+    opts.chunk_bytes = 64 * 1024;
+    opts.checksum = Some(ChecksumAlg::Crc32c);
+    create(&open_all(&paths), &opts).unwrap();
+    paths
+}
+
+fn open(paths: &[PathBuf]) -> Volume {
+    assemble(open_all(paths), &AssembleOptions::default()).unwrap()
+}
+
+/// Changes 3 bytes of `path`'s data area at `offset` behind the array's back; returns the
+/// bytes it held.
+fn corrupt(path: &Path, offset: u64) -> Vec<u8> {
+    let m = open_unheld(path);
+    let at = read_sb(path).data_offset_bytes + offset;
+    let mut old = vec![0u8; 3];
+    m.read_at(&mut old, at).unwrap();
+    let new: Vec<u8> = old.iter().map(|b| !b).collect();
+    m.write_at(&new, at).unwrap();
+    old
+}
+
+fn member_bytes(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let m = open_unheld(path);
+    let mut buf = vec![0u8; len];
+    m.read_at(&mut buf, read_sb(path).data_offset_bytes + offset)
+        .unwrap();
+    buf
+}
+
+fn mismatches(v: &Volume) -> u64 {
+    v.status().checksum.expect("checksums in status").mismatches
+}
+
+/// Writes a pattern, flushes, corrupts the victim member at `AT`; returns the volume, the
+/// pattern and the bytes the member held.
+fn written(paths: &[PathBuf], level: &str, seed: u64) -> (Volume, Vec<u8>, Vec<u8>) {
+    let v = open(paths);
+    let data = pattern(SPAN, seed);
+    v.write(0, &data).unwrap();
+    v.flush().unwrap();
+    let old = corrupt(&paths[victim(level)], AT);
+    (v, data, old)
+}
+
+#[test]
+fn create_records_the_area_and_the_feature_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_checksummed(dir.path(), "raid5", 3);
+    let sb = read_sb(&paths[0]);
+    let at = sb.checksum.expect("a checksum area");
+    assert_ne!(sb.feature_incompat & FEATURE_INCOMPAT_CHECKSUM, 0);
+    assert_eq!(at.alg, ChecksumAlg::Crc32c);
+    // 4 MiB members: 1024 blocks need 4096 bytes; the last metadata area (after the bitmap
+    // and the bad-block list).
+    assert_eq!(at.bytes, 4096);
+    let bitmap = sb.bitmap.unwrap();
+    let bad = sb.bad_blocks.unwrap();
+    assert_eq!(bad.offset_bytes, bitmap.offset_bytes + bitmap.bytes);
+    assert_eq!(at.offset_bytes, bad.offset_bytes + bad.bytes);
+    assert!(at.offset_bytes + at.bytes <= sb.data_offset_bytes);
+    // Without --checksum: no area, the bit clear, the bytes zero (old arrays open as before).
+    let plain = new_array(dir.path(), "plain", "raid5", 3);
+    let sb = read_sb(&plain[0]);
+    assert_eq!(sb.checksum, None);
+    assert_eq!(sb.feature_incompat & FEATURE_INCOMPAT_CHECKSUM, 0);
+    assert_eq!(open(&plain).status().checksum, None);
+}
+
+#[test]
+fn a_large_member_grows_the_data_offset_to_hold_its_checksums() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2 GiB sparse members: 2 MiB of checksums each, past the default 1 MiB data offset.
+    let paths = sized_files(dir.path(), "big", 2, 2 << 30);
+    let mut opts = CreateOptions::new("raid1".parse().unwrap(), "big");
+    opts.checksum = Some(ChecksumAlg::Crc32c);
+    create(&open_all(&paths), &opts).unwrap();
+    let sb = read_sb(&paths[0]);
+    let at = sb.checksum.unwrap();
+    assert!(at.bytes >= 2 << 20, "{at:?}");
+    assert_eq!(sb.data_offset_bytes % (1 << 20), 0);
+    assert!(sb.data_offset_bytes >= at.offset_bytes + at.bytes);
+    assert!(sb.data_offset_bytes > ondisk::DATA_OFFSET_DEFAULT);
+    // A data offset chosen too small is refused, naming the area.
+    let paths = sized_files(dir.path(), "small", 2, 2 << 30);
+    opts.data_offset_bytes = 2 << 20;
+    let e = create(&open_all(&paths), &opts).unwrap_err().to_string();
+    assert!(e.contains("checksum") && e.contains("data offset"), "{e}");
+}
+
+/// RAID 5 and 6 read a healthy stripe's data chunks only: member 0's corrupt block is read,
+/// found, rebuilt from parity and written back; the client gets the right bytes.
+#[test]
+fn a_read_heals_a_corrupt_block_from_parity() {
+    let seed = seed();
+    for (level, count) in [("raid5", 3), ("raid6", 4)] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_checksummed(dir.path(), level, count);
+        let (v, data, old) = written(&paths, level, seed);
+        let mut got = vec![0u8; SPAN];
+        v.read(0, &mut got).unwrap();
+        assert!(got == data, "{level} (seed {seed}): wrong bytes read");
+        assert_eq!(mismatches(&v), 1, "{level}");
+        v.flush().unwrap();
+        assert_eq!(
+            member_bytes(&paths[victim(level)], AT, 3),
+            old,
+            "{level}: member not healed"
+        );
+        // Read again: nothing left to find.
+        v.read(0, &mut got).unwrap();
+        assert_eq!(mismatches(&v), 1, "{level}");
+        v.close().unwrap();
+    }
+}
+
+/// Every redundant level: whether a read met the corrupt copy or not, a scrub finds and heals
+/// it; the member file holds the right bytes again and one mismatch was counted.
+#[test]
+fn a_scrub_finds_and_heals_corruption_nobody_read() {
+    let seed = seed();
+    for (level, count) in [("raid1", 2), ("raid10", 4), ("raid5", 3), ("raid6", 4)] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_checksummed(dir.path(), level, count);
+        let (v, data, old) = written(&paths, level, seed);
+        v.scrub(false).unwrap();
+        assert!(v.wait_idle(WAIT), "{level}");
+        assert_eq!(mismatches(&v), 1, "{level} (seed {seed})");
+        v.flush().unwrap();
+        assert_eq!(
+            member_bytes(&paths[victim(level)], AT, 3),
+            old,
+            "{level}: member not healed"
+        );
+        let mut got = vec![0u8; SPAN];
+        v.read(0, &mut got).unwrap();
+        assert!(got == data, "{level} (seed {seed}): wrong bytes read");
+        // A second scrub finds nothing more.
+        v.scrub(false).unwrap();
+        assert!(v.wait_idle(WAIT), "{level}");
+        assert_eq!(mismatches(&v), 1, "{level}");
+        v.close().unwrap();
+    }
+}
+
+/// RAID 1 and 10: a read that lands on the corrupt copy returns the other copy's bytes and
+/// heals it; reads go on until one has (the balance picks the copy).
+#[test]
+fn mirrors_serve_the_good_copy_and_heal_the_bad_one() {
+    let seed = seed();
+    for (level, count) in [("raid1", 2), ("raid10", 4)] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_checksummed(dir.path(), level, count);
+        let (v, data, old) = written(&paths, level, seed);
+        let mut got = vec![0u8; 4096];
+        for _ in 0..200 {
+            v.read(AT, &mut got).unwrap();
+            assert!(
+                got[..] == data[AT as usize..AT as usize + 4096],
+                "{level} (seed {seed})"
+            );
+            if mismatches(&v) > 0 {
+                break;
+            }
+        }
+        if mismatches(&v) == 0 {
+            // The balance never chose member 0: the scrub must then find it.
+            v.scrub(false).unwrap();
+            assert!(v.wait_idle(WAIT));
+        }
+        assert_eq!(mismatches(&v), 1, "{level}");
+        v.flush().unwrap();
+        assert_eq!(
+            member_bytes(&paths[victim(level)], AT, 3),
+            old,
+            "{level}: member not healed"
+        );
+        v.close().unwrap();
+    }
+}
+
+/// Linear and RAID 0 keep one copy: the corruption is found, the read fails (EIO for a
+/// client) rather than returning wrong bytes, and the member keeps what it holds.
+#[test]
+fn without_redundancy_a_corrupt_block_is_a_read_error() {
+    let seed = seed();
+    for (level, count) in [("linear", 2), ("raid0", 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_checksummed(dir.path(), level, count);
+        let (v, data, _) = written(&paths, level, seed);
+        let mut got = vec![0u8; 8192];
+        let e = v.read(AT - 4096, &mut got).unwrap_err();
+        assert!(e.to_string().contains("checksum mismatch"), "{level}: {e}");
+        assert!(mismatches(&v) >= 1, "{level}");
+        // The blocks around it read fine.
+        v.read(0, &mut got).unwrap();
+        assert!(got[..] == data[..8192], "{level}");
+        // Rewriting the block makes it readable again.
+        v.write(AT, &data[AT as usize..AT as usize + 4096]).unwrap();
+        v.read(AT - 4096, &mut got).unwrap();
+        v.close().unwrap();
+    }
+}
+
+/// Data written and its checksums flushed survive a close and reopen: every block verifies.
+#[test]
+fn checksums_persist_across_close_and_reopen() {
+    let seed = seed();
+    for (level, count) in [("raid0", 2), ("raid5", 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_checksummed(dir.path(), level, count);
+        let v = open(&paths);
+        let data = pattern(SPAN, seed);
+        v.write(0, &data).unwrap();
+        v.write(5000, &data[..300]).unwrap(); // a partial block
+        v.close().unwrap();
+        drop(v);
+        let v = open(&paths);
+        let mut got = vec![0u8; SPAN];
+        v.read(0, &mut got).unwrap();
+        assert_eq!(&got[5000..5300], &data[..300], "{level}");
+        assert_eq!(&got[..5000], &data[..5000], "{level}");
+        assert_eq!(&got[5300..], &data[5300..], "{level}");
+        assert_eq!(mismatches(&v), 0, "{level}");
+        if level == "raid5" {
+            // Parity blocks too.
+            v.scrub(false).unwrap();
+            assert!(v.wait_idle(WAIT));
+            assert_eq!(mismatches(&v), 0, "{level}");
+        }
+        v.close().unwrap();
+    }
+}

@@ -27,7 +27,7 @@ serve() { # $1: with checksums (1) or not (0)
     for _ in $(seq 100); do [ -S "$DIR/sock" ] && break; sleep 0.1; done
     # Fill the array so reads read written blocks.
     fio --name=fill --ioengine=nbd --uri="nbd+unix:///?socket=$DIR/sock" --rw=write --bs=1M \
-        --iodepth=4 --size=768M >/dev/null
+        --iodepth=4 --size=768M >/dev/null 2>&1
 }
 
 stop() { kill "$SERVE"; wait "$SERVE" || true; SERVE=; }
@@ -35,7 +35,7 @@ stop() { kill "$SERVE"; wait "$SERVE" || true; SERVE=; }
 job() { # name rw bs qd -> MB/s
     fio --name="$1" --ioengine=nbd --uri="nbd+unix:///?socket=$DIR/sock" --rw="$2" --bs="$3" \
         --iodepth="$4" --size=768M --time_based --runtime="$RUNTIME" --randseed=42 \
-        --output-format=json | python3 -c '
+        --output-format=json | sed -n "/^{/,\$p" | python3 -c '
 import json, sys
 j = json.load(sys.stdin)["jobs"][0]
 print(round((j["read"]["bw_bytes"] + j["write"]["bw_bytes"]) / 1e6, 1))'

@@ -94,11 +94,22 @@ fn start(
             .map_err(|e| AssembleError::Engine(format!("member {}: {e}", m.name())))?;
         lists.push(list);
     }
-    let held = |i: usize| Held {
-        whole: Arc::clone(&members[i]),
-        sb: own[i].clone(),
-        bad: lists[i].clone(),
-        checksums: Arc::clone(&checksums),
+    // One key area for the array: a `raidkit key` command cut short by a crash may have
+    // rewritten only some members' superblocks; each member's next superblock write (the
+    // owner claim at start, if nothing else) carries the one of the superblock the plan chose
+    // (`test_encrypt.py`
+    // `test_a_key_change_cut_short_still_opens_and_the_next_start_makes_members_agree`).
+    let held = |i: usize| {
+        let mut own = own[i].clone();
+        if own.encryption != sb.encryption {
+            own.set_encryption(sb.encryption.clone());
+        }
+        Held {
+            whole: Arc::clone(&members[i]),
+            sb: own,
+            bad: lists[i].clone(),
+            checksums: Arc::clone(&checksums),
+        }
     };
     let roles: Vec<Option<Held>> = plan.roles.iter().map(|i| i.map(held)).collect();
     // Members that were being rebuilt join as missing, then are attached as recovering.

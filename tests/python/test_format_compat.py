@@ -8,6 +8,7 @@ it wrote); v1-raid1 (made before encryption) is opened by test_encrypt.py.
 
 import gzip
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -78,4 +79,29 @@ def test_raid5_made_at_d7a2e12_grows_with_larger_members(tmp_path, arrays):
     assert array.read(size - 4096, 4096) == bytes(4096)
     scrubbed = array.cli("scrub", "--wait", timeout=120).stdout
     assert " 0 mismatches" in scrubbed, scrubbed
+    array.stop()
+
+
+def test_the_old_array_has_no_used_map_and_a_spare_is_rebuilt_in_full(tmp_path, arrays):
+    """Made before the used-regions map (feature_incompat bit 5): no map in examine or status,
+    and a spare full of random bytes is written over its whole data area by the rebuild."""
+    members = unpack(tmp_path, "v1-raid5-bitmap", ["m0", "m1", "m2", "m3"])
+    examined = run([RAIDKIT_BIN, "examine", str(members[0])]).stdout
+    assert "used map        none" in examined, examined
+    array = arrays(tmp_path, members).start()
+    assert json.loads(array.cli("status", "--json").stdout).get("used_map") is None
+    spare = tmp_path / "spare.img"
+    garbage = random.Random(15).randbytes(members[2].stat().st_size)
+    spare.write_bytes(garbage)
+    array.cli("fail", str(members[2]))
+    array.cli("add", str(spare), "--wait", timeout=300)
+    array.stop()
+    offset = json.loads(run([RAIDKIT_BIN, "examine", "--json", str(spare)]).stdout)[0][
+        "data_offset_bytes"]
+    now = spare.read_bytes()
+    blocks = range(offset, len(now), 4096)
+    same = [b for b in blocks if now[b:b + 4096] == garbage[b:b + 4096]]
+    assert not same, f"{len(same)} of {len(blocks)} blocks not rebuilt (first at {same[:1]})"
+    array.start(members=[str(members[0]), str(members[1]), str(spare), str(members[3])])
+    assert array.read(MIB, len(RAID5_PATTERN)) == RAID5_PATTERN
     array.stop()

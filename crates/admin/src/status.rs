@@ -169,6 +169,13 @@ pub(crate) mod tests {
                     resync_pending_regions: 1,
                     block_writes: 11,
                 }),
+                used_map: Some(volume::UsedMapStatus {
+                    region_bytes: 4 << 20,
+                    regions: 768,
+                    used_regions: 77,
+                    used_bytes: 77 << 22,
+                    block_writes: 5,
+                }),
                 unsynced_bytes: 3 << 20,
                 bad_blocks: vec![volume::BadBlockStatus {
                     role: 2,

@@ -379,6 +379,9 @@ fn a_version_1_journal_replays_and_is_rewritten_as_version_2() {
         .find(|&r| writes.iter().all(|w| w.0 != r as u32))
         .unwrap();
     writes.push((p_role as u32, 0, p));
+    // The write that logged the record marked its region used first (a record is only ever
+    // logged once its region's bit is durable): so does this one.
+    v.write(0, &[0u8]).unwrap();
     let nonce = rng.next_u64();
     let jm = sims.last().unwrap();
     let ring_bytes = (JOURNAL_BYTES as u64 - 8192) / 4096 * 4096;

@@ -39,7 +39,7 @@ pub struct CreateOptions {
     pub bitmap_region_bytes: Option<u64>,
     /// Array bytes per used-regions map bit asked for (rounded up to whole sync units, grown
     /// if the array would need more than `USED_REGIONS_MAX` bits); `None`: no map, rebuilds
-    /// copy everything. Default: none (the volume does not keep the map yet).
+    /// copy everything. Default: 4 MiB for redundant levels, none for linear and RAID 0.
     pub used_region_bytes: Option<u64>,
     /// Encrypt the array at rest: the key area (`crypt::KeyArea::create`) every member's
     /// superblock carries; `None`: plaintext.
@@ -67,7 +67,9 @@ impl CreateOptions {
             bitmap_region_bytes: level
                 .has_redundancy()
                 .then_some(crate::bitmap::BITMAP_REGION_DEFAULT),
-            used_region_bytes: None,
+            used_region_bytes: level
+                .has_redundancy()
+                .then_some(crate::usedmap::USED_REGION_DEFAULT),
             encryption: None,
             bad_blocks: level.has_redundancy(),
             checksum: None,

@@ -1040,12 +1040,6 @@ impl Superblock {
                 ));
             }
         }
-        if !self.level.has_redundancy() {
-            return Err(field_err(
-                "used_map",
-                format!("a {} array has nothing to rebuild", self.level),
-            ));
-        }
         // Whole sync units (stripes, mirror chunks): a region's stripes are its own.
         let count = self.member_count as usize;
         let areas: Vec<u64> = self.roles[..count].iter().map(|e| e.data_bytes).collect();

@@ -440,7 +440,9 @@ fn a_used_map_is_placed_after_the_bitmap_behind_an_incompatible_bit() {
     );
     // Without the map the bytes stay zero and the bit clear.
     let plain = mem_members(2, "4M");
-    let sb = &create(&plain, &CreateOptions::new("raid1".parse().unwrap(), "p")).unwrap()[0];
+    let mut off = CreateOptions::new("raid1".parse().unwrap(), "p");
+    off.used_region_bytes = None;
+    let sb = &create(&plain, &off).unwrap()[0];
     assert_eq!(sb.used_map, None);
     assert!(raw(plain[0].as_ref())[3808..3840].iter().all(|&b| b == 0));
     // Linear and RAID 0 have nothing to rebuild.

@@ -105,7 +105,9 @@ fn show(bar: &ProgressBar, task: &TaskStatus) {
     }
 }
 
-/// `rebuild role 2: 45.0% (1.2 GiB of 2.7 GiB) at 150.0 MiB/s, ETA 0:00:12`
+/// `rebuild role 2: 45.0% (1.2 GiB of 2.7 GiB) at 150.0 MiB/s, ETA 0:00:12`; a rebuild or
+/// replace of only the regions holding data says so: `..., copies 2.7 GiB of 10.0 GiB (the
+/// regions holding data) at ...`.
 pub fn task_line(t: &TaskStatus) -> String {
     let role = t.role.map(|r| format!(" role {r}")).unwrap_or_default();
     let percent = if t.total_bytes == 0 {
@@ -113,12 +115,19 @@ pub fn task_line(t: &TaskStatus) -> String {
     } else {
         t.done_bytes as f64 * 100.0 / t.total_bytes as f64
     };
-    let done = format!(
+    let mut done = format!(
         "{}{role}: {percent:.1}% ({} of {})",
         wire_name(t.kind),
         human_bytes(t.done_bytes),
         human_bytes(t.total_bytes),
     );
+    if let Some(member) = t.of_member_bytes {
+        done += &format!(
+            ", copies {} of {} (the regions holding data)",
+            human_bytes(t.total_bytes),
+            human_bytes(member)
+        );
+    }
     if let Some(why) = &t.paused {
         return format!("{done}, paused: {why}");
     }
@@ -140,6 +149,7 @@ mod tests {
             total_bytes: 4 << 20,
             bytes_per_sec: 1 << 20,
             eta_secs: Some(3),
+            of_member_bytes: None,
             paused: None,
         };
         assert_eq!(
@@ -150,6 +160,13 @@ mod tests {
         assert_eq!(
             task_line(&task),
             "scrub: 25.0% (1.0 MiB of 4.0 MiB), paused: outside the background window 19:00-05:00"
+        );
+        task.paused = None;
+        (task.kind, task.role, task.of_member_bytes) = (TaskKind::Rebuild, Some(2), Some(40 << 20));
+        assert_eq!(
+            task_line(&task),
+            "rebuild role 2: 25.0% (1.0 MiB of 4.0 MiB), copies 4.0 MiB of 40.0 MiB (the regions \
+             holding data) at 1.0 MiB/s, ETA 0:00:03"
         );
     }
 }

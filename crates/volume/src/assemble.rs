@@ -138,6 +138,7 @@ fn start(
         false => sb.resync_offset_bytes,
     };
     let bitmap = crate::bitmap_volume::load(sb, &roles);
+    let used = crate::used_volume::load(sb, &roles);
     let resync_offset = resync_offset.filter(|_| sb.level.has_redundancy());
     let resync_full_from = match (&bitmap, crashed) {
         (Some(b), true) => {
@@ -215,6 +216,7 @@ fn start(
         array,
         meta,
         bitmap,
+        used,
         at_risk,
         plan.stale,
         plan.warnings,

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use member::Member;
 use ondisk::bitmap::{
-    bit, encode_block, put_bit, BitmapRef, BITMAP_BLOCK_BYTES, BITMAP_IDLE_DEFAULT,
-    BITS_BYTES_PER_BLOCK, BITS_PER_BLOCK,
+    bit, encode_map_block, put_bit, BitmapRef, MapArea, BITMAP_BLOCK_BYTES, BITMAP_IDLE_DEFAULT,
+    BITS_PER_BLOCK,
 };
 use uuid::Uuid;
 
@@ -34,17 +34,123 @@ struct Disk {
     quiet: HashMap<u64, (u32, Instant)>,
 }
 
-/// Why a bitmap update could not be written.
+/// Why a bitmap (or used-map) update could not be written.
 pub(crate) struct BitmapWriteError {
     pub role: usize,
     pub name: String,
     pub source: io::Error,
 }
 
+/// The members a map of one bit per region (the write-intent bitmap, the used-regions map) is
+/// written to, and how: the whole map to a member that takes a role, changed blocks durably
+/// to every writable one in parallel. The maps differ in when bits change, not in this.
+pub(crate) struct MapWriter {
+    area: MapArea,
+    array_uuid: Uuid,
+    /// Per role: the whole member that receives map writes (`None`: missing or faulty).
+    targets: RwLock<Vec<Option<Arc<dyn Member>>>>,
+    /// Block writes issued (per member), for tests and status.
+    pub block_writes: AtomicU64,
+}
+
+impl MapWriter {
+    pub(crate) fn new(
+        area: MapArea,
+        array_uuid: Uuid,
+        targets: Vec<Option<Arc<dyn Member>>>,
+    ) -> MapWriter {
+        MapWriter {
+            area,
+            array_uuid,
+            targets: RwLock::new(targets),
+            block_writes: AtomicU64::new(0),
+        }
+    }
+
+    /// Changes the member receiving map writes for `role`; a new one first receives the whole
+    /// map `image` (flushed). The caller holds its map's lock, so no update is missed.
+    pub(crate) fn set_target(
+        &self,
+        role: usize,
+        whole: Option<Arc<dyn Member>>,
+        image: &[u8],
+    ) -> io::Result<()> {
+        if let Some(m) = &whole {
+            let area = ondisk::bitmap::encode_area(&self.array_uuid, &self.area, image);
+            m.write_at(&area, self.area.offset_bytes)?;
+            m.flush()?;
+        }
+        self.targets.write().unwrap_or_else(|p| p.into_inner())[role] = whole;
+        Ok(())
+    }
+
+    /// Writes `blocks` of `image` durably to every writable target, in parallel.
+    pub(crate) fn write_blocks(
+        &self,
+        image: &[u8],
+        blocks: &BTreeSet<usize>,
+        writable: &[bool],
+    ) -> Result<(), BitmapWriteError> {
+        let targets: Vec<(usize, Arc<dyn Member>)> = {
+            let t = self.targets.read().unwrap_or_else(|p| p.into_inner());
+            t.iter()
+                .enumerate()
+                .filter(|(role, _)| writable.get(*role).copied().unwrap_or(false))
+                .filter_map(|(role, m)| Some((role, Arc::clone(m.as_ref()?))))
+                .collect()
+        };
+        let encoded: Vec<(u64, Vec<u8>)> = blocks
+            .iter()
+            .map(|&i| {
+                let at = self.area.offset_bytes + i as u64 * BITMAP_BLOCK_BYTES;
+                (
+                    at,
+                    encode_map_block(self.area.magic, &self.array_uuid, image, i),
+                )
+            })
+            .collect();
+        // A durable write of each block, not write + flush: on a file member a flush
+        // (fdatasync) would also write back every data page written before it, so a
+        // sequential writer would wait for the page cache at each new region.
+        let write_one = |m: &Arc<dyn Member>| -> io::Result<()> {
+            for (at, block) in &encoded {
+                m.write_durable_at(block, *at)?;
+            }
+            Ok(())
+        };
+        let results: Vec<(usize, String, io::Result<()>)> = if targets.len() == 1 {
+            let (role, m) = &targets[0];
+            vec![(*role, m.name().to_string(), write_one(m))]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = targets
+                    .iter()
+                    .map(|(role, m)| {
+                        let write = member::carry_deadline(|| write_one(m));
+                        (*role, m.name().to_string(), s.spawn(write))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|(role, name, h)| {
+                        let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                        (role, name, r)
+                    })
+                    .collect()
+            })
+        };
+        self.block_writes
+            .fetch_add((targets.len() * encoded.len()) as u64, Ordering::Relaxed);
+        match results.into_iter().find(|(_, _, r)| r.is_err()) {
+            Some((role, name, Err(source))) => Err(BitmapWriteError { role, name, source }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The in-memory bitmap of a volume (see the module docs).
 pub(crate) struct Bitmap {
     pub at: BitmapRef,
-    array_uuid: Uuid,
     regions: u64,
     set: Box<[AtomicBool]>,
     started: Box<[AtomicU32]>,
@@ -52,11 +158,9 @@ pub(crate) struct Bitmap {
     pending: Box<[AtomicBool]>,
     pending_count: AtomicU64,
     disk: Mutex<Disk>,
-    /// Per role: the whole member that receives bitmap writes (`None`: missing or faulty).
-    targets: RwLock<Vec<Option<Arc<dyn Member>>>>,
+    /// Where the blocks go (`writer.block_writes`: block writes issued, per member).
+    pub writer: MapWriter,
     idle: Mutex<Duration>,
-    /// Bitmap block writes issued (per member), for tests and status.
-    pub block_writes: AtomicU64,
 }
 
 impl Bitmap {
@@ -77,7 +181,7 @@ impl Bitmap {
             .collect();
         Bitmap {
             at,
-            array_uuid,
+            writer: MapWriter::new(at.area(), array_uuid, targets),
             regions,
             set,
             started: (0..regions).map(|_| AtomicU32::new(0)).collect(),
@@ -89,9 +193,7 @@ impl Bitmap {
                 dirty,
                 quiet: HashMap::new(),
             }),
-            targets: RwLock::new(targets),
             idle: Mutex::new(BITMAP_IDLE_DEFAULT),
-            block_writes: AtomicU64::new(0),
         }
     }
 
@@ -163,19 +265,7 @@ impl Bitmap {
     /// whole current bitmap (flushed).
     pub(crate) fn set_target(&self, role: usize, whole: Option<Arc<dyn Member>>) -> io::Result<()> {
         let disk = self.lock_disk();
-        if let Some(m) = &whole {
-            let blocks = (self.at.bytes / BITMAP_BLOCK_BYTES) as usize;
-            let mut area = Vec::with_capacity(self.at.bytes as usize);
-            let mut padded = disk.image.clone();
-            padded.resize(blocks * BITS_BYTES_PER_BLOCK, 0);
-            for index in 0..blocks {
-                area.extend_from_slice(&encode_block(&self.array_uuid, &padded, index));
-            }
-            m.write_at(&area, self.at.offset_bytes)?;
-            m.flush()?;
-        }
-        self.targets.write().unwrap_or_else(|p| p.into_inner())[role] = whole;
-        Ok(())
+        self.writer.set_target(role, whole, &disk.image)
     }
 
     /// Counts a write to `regions` as started and makes sure their bits are durable; the
@@ -223,72 +313,12 @@ impl Bitmap {
             .iter()
             .map(|&r| (r / BITS_PER_BLOCK) as usize)
             .collect();
-        self.write_blocks(&disk.image, &blocks, writable)?;
+        self.writer.write_blocks(&disk.image, &blocks, writable)?;
         for &r in &todo {
             disk.quiet.remove(&r);
             self.set[r as usize].store(true, Ordering::SeqCst);
         }
         Ok(())
-    }
-
-    /// Writes `blocks` of `image` durably to every writable target, in parallel.
-    fn write_blocks(
-        &self,
-        image: &[u8],
-        blocks: &BTreeSet<usize>,
-        writable: &[bool],
-    ) -> Result<(), BitmapWriteError> {
-        let targets: Vec<(usize, Arc<dyn Member>)> = {
-            let t = self.targets.read().unwrap_or_else(|p| p.into_inner());
-            t.iter()
-                .enumerate()
-                .filter(|(role, _)| writable.get(*role).copied().unwrap_or(false))
-                .filter_map(|(role, m)| Some((role, Arc::clone(m.as_ref()?))))
-                .collect()
-        };
-        let encoded: Vec<(u64, Vec<u8>)> = blocks
-            .iter()
-            .map(|&i| {
-                let at = self.at.offset_bytes + i as u64 * BITMAP_BLOCK_BYTES;
-                (at, encode_block(&self.array_uuid, image, i))
-            })
-            .collect();
-        // A durable write of each block, not write + flush: on a file member a flush
-        // (fdatasync) would also write back every data page written before it, so a
-        // sequential writer would wait for the page cache at each new region.
-        let write_one = |m: &Arc<dyn Member>| -> io::Result<()> {
-            for (at, block) in &encoded {
-                m.write_durable_at(block, *at)?;
-            }
-            Ok(())
-        };
-        let results: Vec<(usize, String, io::Result<()>)> = if targets.len() == 1 {
-            let (role, m) = &targets[0];
-            vec![(*role, m.name().to_string(), write_one(m))]
-        } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = targets
-                    .iter()
-                    .map(|(role, m)| {
-                        let write = member::carry_deadline(|| write_one(m));
-                        (*role, m.name().to_string(), s.spawn(write))
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|(role, name, h)| {
-                        let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                        (role, name, r)
-                    })
-                    .collect()
-            })
-        };
-        self.block_writes
-            .fetch_add((targets.len() * encoded.len()) as u64, Ordering::Relaxed);
-        match results.into_iter().find(|(_, _, r)| r.is_err()) {
-            Some((role, name, Err(source))) => Err(BitmapWriteError { role, name, source }),
-            _ => Ok(()),
-        }
     }
 
     /// One pass of the lazy clear: regions set, not pending, with no write in flight and no
@@ -382,7 +412,7 @@ impl Bitmap {
             .iter()
             .map(|&r| (r / BITS_PER_BLOCK) as usize)
             .collect();
-        self.write_blocks(&disk.image, &blocks, writable)?;
+        self.writer.write_blocks(&disk.image, &blocks, writable)?;
         Ok(cleared.len() as u64)
     }
 }

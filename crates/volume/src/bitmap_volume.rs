@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use engine::{MemberHealth, SyncMode};
 use member::Member;
 
-use ondisk::bitmap::read_image;
+use ondisk::bitmap::read_map_image;
 
 use crate::bitmap::{Bitmap, BitmapWriteError};
 use crate::status::BitmapStatus;
@@ -22,9 +22,28 @@ use ondisk::Superblock;
 pub(crate) fn load(sb: &Superblock, roles: &[Option<Held>]) -> Option<Bitmap> {
     let at = sb.bitmap?;
     let regions = sb.array_size_bytes.div_ceil(at.region_bytes).max(1);
+    let (union, targets) = union_of(sb, roles, &at.area(), regions);
+    Some(Bitmap::new(
+        at,
+        sb.array_uuid,
+        sb.array_size_bytes,
+        union,
+        targets,
+    ))
+}
+
+/// The union (OR) of the map at `area` of `regions` bits on every member holding a role (a
+/// block that fails its check, or a member that cannot be read, counts as all set), and the
+/// members that receive its updates, per role. The bitmap's and the used map's loading.
+pub(crate) fn union_of(
+    sb: &Superblock,
+    roles: &[Option<Held>],
+    area: &ondisk::bitmap::MapArea,
+    regions: u64,
+) -> (Vec<u8>, Vec<Option<Arc<dyn Member>>>) {
     let mut union = vec![0u8; regions.div_ceil(8) as usize];
     for held in roles.iter().flatten() {
-        match read_image(held.whole.as_ref(), &sb.array_uuid, &at, regions) {
+        match read_map_image(held.whole.as_ref(), &sb.array_uuid, area, regions) {
             Ok((image, _bad)) => union.iter_mut().zip(&image).for_each(|(u, b)| *u |= b),
             Err(_) => union.fill(0xFF),
         }
@@ -36,13 +55,7 @@ pub(crate) fn load(sb: &Superblock, roles: &[Option<Held>]) -> Option<Bitmap> {
         .iter()
         .map(|h| h.as_ref().map(|h| Arc::clone(&h.whole)))
         .collect();
-    Some(Bitmap::new(
-        at,
-        sb.array_uuid,
-        sb.array_size_bytes,
-        union,
-        targets,
-    ))
+    (union, targets)
 }
 
 /// Starts the lazy clear thread; it ends when the volume's worker is told to stop.
@@ -88,8 +101,25 @@ pub(crate) fn ranges_bytes(ranges: Option<&[(u64, u64)]>, start: u64, total: u64
 // The `pub(crate)` methods here that `Volume` offers are documented where it lists them
 // (`forward_to_core!` in volume.rs).
 impl VolumeCore {
-    /// The first unit from `unit` the running resync has to do (`units` when none).
+    /// The first unit from `unit` the running resync has to do (`units` when none): one it
+    /// awaits (see [`Self::next_awaiting_unit`]) in a used region.
     pub(crate) fn next_resync_unit(&self, unit: u64, units: u64, full_from: Option<u64>) -> u64 {
+        let mut u = unit;
+        loop {
+            u = self.next_awaiting_unit(u, units, full_from);
+            if u >= units {
+                return units;
+            }
+            match self.next_used_unit(u, units) {
+                next if next == u => return u,
+                next => u = next,
+            }
+        }
+    }
+
+    /// The first unit from `unit` the resync awaits: all of them, or with a bitmap after a
+    /// crash the units of pending regions and all from `full_from`.
+    fn next_awaiting_unit(&self, unit: u64, units: u64, full_from: Option<u64>) -> u64 {
         let (Some(full_from), Some(bitmap)) = (full_from, &self.bitmap) else {
             return unit;
         };
@@ -219,7 +249,7 @@ impl VolumeCore {
             regions: b.regions(),
             dirty_regions: b.dirty_count(),
             resync_pending_regions: b.pending_count(),
-            block_writes: b.block_writes.load(Ordering::Relaxed),
+            block_writes: b.writer.block_writes.load(Ordering::Relaxed),
         })
     }
 
@@ -315,6 +345,7 @@ impl VolumeCore {
             self.write_superblocks(meta)?;
             return Ok(true);
         }
+        self.adopt_used_map(role, Some(Arc::clone(member)));
         let ranges = self.member_ranges(role, &bitmap.dirty_regions());
         meta.partial_rebuild[role] = Some(ranges);
         self.write_superblocks(meta)?;
@@ -358,11 +389,22 @@ impl VolumeCore {
         let Some(bitmap) = &self.bitmap else {
             return Vec::new();
         };
+        self.member_ranges_of(role, regions, bitmap.region_bytes())
+    }
+
+    /// The member ranges of `role` holding the array bytes of `regions` (sorted) of
+    /// `region_bytes` each, sorted and merged.
+    pub(crate) fn member_ranges_of(
+        &self,
+        role: usize,
+        regions: &[u64],
+        region_bytes: u64,
+    ) -> Vec<(u64, u64)> {
         let g = self.array.geometry();
         let mut out: Vec<(u64, u64)> = Vec::new();
         for &r in regions {
-            let a = r * bitmap.region_bytes();
-            let b = ((r + 1) * bitmap.region_bytes()).min(self.size_bytes());
+            let a = r * region_bytes;
+            let b = ((r + 1) * region_bytes).min(self.size_bytes());
             if a >= b {
                 continue;
             }

@@ -23,6 +23,8 @@ mod options;
 mod resync_trust;
 mod status;
 mod tasks;
+mod used;
+mod used_volume;
 mod volume;
 mod work;
 
@@ -32,6 +34,6 @@ pub use options::AssembleOptions;
 pub use status::{
     ArrayHealth, BadBlockStatus, BitmapStatus, ChecksumStatus, FaultPolicy, FilesystemStatus,
     MemberState, MemberStatus, MismatchLocation, ScrubReport, SpeedLimits, TakenOver, TaskKind,
-    TaskStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
+    TaskStatus, UsedMapStatus, VolumeStatus, SCRUB_MISMATCHES_LISTED_MAX,
 };
 pub use volume::{DataChangedHook, NoticeHook, Volume, VolumeError};

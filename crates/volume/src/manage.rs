@@ -344,6 +344,7 @@ impl VolumeCore {
             });
         }
         self.mark_write_mostly(meta, role);
+        self.adopt_used_map(role, Some(Arc::clone(&whole)));
         self.adopt_bitmap(role, whole);
         self.write_superblocks(meta)
     }
@@ -414,6 +415,7 @@ impl VolumeCore {
         meta.template.roles[role].member_uuid = held.sb.member_uuid;
         let whole = Arc::clone(&held.whole);
         meta.roles[role] = Some(held);
+        self.adopt_used_map(role, Some(Arc::clone(&whole)));
         self.adopt_bitmap(role, whole);
         self.write_superblocks(&mut meta)?;
         self.array.finish_replace(role);
@@ -617,6 +619,7 @@ impl VolumeCore {
             last_scrub: work.last_scrub.clone(),
             events: meta.events,
             bitmap: self.bitmap_status(),
+            used_map: self.used_map_status(),
             unsynced_bytes: self.array.unsynced_units() * self.sync_unit_array_bytes(),
             at_risk: self.at_risk(),
             bad_blocks: self.bad_block_status(&meta),
@@ -703,6 +706,7 @@ impl VolumeCore {
             total_bytes: units * chunk,
             bytes_per_sec: 0,
             eta_secs: None,
+            of_member_bytes: None,
             paused: None,
         }))
     }

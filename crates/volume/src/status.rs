@@ -202,6 +202,10 @@ pub struct TaskStatus {
     /// Recent rate (per member).
     pub bytes_per_sec: u64,
     pub eta_secs: Option<u64>,
+    /// A rebuild or replace that copies only the regions holding data (the used-regions map):
+    /// the role's whole data area, of which `total_bytes` are copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub of_member_bytes: Option<u64>,
     /// Why the task waits, keeping its position (`outside the background window
     /// 19:00-05:00`); `None` while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -225,6 +229,7 @@ impl TaskStatus {
             total_bytes,
             bytes_per_sec,
             eta_secs,
+            of_member_bytes: None,
             paused: None,
         }
     }
@@ -284,6 +289,19 @@ pub struct ChecksumStatus {
     /// Blocks a sync after an unclean shutdown awaited whose checksum was rewritten from
     /// their data (a torn update, not corruption).
     pub rehashed: u64,
+
+/// The used-regions map as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsedMapStatus {
+    /// Array bytes per bit.
+    pub region_bytes: u64,
+    pub regions: u64,
+    /// Regions that hold data (written, not trimmed whole since).
+    pub used_regions: u64,
+    /// Their array bytes: what a rebuild copies, as a share of the array.
+    pub used_bytes: u64,
+    /// Map block writes issued so far (per member).
+    pub block_writes: u64,
 }
 
 /// Everything `status` shows.
@@ -303,6 +321,9 @@ pub struct VolumeStatus {
     pub events: u64,
     /// The write-intent bitmap, if the array has one.
     pub bitmap: Option<BitmapStatus>,
+    /// The used-regions map, if the array has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_map: Option<UsedMapStatus>,
     /// Array bytes whose parity or mirror copies a write refused for lack of space may have
     /// left inconsistent; resynced in the background once there is space (health shows
     /// `resyncing` meanwhile).
@@ -357,6 +378,7 @@ impl VolumeStatus {
             last_scrub: None,
             events: 0,
             bitmap: None,
+            used_map: None,
             unsynced_bytes: 0,
             at_risk: None,
             bad_blocks: Vec::new(),

@@ -245,6 +245,19 @@ impl VolumeCore {
     }
 
     fn report(&self, kind: TaskKind, role: Option<usize>, done: u64, total: u64, pacer: &Pacer) {
+        self.report_of(kind, role, done, total, None, pacer)
+    }
+
+    /// [`Self::report`] of a copy of only the used regions of a member of `of_member` bytes.
+    fn report_of(
+        &self,
+        kind: TaskKind,
+        role: Option<usize>,
+        done: u64,
+        total: u64,
+        of_member: Option<u64>,
+        pacer: &Pacer,
+    ) {
         let rate = pacer.rate();
         self.work.progress(TaskStatus {
             kind,
@@ -252,6 +265,7 @@ impl VolumeCore {
             done_bytes: done,
             total_bytes: total,
             bytes_per_sec: rate,
+            of_member_bytes: of_member,
             eta_secs: crate::status::eta(done, total, rate),
             paused: None,
         });
@@ -290,8 +304,19 @@ impl VolumeCore {
         let rows_max = (engine::STRIPE_LOCKS_COUNT / 2) as u64;
         let mut pacer = Pacer::new(self);
         let mut checkpoint = Checkpoint::new(start, total);
-        // A re-added member: only the ranges of dirty regions (the rest it still holds).
+        // A re-added member: only the ranges of dirty regions (the rest it still holds). Else
+        // with a used map, only the regions that hold data: the others read as zeroes and
+        // their stripes are zeroed on every member (this one included: it is attached and
+        // receives every write) by the first write that reaches them. Taken after the attach,
+        // under the map's lock (see `UsedMap::used_regions`).
         let partial = self.lock_meta().partial_rebuild[role].clone();
+        let (partial, of_member) = match partial {
+            Some(p) => (Some(p), None),
+            None => match self.used_member_ranges(role) {
+                Some(used) => (Some(used), Some(total)),
+                None => (None, None),
+            },
+        };
         let work = crate::bitmap_volume::ranges_bytes(partial.as_deref(), start, total);
         let mut done = 0;
         let mut offset = start;
@@ -354,7 +379,7 @@ impl VolumeCore {
                 Some(_) => (done, work),
                 None => (offset, total),
             };
-            self.report(TaskKind::Rebuild, Some(role), shown, of, &pacer);
+            self.report_of(TaskKind::Rebuild, Some(role), shown, of, of_member, &pacer);
             if checkpoint.due(offset) && offset < total {
                 pipeline.drain();
                 if let Some((_, e)) = pipeline.take_no_space() {
@@ -423,23 +448,40 @@ impl VolumeCore {
         let chunk = self.chunk_bytes();
         let mut pacer = Pacer::new(self);
         let mut offset = self.replace_offset(role).min(total);
+        // With a used map only the regions holding data are copied (the target receives every
+        // write meanwhile, the zeroing of a region's first write included).
+        let used = self.used_member_ranges(role);
+        let of_member = used.as_ref().map(|_| total);
+        let work = crate::bitmap_volume::ranges_bytes(used.as_deref(), offset, total);
+        let mut done = 0;
         while offset < total {
             if self.array.health_of(role) != MemberHealth::InSync {
                 return self.replace_becomes_rebuild(role);
             }
+            let Some((from, end)) =
+                crate::bitmap_volume::next_piece(used.as_deref(), offset, total)
+            else {
+                break;
+            };
+            offset = from;
             if !pacer.wait_turn(self) {
                 // Paused or stopping (a clean shutdown): record how far the copy got, so the
                 // next start resumes the replace there.
                 return self.checkpoint_replace(role, offset);
             }
-            let len = pacer.step_bytes(self, chunk).min(total - offset);
+            let len = pacer.step_bytes(self, chunk).min(end - offset);
             if !self.array.replace_step(role, offset, len)? {
                 return self.abandon_replace(role);
             }
             self.settle()?;
             offset += len;
+            done += len;
             pacer.done(self, len);
-            self.report(TaskKind::Replace, Some(role), offset, total, &pacer);
+            let (shown, of) = match used {
+                Some(_) => (done, work),
+                None => (offset, total),
+            };
+            self.report_of(TaskKind::Replace, Some(role), shown, of, of_member, &pacer);
         }
         self.finish_replace(role)
     }
@@ -561,6 +603,11 @@ impl VolumeCore {
             if full_from.is_some() && !self.unit_awaits_resync(u, full_from) {
                 continue;
             }
+            // A region that never held data (or was trimmed whole) needs no resync: its
+            // first write zeroes its stripes.
+            if !self.unit_used(u) {
+                continue;
+            }
             let found = self.array.sync_unit(u, SyncMode::Resync)?;
             if !found.checked {
                 return Ok((synced, u));
@@ -621,6 +668,11 @@ impl VolumeCore {
             let step = (pacer.step_bytes(self, chunk) / chunk).min(units - unit);
             let mut reached = unit + step;
             for u in unit..unit + step {
+                // A region that holds nothing has no data to check: its member bytes mean
+                // nothing until its first write zeroes its stripes.
+                if !self.unit_used(u) {
+                    continue;
+                }
                 let gate = if repair {
                     Some(self.begin_write()?)
                 } else {

@@ -240,6 +240,8 @@ pub(crate) struct VolumeCore {
     data_changed: RwLock<Option<DataChangedHook>>,
     /// The write-intent bitmap, if the array has one.
     pub(crate) bitmap: Option<Bitmap>,
+    /// The used-regions map, if the array has one.
+    pub(crate) used: Option<crate::used::UsedMap>,
     /// Mirrored level with a resync pending: reads of units not yet resynced resync them
     /// first, so two reads never see different copies.
     pub(crate) read_fixup: AtomicBool,
@@ -502,6 +504,7 @@ impl VolumeCore {
         array: Array,
         meta: MetaState,
         bitmap: Option<Bitmap>,
+        used: Option<crate::used::UsedMap>,
         at_risk: Option<AtRisk>,
         stale: Vec<StaleMember>,
         warnings: Vec<String>,
@@ -528,6 +531,7 @@ impl VolumeCore {
             work: Work::new(),
             data_changed: RwLock::new(None),
             bitmap,
+            used,
             notice: RwLock::new(None),
             no_space_noted: Mutex::new((None, 0)),
             at_risk: Mutex::new(at_risk),
@@ -584,14 +588,19 @@ impl VolumeCore {
             if self.read_fixup.load(Ordering::Acquire) && !buf.is_empty() {
                 self.resync_before_read(offset, buf.len() as u64)?;
             }
-            let result = self.array.read(offset, buf);
+            let result = match &self.used {
+                Some(used) if !buf.is_empty() => self.read_used(used, offset, buf),
+                _ => self.array.read(offset, buf),
+            };
             self.settle()?;
             Ok(result?)
         })
     }
 
     pub(crate) fn write(&self, offset: u64, buf: &[u8]) -> Result<(), VolumeError> {
-        self.changing(offset, buf.len() as u64, || self.array.write(offset, buf))
+        self.changing(offset, buf.len() as u64, true, || {
+            self.array.write(offset, buf)
+        })
     }
 
     /// The write-intent bits are set over the pieces' whole envelope.
@@ -604,25 +613,39 @@ impl VolumeCore {
             return Ok(());
         };
         let len = last + tail.len() as u64 - offset;
-        self.changing(offset, len, || self.array.write_applied(pieces, sources))
+        self.changing(offset, len, true, || {
+            self.array.write_applied(pieces, sources)
+        })
     }
 
     pub(crate) fn trim(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
-        self.changing(offset, len, || self.array.trim(offset, len))
+        match &self.used {
+            Some(used) if len > 0 => {
+                self.discard_used(used, offset, len, |o, l| self.array.trim(o, l))
+            }
+            _ => self.changing(offset, len, false, || self.array.trim(offset, len)),
+        }
     }
 
     pub(crate) fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), VolumeError> {
-        self.changing(offset, len, || self.array.write_zeroes(offset, len))
+        match &self.used {
+            Some(used) if len > 0 => {
+                self.discard_used(used, offset, len, |o, l| self.array.write_zeroes(o, l))
+            }
+            _ => self.changing(offset, len, false, || self.array.write_zeroes(offset, len)),
+        }
     }
 
     /// Runs `change` (a write, trim or write-zeroes of `[offset, offset + len)`) as every change
     /// of the array's contents runs: within the request's deadline, under the shared write
-    /// gate, with the write-intent bits set before and the superblocks settled after; a refusal
-    /// for lack of space (of the bits or the data) is told to the operator.
-    fn changing(
+    /// gate, with the write-intent bits set before (and with `sets_used`, a write, its regions
+    /// marked used) and the superblocks settled after; a refusal for lack of space (of the bits
+    /// or the data) is told to the operator.
+    pub(crate) fn changing(
         &self,
         offset: u64,
         len: u64,
+        sets_used: bool,
         change: impl FnOnce() -> Result<(), engine::IoError>,
     ) -> Result<(), VolumeError> {
         self.within_deadline(|| {
@@ -630,7 +653,14 @@ impl VolumeCore {
             let intent = self
                 .intend(offset, len)
                 .inspect_err(|e| self.note_no_space(e))?;
+            let used = match sets_used {
+                true => self
+                    .use_regions(offset, len)
+                    .inspect_err(|e| self.note_no_space(e))?,
+                false => None,
+            };
             let result = change();
+            drop(used);
             drop(intent);
             self.settle()?;
             let result = result.map_err(VolumeError::from);
@@ -896,19 +926,32 @@ impl VolumeCore {
                 Err(e) => e,
             };
             tries += 1;
-            let reason = engine::FaultReason::WriteError(format!("bitmap: {}", e.source));
-            // A lack of space fails the write (nothing was written), not the member.
-            let no_space = engine::is_no_space(&e.source);
-            if no_space {
-                self.array.count_no_space(e.role);
-            }
-            if no_space || tries > MAX_MEMBERS || !self.array.try_fail_member(e.role, reason) {
-                return Err(VolumeError::Superblock {
-                    name: e.name,
-                    source: e.source,
-                });
-            }
+            self.map_write_failed(e, "bitmap", tries)?;
         }
+    }
+
+    /// A bitmap or used-map block could not be written to a member: that member is failed
+    /// (if the array keeps its data without it) and the caller tries again (`Ok`); a lack of
+    /// space, or too many tries, fails the request instead (nothing was written).
+    pub(crate) fn map_write_failed(
+        &self,
+        e: crate::bitmap::BitmapWriteError,
+        map: &str,
+        tries: usize,
+    ) -> Result<(), VolumeError> {
+        let reason = engine::FaultReason::WriteError(format!("{map}: {}", e.source));
+        // A lack of space fails the write (nothing was written), not the member.
+        let no_space = engine::is_no_space(&e.source);
+        if no_space {
+            self.array.count_no_space(e.role);
+        }
+        if no_space || tries > MAX_MEMBERS || !self.array.try_fail_member(e.role, reason) {
+            return Err(VolumeError::Superblock {
+                name: e.name,
+                source: e.source,
+            });
+        }
+        Ok(())
     }
 
     pub(crate) fn lock_meta(&self) -> MutexGuard<'_, MetaState> {

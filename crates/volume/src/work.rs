@@ -562,6 +562,7 @@ mod tests {
             total_bytes: 10,
             bytes_per_sec: 1,
             eta_secs: Some(5),
+            of_member_bytes: None,
             paused: None,
         };
         work.progress(progress.clone());
@@ -609,6 +610,7 @@ mod tests {
             total_bytes: 1,
             bytes_per_sec: 0,
             eta_secs: None,
+            of_member_bytes: None,
             paused: None,
         });
         work.stop();

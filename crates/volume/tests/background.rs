@@ -35,6 +35,9 @@ fn array_with_spares(
     let mut opts = CreateOptions::new(level.parse().unwrap(), prefix);
     opts.chunk_bytes = 64 * 1024;
     opts.spares = open_all(spare_paths);
+    // Whole-member rebuilds: these tests time and resume a copy of every byte (with the
+    // used-regions map a rebuild copies only what was written: tests/used_map.rs).
+    opts.used_region_bytes = None;
     create(&open_all(roles), &opts).unwrap();
     (roles.to_vec(), spare_paths.to_vec(), all)
 }
@@ -584,6 +587,9 @@ fn initial_sync_on_members_not_cheap_to_zero_and_assume_clean() {
         opts.chunk_bytes = 64 * 1024;
         opts.force = true;
         opts.assume_clean = assume_clean;
+        // The sync of every stripe (with the used-regions map it skips the regions never
+        // written, which read as zeroes: tests/used_map.rs).
+        opts.used_region_bytes = None;
         let written = create(&remote, &opts).unwrap();
         assert_eq!(written[0].resync_offset_bytes.is_some(), !assume_clean);
         let v = assemble(remote.clone(), &AssembleOptions::default()).unwrap();

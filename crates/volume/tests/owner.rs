@@ -73,12 +73,15 @@ fn an_owner_record_roundtrips_at_its_documented_bytes_and_is_optional() {
     assert_eq!(u64_at(2360), 1_700_000_010);
     assert_eq!(u64_at(2368), owner.process.pid_namespace);
     assert_eq!(&bytes[2376..2440], "h".repeat(64).as_bytes());
-    // Past the record: the bad-block list's reference (3744..3760) and reserved zeroes.
-    assert!(sb.bad_blocks.is_some());
+    // Past the record: the key area, then issue 15's feature ranges (3680..3840: here the
+    // bad-block list's reference at 3744..3760 and the used-regions map's at 3808..3840) and
+    // reserved zeroes.
+    assert!(sb.bad_blocks.is_some() && sb.used_map.is_some());
     assert!(
         bytes[2440..3744]
             .iter()
-            .chain(&bytes[3760..4092])
+            .chain(&bytes[3760..3808])
+            .chain(&bytes[3840..4092])
             .all(|&b| b == 0),
         "the rest stays reserved"
     );

@@ -146,6 +146,8 @@ fn a_resync_outside_the_window_waits_and_finishes_after_it_opens() {
     let dir = tempfile::tempdir().unwrap();
     let paths = new_array(dir.path(), "s", "raid5", 3);
     let v = Arc::new(assemble_paths(&paths));
+    // Data to resync (the used-regions map skips regions never written).
+    v.write(0, &vec![7u8; 1 << 20]).unwrap();
     v.set_speed_limits(limits(1 << 40));
     v.defer_background(Some(OUTSIDE.into()));
     let resyncing = Arc::clone(&v);

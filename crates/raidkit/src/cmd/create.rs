@@ -113,12 +113,33 @@ pub struct BitmapArgs {
     /// as lost and going on.
     #[arg(long)]
     pub no_bad_blocks: bool,
+
+    /// Used-regions map region: array bytes per bit (a multiple of 4K, rounded up to whole
+    /// stripes; default 4M, grown when the array would need more than 2^20 bits). A rebuild,
+    /// replace or initial sync copies only the regions that were written (and not trimmed
+    /// whole since). Redundant levels only.
+    #[arg(long, value_name = "SIZE", value_parser = super::size_arg, conflicts_with = "no_used_map")]
+    pub used_region: Option<u64>,
+
+    /// No used-regions map (on by default for RAID 1, 10, 5 and 6): rebuilds, replaces and
+    /// initial syncs then copy every byte.
+    #[arg(long)]
+    pub no_used_map: bool,
 }
 
 impl BitmapArgs {
     /// The region size to create with, given the level's default.
     pub fn region(&self, default: Option<u64>) -> Option<u64> {
         match (self.no_bitmap, self.bitmap_region) {
+            (true, _) => None,
+            (false, Some(region)) => Some(region),
+            (false, None) => default,
+        }
+    }
+
+    /// The used-map region to create with, given the level's default.
+    pub fn used_region(&self, default: Option<u64>) -> Option<u64> {
+        match (self.no_used_map, self.used_region) {
             (true, _) => None,
             (false, Some(region)) => Some(region),
             (false, None) => default,
@@ -198,6 +219,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         assume_clean: args.assume_clean,
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
         bad_blocks: defaults.bad_blocks && !args.bitmap.no_bad_blocks,
+        used_region_bytes: args.bitmap.used_region(defaults.used_region_bytes),
         encryption,
         checksum: args.checksum,
         ..defaults
@@ -233,6 +255,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "checksums: {} per 4 KiB block, {} bytes per member at byte {}; data offset {}",
             c.alg, c.bytes, c.offset_bytes, first.data_offset_bytes
         );
+    match &first.used_map {
+        Some(u) => println!(
+            "used-regions map: {} regions of {} bytes (rebuilds copy only written regions)",
+            u.regions(first.array_size_bytes),
+            u.region_bytes
+        ),
+        None => println!("no used-regions map"),
     }
     if first.resync_offset_bytes.is_none() {
         return Ok(());

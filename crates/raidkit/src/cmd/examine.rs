@@ -56,6 +56,8 @@ struct SuperblockJson {
     replace_offset_bytes: Option<u64>,
     /// The write-intent bitmap: array bytes per bit, or null without one.
     bitmap_region_bytes: Option<u64>,
+    /// The used-regions map: array bytes per bit, or null without one (rebuilds copy all).
+    used_region_bytes: Option<u64>,
     /// The process serving the array (or that did and did not stop cleanly), or null.
     owner: Option<OwnerJson>,
     roles: Vec<RoleJson>,
@@ -202,6 +204,7 @@ fn to_json(member: &str, sb: &Superblock, bad_blocks: Option<BadBlocksJson>) -> 
         recovery_offset_bytes: sb.recovery_offset_bytes,
         replace_offset_bytes: sb.replace_offset_bytes,
         bitmap_region_bytes: sb.bitmap.map(|b| b.region_bytes),
+        used_region_bytes: sb.used_map.map(|u| u.region_bytes),
         owner: sb.owner.as_ref().map(|o| OwnerJson {
             host_name: o.process.host_name.clone(),
             pid: o.process.pid,
@@ -284,6 +287,9 @@ fn render_text(j: &SuperblockJson) -> String {
                     bytes(c.area_bytes),
                     c.area_offset_bytes
                 ),
+            "used map",
+            match j.used_region_bytes {
+                Some(r) => format!("{} per bit (used-regions map)", human_bytes(r)),
                 None => "none".to_string(),
             },
         ),
@@ -500,6 +506,7 @@ mod tests {
             recovery_offset_bytes: Some(3 << 20),
             replace_offset_bytes: None,
             bitmap_region_bytes: Some(64 << 20),
+            used_region_bytes: Some(4 << 20),
             owner: Some(OwnerJson {
                 host_name: "vm".into(),
                 pid: 42,
@@ -550,6 +557,7 @@ mod tests {
             "  member bytes    10485760 (10.0 MiB)\n",
             "  bitmap          64.0 MiB per bit\n",
             "  checksums       crc32c per 4 KiB block, 4096 (4.0 KiB) at byte 12288\n",
+            "  used map        4.0 MiB per bit (used-regions map)\n",
             "  rebuilt to      3145728 (3.0 MiB)\n",
             "  bad blocks      1 ranges of the data area recorded as lost\n",
             "                  bytes 1048576-1052672 (4.0 KiB)\n",

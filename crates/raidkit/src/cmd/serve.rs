@@ -805,6 +805,7 @@ fn create(
         assume_clean: args.assume_clean,
         bitmap_region_bytes: args.bitmap.region(defaults.bitmap_region_bytes),
         bad_blocks: defaults.bad_blocks && !args.bitmap.no_bad_blocks,
+        used_region_bytes: args.bitmap.used_region(defaults.used_region_bytes),
         encryption,
         ..defaults
     };

@@ -470,14 +470,16 @@ fn a_bad_block_list_is_carried_behind_incompatible_bit_3() {
     for m in members.iter().chain(&spare) {
         let sb = read_superblock(m.as_ref()).unwrap();
         let at = sb.bad_blocks.expect("a list area");
-        let bitmap = sb.bitmap.unwrap();
-        assert_eq!(at.offset_bytes, bitmap.offset_bytes + bitmap.bytes);
+        // After the bitmap and the used-regions map (metadata_layout's order).
+        let used = sb.used_map.unwrap();
+        assert_eq!(at.offset_bytes, used.offset_bytes + used.bytes);
         assert_eq!(at.bytes, ondisk::BAD_BLOCKS_AREA_BYTES);
         assert_eq!(sb.feature_incompat & ondisk::FEATURE_INCOMPAT_BAD_BLOCKS, 8);
         let list = ondisk::badblocks::read_list(m.as_ref(), &sb.array_uuid, &at).unwrap();
         assert!(list.is_empty());
         let incompat = u64::from_le_bytes(raw(m.as_ref())[24..32].try_into().unwrap());
-        assert_eq!(incompat & !0b111, 8, "unknown to a reader of bits 0..2");
+        // Bit 3, and bit 5: the used-regions map, on by default too.
+        assert_eq!(incompat & !0b111, 8 | 32, "unknown to a reader of bits 0..2");
     }
     let recrc = |b: &mut [u8; SUPERBLOCK_BYTES]| {
         let crc = ondisk::checksum(b);

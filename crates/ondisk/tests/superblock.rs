@@ -479,7 +479,11 @@ fn a_bad_block_list_is_carried_behind_incompatible_bit_3() {
         assert!(list.is_empty());
         let incompat = u64::from_le_bytes(raw(m.as_ref())[24..32].try_into().unwrap());
         // Bit 3, and bit 5: the used-regions map, on by default too.
-        assert_eq!(incompat & !0b111, 8 | 32, "unknown to a reader of bits 0..2");
+        assert_eq!(
+            incompat & !0b111,
+            8 | 32,
+            "unknown to a reader of bits 0..2"
+        );
     }
     let recrc = |b: &mut [u8; SUPERBLOCK_BYTES]| {
         let crc = ondisk::checksum(b);

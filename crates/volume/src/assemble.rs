@@ -215,8 +215,7 @@ fn start(
     let core = VolumeCore::new(
         array,
         meta,
-        bitmap,
-        used,
+        (bitmap, used),
         at_risk,
         plan.stale,
         plan.warnings,

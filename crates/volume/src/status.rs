@@ -289,6 +289,7 @@ pub struct ChecksumStatus {
     /// Blocks a sync after an unclean shutdown awaited whose checksum was rewritten from
     /// their data (a torn update, not corruption).
     pub rehashed: u64,
+}
 
 /// The used-regions map as `status` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

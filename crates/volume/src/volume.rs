@@ -503,8 +503,7 @@ impl VolumeCore {
     pub(crate) fn new(
         array: Array,
         meta: MetaState,
-        bitmap: Option<Bitmap>,
-        used: Option<crate::used::UsedMap>,
+        (bitmap, used): (Option<Bitmap>, Option<crate::used::UsedMap>),
         at_risk: Option<AtRisk>,
         stale: Vec<StaleMember>,
         warnings: Vec<String>,

@@ -255,6 +255,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "checksums: {} per 4 KiB block, {} bytes per member at byte {}; data offset {}",
             c.alg, c.bytes, c.offset_bytes, first.data_offset_bytes
         );
+    }
     match &first.used_map {
         Some(u) => println!(
             "used-regions map: {} regions of {} bytes (rebuilds copy only written regions)",

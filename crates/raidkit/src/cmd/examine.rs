@@ -287,6 +287,10 @@ fn render_text(j: &SuperblockJson) -> String {
                     bytes(c.area_bytes),
                     c.area_offset_bytes
                 ),
+                None => "none".to_string(),
+            },
+        ),
+        (
             "used map",
             match j.used_region_bytes {
                 Some(r) => format!("{} per bit (used-regions map)", human_bytes(r)),

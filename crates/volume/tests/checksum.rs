@@ -88,12 +88,14 @@ fn create_records_the_area_and_the_feature_bit() {
     let at = sb.checksum.expect("a checksum area");
     assert_ne!(sb.feature_incompat & FEATURE_INCOMPAT_CHECKSUM, 0);
     assert_eq!(at.alg, ChecksumAlg::Crc32c);
-    // 4 MiB members: 1024 blocks need 4096 bytes; the last metadata area (after the bitmap
-    // and the bad-block list).
+    // 4 MiB members: 1024 blocks need 4096 bytes; the last metadata area (after the bitmap,
+    // the used-regions map and the bad-block list, in metadata_layout's order).
     assert_eq!(at.bytes, 4096);
     let bitmap = sb.bitmap.unwrap();
+    let used = sb.used_map.unwrap();
     let bad = sb.bad_blocks.unwrap();
-    assert_eq!(bad.offset_bytes, bitmap.offset_bytes + bitmap.bytes);
+    assert_eq!(used.offset_bytes, bitmap.offset_bytes + bitmap.bytes);
+    assert_eq!(bad.offset_bytes, used.offset_bytes + used.bytes);
     assert_eq!(at.offset_bytes, bad.offset_bytes + bad.bytes);
     assert!(at.offset_bytes + at.bytes <= sb.data_offset_bytes);
     // Without --checksum: no area, the bit clear, the bytes zero (old arrays open as before).

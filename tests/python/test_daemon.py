@@ -60,9 +60,9 @@ def raidkit(*args, check=True, timeout=120):
     return run([RAIDKIT_BIN, *map(str, args)], check=check, timeout=timeout)
 
 
-def create(tmp_path, level, name, count):
+def create(tmp_path, level, name, count, *extra):
     files = [tmp_path / f"{name}{i}" for i in range(count)]
-    raidkit("create", "--level", level, "--name", name, "--size", "16M", *files)
+    raidkit("create", "--level", level, "--name", name, "--size", "16M", *extra, *files)
     return files
 
 

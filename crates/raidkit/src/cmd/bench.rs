@@ -488,8 +488,13 @@ impl Servers {
             .arg("--level")
             .arg(level.to_string())
             .arg("--unix")
-            .arg(&sock)
-            .args(extra)
+            .arg(&sock);
+        if level.has_redundancy() {
+            // A new array's used-regions map answers reads of never-written regions with zeroes
+            // from memory: a read workload would measure that, not the members.
+            cmd.arg("--no-used-map");
+        }
+        cmd.args(extra)
             .arg("--")
             .args(members)
             .stdin(Stdio::null())

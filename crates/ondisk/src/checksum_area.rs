@@ -2,8 +2,6 @@
 //! checksum area lies and what it holds (docs/FORMAT.md "Block checksums"). The running side
 //! (verify on read, update on write, the bounded cache) is `member::Checksummed`.
 
-use crate::superblock::{SuperblockError, SUPERBLOCK_BYTES};
-
 /// `feature_incompat` bit 4: every member carries a checksum area (superblock bytes
 /// 3776..3808 say where). A reader that ignored it would write data without updating the
 /// checksums, and a later reader would then take every block so written for corruption.
@@ -89,7 +87,8 @@ impl ChecksumRef {
         (entries * alg.entry_bytes()).next_multiple_of(4096)
     }
 
-    pub(crate) fn encode(&self, bytes: &mut [u8; SUPERBLOCK_BYTES]) {
+    /// Writes the reference into the superblock's `bytes`.
+    pub(crate) fn encode(&self, bytes: &mut [u8]) {
         let at = OFF_CHECKSUM_REF;
         bytes[at..at + 8].copy_from_slice(&self.offset_bytes.to_le_bytes());
         bytes[at + 8..at + 16].copy_from_slice(&self.bytes.to_le_bytes());
@@ -97,12 +96,13 @@ impl ChecksumRef {
         bytes[at + 20..at + 24].copy_from_slice(&(CHECKSUM_BLOCK_BYTES as u32).to_le_bytes());
     }
 
-    /// The reference in `bytes`, when `feature_incompat` has bit 4; without it the range must
-    /// be zero (non-zero bytes there are damage, or the bit lost: refused).
+    /// The reference in the superblock's `bytes`, when `feature_incompat` has bit 4; without
+    /// it the range must be zero (non-zero bytes there are damage, or the bit lost: refused).
+    /// An error is the reason, for the superblock's `checksum` field.
     pub(crate) fn decode(
-        bytes: &[u8; SUPERBLOCK_BYTES],
+        bytes: &[u8],
         feature_incompat: u64,
-    ) -> Result<Option<ChecksumRef>, SuperblockError> {
+    ) -> Result<Option<ChecksumRef>, String> {
         let raw = &bytes[OFF_CHECKSUM_REF..OFF_CHECKSUM_REF + REF_BYTES];
         if feature_incompat & FEATURE_INCOMPAT_CHECKSUM == 0 {
             return match raw.iter().all(|&b| b == 0) {
@@ -130,16 +130,16 @@ impl ChecksumRef {
         }))
     }
 
-    /// The area lies 4 KiB-aligned past the superblock, before the data, overlapping none of
-    /// `others` (name, offset, bytes: the other metadata areas), and holds an entry per block
-    /// of `data_bytes`.
+    /// The area lies 4 KiB-aligned past the superblock (which ends at `sb_end`), before the
+    /// data, overlapping none of `others` (name, offset, bytes: the other metadata areas), and
+    /// holds an entry per block of `data_bytes`. An error is the reason.
     pub(crate) fn validate(
         &self,
+        sb_end: u64,
         others: &[(&str, u64, u64)],
         data_offset: u64,
         data_bytes: u64,
-    ) -> Result<(), SuperblockError> {
-        let sb_end = crate::SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
+    ) -> Result<(), String> {
         let end = self.offset_bytes.checked_add(self.bytes);
         if !self.offset_bytes.is_multiple_of(4096)
             || !self.bytes.is_multiple_of(4096)
@@ -172,9 +172,6 @@ impl ChecksumRef {
     }
 }
 
-fn err(reason: impl Into<String>) -> SuperblockError {
-    SuperblockError::Field {
-        field: "checksum",
-        reason: reason.into(),
-    }
+fn err(reason: impl Into<String>) -> String {
+    reason.into()
 }

@@ -720,7 +720,7 @@ impl Superblock {
             roles: decode_roles(bytes)?,
             encryption: decode_key_area(bytes, feature_incompat)?,
             bad_blocks: decode_bad_blocks(bytes, feature_incompat)?,
-            checksum: ChecksumRef::decode(bytes, feature_incompat)?,
+            checksum: ChecksumRef::decode(bytes, feature_incompat).map_err(checksum_field)?,
         })
     }
 
@@ -921,7 +921,9 @@ impl Superblock {
             Role::Active(_) => self.data_bytes,
             Role::Spare => 0,
         };
-        at.validate(&others, self.data_offset_bytes, covered)
+        let sb_end = crate::SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
+        at.validate(sb_end, &others, self.data_offset_bytes, covered)
+            .map_err(checksum_field)
     }
 
     /// Sets (or removes) the checksum area together with its feature bit.
@@ -1343,4 +1345,12 @@ pub fn now_secs() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// A checksum area's reason for refusing, as the superblock's `checksum` field error.
+fn checksum_field(reason: String) -> SuperblockError {
+    SuperblockError::Field {
+        field: "checksum",
+        reason,
+    }
 }

@@ -138,7 +138,7 @@ fn start(
         false => sb.resync_offset_bytes,
     };
     let bitmap = crate::bitmap_volume::load(sb, &roles);
-    let used = crate::used_volume::load(sb, &roles);
+    let used = crate::used_volume::load(sb, &roles).map_err(AssembleError::Engine)?;
     let resync_offset = resync_offset.filter(|_| sb.level.has_redundancy());
     let resync_full_from = match (&bitmap, crashed) {
         (Some(b), true) => {

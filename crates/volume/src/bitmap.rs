@@ -67,6 +67,11 @@ impl MapWriter {
         }
     }
 
+    /// Roles (present or not) the writer knows.
+    pub(crate) fn role_count(&self) -> usize {
+        self.targets.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Changes the member receiving map writes for `role`; a new one first receives the whole
     /// map `image` (flushed). The caller holds its map's lock, so no update is missed.
     pub(crate) fn set_target(

@@ -22,40 +22,64 @@ use ondisk::Superblock;
 pub(crate) fn load(sb: &Superblock, roles: &[Option<Held>]) -> Option<Bitmap> {
     let at = sb.bitmap?;
     let regions = sb.array_size_bytes.div_ceil(at.region_bytes).max(1);
-    let (union, targets) = union_of(sb, roles, &at.area(), regions);
+    let loaded = union_of(sb, roles, &at.area(), regions);
     Some(Bitmap::new(
         at,
         sb.array_uuid,
         sb.array_size_bytes,
-        union,
-        targets,
+        loaded.union,
+        loaded.targets,
     ))
 }
 
-/// The union (OR) of the map at `area` of `regions` bits on every member holding a role (a
-/// block that fails its check, or a member that cannot be read, counts as all set), and the
-/// members that receive its updates, per role. The bitmap's and the used map's loading.
+/// The map of one bit per region as assembly found it on the members holding a role.
+pub(crate) struct LoadedMap {
+    /// The union (OR) of their maps (a block that fails its check, or a member that cannot be
+    /// read, counts as all set).
+    pub union: Vec<u8>,
+    /// The members that receive its updates, per role.
+    pub targets: Vec<Option<Arc<dyn Member>>>,
+    /// Whether every member's map read whole and equal to the union.
+    pub agree: bool,
+}
+
+/// The map at `area` of `regions` bits on every member holding a role. The bitmap's and the
+/// used map's loading.
 pub(crate) fn union_of(
     sb: &Superblock,
     roles: &[Option<Held>],
     area: &ondisk::bitmap::MapArea,
     regions: u64,
-) -> (Vec<u8>, Vec<Option<Arc<dyn Member>>>) {
+) -> LoadedMap {
     let mut union = vec![0u8; regions.div_ceil(8) as usize];
+    let mut images = Vec::new();
+    let mut agree = true;
     for held in roles.iter().flatten() {
         match read_map_image(held.whole.as_ref(), &sb.array_uuid, area, regions) {
-            Ok((image, _bad)) => union.iter_mut().zip(&image).for_each(|(u, b)| *u |= b),
-            Err(_) => union.fill(0xFF),
+            Ok((image, bad)) => {
+                agree &= bad == 0;
+                union.iter_mut().zip(&image).for_each(|(u, b)| *u |= b);
+                images.push(image);
+            }
+            Err(_) => {
+                agree = false;
+                union.fill(0xFF);
+            }
         }
     }
     for r in regions..union.len() as u64 * 8 {
         union[(r / 8) as usize] &= !(1 << (r % 8));
     }
+    agree &= images.iter().all(|image| *image == union);
     let targets = roles
         .iter()
         .map(|h| h.as_ref().map(|h| Arc::clone(&h.whole)))
         .collect();
-    (union, targets)
+    LoadedMap {
+        union,
+        targets,
+        agree,
+    }
 }
 
 /// Starts the lazy clear thread; it ends when the volume's worker is told to stop.

@@ -145,6 +145,15 @@ impl UsedMap {
         out
     }
 
+    /// Writes the whole map durably to every member that receives its writes (assembly, when
+    /// the members' copies disagree: see `used_volume::load`).
+    pub(crate) fn write_whole(&self) -> Result<(), BitmapWriteError> {
+        let image = self.lock();
+        let blocks: BTreeSet<usize> = (0..self.regions.div_ceil(BITS_PER_BLOCK) as usize).collect();
+        let all = vec![true; self.writer.role_count()];
+        self.writer.write_blocks(&image, &blocks, &all)
+    }
+
     /// Changes the member receiving map writes for `role`; a new one first receives the whole
     /// map (flushed).
     pub(crate) fn set_target(

@@ -14,18 +14,36 @@ use crate::volume::{Held, VolumeCore, VolumeError};
 
 /// The used map of an array being assembled: the union of the bits on every member holding a
 /// role (a block that fails its check, or a member that cannot be read, counts as all used).
-pub(crate) fn load(sb: &Superblock, roles: &[Option<Held>]) -> Option<UsedMap> {
+///
+/// When the members disagree — a cut while a bit was being written reached some members and
+/// not others — the union is written back to every one of them before the array serves: a
+/// bit is a promise that the region's data are on the members, and the journal's replay (or a
+/// write the cut interrupted and the client repeats) puts data there without setting it
+/// again. Left on one member only, the bit would be lost with that member, and a degraded
+/// array would read the region as never written (zeroes).
+pub(crate) fn load(sb: &Superblock, roles: &[Option<Held>]) -> Result<Option<UsedMap>, String> {
     // `create` gives only redundant levels a map (nothing else is rebuilt or resynced).
-    let at = sb.used_map.filter(|_| sb.level.has_redundancy())?;
+    let Some(at) = sb.used_map.filter(|_| sb.level.has_redundancy()) else {
+        return Ok(None);
+    };
     let regions = at.regions(sb.array_size_bytes);
-    let (union, targets) = crate::bitmap_volume::union_of(sb, roles, &at.area(), regions);
-    Some(UsedMap::new(
+    let loaded = crate::bitmap_volume::union_of(sb, roles, &at.area(), regions);
+    let map = UsedMap::new(
         at,
         sb.array_uuid,
         sb.array_size_bytes,
-        union,
-        targets,
-    ))
+        loaded.union,
+        loaded.targets,
+    );
+    if !loaded.agree {
+        map.write_whole().map_err(|e| {
+            format!(
+                "writing the used-regions map back to member {} (role {}): {}",
+                e.name, e.role, e.source
+            )
+        })?;
+    }
+    Ok(Some(map))
 }
 
 // The `pub(crate)` methods here that `Volume` offers are documented where it lists them

@@ -296,11 +296,7 @@ pub(super) fn merged_write(
     let held = io.locks.lock(stripes.iter().map(|s| s.0));
     let present = io.usable()?;
     let trust = io.trust.get();
-    // RAID 6 applies piece by piece until the merged path's write hole found by simtest
-    // (power_loss_journal_write_back_raid6, RAIDKIT_SEED=430491438: Q disagreed with the data
-    // after a cut) is understood and fixed.
-    let healthy = g.parity_count() == 1
-        && present.iter().all(|&p| p)
+    let healthy = present.iter().all(|&p| p)
         && !stripes
             .iter()
             .any(|s| io.parity_untrusted(trust.as_ref(), s.0));

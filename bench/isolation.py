@@ -7,14 +7,16 @@ processes over one file each (the reference: no RAID work at all, so what the ma
 gives — fio's flood and the kernel's copying compete for the same cores).
 
 With the daemon's QoS (`latency_target_us` on A, none on B: a row of its own, `--latency-target-us`),
-B is throttled while A's requests miss the target; the row prints what B was held back.
+B is throttled while A's requests miss the target; the row prints what B was held back. Another
+row caps B with `max_bandwidth` (`--b-max-bandwidth`, default 512M): what an operator who knows
+which array floods gets.
 
 Both arrays are RAID 5 over four sparse files in --dir (the page cache below: the figures are
 CPU and scheduling bound, which is where one array can take from another on a small machine).
 Rounds alternate idle and flooded measurements so drift hits both alike.
 
 Usage: bench/isolation.py [--runtime 10] [--rounds 3] [--size 256M] [--dir /var/tmp/raidkit-iso]
-                          [--latency-target-us 50] [--only LABEL-PART]
+                          [--latency-target-us 50] [--b-max-bandwidth 512M] [--only LABEL-PART]
 Prints a markdown table (p50/p99 read latency of A, the flooded/idle ratio, B's write rate);
 the figures go in docs/PERFORMANCE.md ("Isolation between arrays").
 """
@@ -66,15 +68,16 @@ def measure(uri_a, uri_b, runtime, size, flood):
     return latency_us(job, "50.000000"), latency_us(job, "99.000000"), b_mbs
 
 
-def daemon_setup(dir_, size, latency_target_us=None):
+def daemon_setup(dir_, size, latency_target_us=None, b_max_bandwidth=None):
     a, b = create(dir_, "a", size), create(dir_, "b", size)
     sock = dir_ / "nbd.sock"
     config = dir_ / "raidkit.toml"
     members = lambda files: "[" + ", ".join(f'"{f}"' for f in files) + "]"
     target = f"latency_target_us = {latency_target_us}\n" if latency_target_us else ""
+    cap = f'max_bandwidth = "{b_max_bandwidth}"\n' if b_max_bandwidth else ""
     config.write_text(f'[daemon]\nunix = "{sock}"\nadmin = "{dir_}/admin.sock"\n\n'
                       f'[[array]]\nname = "a"\nmembers = {members(a)}\n{target}\n'
-                      f'[[array]]\nname = "b"\nmembers = {members(b)}\n')
+                      f'[[array]]\nname = "b"\nmembers = {members(b)}\n{cap}')
     proc = Proc([raidkit_bin(), "daemon", "--config", str(config)], str(sock),
                 ready_line='serving "b"')
     uri = lambda name: f"nbd+unix:///{name}?socket={sock}"
@@ -125,6 +128,9 @@ def main():
     parser.add_argument("--latency-target-us", type=int, default=50,
                         help="A's latency_target_us in the QoS row (the server's time per "
                              "request, from admission to reply)")
+    parser.add_argument("--b-max-bandwidth", default="512M",
+                        help="B's max_bandwidth in the capped row (the operator's cap on the "
+                             "flooding array)")
     parser.add_argument("--only", help="run only the rows whose label contains this")
     args = parser.parse_args()
     rows = []
@@ -132,6 +138,8 @@ def main():
     setups = (("one raidkit daemon", daemon_setup),
               (f"one raidkit daemon, A latency_target_us = {target}",
                lambda d, s: daemon_setup(d, s, target)),
+              (f"one raidkit daemon, B max_bandwidth = {args.b_max_bandwidth}",
+               lambda d, s: daemon_setup(d, s, b_max_bandwidth=args.b_max_bandwidth)),
               ("two raidkit serve processes", separate_setup),
               ("two nbdkit file processes (reference)", nbdkit_setup))
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "

@@ -25,7 +25,7 @@ pub mod bucket;
 pub mod controller;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -64,6 +64,10 @@ struct ClassShared {
     throttled_ns: AtomicU64,
     /// io.max's caps (none: `Caps::default()`), and what they made wait.
     caps: Mutex<Caps>,
+    /// Whether `caps` holds any cap: read without the lock by every request, so a class
+    /// without caps (the default) never takes `caps`'s mutex on its way in. Written under
+    /// that mutex by `set_caps`.
+    capped: AtomicBool,
     capped_requests: AtomicU64,
     capped_ns: AtomicU64,
 }
@@ -133,6 +137,7 @@ impl QosGroup {
             throttled_requests: AtomicU64::new(0),
             throttled_ns: AtomicU64::new(0),
             caps: Mutex::new(Caps::default()),
+            capped: AtomicBool::new(false),
             capped_requests: AtomicU64::new(0),
             capped_ns: AtomicU64::new(0),
         });
@@ -191,6 +196,9 @@ impl QosClass {
         let caps = Caps::new(bytes_per_sec, iops);
         let mut current = lock(&self.shared.caps);
         if current.bytes_per_sec() != caps.bytes_per_sec() || current.iops() != caps.iops() {
+            self.shared
+                .capped
+                .store(!caps.is_empty(), Ordering::Release);
             *current = caps;
         }
     }
@@ -228,12 +236,16 @@ impl QosClass {
     /// has in flight, else once one of them finished.
     pub(crate) fn admit(&self, bytes: u64) -> Admitted<'_> {
         let c = &*self.shared;
-        let capped = {
-            let mut caps = lock(&c.caps);
-            if caps.is_empty() {
-                Duration::ZERO
-            } else {
-                caps.reserve(self.group.now(), bytes)
+        // Without caps (the flag read first), no lock and no clock: one atomic load.
+        let capped = match c.capped.load(Ordering::Acquire) {
+            false => Duration::ZERO,
+            true => {
+                let mut caps = lock(&c.caps);
+                if caps.is_empty() {
+                    Duration::ZERO
+                } else {
+                    caps.reserve(self.group.now(), bytes)
+                }
             }
         };
         if !capped.is_zero() {
@@ -441,6 +453,45 @@ mod tests {
         let start = Instant::now();
         b.admit(1 << 20).finish();
         assert!(start.elapsed() < Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_class_without_caps_admits_without_the_caps_lock() {
+        let group = QosGroup::new();
+        let b = group.join(None);
+        // Another thread holds the caps' mutex (as `set_caps` or `snapshot` may at any
+        // moment): an uncapped request must not wait for it. Before the flag every request
+        // took that mutex, and this admission blocked until the holder let go.
+        let held = lock(&b.shared.caps);
+        let b2 = Arc::clone(&b);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let admitting = std::thread::spawn(move || {
+            b2.admit(4096).finish();
+            tx.send(()).unwrap();
+        });
+        let admitted = rx.recv_timeout(Duration::from_secs(2));
+        drop(held);
+        admitting.join().unwrap();
+        assert!(
+            admitted.is_ok(),
+            "an uncapped request waited for the caps' lock"
+        );
+        // Capped, the lock is taken (and the cap applies); uncapped again, it is not.
+        b.set_caps(None, Some(1_000_000));
+        assert_eq!(b.snapshot().max_iops, Some(1_000_000));
+        b.admit(4096).finish();
+        b.set_caps(None, None);
+        let held = lock(&b.shared.caps);
+        let b2 = Arc::clone(&b);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let admitting = std::thread::spawn(move || {
+            b2.admit(4096).finish();
+            tx.send(()).unwrap();
+        });
+        let admitted = rx.recv_timeout(Duration::from_secs(2));
+        drop(held);
+        admitting.join().unwrap();
+        assert!(admitted.is_ok(), "caps removed, the lock is still taken");
     }
 
     #[test]

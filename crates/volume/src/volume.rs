@@ -294,9 +294,13 @@ impl Volume {
     }
 
     /// Checks parity (RAID 5/6) or mirrors (RAID 1/10) of the whole array, in the foreground
-    /// (a scrub's check without its pacing; linear and RAID 0 report zero units).
+    /// (a scrub's check without its pacing; linear and RAID 0 report zero units). As a scrub,
+    /// it passes over the units of regions the used-regions map says were never written
+    /// (their member bytes mean nothing until a first write zeroes them).
     pub fn check(&self) -> Result<engine::CheckReport, IoError> {
-        self.core.array.check()
+        self.core
+            .array
+            .check_where(|unit| self.core.unit_used(unit))
     }
 
     /// Roles whose member is not readable (missing, faulty, or being rebuilt).

@@ -64,6 +64,7 @@ mod rebuild_pipeline;
 mod recover;
 pub use recover::LOST_PIECE_BYTES;
 mod report;
+pub mod reshape;
 mod scratch;
 mod scrub;
 mod speed;

@@ -309,6 +309,14 @@ impl ReadAhead {
             self.origin_offset + (t.saturating_sub(self.origin_time) as f64 * self.rate) as u64;
         streamed.min(self.consumed + READ_AHEAD_BYTES).min(size)
     }
+
+    /// The first byte still in the buffer: the stream's start, but no more than
+    /// `READ_AHEAD_BYTES` behind what the host took (a stream that wrapped around to its start
+    /// finds it long gone).
+    fn low(&self) -> u64 {
+        self.first
+            .max(self.consumed.saturating_sub(READ_AHEAD_BYTES))
+    }
 }
 
 /// One hard disk's state.
@@ -410,7 +418,7 @@ impl Hdd {
             Op::Read => {
                 if let Some(ra) = &mut self.read_ahead {
                     let end = req.offset + req.len;
-                    if req.offset >= ra.first && end <= ra.reach(at, self.geometry.size) {
+                    if req.offset >= ra.low() && end <= ra.reach(at, self.geometry.size) {
                         ra.consumed = ra.consumed.max(end);
                         done.push((ticket, at + self.overhead() + self.interface_ns(req.len)));
                         return;
@@ -539,7 +547,7 @@ impl Hdd {
     fn streams(&self, t: Nanos, offset: u64) -> bool {
         self.read_ahead
             .as_ref()
-            .is_some_and(|ra| offset >= ra.first && offset <= ra.reach(t, self.geometry.size))
+            .is_some_and(|ra| offset >= ra.low() && offset <= ra.reach(t, self.geometry.size))
     }
 
     /// Picks and starts one command at `e`.
@@ -630,7 +638,7 @@ impl Hdd {
         let end = cmd.offset + cmd.len;
         if !cmd.write {
             if let Some(ra) = &mut self.read_ahead {
-                if cmd.offset >= ra.first && cmd.offset <= ra.reach(e, size) {
+                if cmd.offset >= ra.low() && cmd.offset <= ra.reach(e, size) {
                     // Part of it is in the buffer; the stream goes on to its end, from where it
                     // is now (a stream paused with its buffer full resumes), at the rate of
                     // the zone it has reached.

@@ -108,8 +108,9 @@ impl Axis {
     }
 }
 
-/// Registers the first font found as plotters' `sans-serif`, once per process.
-fn font() -> Result<(), String> {
+/// Registers the first font found as plotters' `sans-serif`, once per process (`raidkit plan`'s
+/// plot uses it too).
+pub fn font() -> Result<(), String> {
     static FONT: OnceLock<Result<(), String>> = OnceLock::new();
     FONT.get_or_init(|| {
         let env = std::env::var("RAIDKIT_FONT").ok();

@@ -121,6 +121,124 @@ pub fn kind(name: &str) -> Result<Kind, String> {
         })
 }
 
+/// What a workload profile is judged by when configurations are compared (`raidkit plan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Goal {
+    /// Operations per second (small random requests).
+    Iops,
+    /// Megabytes per second (large sequential requests).
+    Throughput,
+}
+
+/// A named use of an array (`raidkit plan --workload NAME`): one built-in workload at a request
+/// size, queue depth and client count, so that `raidkit bench` runs exactly the case plan
+/// predicts (`Profile::bench_args`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Profile {
+    pub name: &'static str,
+    /// The built-in workload ([`KINDS`]) it runs.
+    pub kind: &'static str,
+    pub size: u64,
+    pub queue_depth: u32,
+    pub clients: u32,
+    pub goal: Goal,
+    pub about: &'static str,
+}
+
+/// The workload profiles.
+pub const PROFILES: &[Profile] = &[
+    Profile {
+        name: "file-server",
+        kind: "rand-rw",
+        size: 64 << 10,
+        queue_depth: 2,
+        clients: 4,
+        goal: Goal::Iops,
+        about: "a file server: 4 users, random 64 KiB, 70 % reads",
+    },
+    Profile {
+        name: "database",
+        kind: "database",
+        size: 8 << 10,
+        queue_depth: 4,
+        clients: 2,
+        goal: Goal::Iops,
+        about: "a database: random 8 KiB, half reads, each write a commit (write + flush)",
+    },
+    Profile {
+        name: "video",
+        kind: "seq-read",
+        size: 1 << 20,
+        queue_depth: 2,
+        clients: 4,
+        goal: Goal::Throughput,
+        about: "video: 4 streams read sequentially in 1 MiB requests",
+    },
+    Profile {
+        name: "backup",
+        kind: "seq-write",
+        size: 1 << 20,
+        queue_depth: 4,
+        clients: 1,
+        goal: Goal::Throughput,
+        about: "a backup target: one stream written sequentially in 1 MiB requests",
+    },
+    Profile {
+        name: "build",
+        kind: "rand-rw",
+        size: 4 << 10,
+        queue_depth: 8,
+        clients: 2,
+        goal: Goal::Iops,
+        about: "a parallel build: random 4 KiB, 70 % reads (sources, objects), 16 in flight",
+    },
+];
+
+/// The workload profile named `name`.
+pub fn profile(name: &str) -> Result<Profile, String> {
+    PROFILES
+        .iter()
+        .find(|p| p.name == name)
+        .copied()
+        .ok_or_else(|| {
+            let names: Vec<&str> = PROFILES.iter().map(|p| p.name).collect();
+            format!(
+                "unknown workload {name:?}: give one of {}",
+                names.join(", ")
+            )
+        })
+}
+
+impl Profile {
+    /// The profile's case, running for `limit`, over the whole target.
+    pub fn case(&self, limit: Limit) -> Case {
+        let k = kind(self.kind).expect("a profile names a built-in workload");
+        Case {
+            workload: k.name.to_string(),
+            pattern: k.pattern,
+            read_percent: k.read_percent,
+            flush_after_write: k.flush_after_write,
+            size: self.size,
+            queue_depth: self.queue_depth,
+            clients: self.clients,
+            working_set: 0,
+            limit,
+        }
+    }
+
+    /// The `raidkit bench` arguments that run the same case.
+    pub fn bench_args(&self) -> String {
+        format!(
+            "-w {} --sizes {} --qd {} --clients {}",
+            self.kind,
+            size_text(self.size).replace("iB", ""),
+            self.queue_depth,
+            self.clients
+        )
+    }
+}
+
 /// When one case ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limit {
@@ -586,6 +704,30 @@ mod tests {
             .on_target(8 << 20)
             .unwrap_err()
             .contains("one 1048576-byte request"));
+    }
+
+    #[test]
+    fn every_profile_is_a_valid_case_of_a_built_in_workload() {
+        for p in PROFILES {
+            let case = p.case(Limit {
+                runtime: Duration::from_secs(1),
+                ops: None,
+            });
+            let sweep = Sweep {
+                workloads: vec![kind(p.kind).unwrap()],
+                sizes: vec![p.size],
+                queue_depths: vec![p.queue_depth],
+                clients: vec![p.clients],
+                working_set: 0,
+                limit: case.limit,
+            };
+            assert_eq!(sweep.cases().unwrap(), vec![case], "{}", p.name);
+        }
+        assert_eq!(
+            profile("video").unwrap().bench_args(),
+            "-w seq-read --sizes 1M --qd 2 --clients 4"
+        );
+        assert!(profile("nope").unwrap_err().contains("file-server"));
     }
 
     #[test]

@@ -646,8 +646,9 @@ impl Hdd {
                     ra.origin_offset = reach;
                     ra.origin_time = e;
                     ra.rate = self.geometry.rate(reach.min(size - 1));
+                    // A command that waited in the queue may find all of it read already.
                     let available = ra.origin_time
-                        + ((end - ra.origin_offset) as f64 / ra.rate).ceil() as Nanos;
+                        + (end.saturating_sub(ra.origin_offset) as f64 / ra.rate).ceil() as Nanos;
                     ra.consumed = ra.consumed.max(end);
                     let finish = available.max(e + ms(self.p.overhead_ms) as Nanos);
                     self.busy_until = available.max(e);

@@ -33,6 +33,7 @@ struct Cli {
 enum Command {
     Create(cmd::create::Args),
     Bench(Box<cmd::bench::Args>),
+    Plan(Box<cmd::plan::Args>),
     Examine(cmd::examine::Args),
     Serve(Box<cmd::serve::Args>),
     Daemon(cmd::daemon::Args),
@@ -62,6 +63,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Create(args) => cmd::create::run(args),
         Command::Bench(args) => cmd::bench::run(*args),
+        Command::Plan(args) => cmd::plan::run(*args),
         Command::Examine(args) => cmd::examine::run(args),
         Command::Serve(args) => cmd::serve::run(*args),
         Command::Daemon(args) => cmd::daemon::run(args),

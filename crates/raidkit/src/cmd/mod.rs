@@ -10,6 +10,7 @@ pub mod journal;
 pub mod key;
 pub mod manage;
 pub mod monitor;
+pub mod plan;
 pub mod reload;
 pub mod serve;
 pub mod status;

@@ -13,6 +13,8 @@ behind raidkit's back (no I/O error anywhere) are found and healed.
 - ``test_single_copy_levels_fail_the_read``: linear and RAID 0: the read of the block fails
   (EIO) instead of returning wrong bytes, the blocks around it read fine.
 - ``test_old_array_has_no_checksums``: an array made without --checksum shows none.
+- ``test_serve_create_makes_checksums``: ``serve --create --checksum crc32c`` makes the same
+  array as ``create --checksum`` (the corruption is found and healed after a restart).
 """
 
 import json
@@ -154,3 +156,21 @@ def test_old_array_has_no_checksums(tmp_path, arrays):
     sb = json.loads(run([RAIDKIT_BIN, "examine", "--json", str(members[0])]).stdout)[0]
     assert sb["data_offset_bytes"] == MIB
     array.stop()
+
+
+def test_serve_create_makes_checksums(tmp_path, arrays):
+    members = [tmp_path / f"m{i}.img" for i in range(3)]
+    array = arrays(tmp_path, members, NO_CACHE).start(
+        "--create", "-l", "5", "-c", "64K", "-s", str(MEMBER_BYTES), "--checksum", "crc32c")
+    assert checksum(array) is not None, status(array)
+    data = rng_for("serve-create").randbytes(SPAN)
+    array.write(0, data)
+    array.stop()
+    sb = json.loads(run([RAIDKIT_BIN, "examine", "--json", str(members[0])]).stdout)[0]
+    assert sb["checksum"] is not None, sb
+    old = corrupt(members[0], AT)
+    array.start()
+    assert array.read(0, SPAN) == data
+    assert checksum(array)["mismatches"] == 1, status(array)
+    array.stop()
+    assert member_bytes(members[0], AT, 3) == old, "the member file was not healed"

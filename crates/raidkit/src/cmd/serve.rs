@@ -136,6 +136,11 @@ pub struct Args {
     #[arg(long, requires = "create")]
     encrypt: bool,
 
+    /// With --create: keep a checksum (ALG: crc32c) of every 4 KiB block of every member (see
+    /// `raidkit create --checksum`).
+    #[arg(long, value_name = "ALG", requires = "create")]
+    checksum: Option<ondisk::ChecksumAlg>,
+
     #[command(flatten)]
     key: crate::key_args::KeyArgs,
 
@@ -437,9 +442,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !args.create
         && (args.bitmap.no_bitmap
             || args.bitmap.bitmap_region.is_some()
-            || args.bitmap.no_bad_blocks)
+            || args.bitmap.no_bad_blocks
+            || args.bitmap.used_region.is_some()
+            || args.bitmap.no_used_map)
     {
-        bail!("--no-bitmap, --bitmap-region and --no-bad-blocks choose how a new array is made: use them with --create");
+        bail!("--no-bitmap, --bitmap-region, --no-bad-blocks, --used-region and --no-used-map choose how a new array is made: use them with --create");
     }
     let endpoint = endpoint(&args)?;
     let stack_options = StackOptions {
@@ -807,6 +814,7 @@ fn create(
         bad_blocks: defaults.bad_blocks && !args.bitmap.no_bad_blocks,
         used_region_bytes: args.bitmap.used_region(defaults.used_region_bytes),
         encryption,
+        checksum: args.checksum,
         ..defaults
     };
     crate::space::create_with(&args.members, &args.spare, args.preallocate, || {

@@ -17,6 +17,12 @@ Usage: bench/raid5-small-writes.py [--model hdd7200] [--member-size 1G] [--disk-
                                    [--runtime 20]
                                    [--warmup 15] [--sets 32M,256M,2G] [--chunk 128K]
                                    [--journal-bytes 512M] [--json OUT.json]
+                                   [--variants disk,none,wt,wb] [--baseline OLD/raidkit]
+                                   [--rounds 1]
+
+--baseline OLD/raidkit runs every variant with an earlier build too, alternating (old, new,
+old, new... for --rounds rounds): a change's before and after in one run; the rows of the old
+build are marked "(baseline)".
 Results and the date, commit and load average go in docs/PERFORMANCE.md ("Small RAID 5 writes
 with the write-back journal").
 """
@@ -35,22 +41,22 @@ from benchlib import REPO, Proc, fio, parse_size, run_identity
 JOB = ["--rw=randwrite", "--bs=4k", "--iodepth=32", "--randrepeat=0"]
 
 
-def serve(args, workdir, level, members, serve_args):
+def serve(args, workdir, level, members, serve_args, binary):
     sock = str(workdir / "raidkit.sock")
     admin = str(workdir / "admin.sock")
     extra = [] if level == "linear" else ["--chunk", args.chunk]
     spec = f"sim:{args.model}:{args.member_size}"
     if args.disk_options:
         spec += f":{args.disk_options}"
-    cmd = [args.raidkit, "serve", "--create", "--level", level, "--name", "bench",
+    cmd = [binary, "serve", "--create", "--level", level, "--name", "bench",
            "--unix", sock, "--admin", admin, "--cache-size", "0", "--assume-clean",
            *extra, *serve_args, *[spec] * members]
     return Proc(cmd, sock, ready_line="raidkit: serving"), f"nbd+unix:///bench?socket={sock}"
 
 
-def one(args, workdir, label, level, members, serve_args, working_set, warmup):
+def one(args, workdir, label, level, members, serve_args, working_set, warmup, binary):
     """IOPS, mean and p99 completion latency (ms) of the job on a new array."""
-    server, uri = serve(args, workdir, level, members, serve_args)
+    server, uri = serve(args, workdir, level, members, serve_args, binary)
     try:
         if warmup:
             fio(uri, JOB, warmup, working_set, [])
@@ -96,6 +102,13 @@ def main():
     parser.add_argument("--raidkit", default=os.environ.get(
         "RAIDKIT_BIN", str(REPO / "target" / "release" / "raidkit")))
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON here")
+    parser.add_argument("--variants", default="disk,none,wt,wb",
+                        help="which arrays: disk (one disk), none, wt, wb (RAID 5 with no, a "
+                             "write-through, a write-back journal)")
+    parser.add_argument("--baseline", metavar="RAIDKIT",
+                        help="an earlier raidkit build, run alternately with --raidkit")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="times each variant runs (per build); rows give the median")
     args = parser.parse_args()
     if shutil.which("fio") is None:
         parser.error("fio is not installed (scripts/install-deps.sh installs it)")
@@ -106,24 +119,40 @@ def main():
     workdir.mkdir(parents=True, exist_ok=True)
     journal = Path("/dev/shm") / f"{workdir.name}-journal.img"
     started, commit = run_identity()
-    variants = [
-        ("one disk (linear x1)", "linear", 1, None, 0),
-        ("raid5 x4, no journal", "5", 4, None, 0),
-        ("raid5 x4, write-through journal", "5", 4, "write-through", 0),
-        ("raid5 x4, write-back journal", "5", 4, "write-back", args.warmup),
-    ]
+    keys = {"disk": ("one disk (linear x1)", "linear", 1, None, 0),
+            "none": ("raid5 x4, no journal", "5", 4, None, 0),
+            "wt": ("raid5 x4, write-through journal", "5", 4, "write-through", 0),
+            "wb": ("raid5 x4, write-back journal", "5", 4, "write-back", args.warmup)}
+    chosen = [k for k in args.variants.split(",") if k]
+    unknown = [k for k in chosen if k not in keys]
+    if unknown:
+        parser.error(f"unknown variants {unknown}: choose from {','.join(keys)}")
+    builds = [("", args.raidkit)]
+    if args.baseline:
+        builds = [(" (baseline)", args.baseline), ("", args.raidkit)]
+    variants = []
+    for k in chosen:
+        label, *rest = keys[k]
+        for tag, binary in builds:
+            variants.append((label + tag, *rest, binary))
     rows = {}
+    runs = {}
     for working_set in sets:
-        for label, level, members, mode, warmup in variants:
-            serve_args = []
-            if mode:
-                if journal.exists():
-                    journal.unlink()
-                subprocess.run(["truncate", "-s", args.journal_bytes, str(journal)], check=True)
-                serve_args = ["--journal", str(journal), "--journal-mode", mode,
-                              "--allow-volatile-journal"]
-            rows[(label, working_set)] = one(args, workdir, label, level, members, serve_args,
-                                             working_set, warmup)
+        for _ in range(args.rounds):
+            for label, level, members, mode, warmup, binary in variants:
+                serve_args = []
+                if mode:
+                    if journal.exists():
+                        journal.unlink()
+                    subprocess.run(["truncate", "-s", args.journal_bytes, str(journal)],
+                                   check=True)
+                    serve_args = ["--journal", str(journal), "--journal-mode", mode,
+                                  "--allow-volatile-journal"]
+                runs.setdefault((label, working_set), []).append(
+                    one(args, workdir, label, level, members, serve_args, working_set, warmup,
+                        binary))
+    for key, results in runs.items():
+        rows[key] = {f: sorted(r[f] for r in results)[len(results) // 2] for f in results[0]}
     if journal.exists():
         journal.unlink()
     print(f"{started}, commit {commit}; {os.cpu_count()} cores; members sim:{args.model}:"
@@ -134,7 +163,8 @@ def main():
           "| load average |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for working_set in sets:
-        base = rows[(variants[0][0], working_set)]["iops"]
+        disk = rows.get((keys["disk"][0], working_set))
+        base = disk["iops"] if disk else float("nan")
         for label, *_ in variants:
             r = rows[(label, working_set)]
             print(f"| {label} | {working_set} | {r['iops']:,.0f} | {r['iops'] / base:.2f} | "

@@ -45,6 +45,11 @@ fn gone() -> std::io::Error {
     )
 }
 
+/// The most threads one batch's operations of slow members are issued from at once
+/// ([`Runner::concurrent_lanes`]): a disk's queue (32 tags) is shared by the batches of every
+/// request and applier, so a batch needs a part of it, not all.
+pub(crate) const CONCURRENT_LANES_MAX: usize = 16;
+
 /// One operation on one member.
 pub(crate) enum MemOp<'a> {
     Read {
@@ -386,14 +391,19 @@ impl<'a> Runner<'a> {
             .map(coalesce)
             .collect();
         let (ringed, groups) = self.run_ring(groups, threshold);
-        let (big, small): (Vec<_>, Vec<_>) =
+        let (lanes, groups) = self.concurrent_lanes(groups);
+        let (mut big, mut small): (Vec<_>, Vec<_>) =
             groups.into_iter().partition(|g| group_cost(g) >= threshold);
         if big.len() < 2 {
-            return ringed.and(self.run_here(big.into_iter().chain(small).collect()));
+            small.append(&mut big);
+        }
+        if big.is_empty() && lanes.is_empty() {
+            return ringed.and(self.run_here(small));
         }
         std::thread::scope(|scope| {
             let handles: Vec<_> = big
                 .into_iter()
+                .chain(lanes)
                 .map(|group| {
                     scope.spawn(member::carry_deadline(move || self.run_group(group, None)))
                 })
@@ -534,6 +544,39 @@ impl<'a> Runner<'a> {
         (first, rest)
     }
 
+    /// Takes out of `groups` the operations of members slow enough that they are better
+    /// issued at once (`Speed::wants_concurrency`: disks, whose queue reorders what it holds),
+    /// where the order of a group cannot be seen (reads and writes on disjoint ranges), and
+    /// deals them round-robin into at most [`CONCURRENT_LANES_MAX`] lanes, each run on a
+    /// thread of its own; returns the lanes and the groups left. Issued one after the other
+    /// (a member's operations in order, the members in turn), a write-back apply's reads and
+    /// writes of several stripes reached each disk one at a time: its queue never held two
+    /// to reorder (docs/PERFORMANCE.md "Destage on disks: a batch's operations at once").
+    fn concurrent_lanes<'o>(
+        &self,
+        groups: Vec<Vec<MemOp<'o>>>,
+    ) -> (Vec<Vec<MemOp<'o>>>, Vec<Vec<MemOp<'o>>>) {
+        let speed = self.members.speed();
+        if !groups.iter().any(|g| speed.wants_concurrency(g[0].role())) {
+            return (Vec::new(), groups);
+        }
+        let (slow, rest): (Vec<_>, Vec<_>) = groups.into_iter().partition(|g| {
+            speed.wants_concurrency(g[0].role())
+                && g.iter().all(|op| ring_ask(op).is_some())
+                && disjoint(g)
+        });
+        let ops: usize = slow.iter().map(Vec::len).sum();
+        if ops < 2 {
+            return (Vec::new(), slow.into_iter().chain(rest).collect());
+        }
+        let count = ops.min(CONCURRENT_LANES_MAX);
+        let mut lanes: Vec<Vec<MemOp<'o>>> = (0..count).map(|_| Vec::new()).collect();
+        for (i, op) in slow.into_iter().flatten().enumerate() {
+            lanes[i % count].push(op);
+        }
+        (lanes, rest)
+    }
+
     /// Runs `groups` on the calling thread, one after the other. With two or more, the first
     /// call of each is handed to its member first where the member can start calls ahead
     /// ([`Runner::start`]): members stalled in one batch then wait out its deadline together,
@@ -550,7 +593,8 @@ impl<'a> Runner<'a> {
             .fold(Ok(()), Result::and)
     }
 
-    /// Runs one member's operations in order; the first one's call may have begun already.
+    /// Runs operations in order (one member's group, or a lane of [`Runner::concurrent_lanes`]);
+    /// the first one's call may have begun already.
     fn run_group(&self, group: Vec<MemOp<'_>>, begun: Option<Begun>) -> Result<(), IoError> {
         let mut begun = begun;
         let mut first = Ok(());

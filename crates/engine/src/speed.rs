@@ -30,6 +30,14 @@ const SEQUENTIAL_SLACK: u128 = 2;
 /// noise next to the copy.
 const LATENCY_FLOOR_NS: u64 = 10_000;
 
+/// From this moving average of a member's operation time on (reads and writes), the member
+/// is a *disk* as far as submission goes: a batch's reads and writes of it are issued at once
+/// from several threads (`io::Runner::run`), so its queue (NCQ, a disk model's tags) can
+/// reorder them, rather than one after the other. A thread start (~20–50 µs on the loaded
+/// 2-core machine) is then under a tenth of one operation; RAM, page-cache and flash members
+/// (1–200 µs) stay on the calling thread or the ring.
+pub const CONCURRENT_MIN_NS: u64 = 500_000;
+
 /// What makes a member slow, and how soon (see [`crate::Array::set_slow_policy`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlowPolicy {
@@ -92,6 +100,9 @@ struct Leg {
     outstanding: AtomicU64,
     /// Moving average of its read latency, ns (α = 1/8); 0 until measured.
     read_ewma_ns: AtomicU64,
+    /// Moving average of its read and write time, ns (α = 1/64, samples capped); 0 until
+    /// measured.
+    op_ewma_ns: AtomicU64,
     /// The member offset where the last read sent to it ends (a read starting there
     /// continues a stream).
     next_read_at: AtomicU64,
@@ -174,16 +185,29 @@ impl Speed {
         if read {
             leg.outstanding.fetch_sub(len, Relaxed);
             let old = leg.read_ewma_ns.load(Relaxed);
-            let new = match old {
-                0 => took_ns.max(1),
-                _ => (old - old / 8 + took_ns / 8).max(1),
-            };
-            leg.read_ewma_ns.store(new, Relaxed);
+            leg.read_ewma_ns.store(ewma(old, took_ns), Relaxed);
         }
         if !flush {
             leg.window_ops.fetch_add(1, Relaxed);
             leg.window_ns.fetch_add(took_ns, Relaxed);
+            // Slow to move (α = 1/64) and each sample capped at 4× the threshold, so a RAM
+            // member whose thread was preempted now and then on a loaded machine is not taken
+            // for a disk; a disk's every operation takes milliseconds.
+            let sample = took_ns.min(4 * CONCURRENT_MIN_NS);
+            let old = leg.op_ewma_ns.load(Relaxed);
+            let new = match old {
+                0 => sample.max(1),
+                _ => (old - old / 64 + sample / 64).max(1),
+            };
+            leg.op_ewma_ns.store(new, Relaxed);
         }
+    }
+
+    /// Whether `role`'s operations take long enough that a batch's operations of it are
+    /// better issued at once ([`CONCURRENT_MIN_NS`]).
+    #[inline]
+    pub(crate) fn wants_concurrency(&self, role: usize) -> bool {
+        self.legs[role].op_ewma_ns.load(Relaxed) >= CONCURRENT_MIN_NS
     }
 
     /// Whether the current window is over at `now`.
@@ -267,6 +291,7 @@ impl Speed {
     pub(crate) fn reset(&self, role: usize) {
         let leg = &self.legs[role];
         leg.read_ewma_ns.store(0, Relaxed);
+        leg.op_ewma_ns.store(0, Relaxed);
         leg.last_read_ns.store(now_ns(), Relaxed);
         leg.write_mostly.store(false, Relaxed);
         leg.slow.store(false, Relaxed);
@@ -369,6 +394,15 @@ fn peers_median(means: &[Option<u64>], role: usize) -> Option<u64> {
     peers.sort_unstable();
     let n = peers.len();
     (n > 0).then(|| peers[(n - 1) / 2])
+}
+
+/// The moving average `old` (0: none yet) moved by a new time `took_ns` (α = 1/8).
+#[inline]
+fn ewma(old: u64, took_ns: u64) -> u64 {
+    match old {
+        0 => took_ns.max(1),
+        _ => (old - old / 8 + took_ns / 8).max(1),
+    }
 }
 
 /// Whether a copy costing `cost` is as good as the cheapest (`best`): within an eighth of it

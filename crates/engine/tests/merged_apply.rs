@@ -197,3 +197,93 @@ fn pieces_sharing_a_stripe_read_it_once() {
     let model_check = array.check().expect("check");
     assert_eq!(model_check.mismatch_count, 0, "{model_check:?}");
 }
+
+/// Counts a member's calls in progress at once (reads and writes), over all the members it is
+/// shared by, and makes each take `delay`.
+#[derive(Default)]
+struct InFlight {
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+fn timed_members(
+    n: usize,
+    len: u64,
+    delay: std::time::Duration,
+    seen: &Arc<InFlight>,
+) -> Vec<Arc<dyn Member>> {
+    use std::sync::atomic::Ordering::SeqCst;
+    (0..n)
+        .map(|i| {
+            let inner = Arc::new(member::MemMember::new(&format!("m{i}"), len).expect("mem"));
+            let seen = Arc::clone(seen);
+            Arc::new(member::Hooked::new(inner, move |call: &member::Call| {
+                if matches!(call.op, member::Op::Read | member::Op::Write) {
+                    let now = seen.now.fetch_add(1, SeqCst) + 1;
+                    seen.most.fetch_max(now, SeqCst);
+                    std::thread::sleep(delay);
+                    seen.now.fetch_sub(1, SeqCst);
+                }
+                Ok(())
+            })) as Arc<dyn Member>
+        })
+        .collect()
+}
+
+/// On members as slow as disks (2 ms a call), an apply's reads and writes of several stripes
+/// are issued at once (a disk's queue can then reorder them), not one after the other; on RAM
+/// members they stay on the calling thread. Before, every call of a batch whose member shares
+/// were under the fan-out threshold (1 MiB) ran in turn: at most one call in flight.
+#[test]
+fn an_apply_on_slow_members_issues_its_operations_at_once() {
+    let chunk = 64 << 10;
+    let stripe = 3 * chunk;
+    // A piece at each end of every data chunk of three stripes: per stripe three reads and
+    // four writes.
+    let pieces: Vec<(u64, Vec<u8>)> = (0..3)
+        .flat_map(|s| {
+            (0..3).flat_map(move |i| {
+                let at = s * stripe + i * chunk;
+                [
+                    (at, vec![0x33; 4096]),
+                    (at + chunk - 4096, vec![0x44; 4096]),
+                ]
+            })
+        })
+        .collect();
+    for (delay_ms, concurrent) in [(2, true), (0, false)] {
+        let seen = Arc::new(InFlight::default());
+        let sizes = member_sizes(4, chunk, 8);
+        let members = timed_members(
+            4,
+            sizes[0],
+            std::time::Duration::from_millis(delay_ms),
+            &seen,
+        );
+        let array = array_over(Level::Raid5, chunk, &members, &[]);
+        // The first apply measures the members' speed; the second is watched.
+        apply(&array, &pieces);
+        seen.most.store(0, std::sync::atomic::Ordering::SeqCst);
+        let moved: Vec<(u64, Vec<u8>)> = pieces
+            .iter()
+            .map(|(at, d)| (*at + 4096, d.iter().map(|b| b ^ 0xff).collect()))
+            .collect();
+        apply(&array, &moved);
+        let most = seen.most.load(std::sync::atomic::Ordering::SeqCst);
+        if concurrent {
+            assert!(
+                most >= 4,
+                "{delay_ms} ms members: at most {most} calls at once"
+            );
+        } else {
+            assert_eq!(most, 1, "RAM members: {most} calls at once");
+        }
+        for (at, data) in &moved {
+            let mut back = vec![0u8; data.len()];
+            array.read(*at, &mut back).expect("read");
+            assert_eq!(&back, data, "piece at {at}");
+        }
+        let check = array.check().expect("check");
+        assert_eq!(check.mismatch_count, 0, "{check:?}");
+    }
+}

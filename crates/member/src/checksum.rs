@@ -393,17 +393,52 @@ impl Checksummed {
         let mut whole = vec![0u8; (end - start) as usize];
         let head = (offset - start) as usize;
         let tail = head + buf.len();
-        if head > 0 {
+        let last = whole.len() - BLOCK as usize;
+        let read_head = head > 0;
+        let read_tail = tail < whole.len() && (!read_head || last > 0);
+        if read_head {
             self.data.read_at(&mut whole[..BLOCK as usize], start)?;
         }
-        if tail < whole.len() && (head == 0 || whole.len() > BLOCK as usize) {
-            let last = whole.len() - BLOCK as usize;
+        if read_tail {
             self.data.read_at(&mut whole[last..], end - BLOCK)?;
         }
+        // The old content of the partial blocks, to check before it is merged.
+        let old_head = read_head.then(|| block_checksum(&whole[..BLOCK as usize]));
+        let old_tail = (tail < whole.len()).then(|| block_checksum(&whole[last..]));
         whole[head..tail].copy_from_slice(buf);
-        let sums: Vec<u32> = whole.chunks(BLOCK as usize).map(block_checksum).collect();
+        let mut sums: Vec<u32> = whole.chunks(BLOCK as usize).map(block_checksum).collect();
+        let n = sums.len() - 1;
+        if let Some(old) = old_head {
+            sums[0] = self.carried(start, old, sums[0])?;
+        }
+        if let (Some(old), true) = (old_tail, n > 0 || old_head.is_none()) {
+            sums[n] = self.carried(end - BLOCK, old, sums[n])?;
+        }
         self.data.write_at(buf, offset)?;
         self.store(start / BLOCK, &sums)
+    }
+
+    /// The checksum to store for the block at data byte `at` that a partial write changes
+    /// from content hashing to `old` to content hashing to `new`. When the old content did
+    /// not match its stored checksum (silent corruption in the bytes the write keeps), the
+    /// mismatch is carried over: `stored ^ old ^ new` differs from `new` exactly as `stored`
+    /// differed from `old`, so the block keeps failing its check (and is healed from
+    /// redundancy at its next read or scrub) instead of getting a fresh checksum over bad
+    /// bytes. Where a sync awaits the block (a possibly torn update) the new content's
+    /// checksum is stored, as a read there would rewrite it.
+    fn carried(&self, at: u64, old: u32, new: u32) -> io::Result<u32> {
+        let stored = self.stored(at / BLOCK, 1)?[0];
+        if stored == old || self.shared.unsynced(at) {
+            return Ok(new);
+        }
+        self.shared.stats.mismatches.fetch_add(1, Ordering::Relaxed);
+        self.shared.mismatch(&Mismatch {
+            member: self.data.name().to_string(),
+            offset: at,
+            stored,
+            computed: old,
+        });
+        Ok(stored ^ old ^ new)
     }
 
     /// After `[offset, offset + len)` was made zero: whole blocks get the zero checksum,
@@ -514,11 +549,28 @@ impl Member for Checksummed {
         self.zeroed(offset, len)
     }
 
+    /// Partial blocks at either end are written as zero bytes (their old content checked,
+    /// as any partial write's), the whole blocks between zeroed.
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         check_member_range(self, "write-zeroes", offset, len)?;
         let _held = self.lock(offset, len, true);
-        self.data.write_zeroes(offset, len)?;
-        self.zeroed(offset, len)
+        let end = offset + len;
+        let (first, last) = (offset.div_ceil(BLOCK) * BLOCK, end / BLOCK * BLOCK);
+        if first >= last {
+            return self.write_locked(&vec![0u8; len as usize], offset);
+        }
+        if first > offset {
+            self.write_locked(&vec![0u8; (first - offset) as usize], offset)?;
+        }
+        self.data.write_zeroes(first, last - first)?;
+        self.store(
+            first / BLOCK,
+            &vec![0u32; ((last - first) / BLOCK) as usize],
+        )?;
+        if end > last {
+            self.write_locked(&vec![0u8; (end - last) as usize], last)?;
+        }
+        Ok(())
     }
 
     fn stuck_calls(&self) -> (usize, u64) {
@@ -589,6 +641,36 @@ mod tests {
             again.read_at(&mut buf, i * PER_BLOCK * BLOCK).unwrap();
             assert_eq!(buf[0], i as u8 + 1);
         }
+    }
+
+    /// A write smaller than a block merges with the bytes around it: when those were
+    /// changed behind the wrapper's back, the block must keep failing its check (it got a
+    /// fresh checksum over the bad bytes before), and a whole-block rewrite still heals it.
+    #[test]
+    fn a_partial_write_over_a_corrupt_block_keeps_it_failing() {
+        let (data, _, c) = member(8);
+        c.write_at(&[5u8; 3 * 4096], 0).unwrap();
+        data.write_at(&[6u8; 3], 4096 + 100).unwrap(); // corrupt block 1
+        data.write_at(&[6u8; 3], 8192 + 4000).unwrap(); // corrupt block 2
+        c.write_at(&[7u8; 512], 4096 + 2048).unwrap(); // inside block 1
+        c.write_zeroes(8192 + 512, 512).unwrap(); // inside block 2
+        c.write_zeroes(2048, 8192).unwrap(); // the tail of block 0, block 1, head of block 2
+        assert_eq!(c.shared.stats.mismatches.load(Ordering::Relaxed), 3);
+        for (block, bad) in [(0, false), (1, false), (2, true)] {
+            let mut buf = vec![0u8; 4096];
+            let got = c.read_at(&mut buf, block * BLOCK);
+            assert_eq!(got.is_err(), bad, "block {block}: {got:?}");
+            if let Err(e) = got {
+                assert!(is_checksum_error(&e), "{e}");
+            }
+        }
+        // Block 1 was rewritten whole by the zeroing; block 2 still holds the corruption.
+        c.write_at(&[8u8; 4096], 8192).unwrap();
+        let mut all = vec![0u8; 3 * 4096];
+        c.read_at(&mut all, 0).unwrap();
+        assert!(all[..2048].iter().all(|&b| b == 5));
+        assert!(all[2048..8192].iter().all(|&b| b == 0));
+        assert!(all[8192..].iter().all(|&b| b == 8));
     }
 
     struct All;

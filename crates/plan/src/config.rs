@@ -19,6 +19,8 @@ pub struct Disks {
     /// Bytes of each drive.
     pub size: u64,
     pub options: Options,
+    /// How the engine reaches them.
+    pub member_io: MemberIo,
     /// The spec as given (`4xhdd7200:1G`).
     pub spec: String,
 }
@@ -84,6 +86,7 @@ impl Disks {
             class,
             size,
             options,
+            member_io: MemberIo::Ring,
             spec: spec.to_string(),
         })
     }
@@ -99,6 +102,18 @@ impl Disks {
             Model::Flash(p) => (p.read_mb_s, p.write_mb_s),
         }
     }
+}
+
+/// How the engine submits a request's member operations (DESIGN "engine": member I/O
+/// submission).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberIo {
+    /// io_uring: block devices and files; every member's share at once.
+    Ring,
+    /// Threads: `sim:` and NBD members; shares of 1 MiB or more on their own threads, the
+    /// rest one after another on the request's thread.
+    Threads,
 }
 
 /// Where writes are logged before they reach the members.

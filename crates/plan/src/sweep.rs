@@ -62,6 +62,7 @@ impl Row {
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     pub disks: String,
+    pub member_io: crate::config::MemberIo,
     pub journal_disk: String,
     pub workload: String,
     pub about: String,
@@ -201,6 +202,7 @@ pub fn plan_of(ask: &Ask, configs: &[Config]) -> Result<Plan, String> {
     let bench_command = recommended.map(|i| bench_command(ask, &rows[i].config));
     Ok(Plan {
         disks: ask.disks.spec.clone(),
+        member_io: ask.disks.member_io,
         journal_disk: ask.journal.spec.clone(),
         workload: ask.profile.name.to_string(),
         about: ask.profile.about.to_string(),

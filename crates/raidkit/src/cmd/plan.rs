@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use bench::workload::{self, Goal, Pattern, Profile};
 use cache::{CacheConfig, ReadAhead};
 use layout::Level;
-use plan::config::{Disks, JournalMode};
+use plan::config::{Disks, JournalMode, MemberIo};
 use plan::sweep::{gb, Ask, Plan};
 
 /// Predict how arrays of the given disks would serve a workload, and recommend one: sweeps
@@ -73,6 +73,13 @@ pub struct Args {
     #[arg(long, value_name = "SPEC", default_value = "1xssd:64G")]
     journal_disk: String,
 
+    /// How the members are reached: ring (block devices and files, through io_uring: a
+    /// request's member operations all at once) or threads (sim: and NBD members: shares of
+    /// 1 MiB or more on their own threads, the rest one after another), as the engine does.
+    /// Predicting a `raidkit bench` run on sim: members takes threads.
+    #[arg(long, value_name = "MODE", default_value = "ring", value_parser = parse_member_io)]
+    member_io: MemberIo,
+
     /// The read cache's size in front of each array (serve's --cache-size; 0: none).
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = super::size_arg)]
     cache_size: u64,
@@ -108,6 +115,14 @@ fn parse_level(text: &str) -> Result<Level, String> {
 
 fn parse_read_ahead(text: &str) -> Result<ReadAhead, String> {
     text.parse::<ReadAhead>().map_err(|e| e.to_string())
+}
+
+fn parse_member_io(text: &str) -> Result<MemberIo, String> {
+    match text {
+        "ring" => Ok(MemberIo::Ring),
+        "threads" => Ok(MemberIo::Threads),
+        _ => Err(format!("member I/O {text:?}: give ring or threads")),
+    }
 }
 
 fn parse_journal(text: &str) -> Result<JournalMode, String> {
@@ -175,7 +190,8 @@ fn profile(args: &Args) -> anyhow::Result<Profile> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let disks = Disks::parse(&args.disks, super::size_arg).map_err(anyhow::Error::msg)?;
+    let mut disks = Disks::parse(&args.disks, super::size_arg).map_err(anyhow::Error::msg)?;
+    disks.member_io = args.member_io;
     let journal = Disks::parse(&args.journal_disk, super::size_arg).map_err(anyhow::Error::msg)?;
     if journal.count != 1 {
         bail!(
@@ -327,6 +343,12 @@ fn table(plan: &Plan, all: bool) -> String {
     }
     if let Some(cmd) = &plan.bench_command {
         out.push_str(&format!("measure it: {cmd}\n"));
+        if plan.member_io == MemberIo::Ring {
+            out.push_str(
+                "  (sim: members are reached without io_uring: predict that run with \
+                 --member-io threads)\n",
+            );
+        }
     }
     out
 }

@@ -36,6 +36,12 @@ Usage: bench/fio-compare.py [--runtime 10] [--rounds 3] [--size 1G] [--dir /var/
                             [--raidkit-arg=--cache-size=0] [--baseline OLD/raidkit]
                             [--json OUT.json] [--plot DIR]
 
+--numjobs N runs each fio job as N fio jobs, each with its own NBD connection (fio's nbd engine
+opens one per job), figures summed (group_reporting): multi-connection scaling against the
+references'. Two nbdcopy jobs copy the working set over nbdcopy's default 4 connections (64
+requests of 256 KiB in flight): nbdcopy-read (the export to null:) and nbdcopy-write (a file of
+random bytes in /dev/shm to the export); MB/s from the wall time, CPU per 256 KiB request.
+
 --baseline OLD/raidkit adds an earlier raidkit build as one more reference ("baseline"), on
 the same configuration and members of its own: a change's before/after in one run.
 """
@@ -43,7 +49,9 @@ the same configuration and members of its own: a change's before/after in one ru
 import argparse
 import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from benchlib import (MIB, REPO, RESULTS_FORMAT, Proc, check_plotting, median, parse_size,
@@ -55,7 +63,14 @@ JOBS = [
     ("rand-read", ["--rw=randread", "--bs=4k", "--iodepth=32"], "read", "IOPS"),
     ("rand-write", ["--rw=randwrite", "--bs=4k", "--iodepth=32"], "write", "IOPS"),
 ]
+NBDCOPY_JOBS = [
+    ("nbdcopy-read", [], "read", "MB/s"),
+    ("nbdcopy-write", [], "write", "MB/s"),
+]
+NBDCOPY_REQUEST = 256 << 10
 JOB_DESCRIPTIONS = {
+    "nbdcopy-read": "nbdcopy of the working set to null:, 4 connections",
+    "nbdcopy-write": "nbdcopy of random bytes to the export, 4 connections",
     "seq-write": "1 MiB sequential writes, queue depth 16",
     "seq-read": "1 MiB sequential reads, queue depth 16",
     "rand-read": "4 KiB random reads, queue depth 32",
@@ -126,7 +141,46 @@ def start_baseline(args, config, workdir, sock):
     return start_raidkit(args, config, workdir, sock, binary=args.baseline, name="baseline")
 
 
+ALL_JOBS = JOBS + NBDCOPY_JOBS
+
 STARTERS = {"nbdkit": start_nbdkit, "qemu-nbd": start_qemu_nbd, "baseline": start_baseline}
+
+
+def nbdcopy_source(args):
+    """A file of random bytes, the working set's size, in /dev/shm (zeroes would go as zero
+    requests), made once per run."""
+    src = Path("/dev/shm") / "raidkit-bench-nbdcopy-source.img"
+    if not src.exists() or src.stat().st_size != args.size_bytes:
+        with open(src, "wb") as f, open("/dev/urandom", "rb") as r:
+            left = args.size_bytes
+            while left:
+                n = min(left, 8 * MIB)
+                f.write(r.read(n))
+                left -= n
+    return src
+
+
+def run_nbdcopy(args, uri, job, proc):
+    """One nbdcopy job: (MB/s, server CPU µs per 256 KiB request)."""
+    name = job[0]
+    if name == "nbdcopy-read":
+        cmd = ["nbdcopy", uri, "null:"]
+    else:
+        cmd = ["nbdcopy", str(nbdcopy_source(args)), uri]
+    cpu0 = proc.cpu_seconds()
+    start = time.monotonic()
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    took = time.monotonic() - start
+    cpu1 = proc.cpu_seconds()
+    # Reads copy the whole export; writes the source file.
+    moved = args.size_bytes
+    if name == "nbdcopy-read":
+        moved = int(subprocess.run(["nbdinfo", "--size", uri], check=True, capture_output=True,
+                                   text=True).stdout)
+    cpu = None
+    if cpu0 is not None and cpu1 is not None:
+        cpu = (cpu1 - cpu0) * 1e6 / (moved / NBDCOPY_REQUEST)
+    return moved / took / 1e6, cpu
 
 
 def measure(args, config, workdir, have_raidkit):
@@ -144,11 +198,18 @@ def measure(args, config, workdir, have_raidkit):
         for _, uri in servers.values():
             run_job(uri, prefill, 0, args.size)
         results = {}
-        for job in [j for j in JOBS if j[0] in args.jobs]:
+        for job in [j for j in ALL_JOBS if j[0] in args.jobs]:
             runs = {name: [] for name in servers}
             for _ in range(args.rounds):
                 for name, (proc, uri) in servers.items():
-                    runs[name].append(run_job(uri, job, args.runtime, args.size, proc))
+                    if job[0].startswith("nbdcopy-"):
+                        runs[name].append(run_nbdcopy(args, uri, job, proc))
+                        continue
+                    many = job
+                    if args.numjobs > 1:
+                        many = (job[0], [*job[1], f"--numjobs={args.numjobs}",
+                                         "--group_reporting"], *job[2:])
+                    runs[name].append(run_job(uri, many, args.runtime, args.size, proc))
             results[job[0]] = {name: (median(f for f, _ in r), median(c for _, c in r))
                                for name, r in runs.items()}
             line = "   ".join(f"{name} {fig:12.1f} ({cpu or 0:6.1f} us/req)"
@@ -177,7 +238,8 @@ def us(value):
 
 def print_tables(rows, peaks, args):
     refs = args.references
-    print(f"fio nbd engine over a Unix socket; working set {args.size}; {args.runtime} s per job "
+    print(f"fio nbd engine over a Unix socket, {args.numjobs} connection(s) per fio job; "
+          f"working set {args.size}; {args.runtime} s per job "
           f"(+1 s ramp) after a sequential prefill; median of {args.rounds} rounds, each job "
           "run in turn on every server, all servers up. CPU = server CPU time (user+system, all "
           "threads) per request, in microseconds.\n")
@@ -239,7 +301,10 @@ def main():
         "RAIDKIT_BIN", str(REPO / "target" / "release" / "raidkit")))
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset")
     parser.add_argument("--jobs", default=",".join(j[0] for j in JOBS),
-                        help="comma-separated subset of the jobs")
+                        help="comma-separated subset of the jobs (also nbdcopy-read, "
+                        "nbdcopy-write)")
+    parser.add_argument("--numjobs", type=int, default=1,
+                        help="fio jobs (each its own NBD connection) per fio run (default 1)")
     parser.add_argument("--raidkit-arg", action="append", default=[], metavar="ARG",
                         help="extra argument for raidkit serve (repeatable), e.g. "
                         "--raidkit-arg=--cache-size=0")
@@ -255,8 +320,10 @@ def main():
     args.size_bytes = parse_size(args.size)
     configs = [c for c in args.configs.split(",") if c]
     args.jobs = [j for j in args.jobs.split(",") if j]
-    if any(j not in [job[0] for job in JOBS] for j in args.jobs):
-        parser.error(f"unknown jobs in {args.jobs}; known: {[job[0] for job in JOBS]}")
+    if any(j not in [job[0] for job in ALL_JOBS] for j in args.jobs):
+        parser.error(f"unknown jobs in {args.jobs}; known: {[job[0] for job in ALL_JOBS]}")
+    if args.numjobs < 1:
+        parser.error("--numjobs must be at least 1")
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"unknown configurations: {unknown}; known: {list(CONFIGS)}")
@@ -267,7 +334,8 @@ def main():
         args.references.append("baseline")
     if any(r not in STARTERS for r in args.references) or args.rounds < 1:
         parser.error(f"references must be among {list(STARTERS)}; rounds at least 1")
-    for tool in ("fio", *[r for r in args.references if r != "baseline"]):
+    nbdcopy = ["nbdcopy", "nbdinfo"] * any(j.startswith("nbdcopy-") for j in args.jobs)
+    for tool in ("fio", *nbdcopy, *[r for r in args.references if r != "baseline"]):
         if shutil.which(tool) is None:
             parser.error(f"{tool} is not installed (scripts/install-deps.sh installs it)")
     have_raidkit = os.access(args.raidkit, os.X_OK)
@@ -280,12 +348,13 @@ def main():
     rows, peaks = [], {}
     for config in configs:
         results, peaks[config] = measure(args, config, workdir, have_raidkit)
-        for job, _, _, unit in [j for j in JOBS if j[0] in args.jobs]:
+        for job, _, _, unit in [j for j in ALL_JOBS if j[0] in args.jobs]:
             rows.append((config, job, unit, results[job]))
         for f in workdir.glob(f"{config}-*.img"):
             f.unlink()
         for f in workdir.glob(f"raidkit-bench-{config}-*.img"):
             f.unlink()
+    (Path("/dev/shm") / "raidkit-bench-nbdcopy-source.img").unlink(missing_ok=True)
     print_tables(rows, peaks, args)
     if args.json or args.plot:
         servers = ["raidkit"] * have_raidkit + args.references

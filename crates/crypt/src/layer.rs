@@ -30,7 +30,7 @@ use std::io;
 use member::BlockLocks;
 use nbd::{Export, StatusExtent};
 
-use crate::cipher::{DataCipher, UNIT_BYTES};
+use crate::cipher::{is_zero, DataCipher, UNIT_BYTES};
 
 /// Largest piece encrypted at once (and so the per-thread buffer).
 pub const PIECE_BYTES: u64 = 1 << 20;
@@ -83,7 +83,7 @@ impl<E: Export> Encrypted<E> {
     /// Reads whole units `[at, at + buf.len())` and decrypts them.
     fn read_units(&self, cipher: &DataCipher, at: u64, buf: &mut [u8]) -> io::Result<()> {
         self.inner.read(at, buf)?;
-        decrypt_units(cipher, buf, at / UNIT);
+        cipher.decrypt_nonzero(buf, at / UNIT);
         Ok(())
     }
 
@@ -111,9 +111,34 @@ impl<E: Export> Encrypted<E> {
         }
         let lo = at.max(offset);
         let hi = end.min(data_end);
-        buf[(lo - at) as usize..(hi - at) as usize]
-            .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
-        cipher.encrypt(buf, at / UNIT);
+        // The units the data covers whole are encrypted from it straight into the buffer (one
+        // pass); the bytes of the partial head and tail units (read and decrypted above) are
+        // merged in the buffer, and those units encrypted there.
+        let (whole_lo, whole_hi) = (lo.div_ceil(UNIT) * UNIT, hi / UNIT * UNIT);
+        let copy = |buf: &mut [u8], from: u64, to: u64| {
+            if from < to {
+                buf[(from - at) as usize..(to - at) as usize]
+                    .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+            }
+        };
+        copy(buf, lo, whole_lo.min(hi));
+        copy(buf, whole_hi.max(lo), hi);
+        if whole_lo < whole_hi {
+            cipher.encrypt_to(
+                &data[(whole_lo - offset) as usize..(whole_hi - offset) as usize],
+                &mut buf[(whole_lo - at) as usize..(whole_hi - at) as usize],
+                whole_lo / UNIT,
+            );
+        }
+        let head_part = (!lo.is_multiple_of(UNIT)).then_some(lo / UNIT * UNIT);
+        let tail_part = (!hi.is_multiple_of(UNIT)).then_some(hi / UNIT * UNIT);
+        let tail_part = tail_part.filter(|&t| Some(t) != head_part);
+        for unit in [head_part, tail_part].into_iter().flatten() {
+            cipher.encrypt(
+                &mut buf[(unit - at) as usize..(unit + UNIT - at) as usize],
+                unit / UNIT,
+            );
+        }
         self.inner.write(at, buf, fua)
     }
 }
@@ -121,16 +146,6 @@ impl<E: Export> Encrypted<E> {
 /// The whole units covering `[offset, offset + len)`.
 fn cover(offset: u64, len: u64) -> (u64, u64) {
     (offset / UNIT * UNIT, (offset + len).div_ceil(UNIT) * UNIT)
-}
-
-/// Decrypts the units of `buf` (unit `first` first), leaving all-zero units zero.
-fn decrypt_units(cipher: &DataCipher, buf: &mut [u8], first: u64) {
-    for (i, unit) in buf.chunks_exact_mut(UNIT_BYTES).enumerate() {
-        if unit.iter().all(|&b| b == 0) {
-            continue;
-        }
-        cipher.decrypt(unit, first + i as u64);
-    }
 }
 
 /// Which units of `[start, end)` (whole units) lie wholly inside an extent `below` (which
@@ -165,7 +180,7 @@ fn unit_extents(ciphertext: &[u8], holes: &[bool], from: u64, to: u64) -> Vec<St
         if lo >= hi {
             continue;
         }
-        let zero = unit.iter().all(|&b| b == 0);
+        let zero = is_zero(unit);
         let (hole, length) = (holes[i], (hi - lo) as u32);
         match extents.last_mut() {
             Some(last) if last.zero == zero && last.hole == hole => last.length += length,

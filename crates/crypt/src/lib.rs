@@ -20,6 +20,8 @@ pub mod cipher;
 pub mod layer;
 pub mod secret;
 pub mod slots;
+#[cfg(target_arch = "x86_64")]
+mod vaes;
 
 pub use cipher::{DataCipher, DataKey, DATA_KEY_BYTES, UNIT_BYTES};
 pub use layer::Encrypted;

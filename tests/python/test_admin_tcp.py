@@ -4,7 +4,10 @@ loopback: ``raidkit serve --admin-listen HOST:PORT --admin-tls-certificates DIR
 https://HOST:PORT --admin-token-file F --admin-ca FILE`` (status, fail, add); a missing or
 wrong token gets 401 and a log line, a plaintext client gets no HTTP, a client trusting
 another CA refuses the server; without certificates or a token (or with a token file others
-can read) the listener does not start. Certificates: certtool, as test_tls.py makes them.
+can read) the listener does not start; with ``--admin-tls-verify-peer`` a client without a
+certificate signed by the CA is refused in the handshake and one with it (the CLI's
+``--admin-client-certificates``) is served; a connection held open is closed when serve stops.
+Certificates: certtool, as test_tls.py makes them.
 """
 
 import json
@@ -34,7 +37,7 @@ def token_file(dir, text=TOKEN, mode=0o600):
 class AdminServer:
     """``raidkit serve`` of a RAID 1 on two file members with the TCP admin listener."""
 
-    def __init__(self, tmp_path, pki):
+    def __init__(self, tmp_path, pki, extra=()):
         self.tmp = tmp_path
         self.port = free_tcp_port()
         self.url = f"https://127.0.0.1:{self.port}"
@@ -45,7 +48,7 @@ class AdminServer:
         cmd = [RAIDKIT_BIN, "serve", "--listen", f"127.0.0.1:{free_tcp_port()}",
                "--admin-listen", f"127.0.0.1:{self.port}",
                "--admin-tls-certificates", str(pki["server"]),
-               "--admin-token-file", str(self.token),
+               "--admin-token-file", str(self.token), *extra,
                "--create", "--level", "1", "--size", str(MEMBER_BYTES), "--name", "remote",
                *map(str, self.members)]
         with open(self.stderr_path, "w") as err:
@@ -66,10 +69,11 @@ class AdminServer:
             time.sleep(0.05)
         pytest.fail(f"server log never had a line with {words!r}:\n{self.stderr()}")
 
-    def cli(self, *args, check=True, token=None, ca=None):
+    def cli(self, *args, check=True, token=None, ca=None, client=None):
+        more = ["--admin-client-certificates", str(client)] if client else []
         return run([RAIDKIT_BIN, *args, "--admin", self.url,
                     "--admin-token-file", str(token or self.token),
-                    "--admin-ca", str(ca or self.ca)], timeout=60, check=check)
+                    "--admin-ca", str(ca or self.ca), *more], timeout=60, check=check)
 
     def stop(self):
         self.proc.terminate()
@@ -156,6 +160,58 @@ def test_plaintext_and_an_untrusted_server_are_refused(admin_server, pki):  # no
     assert "UnknownIssuer" in other.stderr or "certificate" in other.stderr, other.stderr
 
 
+def test_verify_peer_requires_a_client_certificate_signed_by_the_ca(tmp_path, pki):  # noqa: F811
+    srv = AdminServer(tmp_path, pki, extra=["--admin-tls-verify-peer"])
+    try:
+        # Without a client certificate: refused in the handshake, logged, the token never read.
+        refused = srv.cli("status", check=False)
+        assert refused.returncode != 0, refused.stdout
+        srv.wait_for_log("admin TCP connection from 127.0.0.1:", "TLS handshake failed")
+        # A directory with the CA only (no client-cert.pem): the CLI says what is missing.
+        missing = srv.cli("status", check=False, client=pki["anonymous"])
+        assert missing.returncode != 0 and "no client-cert.pem and client-key.pem" in \
+            missing.stderr, missing.stderr
+        # With the client certificate the CA signed: served (the token still required).
+        status = json.loads(srv.cli("status", "--json", client=pki["client"]).stdout)
+        assert [m["state"] for m in status["members"]] == ["active", "active"], status
+        wrong_dir = tmp_path / "wrong"
+        wrong_dir.mkdir()
+        wrong = token_file(wrong_dir, text="not-the-admin-token-0123456789")
+        no_token = srv.cli("status", check=False, client=pki["client"], token=wrong)
+        assert no_token.returncode != 0 and "unauthorized" in no_token.stderr, no_token.stderr
+        # Python's ssl client with no certificate: the server ends the handshake.
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+            https_request(srv.port, srv.ca, "/v1/status", {"Authorization": f"Bearer {TOKEN}"})
+    finally:
+        srv.stop()
+
+
+def test_an_open_admin_connection_is_closed_when_serve_stops(admin_server):
+    context = ssl.create_default_context(cafile=str(admin_server.ca))
+    raw = socket.create_connection(("127.0.0.1", admin_server.port), timeout=30)
+    tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+    try:
+        # One keep-alive request answered; the connection is then held open, idle.
+        tls.sendall(f"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    f"Authorization: Bearer {TOKEN}\r\n\r\n".encode())
+        reply = tls.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 200"), reply
+        admin_server.proc.terminate()
+        rc = admin_server.proc.wait(timeout=60)
+        assert rc == 0, f"server exited {rc}:\n{admin_server.stderr()}"
+        # The server closed it: end of stream (or a reset), never a hang until our timeout.
+        tls.settimeout(10)
+        try:
+            rest = b""
+            while chunk := tls.recv(65536):
+                rest += chunk
+        except (ConnectionResetError, ssl.SSLError):
+            rest = b""
+        assert b"HTTP/1.1" not in rest, rest
+    finally:
+        tls.close()
+
+
 def test_the_listener_needs_certificates_and_a_private_token(tmp_path, pki):  # noqa: F811
     base = [RAIDKIT_BIN, "serve", "--listen", f"127.0.0.1:{free_tcp_port()}",
             "--admin-listen", f"127.0.0.1:{free_tcp_port()}", "--create", "--level", "1",
@@ -190,19 +246,27 @@ def test_daemon_admin_listen(tmp_path, pki):  # noqa: F811
     config.write_text(
         f'[daemon]\nlisten = ["127.0.0.1:{free_tcp_port()}"]\nadmin = "{tmp_path}/a.sock"\n'
         f'admin_listen = "127.0.0.1:{port}"\nadmin_tls_certificates = "{pki["server"]}"\n'
-        f'admin_token_file = "{token}"\n\n'
+        f'admin_token_file = "{token}"\nadmin_tls_verify_peer = true\n\n'
         f'[[array]]\nname = "home"\nmembers = ["{members[0]}", "{members[1]}"]\n')
+    wrong_dir = tmp_path / "wrong"
+    wrong_dir.mkdir()
+    wrong = token_file(wrong_dir, text="nope-nope-nope-nope-nope")
     daemon = Daemon(config, 1)
     try:
         args = ["--admin", f"https://127.0.0.1:{port}", "--admin-token-file", str(token),
                 "--admin-ca", str(pki["server"] / "ca-cert.pem"), "--array", "home"]
+        # admin_tls_verify_peer: no client certificate, no admin API.
+        refused = run([RAIDKIT_BIN, "status", *args], check=False, timeout=60)
+        assert refused.returncode != 0, refused.stdout
+        args += ["--admin-client-certificates", str(pki["client"])]
         status = json.loads(run([RAIDKIT_BIN, "status", "--json", *args]).stdout)
         assert [m["state"] for m in status["members"]] == ["active", "active"], status
-        code, _ = https_request(port, pki["server"] / "ca-cert.pem", "/v1/arrays",
-                                {"Authorization": "Bearer nope-nope-nope-nope-nope"})
-        assert code == 401
+        bad = run([RAIDKIT_BIN, "status", *args[:2], "--admin-token-file", str(wrong),
+                   *args[4:]], check=False, timeout=60)
+        assert bad.returncode != 0 and "unauthorized" in bad.stderr, bad.stderr
     finally:
         text = daemon.stop()
         daemon.kill()
     assert f"admin API on https://127.0.0.1:{port}" in text, text
     assert "refused (401): a wrong token" in text, text
+    assert "TLS handshake failed" in text, text

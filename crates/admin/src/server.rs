@@ -300,7 +300,8 @@ pub async fn serve(
 
 /// Accepts connections until `shutdown`, at most `max` served at once (more are handed to
 /// `refuse` with a message naming `what` and the bound), each served by `serve` on a task of
-/// its own.
+/// its own; at `shutdown` the connections still open are dropped (their sockets closed) before
+/// it returns.
 pub(crate) async fn accept_bounded<S, A, F, R>(
     accept: impl Fn() -> A,
     max: usize,
@@ -316,10 +317,19 @@ pub(crate) async fn accept_bounded<S, A, F, R>(
     R: Future<Output = ()> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(max));
+    // The connections being served (at most `max`, finished ones reaped as they end): at
+    // shutdown each is dropped, which closes its socket, so no admin client keeps a
+    // connection (and its requests) to a server that has stopped.
+    let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
-            _ = &mut shutdown => return,
+            _ = &mut shutdown => {
+                connections.abort_all();
+                while connections.join_next().await.is_some() {}
+                return;
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             accepted = accept() => match accepted {
                 Ok(stream) => stream,
                 Err(e) => {
@@ -335,7 +345,7 @@ pub(crate) async fn accept_bounded<S, A, F, R>(
             continue;
         };
         let served = serve(stream);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _permit = permit;
             served.await;
         });

@@ -58,8 +58,8 @@ impl AdminTcp {
     }
 }
 
-/// Serves the admin API of `arrays` on `tcp` until `shutdown` completes, then returns
-/// (connections in progress are dropped). Must run inside a tokio runtime.
+/// Serves the admin API of `arrays` on `tcp` until `shutdown` completes, then closes the
+/// connections still open and returns. Must run inside a tokio runtime.
 pub async fn serve(
     tcp: &AdminTcp,
     arrays: Arc<Arrays>,

@@ -199,6 +199,10 @@ impl Checker<'_> {
                     certificates.as_ref().map(|c| c.span()),
                 ),
                 ("daemon.admin_token_file", token.as_ref().map(|t| t.span())),
+                (
+                    "daemon.admin_tls_verify_peer",
+                    daemon.admin_tls_verify_peer.as_ref().map(|v| v.span()),
+                ),
             ];
             for (key, span) in set {
                 if let Some(span) = span {

@@ -91,6 +91,7 @@ impl Daemon {
                 admin_listen,
                 admin_tls_certificates,
                 admin_token_file,
+                admin_tls_verify_peer,
                 metrics,
                 mdstat,
                 dashboard_token_file,

@@ -50,6 +50,9 @@ pub struct Daemon {
     /// The file holding the token every TCP admin request must carry (`Authorization: Bearer`;
     /// readable by its owner only).
     pub admin_token_file: Option<Spanned<PathBuf>>,
+    /// The TCP admin listener also requires a client certificate signed by
+    /// `admin_tls_certificates`/ca-cert.pem (serve's `--admin-tls-verify-peer`).
+    pub admin_tls_verify_peer: Option<Spanned<bool>>,
     /// The metrics and dashboard listener (`HOST:PORT`).
     pub metrics: Option<Spanned<String>>,
     /// The file the daemon keeps in exactly /proc/mdstat's format for its arrays, for the

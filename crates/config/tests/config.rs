@@ -368,16 +368,25 @@ fn values_out_of_range_are_refused() {
             "daemon.admin_token_file",
             "set daemon.admin_listen",
         ),
+        (
+            "admin_tls_verify_peer = true",
+            "daemon.admin_tls_verify_peer",
+            "set daemon.admin_listen",
+        ),
     ];
     for (line, key, needle) in admin_tcp {
         assert_problem(&format!("[daemon]\n{line}\n"), 2, key, needle);
     }
     let complete = "[daemon]\nadmin_listen = \"127.0.0.1:9470\"\nadmin_token_file = \"/t\"\n\
-                    admin_tls_certificates = \"/c\"\n";
+                    admin_tls_certificates = \"/c\"\nadmin_tls_verify_peer = true\n";
     let daemon = parse(complete)
         .expect("a complete TCP admin listener")
         .daemon;
     assert_eq!(daemon.admin_listen.unwrap().get_ref(), "127.0.0.1:9470");
+    assert_eq!(
+        daemon.admin_tls_verify_peer.map(|v| *v.get_ref()),
+        Some(true)
+    );
     assert_problem(
         "[daemon]\ndashboard_token_file = \"/etc/raidkit/dashboard.token\"\n",
         2,

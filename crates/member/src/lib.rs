@@ -90,8 +90,8 @@ pub use hooked::{Call, Hook, Hooked, Op};
 pub use mem::MemMember;
 pub use model::{ModelMember, RealClock, MODEL_PREFIX, SLEEP_SLACK_NS};
 pub use nbd::{
-    is_nbd_uri, parse_nbd_uri, pem_certificates, NbdAddress, NbdMember, NbdServerError, NbdTarget,
-    RemoteOptions, TlsSettings, DEFAULT_PORT, MAX_REQUEST_BYTES,
+    client_identity, is_nbd_uri, parse_nbd_uri, pem_certificates, NbdAddress, NbdMember,
+    NbdServerError, NbdTarget, RemoteOptions, TlsSettings, DEFAULT_PORT, MAX_REQUEST_BYTES,
 };
 pub use sim::{SimMember, SECTOR_BYTES, SIM_MAX_BYTES};
 pub use size::{parse_size, SizeError};

@@ -66,7 +66,12 @@ fn https_address(text: &str) -> Option<(String, String)> {
 }
 
 impl TlsTarget {
-    fn new(url: &str, token_file: Option<&Path>, ca: Option<&Path>) -> anyhow::Result<TlsTarget> {
+    fn new(
+        url: &str,
+        token_file: Option<&Path>,
+        ca: Option<&Path>,
+        client_certificates: Option<&Path>,
+    ) -> anyhow::Result<TlsTarget> {
         let (address, host) = https_address(url).with_context(|| {
             format!("--admin {url:?}: not https://HOST:PORT (or the path of a Unix socket)")
         })?;
@@ -92,11 +97,28 @@ impl TlsTarget {
                 .with_context(|| format!("unusable CA certificate in {}", ca.display()))?;
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .context("TLS setup")?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let config = match client_certificates {
+            None => builder.with_no_client_auth(),
+            Some(dir) => {
+                let identity = member::client_identity(dir).map_err(anyhow::Error::msg)?;
+                let (certs, key) = identity.with_context(|| {
+                    format!(
+                        "--admin-client-certificates {}: no client-cert.pem and client-key.pem                          there (the certificate the listener's ca-cert.pem signed, and its key)",
+                        dir.display()
+                    )
+                })?;
+                builder.with_client_auth_cert(certs, key).with_context(|| {
+                    format!(
+                        "--admin-client-certificates {}: client-cert.pem and client-key.pem do                          not make a usable identity",
+                        dir.display()
+                    )
+                })?
+            }
+        };
         let name = rustls::pki_types::ServerName::try_from(host)
             .with_context(|| format!("--admin {url}: the host is not a DNS name or address"))?;
         Ok(TlsTarget {
@@ -247,7 +269,7 @@ async fn send(
                     )
                 })?;
             let stream = (tls.connector.connect(tls.name.clone(), stream).await)
-                .with_context(|| format!("admin API {url}: TLS handshake (is --admin-ca the CA that signed its certificate?)"))?;
+                .with_context(|| format!("admin API {url}: TLS handshake (is --admin-ca the CA that signed its certificate? a listener with admin_tls_verify_peer also needs --admin-client-certificates)"))?;
             let request = request.header(hyper::header::AUTHORIZATION, tls.authorization.clone());
             exchange(target, stream, request, method, path, body).await
         }
@@ -300,6 +322,11 @@ pub struct Admin {
     #[arg(long, value_name = "FILE")]
     pub admin_ca: Option<PathBuf>,
 
+    /// DIR/client-cert.pem and DIR/client-key.pem: the client certificate a TCP admin listener
+    /// with --admin-tls-verify-peer (admin_tls_verify_peer) requires (libnbd's layout).
+    #[arg(long, value_name = "DIR")]
+    pub admin_client_certificates: Option<PathBuf>,
+
     /// The array, when the server (a `raidkit daemon`) serves several.
     #[arg(long, value_name = "NAME")]
     pub array: Option<String>,
@@ -309,17 +336,21 @@ impl Admin {
     pub fn client(&self) -> anyhow::Result<Client> {
         let target = if self.admin.starts_with("https://") {
             let (token, ca) = (self.admin_token_file.as_deref(), self.admin_ca.as_deref());
-            Target::Tls(Box::new(TlsTarget::new(&self.admin, token, ca)?))
+            let client = self.admin_client_certificates.as_deref();
+            Target::Tls(Box::new(TlsTarget::new(&self.admin, token, ca, client)?))
         } else if self.admin.starts_with("http://") {
             anyhow::bail!(
                 "--admin {}: the TCP admin listener speaks TLS only: use https://",
                 self.admin
             );
         } else {
-            if self.admin_token_file.is_some() || self.admin_ca.is_some() {
+            if self.admin_token_file.is_some()
+                || self.admin_ca.is_some()
+                || self.admin_client_certificates.is_some()
+            {
                 anyhow::bail!(
-                    "--admin-token-file and --admin-ca are for a TCP admin listener \
-                     (--admin https://HOST:PORT); a Unix socket needs neither"
+                    "--admin-token-file, --admin-ca and --admin-client-certificates are for a \
+                     TCP admin listener (--admin https://HOST:PORT); a Unix socket needs none"
                 );
             }
             Target::Unix(PathBuf::from(&self.admin))

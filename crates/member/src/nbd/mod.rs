@@ -23,7 +23,7 @@ use crate::error::{check_range, MemberError};
 use crate::{Member, OpenOptions};
 use conn::{Connection, Failure};
 use nbd_codec::consts::*;
-pub use tls::pem_certificates;
+pub use tls::{client_identity, pem_certificates};
 pub use uri::{is_nbd_uri, parse_nbd_uri, NbdAddress, NbdTarget, TlsSettings, DEFAULT_PORT};
 
 /// Largest request sent to a server (the usual NBD maximum payload).

@@ -218,9 +218,9 @@ fn verifier(dir: &Path, provider: Arc<CryptoProvider>) -> io::Result<Arc<WebPkiS
 }
 
 /// `dir/client-cert.pem` and `dir/client-key.pem` when both are there; one without the other
-/// is an error naming both.
+/// is an error naming both. Shared with the admin CLI's `--admin-client-certificates`.
 #[allow(clippy::type_complexity)]
-fn client_identity(
+pub fn client_identity(
     dir: &Path,
 ) -> io::Result<Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>> {
     let cert_path = dir.join("client-cert.pem");

@@ -130,6 +130,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .admin_token_file
                     .as_ref()
                     .map(|f| f.get_ref().as_path()),
+                config
+                    .daemon
+                    .admin_tls_verify_peer
+                    .as_ref()
+                    .is_some_and(|v| *v.get_ref()),
             )
         })
         .transpose()?;

@@ -173,6 +173,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "admin_listen")]
     admin_token_file: Option<PathBuf>,
 
+    /// The TCP admin listener also requires a client certificate signed by
+    /// --admin-tls-certificates DIR/ca-cert.pem (as --tls-verify-peer for NBD clients); the CLI
+    /// presents one with --admin-client-certificates.
+    #[arg(long, requires = "admin_listen")]
+    admin_tls_verify_peer: bool,
+
     /// Serve Prometheus metrics (text format, `GET /metrics`) on TCP HOST:PORT; a port alone
     /// is 127.0.0.1:PORT. The address is bound as given: the metrics name the array and its
     /// members to whoever can reach it.
@@ -475,6 +481,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 addr,
                 args.admin_tls_certificates.as_deref(),
                 args.admin_token_file.as_deref(),
+                args.admin_tls_verify_peer,
             )
         })
         .transpose()?;
@@ -584,10 +591,13 @@ pub(crate) fn bind_metrics(text: &str) -> anyhow::Result<MetricsListener> {
 
 /// Binds the TCP admin listener at `text` (as [`bind_metrics`]) with the certificates of
 /// `certificates` (nbdkit's layout) and the token of `token_file`; refuses without either.
+/// With `verify_peer`, clients must also present a certificate signed by the directory's
+/// ca-cert.pem.
 pub(crate) fn bind_admin_tcp(
     text: &str,
     certificates: Option<&std::path::Path>,
     token_file: Option<&std::path::Path>,
+    verify_peer: bool,
 ) -> anyhow::Result<admin::tcp::AdminTcp> {
     let Some(certificates) = certificates else {
         bail!(
@@ -602,7 +612,7 @@ pub(crate) fn bind_admin_tcp(
              admin_token_file): make one with (umask 077; head -c 24 /dev/urandom | base64 > FILE)"
         );
     };
-    let tls = nbd::Tls::load(certificates, nbd::TlsMode::Require, false)
+    let tls = nbd::Tls::load(certificates, nbd::TlsMode::Require, verify_peer)
         .context("the TCP admin listener's certificates")?;
     let token = admin::token::Token::from_file(token_file, "the admin token file")
         .map_err(anyhow::Error::msg)?;

@@ -106,29 +106,49 @@ class Nbdkit:
         self.proc = None
         # (server certificate directory, client certificate directory) once use_tls is called.
         self.tls = None
+        # 127.0.0.1:PORT instead of the Unix socket, once use_tls is given one.
+        self.tcp_port = None
         if not self.image.exists():
             with open(self.image, "wb") as f:
                 f.truncate(size)
 
-    def use_tls(self, server_certs, client_certs, verify_peer=False):
+    def use_tls(self, server_certs, client_certs, verify_peer=False, tcp_port=None):
         """From the next start on: TLS required (nbdkit --tls=require with the certificates in
         ``server_certs``, nbdkit's layout; ``verify_peer``: clients need a certificate), and
-        ``uri`` is the nbds+unix URI whose ``tls-certificates`` is ``client_certs``."""
+        ``uri`` is the nbds+unix URI whose ``tls-certificates`` is ``client_certs``; with
+        ``tcp_port``, nbdkit listens on 127.0.0.1:PORT instead and ``uri`` is
+        ``nbds://127.0.0.1:PORT/?tls-certificates=…``."""
         self.tls = (server_certs, client_certs, verify_peer)
+        self.tcp_port = tcp_port
         return self
 
     @property
     def uri(self):
+        if self.tls and self.tcp_port:
+            return f"nbds://127.0.0.1:{self.tcp_port}/?tls-certificates={self.tls[1]}"
         if self.tls:
             return f"nbds+unix:///?socket={self.sock}&tls-certificates={self.tls[1]}"
         return f"nbd+unix:///?socket={self.sock}"
+
+    def _listening(self):
+        if self.tcp_port:
+            try:
+                socket.create_connection(("127.0.0.1", self.tcp_port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        return self.sock.exists()
 
     def start(self, write_delay_s=None, pause=False):
         assert self.proc is None
         for p in (self.sock, self.pause_sock):
             if p.exists():
                 p.unlink()
-        cmd = ["nbdkit", "--foreground", "--exit-with-parent", "-U", str(self.sock)]
+        cmd = ["nbdkit", "--foreground", "--exit-with-parent"]
+        if self.tcp_port:
+            cmd += ["--ipaddr", "127.0.0.1", "--port", str(self.tcp_port)]
+        else:
+            cmd += ["-U", str(self.sock)]
         if self.tls:
             cmd += ["--tls=require", f"--tls-certificates={self.tls[0]}"]
             if self.tls[2]:
@@ -151,7 +171,7 @@ class Nbdkit:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
-        while not self.sock.exists():
+        while not self._listening():
             assert self.proc.poll() is None, f"nbdkit exited: {cmd}"
             assert time.monotonic() < deadline, f"nbdkit not listening: {cmd}"
             time.sleep(0.02)

@@ -5,7 +5,9 @@ with the certificates test_tls makes with certtool (``pki``).
   member whose ``tls-certificates`` trusts another CA fails, naming the member's URI, the CA
   file and what to do; the same against a plaintext nbdkit says the server does not offer TLS.
 - ``test_raid1_over_a_tls_member_served_over_tls_through_failure_and_reconnect`` (the issue's
-  "Done when"): a RAID 1 of a local file and an ``nbds+unix://`` export (nbdkit
+  "Done when"), once with the member on loopback TCP (``nbds://127.0.0.1:PORT/``, nbdkit
+  ``--ipaddr 127.0.0.1 --port PORT``, restarted on the same port) and once on a Unix socket
+  (``nbds+unix://``): a RAID 1 of a local file and that export (nbdkit
   ``--tls=require --tls-verify-peer``: raidkit presents its client certificate), encrypted at
   rest (``create --encrypt --key-file``), created through the nbds URI, served with
   ``--key-file`` and ``--tls require --tls-verify-peer`` on loopback
@@ -94,13 +96,16 @@ class TlsProxy:
         self.proc.wait()
 
 
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
 def test_raid1_over_a_tls_member_served_over_tls_through_failure_and_reconnect(
-        tmp_path, members, arrays, pki):
+        tmp_path, members, arrays, pki, transport):
     require_tools("nbdkit", "nbdinfo", "fio")
     local = tmp_path / "m0.img"
     with open(local, "wb") as f:
         f.truncate(32 * MIB)
-    remote = members("m1").use_tls(pki["server"], pki["client"], verify_peer=True)
+    remote = members("m1").use_tls(pki["server"], pki["client"], verify_peer=True,
+                                   tcp_port=free_tcp_port() if transport == "tcp" else None)
+    assert remote.uri.startswith("nbds://" if transport == "tcp" else "nbds+unix://")
     remote.start()
     key = tmp_path / "key"
     key.write_bytes(os.urandom(64))

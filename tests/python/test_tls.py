@@ -1,6 +1,8 @@
 """TLS for NBD clients (issue 14): ``raidkit serve --tls on|require --tls-certificates DIR
 [--tls-verify-peer]`` against libnbd's nbdinfo and nbdcopy over ``nbds://`` with
-``tls-certificates=DIR``, and qemu-img with a ``tls-creds-x509`` object. Certificates are made
+``tls-certificates=DIR``, and qemu-img with a ``tls-creds-x509`` object; an expired client
+certificate (against ``--tls-verify-peer``) and an expired server certificate are refused, the
+server's log saying so, while others are served. Certificates are made
 per test session with certtool (gnutls-bin): a CA, a server certificate for 127.0.0.1 and
 localhost, a client certificate, and a second, unrelated CA.
 """
@@ -182,6 +184,47 @@ def test_verify_peer_needs_a_client_certificate_signed_by_the_ca(tls_server, pki
     srv.wait_for_log("TLS handshake failed")
     assert "no certificates" in srv.stderr(), srv.stderr()
     copy_round_trip(tmp_path, srv.uri(pki["client"]), "verify-peer")
+
+
+def issue_expired(pki, dir, kind, template):
+    """DIR/ca-cert.pem and DIR/KIND-cert.pem + key signed by the session's CA, valid only in
+    2019 (certtool's activation_date/expiration_date)."""
+    root = pki["server"].parent
+    dir.mkdir()
+    (dir / "ca-cert.pem").write_bytes((pki["server"] / "ca-cert.pem").read_bytes())
+    info = dir / f"{kind}.info"
+    info.write_text(template + 'signing_key\nencryption_key\n'
+                    'activation_date = "2019-01-01 00:00:00"\n'
+                    'expiration_date = "2019-12-31 00:00:00"\n')
+    make_key(dir / f"{kind}-key.pem")
+    sign(root / "ca", dir / f"{kind}-key.pem", info, dir / f"{kind}-cert.pem")
+    return dir
+
+
+def test_an_expired_certificate_is_refused_and_others_are_still_served(
+        tls_server, pki, tmp_path):
+    # An expired client certificate against --tls-verify-peer: refused, the log says why.
+    expired_client = issue_expired(pki, tmp_path / "expired-client", "client",
+                                   "cn = raidkit expired client\ntls_www_client\n")
+    srv = tls_server("require", verify_peer=True)
+    refused(srv.uri(expired_client))
+    srv.wait_for_log("TLS handshake failed")
+    assert "xpired" in srv.stderr(), srv.stderr()
+    assert nbdinfo_size(srv.uri(pki["client"])) == EXPORT_BYTES
+    # An expired server certificate: the client refuses it (and the server logs the failure).
+    expired_server = issue_expired(
+        pki, tmp_path / "expired-server", "server",
+        "cn = localhost\ndns_name = localhost\nip_address = 127.0.0.1\ntls_www_server\n")
+    workdir = tmp_path / "second"
+    workdir.mkdir()
+    old = TlsServer(workdir, {**pki, "server": expired_server}, "require")
+    try:
+        err = refused(old.uri(pki["client"]))
+        assert "xpired" in err or "certificate" in err.lower(), err
+        old.wait_for_log("TLS handshake failed")
+    finally:
+        old.stop()
+    assert nbdinfo_size(srv.uri(pki["client"])) == EXPORT_BYTES
 
 
 def test_tls_on_serves_plaintext_and_tls_clients(tls_server, pki, tmp_path):

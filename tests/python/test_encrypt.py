@@ -2,7 +2,9 @@
 through NBD is found in no member file and no journal file of an encrypted array, and found in
 them without encryption; the data survives a restart and a member rebuild (the rebuild runs with
 no key: below the encryption layer everything is ciphertext); a wrong key and a missing key are
-refused with a clear message; an array made before encryption existed still opens.
+refused with a clear message; an array made before encryption existed still opens; a
+passphrase typed at the terminal's prompt (a pty as serve's controlling terminal) opens the
+array, unechoed, and a wrong one typed is refused.
 """
 
 import gzip
@@ -348,3 +350,67 @@ def test_a_key_change_cut_short_still_opens_and_the_next_start_makes_members_agr
     assert opens(holds)
     log = array.start("--passphrase-file", str(lost), expect_fail=True)
     assert "does not open" in log, log
+
+
+def _pty_serve(tmp_path, members, typed):
+    """`raidkit serve` of `members` on a terminal of its own (a pty as its controlling
+    terminal, as a person at a console), each of `typed` sent after the next prompt; returns
+    (pid, master fd, everything it printed so far, socket path)."""
+    import pty
+    import select
+    import time
+    sock = tmp_path / "prompt.sock"
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(RAIDKIT_BIN, [RAIDKIT_BIN, "serve", "--unix", str(sock),
+                               *map(str, members)])
+    out = b""
+    answers = list(typed)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break  # the child closed the terminal (it exited)
+        if not chunk:
+            break
+        out += chunk
+        if answers and out.rstrip().endswith(b":"):
+            os.write(fd, answers.pop(0).encode() + b"\n")
+        if b"raidkit: serving" in out:
+            break
+    return pid, fd, out.decode(errors="replace"), sock
+
+
+def test_a_passphrase_typed_at_the_terminal_opens_and_a_wrong_one_is_refused(tmp_path):
+    import signal
+    members = [tmp_path / f"m{i}.img" for i in range(2)]
+    passphrase = tmp_path / "pass"
+    passphrase.write_text("correct horse battery staple\n")
+    run([RAIDKIT_BIN, "create", "-l", "1", "-s", str(MEMBER_BYTES), "-n", "typed",
+         "--encrypt", "--passphrase-file", str(passphrase), *KDF, *map(str, members)])
+    # A wrong passphrase typed: refused, the process exits non-zero.
+    pid, fd, out, _ = _pty_serve(tmp_path, members, ["correct horse battery stapler"])
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert "assphrase" in out, out  # it asked
+    assert os.waitstatus_to_exitcode(status) != 0, out
+    assert "does not open any of the 1 key slots" in out, out
+    # The right one typed: served, and the data path works.
+    pid, fd, out, sock = _pty_serve(tmp_path, members, ["correct horse battery staple"])
+    try:
+        assert "raidkit: serving" in out, out
+        assert "correct horse" not in out, out  # not echoed
+        h = nbd.NBD()
+        h.connect_uri(f"nbd+unix:///?socket={sock}")
+        h.pwrite(b"t" * 4096, 0)
+        assert h.pread(4096, 0) == b"t" * 4096
+        h.shutdown()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, out

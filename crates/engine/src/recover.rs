@@ -118,9 +118,63 @@ impl Array {
     /// Copies `[offset, offset+len)` of `role` onto its replacement (reconstructing what the
     /// old member cannot read). False when the replacement is gone (a write to it failed); an
     /// error that is a lack of space keeps it (redo the step later).
+    ///
+    /// A range neither the old member nor the redundancy can provide (the old member's read
+    /// fails, e.g. on a range its bad-block list records, and so does another member's in the
+    /// same rows) is, when the replacement keeps a bad-block list, recorded there as lost in
+    /// 4 KiB pieces (durably, before this returns) and the rest copied, as a rebuild does. So
+    /// every range of the old member's list ends on the replacement either rebuilt from
+    /// redundancy or recorded as lost: the list goes with the role. With no list the step
+    /// fails as before; a full list or one that cannot be written drops the replacement.
     pub fn replace_step(&self, role: usize, offset: u64, len: u64) -> Result<bool, IoError> {
         assert!(offset + len <= self.parts.geometry.member_data_bytes(role));
-        self.recovering(|| self.replace_step_locked(role, offset, len))
+        match self.recovering(|| self.replace_step_locked(role, offset, len)) {
+            Err(e) if unprovidable(role, &e) => self.replace_recording_lost(role, offset, len, e),
+            done => done,
+        }
+    }
+
+    /// [`Array::replace_step`] piece by piece, recording the pieces nothing can provide in the
+    /// replacement's bad-block list. `first`: the error that sent the step here.
+    fn replace_recording_lost(
+        &self,
+        role: usize,
+        offset: u64,
+        len: u64,
+        first: IoError,
+    ) -> Result<bool, IoError> {
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let n = LOST_PIECE_BYTES.min(end - at);
+            match self.recovering(|| self.replace_step_locked(role, at, n)) {
+                Err(e) if unprovidable(role, &e) => {
+                    let Some(new) = self.parts.members.slot(role).1 else {
+                        return Ok(false);
+                    };
+                    let failed = match new.record_lost(at, n) {
+                        Some(Ok(true)) => None,
+                        None => return Err(first),
+                        Some(Ok(false)) => Some(std::io::Error::other(format!(
+                            "bad-block list full; could not record bytes {at}..{} as lost ({e})",
+                            at + n
+                        ))),
+                        Some(Err(source)) => Some(std::io::Error::other(format!(
+                            "writing its bad-block list: {source}"
+                        ))),
+                    };
+                    if let Some(why) = failed {
+                        // As md fails a member whose list is full: the replace ends without it.
+                        self.parts.members.drop_failed_replacement(role, &new, &why);
+                        return Ok(false);
+                    }
+                }
+                Ok(true) => {}
+                other => return other,
+            }
+            at += n;
+        }
+        Ok(true)
     }
 
     fn replace_step_locked(&self, role: usize, offset: u64, len: u64) -> Result<bool, IoError> {
@@ -196,4 +250,10 @@ impl Array {
     pub fn cancel_replace(&self, role: usize) -> Option<Arc<dyn Member>> {
         self.parts.members.cancel_replace(role)
     }
+}
+
+/// A read error of another member than `role` (whose own read failed first) that repair could
+/// not get past: the range has no redundancy left.
+fn unprovidable(role: usize, e: &IoError) -> bool {
+    matches!(e, IoError::Member { role: r, op: Op::Read, .. } if *r != role)
 }

@@ -36,7 +36,24 @@ fn rebuild_over_a_bad_range(
     lost: u64,
     data_offset: u64,
 ) -> Arc<dyn Member> {
-    v.fail_member(dead);
+    rebuild_with_more_lost(v, controls, dir, &[dead], source, lost, data_offset)
+}
+
+/// [`rebuild_over_a_bad_range`] with every role of `dead` failed first; the spare rebuilds
+/// `dead[0]`.
+fn rebuild_with_more_lost(
+    v: &Volume,
+    controls: &[FaultControl],
+    dir: &std::path::Path,
+    dead: &[usize],
+    source: usize,
+    lost: u64,
+    data_offset: u64,
+) -> Arc<dyn Member> {
+    for &d in dead {
+        v.fail_member(d);
+    }
+    let dead = dead[0];
     controls[source].fail_reads(FaultRule::Range {
         offset: data_offset + lost,
         len: BLOCK,
@@ -235,4 +252,126 @@ fn without_a_list_the_rebuild_fails_on_the_range_as_before() {
         .unwrap()
         .bad_blocks
         .is_none());
+}
+
+/// A replace of a member whose list records a range that the others cannot provide either
+/// (the RAID 5 rebuild above left role 2 with a recorded range whose row is unreadable on role
+/// 0): the copy records the range on the new member and finishes (before, every step over it
+/// failed and the replace never ended); the record goes with the role, and exactly the same
+/// blocks fail afterwards.
+#[test]
+fn a_replace_carries_an_unprovidable_range_to_the_new_member() {
+    let seed = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "br", "raid5", 3);
+    let data_offset = read_sb(&paths[0]).data_offset_bytes;
+    let (v, controls) = assemble_faulty(&paths);
+    let data = pattern(v.size_bytes() as usize, seed);
+    v.write(0, &data).unwrap();
+    let lost = 5 * v.chunk_bytes() + 3 * BLOCK;
+    let spare = rebuild_over_a_bad_range(&v, &controls, dir.path(), 2, 0, lost, data_offset);
+    assert_eq!(list_on(spare.as_ref()), [(lost, BLOCK)]);
+    let mut expected = blocks_held(&v, 0, lost);
+    expected.extend(blocks_held(&v, 2, lost));
+    expected.sort();
+    assert_eq!(failing_blocks(&v, &data), expected, "RAIDKIT_SEED={seed}");
+
+    let new = open_all(&sized_files(dir.path(), "new", 1, MEMBER_BYTES)).remove(0);
+    v.replace(spare.name(), Arc::clone(&new)).unwrap();
+    let done = wait_for(60, || {
+        let s = v.status();
+        s.task.is_none() && s.members[2].name == new.name()
+    });
+    assert!(done, "the replace did not finish: {:?}", v.status());
+    assert_eq!(
+        list_on(new.as_ref()),
+        [(lost, BLOCK)],
+        "recorded on the new member, durably"
+    );
+    let on_new: Vec<_> = (v.status().bad_blocks.iter())
+        .filter(|b| b.role == 2)
+        .map(|b| (b.member.clone(), b.member_offset, b.len))
+        .collect();
+    assert_eq!(on_new, [(new.name().to_string(), lost, BLOCK)]);
+    assert_eq!(failing_blocks(&v, &data), expected, "RAIDKIT_SEED={seed}");
+    controls[0].heal();
+    v.close().unwrap();
+}
+
+/// RAID 6 with two members lost and one spare: the rebuild meets a range a third member
+/// cannot read, records it on the spare and finishes; exactly the blocks of that row held by
+/// the unreadable, the lost and the still missing role fail; a full-stripe write clears it.
+#[test]
+fn a_raid6_rebuild_with_two_lost_records_an_unreadable_range() {
+    let seed = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "b6", "raid6", 4);
+    let data_offset = read_sb(&paths[0]).data_offset_bytes;
+    let (v, controls) = assemble_faulty(&paths);
+    let mut data = pattern(v.size_bytes() as usize, seed);
+    v.write(0, &data).unwrap();
+    let lost = 7 * v.chunk_bytes() + 2 * BLOCK;
+    let spare = rebuild_with_more_lost(&v, &controls, dir.path(), &[2, 3], 0, lost, data_offset);
+    assert_eq!(
+        list_on(spare.as_ref()),
+        [(lost, BLOCK)],
+        "RAIDKIT_SEED={seed}"
+    );
+    let bad = v.status().bad_blocks;
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!((bad[0].role, bad[0].member_offset), (2, lost));
+    let mut expected: Vec<u64> = [0, 2, 3]
+        .iter()
+        .flat_map(|&r| blocks_held(&v, r, lost))
+        .collect();
+    expected.sort();
+    assert!(
+        !expected.is_empty(),
+        "two of the four hold P and Q in that row"
+    );
+    assert_eq!(failing_blocks(&v, &data), expected, "RAIDKIT_SEED={seed}");
+    let unit = v.geometry().unit_bytes();
+    let stripe = bad[0].stripe_array_offset;
+    let fresh = pattern(unit as usize, seed ^ 1);
+    v.write(stripe, &fresh).unwrap();
+    data[stripe as usize..][..unit as usize].copy_from_slice(&fresh);
+    assert!(list_on(spare.as_ref()).is_empty(), "cleared on disk");
+    controls[0].heal();
+    assert!(failing_blocks(&v, &data).is_empty(), "RAIDKIT_SEED={seed}");
+    v.close().unwrap();
+}
+
+/// RAID 10 (two pairs): the rebuild of a leg whose partner cannot read a range records it on
+/// the spare; only that block fails; the other pair is untouched; a write clears it.
+#[test]
+fn a_raid10_rebuild_records_the_range_its_partner_cannot_read() {
+    let seed = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "b10", "raid10", 4);
+    let data_offset = read_sb(&paths[0]).data_offset_bytes;
+    let (v, controls) = assemble_faulty(&paths);
+    let data = pattern(v.size_bytes() as usize, seed);
+    v.write(0, &data).unwrap();
+    let lost = 9 * v.chunk_bytes() + BLOCK;
+    let spare = rebuild_over_a_bad_range(&v, &controls, dir.path(), 1, 0, lost, data_offset);
+    assert_eq!(
+        list_on(spare.as_ref()),
+        [(lost, BLOCK)],
+        "RAIDKIT_SEED={seed}"
+    );
+    let expected = blocks_held(&v, 1, lost);
+    assert_eq!(
+        expected,
+        blocks_held(&v, 0, lost),
+        "partners hold the same rows"
+    );
+    assert_eq!(expected.len(), 1);
+    assert_eq!(failing_blocks(&v, &data), expected, "RAIDKIT_SEED={seed}");
+    let at = expected[0] as usize;
+    v.write(expected[0], &data[at..at + BLOCK as usize])
+        .unwrap();
+    assert!(list_on(spare.as_ref()).is_empty(), "cleared on disk");
+    controls[0].heal();
+    assert!(failing_blocks(&v, &data).is_empty(), "RAIDKIT_SEED={seed}");
+    v.close().unwrap();
 }

@@ -3,7 +3,8 @@
 //! - `Rcw` (reconstruct-write): read the untouched data over the parity range, compute parity
 //!   from all data. A full-stripe write is the case with nothing to read.
 //! - `Rmw` (read-modify-write): read the old touched data and old parity, apply the deltas.
-//! - `Rebuild` (degraded, a touched data member missing): read every present block, rebuild
+//! - `Rebuild` (degraded, a touched data member missing, not every data block written over the
+//!   parity range — that is an `Rcw` reading nothing): read every present block, rebuild
 //!   the lost ones, overlay the new data, regenerate parity.
 //! - `DataOnly`: no parity member present (RAID 5 missing P): write the data alone.
 //!
@@ -67,6 +68,18 @@ fn choose_mode(
         return Mode::DataOnly;
     }
     let data_all_readable = (0..k).all(|i| present[g.data_role(span.stripe, i)]);
+    let (lo, hi) = span.parity_range();
+    let all_data_written = (0..k).all(|i| {
+        span.chunk(i)
+            .is_some_and(|c| c.start == lo && c.start + c.len == hi)
+    });
+    if all_data_written {
+        // Every data block over the parity range is written (a full-stripe write): parity
+        // comes from the new data alone, nothing is read, degraded or not (a missing member's
+        // block is simply not written). Rebuild would read every present block for nothing,
+        // and fail on a recorded bad range the write is about to replace.
+        return Mode::Rcw;
+    }
     if !span.chunks.iter().all(|c| present[c.role]) {
         return Mode::Rebuild;
     }
@@ -84,7 +97,6 @@ fn choose_mode(
     if !data_all_readable {
         return Mode::Rmw;
     }
-    let (lo, hi) = span.parity_range();
     let touched: u64 = span.chunks.iter().map(|c| c.len).sum();
     let rmw_reads = touched + parity_present * (hi - lo);
     let rcw_reads = k as u64 * (hi - lo) - touched;

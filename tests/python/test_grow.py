@@ -1,7 +1,8 @@
 """`raidkit grow` (issue 15): a stopped array takes the room of members replaced by larger ones
-(`--size max`, every level) and a linear array takes new members (`--add`); the data written
+(`--size max`, every level), a linear array takes new members (`--add`), and a RAID 0/5/6 array
+takes new members by moving its data (a reshape, resumed after a kill -9); the data written
 before reads back, clients see the new size, the new part is usable and (redundant levels)
-consistent by scrub. What is not built yet (a running array, reshapes that move data) is
+consistent by scrub. What is not built yet (a running array, RAID 10, --chunk, --level) is
 refused with a message saying so.
 """
 
@@ -126,7 +127,10 @@ def test_what_is_not_built_is_refused_and_changes_nothing(tmp_path, arrays):
         if not served:  # (a server rewrites its owner record)
             assert [m.read_bytes()[4096:8192] for m in members] == before, "superblocks unchanged"
 
-    refused(["--add", new, *members], "not do yet")
+    tiny = tmp_path / "tiny.img"
+    with open(tiny, "wb") as f:
+        f.truncate(2 * MIB)
+    refused(["--add", tiny, *members], "needs at least")
     refused(["--chunk", "64K", *members], "not do yet")
     refused(["--level", "6", *members], "not do yet")
     refused(["--size", "1G", *members], "only \"max\"")
@@ -211,3 +215,102 @@ def array_write(array, offset, data):
     h.pwrite(data, offset)
     h.flush()
     h.shutdown()
+
+
+def write_big(array, offset, data, piece=16 * MIB):
+    for at in range(0, len(data), piece):
+        array.write(offset + at, data[at:at + piece])
+
+
+def read_big(array, offset, length, piece=16 * MIB):
+    return b"".join(array.read(offset + at, min(piece, length - at))
+                    for at in range(0, length, piece))
+
+
+def grow_killed_at_progress(args, rng):
+    """Runs `raidkit grow ARGS` and kills it -9 after its first progress line plus a random
+    pause of up to 20 ms; returns whether the kill came before the end (its output)."""
+    proc = subprocess.Popen([RAIDKIT_BIN, "grow", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if "reshape at array byte" in line:
+            time.sleep(rng.random() * 0.02)
+            proc.kill()
+            break
+    proc.wait(timeout=60)
+    rest = proc.stdout.read()
+    return "".join(out) + rest + proc.stderr.read()
+
+
+@pytest.mark.parametrize("level,count,added,used_map", [
+    ("0", 2, 1, False), ("5", 3, 1, False), ("5", 3, 2, False), ("6", 4, 1, False),
+    ("6", 4, 2, False), ("5", 3, 1, True), ("6", 4, 2, True)])
+def test_add_moves_the_data_and_resumes_after_kill_9(tmp_path, arrays, level, count, added,
+                                                      used_map):
+    """`grow --add` on RAID 0/5/6 moves every stripe to the wider layout; killed -9 twice in the
+    middle (once right after its first window, in the critical section, once in the resumed
+    run), the same command run again resumes and finishes: every byte written before reads
+    back, the new size is served, RAID 5/6 scrub clean and read back with a member left out.
+    With the used-regions map (members full of garbage, two fifths of the array written), the
+    never-written part still reads zero after the reshape, whose map is coarser."""
+    member_bytes = 64 * MIB
+    members = [tmp_path / f"m{i}.img" for i in range(count)]
+    new = [tmp_path / f"n{i}.img" for i in range(added)]
+    rng = rng_for(f"reshape-{level}-{count}-{added}-{used_map}")
+    for p in members + new:
+        with open(p, "wb") as f:
+            if used_map:
+                f.write(rng.randbytes(member_bytes))
+            else:
+                f.truncate(member_bytes)
+    run([RAIDKIT_BIN, "create", "-l", level, "-c", "64K", "-n", "rs",
+         *([] if used_map else ["--no-used-map"]), "--force", *map(str, members)])
+    array = arrays(tmp_path, members).start()
+    old = size_of(array)
+    assert old == sizes(level, count, member_bytes)
+    written = old * 2 // 5 // 4096 * 4096 if used_map else old
+    data = rng.randbytes(written) + bytes(old - written)
+    write_big(array, 0, data[:written])
+    assert read_big(array, 0, old) == data, "before the reshape"
+    array.stop()
+
+    args = [a for n in new for a in ("--add", n)] + (["--force"] if used_map else []) + members
+    first = grow_killed_at_progress(args, rng)
+    assert "reshape recorded" in first and "grown from" not in first, first
+    # Mid-reshape, serving is refused with the command that finishes it.
+    log = array.start(members=[*map(str, members), *map(str, new)], expect_fail=True)
+    assert "in the middle of a reshape" in log and "raidkit grow" in log, log
+    second = grow_killed_at_progress(args, rng)
+    assert "resuming" in second and "grown from" not in second, second
+    done = grow(*args).stdout
+    assert "resuming" in done and "grown from" in done, done
+
+    array.members += [str(n) for n in new]
+    grown = sizes(level, count + added, member_bytes)
+    array.start()
+    assert size_of(array) == grown
+    assert read_big(array, 0, old) == data, "the data written before the reshape"
+    assert read_big(array, old, grown - old) == bytes(grown - old), "the grown part reads zero"
+    if level != "0":
+        out = array.cli("scrub", "--wait").stdout
+        assert " 0 mismatches" in out, out
+    array.stop()
+    if level != "0":
+        for left_out in (0, count):
+            kept = [m for i, m in enumerate(array.members) if i != left_out]
+            array.start(members=kept)
+            assert read_big(array, 0, old) == data, f"without member {left_out}"
+            array.stop()
+
+
+def test_reshape_refusals_name_the_array_and_the_remedy(tmp_path):
+    members = [tmp_path / f"m{i}.img" for i in range(4)]
+    run([RAIDKIT_BIN, "create", "-l", "10", "-s", str(SMALL), "-n", "r10", *map(str, members)])
+    new = tmp_path / "new.img"
+    with open(new, "wb") as f:
+        f.truncate(SMALL)
+    r = grow("--add", new, *members, check=False)
+    assert r.returncode != 0 and "r10" in r.stderr and "raid10 array is not built" in r.stderr, \
+        r.stderr

@@ -60,9 +60,8 @@ pub struct ReshapePlan {
     /// Logical bytes of one old / new stripe row (data chunks × chunk).
     old_stripe: u64,
     new_stripe: u64,
-    /// Where the copy ends: the new array's end for RAID 5/6 (the rows past the old data are
-    /// written with zeroes, so their parity holds), the old data rounded up to a new stripe
-    /// for RAID 0.
+    /// Where the copy ends: the new array's end (the rows past the old data are written with
+    /// zeroes, so RAID 5/6 parity holds there and no level shows stale bytes in the grown part).
     end: u64,
     /// New rows per window outside the critical section.
     window_rows: u64,
@@ -110,11 +109,7 @@ impl ReshapePlan {
         let chunk = old.chunk_bytes();
         let old_stripe = chunk * (old.member_count() - old.parity_count()) as u64;
         let new_stripe = chunk * (new.member_count() - new.parity_count()) as u64;
-        let end = if old.has_parity() {
-            new.size_bytes()
-        } else {
-            old.size_bytes().div_ceil(new_stripe) * new_stripe
-        };
+        let end = new.size_bytes();
         assert!(end <= new.size_bytes() && end >= old.size_bytes());
         let window_rows = (window_bytes.min(WINDOW_BYTES_MAX) / new_stripe).max(1);
         Ok(ReshapePlan {
@@ -402,6 +397,11 @@ pub struct ArrayTarget {
     pub new: Array,
     pub backup: BackupArea,
     pub recorder: Box<dyn Fn(u64) -> io::Result<()> + Send + Sync>,
+    /// Regions of the old array that hold nothing and read as zeroes (the used-regions map:
+    /// region bytes and one bit per region, set = holds data); their bytes are copied as
+    /// zeroes, so a region the new map counts used (it is coarser) reads zero where the old one
+    /// did. `None`: every byte is copied.
+    pub used: Option<(u64, Vec<u8>)>,
 }
 
 fn io_error(e: IoError) -> io::Error {
@@ -417,6 +417,21 @@ impl ReshapeTarget for ArrayTarget {
             self.old.read(offset, head).map_err(io_error)?;
         }
         tail.fill(0);
+        if let Some((region, image)) = &self.used {
+            let end = offset + buf.len() as u64;
+            let mut at = offset;
+            while at < end {
+                let r = at / region;
+                let next = ((r + 1) * region).min(end);
+                let set = image
+                    .get((r / 8) as usize)
+                    .is_some_and(|byte| byte & (1 << (r % 8)) != 0);
+                if !set {
+                    buf[(at - offset) as usize..(next - offset) as usize].fill(0);
+                }
+                at = next;
+            }
+        }
         Ok(())
     }
     fn write_new(&self, offset: u64, buf: &[u8]) -> io::Result<()> {

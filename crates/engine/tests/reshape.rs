@@ -51,6 +51,9 @@ struct Rig {
     recorded: Arc<Mutex<Vec<u64>>>,
     missing: Option<usize>,
     window: u64,
+    /// The used-regions map handed to the mover (region bytes, bits): clear regions move as
+    /// zeroes.
+    used: Option<(u64, Vec<u8>)>,
 }
 
 fn hooked(member: &Arc<dyn Member>, trip: &Arc<Trip>) -> Arc<dyn Member> {
@@ -97,6 +100,7 @@ impl Rig {
             recorded: Arc::new(Mutex::new(vec![0; m])),
             missing: None,
             window,
+            used: None,
         }
     }
 
@@ -146,6 +150,7 @@ impl Rig {
                 }
                 Ok(())
             }),
+            used: self.used.clone(),
         };
         let p = reshape::resume(&plan, &target, p_rec)?;
         let mut last = p;
@@ -180,6 +185,16 @@ impl Rig {
     /// further member left out where the level allows.
     fn check(&self, pattern: &[u8], what: &str) {
         let plan = self.plan();
+        let mut expected = pattern.to_vec();
+        if let Some((region, image)) = &self.used {
+            for (at, byte) in expected.iter_mut().enumerate() {
+                let r = at as u64 / region;
+                if image[(r / 8) as usize] & (1 << (r % 8)) == 0 {
+                    *byte = 0;
+                }
+            }
+        }
+        let pattern = &expected[..];
         let mut leave_out: Vec<Option<usize>> = vec![None];
         let redundant_left = match (self.level, self.missing) {
             (Level::Raid5, None) | (Level::Raid6, Some(_)) => 1,
@@ -234,6 +249,7 @@ impl Rig {
             recorded: Arc::new(Mutex::new(self.recorded.lock().unwrap().clone())),
             missing: self.missing,
             window: self.window,
+            used: self.used.clone(),
         }
     }
 }
@@ -274,6 +290,32 @@ fn every_stop(rng: &mut Rng, level: Level, n: usize, m: usize, missing: Option<u
             &format!("{what}, stopped after write {k} of {total}"),
         );
     }
+}
+
+#[test]
+fn regions_the_used_map_calls_empty_move_as_zeroes() {
+    each_seed("regions_the_used_map_calls_empty_move_as_zeroes", |rng| {
+        for (level, n, m) in [(Level::Raid5, 3, 4), (Level::Raid6, 4, 6)] {
+            let mut rig = Rig::new(level, n, m, 24, CHUNK * 4);
+            let pattern = rig.fill(rng);
+            let region = 2 * CHUNK * (n as u64 - if level == Level::Raid5 { 1 } else { 2 });
+            let regions = (pattern.len() as u64).div_ceil(region);
+            let mut image = vec![0u8; regions.div_ceil(8) as usize];
+            for r in 0..regions {
+                if rng.chance(50) {
+                    image[(r / 8) as usize] |= 1 << (r % 8);
+                }
+            }
+            rig.used = Some((region, image));
+            let k = rng.below(60) as i64;
+            let _ = rig.attempt(&Trip::new(k));
+            rig.attempt(&Trip::new(i64::MAX)).unwrap();
+            rig.check(
+                &pattern,
+                &format!("{level} {n} -> {m} with a used map, stop at {k}"),
+            );
+        }
+    });
 }
 
 fn each_seed(name: &str, body: impl Fn(&mut Rng)) {

@@ -584,6 +584,7 @@ fn build_superblocks(
         roles: roles.clone(),
         encryption: None,
         checksum: None,
+        reshape: None,
     };
     (0..all.len()).map(make).collect()
 }

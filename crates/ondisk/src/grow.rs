@@ -93,7 +93,10 @@ pub struct GrowReport {
     pub notes: Vec<String>,
 }
 
-fn io_err<'a>(name: &'a str, action: &'static str) -> impl FnOnce(io::Error) -> GrowError + 'a {
+pub(crate) fn io_err<'a>(
+    name: &'a str,
+    action: &'static str,
+) -> impl FnOnce(io::Error) -> GrowError + 'a {
     move |source| GrowError::Io {
         name: name.to_string(),
         action,
@@ -102,23 +105,23 @@ fn io_err<'a>(name: &'a str, action: &'static str) -> impl FnOnce(io::Error) -> 
 }
 
 /// The superblocks [`read_array`] read and checked.
-struct Read {
+pub(crate) struct Read {
     /// Each member's, in the order given.
-    sbs: Vec<Superblock>,
+    pub(crate) sbs: Vec<Superblock>,
     /// The freshest (all are as fresh: checked).
-    fresh: Superblock,
+    pub(crate) fresh: Superblock,
     /// "\"NAME\" UUID", for messages.
-    array: String,
+    pub(crate) array: String,
 }
 
-fn refusal(array: &str, why: String) -> GrowError {
+pub(crate) fn refusal(array: &str, why: String) -> GrowError {
     GrowError::Refused(format!("cannot grow array {array}: {why}"))
 }
 
-/// The stopped array on `members` (every member holding a role and every listed spare, any
-/// order), read and checked: one array, every member current, clean, every role active and
-/// in sync, no replace, no bitmap bit set.
-fn read_array(members: &[Arc<dyn Member>]) -> Result<Read, GrowError> {
+/// Every member's superblock (in the order given) and the freshest of them.
+pub(crate) fn read_superblocks(
+    members: &[Arc<dyn Member>],
+) -> Result<(Vec<Superblock>, Superblock), GrowError> {
     let mut sbs = Vec::with_capacity(members.len());
     for m in members {
         let sb = read_superblock(m.as_ref()).map_err(|e| {
@@ -132,6 +135,14 @@ fn read_array(members: &[Arc<dyn Member>]) -> Result<Read, GrowError> {
     let Some(fresh) = sbs.iter().max_by_key(|sb| sb.events).cloned() else {
         return Err(GrowError::Refused("no members given".to_string()));
     };
+    Ok((sbs, fresh))
+}
+
+/// The stopped array on `members` (every member holding a role and every listed spare, any
+/// order), read and checked: one array, every member current, clean, every role active and
+/// in sync, no replace, no bitmap bit set.
+pub(crate) fn read_array(members: &[Arc<dyn Member>]) -> Result<Read, GrowError> {
+    let (sbs, fresh) = read_superblocks(members)?;
     let array = format!("\"{}\" {}", fresh.name, fresh.array_uuid);
     let refuse = |why: String| refusal(&array, why);
     for (m, sb) in members.iter().zip(&sbs) {
@@ -235,7 +246,7 @@ fn read_array(members: &[Arc<dyn Member>]) -> Result<Read, GrowError> {
 /// The bitmap for an array of `size` bytes in the area `old` has: the same area, the region
 /// doubled until the area's bits cover the array (all bits are clear: [`read_array`] checked,
 /// so no bit changes meaning and no block is rewritten).
-fn bitmap_for(old: BitmapRef, size: u64) -> BitmapRef {
+pub(crate) fn bitmap_for(old: BitmapRef, size: u64) -> BitmapRef {
     let capacity = old.bytes / 4096 * BITS_PER_BLOCK;
     let mut region = old.region_bytes;
     while size.div_ceil(region) > capacity.min(crate::BITMAP_REGIONS_MAX) {
@@ -249,7 +260,7 @@ fn bitmap_for(old: BitmapRef, size: u64) -> BitmapRef {
 
 /// The used-regions map for an array of `size` bytes in the area `old` has: the same area, the
 /// region doubled until the area's bits cover the array (still whole sync units).
-fn used_map_for(old: UsedMapRef, size: u64) -> UsedMapRef {
+pub(crate) fn used_map_for(old: UsedMapRef, size: u64) -> UsedMapRef {
     let capacity = old.bytes / 4096 * BITS_PER_BLOCK;
     let mut region = old.region_bytes;
     while size.div_ceil(region) > capacity.min(USED_REGIONS_MAX) {
@@ -263,7 +274,7 @@ fn used_map_for(old: UsedMapRef, size: u64) -> UsedMapRef {
 
 /// The used-regions map of the array: the union of the role members' maps (a block that fails
 /// its check counts as all used), `regions` bits.
-fn read_used(
+pub(crate) fn read_used(
     holders: &[&Arc<dyn Member>],
     uuid: &Uuid,
     at: &UsedMapRef,
@@ -279,7 +290,7 @@ fn read_used(
 }
 
 /// Writes `image` as the used-regions map at `at` on every one of `holders`, then flushes them.
-fn write_used(
+pub(crate) fn write_used(
     holders: &[&Arc<dyn Member>],
     uuid: &Uuid,
     at: &UsedMapRef,
@@ -302,7 +313,7 @@ fn cheap_to_zero(member: &dyn Member) -> bool {
 }
 
 /// Writes `sbs[i]` to `members[i]` for every `i`, then flushes them all.
-fn write_all(members: &[Arc<dyn Member>], sbs: &[Superblock]) -> Result<(), GrowError> {
+pub(crate) fn write_all(members: &[Arc<dyn Member>], sbs: &[Superblock]) -> Result<(), GrowError> {
     for (m, sb) in members.iter().zip(sbs) {
         m.write_at(&sb.encode()[..], SUPERBLOCK_OFFSET)
             .map_err(io_err(m.name(), "write the superblock to"))?;

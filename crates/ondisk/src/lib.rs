@@ -34,10 +34,12 @@ mod checksum_area;
 mod create;
 mod duplicate;
 mod grow;
+mod grow_reshape;
 mod journal_ref;
 pub mod metadata;
 pub mod owner;
 mod plan;
+pub mod reshape_record;
 mod served;
 mod superblock;
 pub mod usedmap;
@@ -53,12 +55,17 @@ pub use checksum_area::{
 pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use duplicate::{describe_duplicate, find_duplicate, same_member};
 pub use grow::{grow_add_linear, grow_size_max, GrowError, GrowReport, NewSpace};
+pub use grow_reshape::{
+    backup_area_bytes, reshape_finish, reshape_open, reshape_record_position, reshape_start,
+    reshape_used_image, Reshaping,
+};
 pub use journal_ref::{
     freshest_superblock, rewrite_superblocks, set_journal_ref, SetJournalRefError,
 };
 pub use plan::{
     plan, AssembleError, AssemblyPlan, AssemblyPlanOptions, DirtyDegradedStart, StaleMember,
 };
+pub use reshape_record::{ReshapeRecord, FEATURE_INCOMPAT_RESHAPE};
 pub use served::{check_owner, refuse_if_served};
 pub use superblock::{
     checksum, level_code, now_secs, read_superblock, validate_name, ArrayState, JournalRef, Owner,

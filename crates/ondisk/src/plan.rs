@@ -137,6 +137,15 @@ pub enum AssembleError {
         /// The command can take over (`serve --force-owner`); else only waiting helps.
         forcible: bool,
     },
+    /// The array is mid-reshape (`grow --add` stopped before the end): it is finished offline
+    /// by running `raidkit grow` again with every member.
+    MidReshape {
+        array: String,
+        position: u64,
+        old_size: u64,
+        /// The members given, for the command to run.
+        members: Vec<String>,
+    },
 }
 
 impl fmt::Display for AssembleError {
@@ -144,6 +153,18 @@ impl fmt::Display for AssembleError {
         use AssembleError::*;
         match self {
             NoMembers => write!(f, "no members given"),
+            MidReshape {
+                array,
+                position,
+                old_size,
+                members,
+            } => write!(
+                f,
+                "array {array} is in the middle of a reshape (grow --add stopped at array byte \
+                 {position} of {old_size}); serving it during a reshape is not built: finish it \
+                 first with `raidkit grow {}` (it resumes where it stopped), then start it",
+                members.join(" ")
+            ),
             DuplicateMember { name, other } => f.write_str(&crate::describe_duplicate(name, other)),
             Read { name, source } => {
                 write!(f, "member {name}: cannot read the superblock: {source}")
@@ -323,6 +344,17 @@ pub fn plan(
     };
     assign_roles(found, &mut plan)?;
     assign_replacement(found, &mut plan);
+    if let Some(record) = plan.superblock.reshape {
+        return Err(AssembleError::MidReshape {
+            array: format!(
+                "\"{}\" {}",
+                plan.superblock.name, plan.superblock.array_uuid
+            ),
+            position: record.position_bytes,
+            old_size: plan.superblock.array_size_bytes,
+            members: found.iter().map(|(name, _)| name.clone()).collect(),
+        });
+    }
     check_survives(&mut plan, opts)?;
     Ok(plan)
 }

@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::badblocks::{BadBlocksRef, BAD_BLOCKS_AREA_BYTES};
 use crate::bitmap::{BitmapRef, BITMAP_BYTES_MAX, BITMAP_REGIONS_MAX, BITS_PER_BLOCK};
 use crate::checksum_area::{ChecksumRef, FEATURE_INCOMPAT_CHECKSUM};
+use crate::reshape_record::{ReshapeRecord, FEATURE_INCOMPAT_RESHAPE};
 use crate::usedmap::{UsedMapRef, USED_BYTES_MAX, USED_REGIONS_MAX};
 
 /// Identifies a raidkit superblock.
@@ -111,6 +112,7 @@ pub const FEATURE_INCOMPAT_BAD_BLOCKS: u64 = 1 << 3;
 /// Feature flags a reader must understand to use the array.
 pub const FEATURE_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_BITMAP
     | FEATURE_INCOMPAT_ENCRYPTED
+    | FEATURE_INCOMPAT_RESHAPE
     | FEATURE_INCOMPAT_BAD_BLOCKS
     | FEATURE_INCOMPAT_USED_MAP
     | FEATURE_INCOMPAT_CHECKSUM;
@@ -268,6 +270,10 @@ pub struct Superblock {
     /// The member's checksum area: present exactly when `feature_incompat` has
     /// [`FEATURE_INCOMPAT_CHECKSUM`] (bytes 3776..3808, "Block checksums").
     pub checksum: Option<ChecksumRef>,
+    /// A reshape in progress: present exactly when `feature_incompat` has
+    /// [`FEATURE_INCOMPAT_RESHAPE`] (bytes 3680..3744, "Reshape"). While it is, `member_count`
+    /// and the role table are the new geometry's and `array_size_bytes` the old array's.
+    pub reshape: Option<ReshapeRecord>,
 }
 
 /// Why bytes are not a valid superblock.
@@ -515,6 +521,15 @@ impl Superblock {
         }
     }
 
+    /// Sets (or removes) the reshape record together with its feature bit.
+    pub fn set_reshape(&mut self, reshape: Option<ReshapeRecord>) {
+        self.reshape = reshape;
+        match reshape {
+            Some(_) => self.feature_incompat |= FEATURE_INCOMPAT_RESHAPE,
+            None => self.feature_incompat &= !FEATURE_INCOMPAT_RESHAPE,
+        }
+    }
+
     /// Sets (or removes) the used-regions map together with its feature bit.
     pub fn set_used_map(&mut self, used: Option<UsedMapRef>) {
         self.used_map = used;
@@ -633,6 +648,9 @@ impl Superblock {
         if let Some(at) = &self.checksum {
             at.encode(b.0);
         }
+        if let Some(record) = &self.reshape {
+            record.encode(b.0);
+        }
     }
 
     /// Decodes and validates on-disk bytes.
@@ -721,6 +739,8 @@ impl Superblock {
             encryption: decode_key_area(bytes, feature_incompat)?,
             bad_blocks: decode_bad_blocks(bytes, feature_incompat)?,
             checksum: ChecksumRef::decode(bytes, feature_incompat).map_err(checksum_field)?,
+            reshape: ReshapeRecord::decode(bytes, feature_incompat)
+                .map_err(|reason| field_err("reshape", reason))?,
         })
     }
 
@@ -776,6 +796,7 @@ impl Superblock {
         self.validate_bitmap()?;
         self.validate_used_map()?;
         self.validate_checksum()?;
+        self.validate_reshape()?;
         if self.journal.is_some_and(|j| j.kind == 0) {
             return Err(field_err("journal", "a journal of kind 0"));
         }
@@ -897,6 +918,23 @@ impl Superblock {
         )
     }
 
+    /// The metadata areas (name, offset, length) the superblock records: the bitmap, the used
+    /// map, the bad-block list and, with `checksum`, the checksum area.
+    fn metadata_areas(&self, checksum: bool) -> Vec<(&'static str, u64, u64)> {
+        [
+            self.bitmap.map(|b| ("bitmap", b.offset_bytes, b.bytes)),
+            self.used_map.map(|u| ("used map", u.offset_bytes, u.bytes)),
+            self.bad_blocks
+                .map(|b| ("bad-block list", b.offset_bytes, b.bytes)),
+            self.checksum
+                .filter(|_| checksum)
+                .map(|c| ("checksum area", c.offset_bytes, c.bytes)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     fn validate_checksum(&self) -> Result<(), SuperblockError> {
         present_with_bit(
             "checksum",
@@ -907,15 +945,7 @@ impl Superblock {
         let Some(at) = self.checksum else {
             return Ok(());
         };
-        let others: Vec<(&str, u64, u64)> = [
-            self.bitmap.map(|b| ("bitmap", b.offset_bytes, b.bytes)),
-            self.used_map.map(|u| ("used map", u.offset_bytes, u.bytes)),
-            self.bad_blocks
-                .map(|b| ("bad-block list", b.offset_bytes, b.bytes)),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let others = self.metadata_areas(false);
         // A spare's own data area may be larger than any role's; the area covers the roles'.
         let covered = match self.role {
             Role::Active(_) => self.data_bytes,
@@ -924,6 +954,30 @@ impl Superblock {
         let sb_end = crate::SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
         at.validate(sb_end, &others, self.data_offset_bytes, covered)
             .map_err(checksum_field)
+    }
+
+    fn validate_reshape(&self) -> Result<(), SuperblockError> {
+        present_with_bit(
+            "reshape",
+            self.feature_incompat & FEATURE_INCOMPAT_RESHAPE != 0,
+            self.reshape.is_some(),
+            "a reshape record",
+        )?;
+        let Some(record) = self.reshape else {
+            return Ok(());
+        };
+        let others = self.metadata_areas(true);
+        let sb_end = crate::SUPERBLOCK_OFFSET + SUPERBLOCK_BYTES as u64;
+        record
+            .validate(
+                self.level,
+                self.chunk_bytes,
+                self.member_count,
+                sb_end,
+                &others,
+                self.data_offset_bytes,
+            )
+            .map_err(|reason| field_err("reshape", reason))
     }
 
     /// Sets (or removes) the checksum area together with its feature bit.
@@ -1042,8 +1096,12 @@ impl Superblock {
                 ));
             }
         }
-        // Whole sync units (stripes, mirror chunks): a region's stripes are its own.
-        let count = self.member_count as usize;
+        // Whole sync units (stripes, mirror chunks): a region's stripes are its own. During a
+        // reshape the map keeps the old geometry's region (it is remapped at the end).
+        let count = match self.reshape {
+            Some(r) => r.old_member_count as usize,
+            None => self.member_count as usize,
+        };
         let areas: Vec<u64> = self.roles[..count].iter().map(|e| e.data_bytes).collect();
         let unit = layout::Geometry::new(self.level, self.chunk_bytes, &areas)
             .map(|g| g.unit_bytes())

@@ -58,6 +58,8 @@ struct SuperblockJson {
     bitmap_region_bytes: Option<u64>,
     /// The used-regions map: array bytes per bit, or null without one (rebuilds copy all).
     used_region_bytes: Option<u64>,
+    /// A reshape in progress (`grow --add` stopped before the end), or null.
+    reshape: Option<ReshapeJson>,
     /// The process serving the array (or that did and did not stop cleanly), or null.
     owner: Option<OwnerJson>,
     roles: Vec<RoleJson>,
@@ -67,6 +69,14 @@ struct SuperblockJson {
     bad_blocks: Option<BadBlocksJson>,
     /// Block checksums, or null for an array without them.
     checksum: Option<ChecksumJson>,
+}
+
+/// A reshape in progress: the old member count, the recorded position, the backup area.
+#[derive(Debug, Serialize)]
+struct ReshapeJson {
+    old_member_count: u32,
+    position_bytes: u64,
+    backup_offset_bytes: u64,
 }
 
 /// Where the member's checksum area is and its algorithm.
@@ -205,6 +215,11 @@ fn to_json(member: &str, sb: &Superblock, bad_blocks: Option<BadBlocksJson>) -> 
         replace_offset_bytes: sb.replace_offset_bytes,
         bitmap_region_bytes: sb.bitmap.map(|b| b.region_bytes),
         used_region_bytes: sb.used_map.map(|u| u.region_bytes),
+        reshape: sb.reshape.map(|r| ReshapeJson {
+            old_member_count: r.old_member_count,
+            position_bytes: r.position_bytes,
+            backup_offset_bytes: r.backup_offset_bytes,
+        }),
         owner: sb.owner.as_ref().map(|o| OwnerJson {
             host_name: o.process.host_name.clone(),
             pid: o.process.pid,
@@ -294,6 +309,17 @@ fn render_text(j: &SuperblockJson) -> String {
             "used map",
             match j.used_region_bytes {
                 Some(r) => format!("{} per bit (used-regions map)", human_bytes(r)),
+                None => "none".to_string(),
+            },
+        ),
+        (
+            "reshape",
+            match &j.reshape {
+                Some(r) => format!(
+                    "{} -> {} members, moved below array byte {} (backup area at byte {}); \
+                     finish it with raidkit grow and every member",
+                    r.old_member_count, j.member_count, r.position_bytes, r.backup_offset_bytes
+                ),
                 None => "none".to_string(),
             },
         ),
@@ -511,6 +537,7 @@ mod tests {
             replace_offset_bytes: None,
             bitmap_region_bytes: Some(64 << 20),
             used_region_bytes: Some(4 << 20),
+            reshape: None,
             owner: Some(OwnerJson {
                 host_name: "vm".into(),
                 pid: 42,

@@ -1,7 +1,8 @@
-//! `raidkit grow`: a stopped array takes more room without moving data — `--size max` (every
-//! level: members replaced by larger ones) and `--add` (linear: members appended). What moves
-//! data (more members for RAID 0/5/6/10, `--chunk`, `--level`) and growing a running array are
-//! not built yet and are refused, saying so (docs/DESIGN.md "Reshape").
+//! `raidkit grow`: a stopped array takes more room — `--size max` (every level: members
+//! replaced by larger ones), `--add` on linear (members appended) and on RAID 0/5/6 (a reshape
+//! that moves the data, offline, resumed when run again: `reshape`). More members for RAID 10,
+//! `--chunk`, `--level` and growing a running array are not built yet and are refused, saying
+//! so (docs/DESIGN.md "Reshape").
 
 use std::path::PathBuf;
 
@@ -10,22 +11,30 @@ use ondisk::{GrowReport, NewSpace};
 
 use crate::units::human_bytes;
 
+mod reshape;
+
 /// Grow a stopped array: use the room of members replaced by larger ones (--size max, every
-/// level), or append members to a linear array (--add). The new size is recorded in every
-/// member's superblock (events + 1); clients see it when the array is served again.
+/// level), append members to a linear array (--add), or add members to a RAID 0, 5 or 6 array
+/// by moving its data to the wider layout (--add: a reshape, run by this command with a
+/// progress bar). The new size is recorded in every member's superblock (events + 1); clients
+/// see it when the array is served again.
 ///
 /// The array must be stopped cleanly with every role in sync. The new part of a RAID 1, 10, 5
 /// or 6 array is zeroed when every member is a file (hole punch), otherwise resynced in the
-/// background by the next start. Not built yet (refused): growing a running array (--admin),
-/// adding members to RAID 0, 5, 6 or 10 (a reshape that moves data), --chunk and --level.
+/// background by the next start; a reshape writes it with zeroes. A reshape that stops (kill,
+/// crash, power cut) loses nothing: run the same command again (or grow with every member,
+/// the new ones too) and it resumes; until it ends the array does not start. Not built yet
+/// (refused): growing a running array (--admin), adding members to RAID 10, --chunk and
+/// --level; a reshape of an array with a journal or block checksums.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// "max": every member's data area grows to what the member holds now (the smallest
     /// member, rounded down to the chunk; linear: the last member).
     #[arg(long, value_name = "max", required_unless_present_any = ["add", "chunk", "level"])]
     size: Option<String>,
-    /// A new member to append (linear arrays; repeat for more): it must be unused (or
-    /// --force).
+    /// A new member (repeat for more): appended to a linear array; on RAID 0/5/6 the data moves
+    /// to the layout with the new members (a reshape). It must be unused (or --force) and at
+    /// least as large as the data offset plus the data each member holds.
     #[arg(long, value_name = "NEW", conflicts_with = "size")]
     add: Vec<String>,
     /// Change the chunk size (a reshape): not built yet.
@@ -88,23 +97,79 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
-    let members = super::journal::open_stopped(&args.members, "an array is grown")?;
+    let mut members = super::journal::open_stopped(&args.members, "an array is grown")?;
+    // An array mid-reshape (a grow --add that stopped): the same command, or grow with every
+    // member, resumes it.
+    let fresh_add: Vec<String> = args
+        .add
+        .iter()
+        .filter(|s| !args.members.contains(s))
+        .cloned()
+        .collect();
+    let new = open_new(&fresh_add)?;
+    let resumed: Vec<_> = members.iter().chain(&new).cloned().collect();
+    if let Some(state) = reshape_state_of(&resumed)? {
+        println!(
+            "raidkit: array {} is in the middle of a reshape ({} -> {} members) at array byte {}: resuming",
+            state.array,
+            state.record.old_member_count,
+            state.fresh.member_count,
+            state.record.position_bytes
+        );
+        members = resumed;
+        let report = reshape::run(&members, state)?;
+        print!("{}", said(&report));
+        return Ok(());
+    }
     let report = if args.add.is_empty() {
         ondisk::grow_size_max(&members)?
+    } else if !matches!(
+        ondisk::read_superblock(members[0].as_ref()).map(|sb| sb.level),
+        Ok(layout::Level::Linear) | Err(_)
+    ) {
+        let state = ondisk::reshape_start(&members, &new, args.force)?;
+        println!(
+            "raidkit: array {} reshape recorded ({} -> {} members, events {}): moving the data",
+            state.array,
+            state.record.old_member_count,
+            state.fresh.member_count,
+            state.fresh.events
+        );
+        let all: Vec<_> = members.iter().chain(&new).cloned().collect();
+        reshape::run(&all, state)?
     } else {
-        let new = args
-            .add
-            .iter()
-            .map(|s| {
-                member::open(s, &member::OpenOptions::default())
-                    .with_context(|| format!("cannot open new member {s}"))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        ondisk::refuse_if_served(&new).context("a new member belongs to a served array")?;
         ondisk::grow_add_linear(&members, &new, args.force)?
     };
     print!("{}", said(&report));
     Ok(())
+}
+
+fn open_new(add: &[String]) -> anyhow::Result<Vec<std::sync::Arc<dyn member::Member>>> {
+    let new = add
+        .iter()
+        .map(|s| {
+            member::open(s, &member::OpenOptions::default())
+                .with_context(|| format!("cannot open new member {s}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    ondisk::refuse_if_served(&new).context("a new member belongs to a served array")?;
+    Ok(new)
+}
+
+/// The reshape recorded on `members`, if any (members that carry no superblock of this array
+/// are not part of it: only the ones that do are read).
+fn reshape_state_of(
+    members: &[std::sync::Arc<dyn member::Member>],
+) -> anyhow::Result<Option<ondisk::Reshaping>> {
+    let carrying: Vec<_> = members
+        .iter()
+        .filter(|m| ondisk::read_superblock(m.as_ref()).is_ok())
+        .cloned()
+        .collect();
+    if carrying.len() != members.len() {
+        return Ok(None);
+    }
+    Ok(ondisk::reshape_open(&carrying)?)
 }
 
 /// What `grow` prints about a grow that happened.

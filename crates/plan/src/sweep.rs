@@ -269,16 +269,20 @@ fn recommend(rows: &[Row], ask: &Ask) -> (Option<usize>, Vec<String>) {
         .iter()
         .map(|&i| rows[i].score(goal))
         .fold(0.0, f64::max);
-    // Among those within TIE of the best: most failures survived, then capacity, then p99.
+    // Among those within TIE of the best: most failures survived (up to two), then capacity,
+    // then p99.
     let pick = pool
         .iter()
         .copied()
         .filter(|&i| rows[i].score(goal) >= best_score * (1.0 - TIE))
         .max_by(|&a, &b| {
             let (ra, rb) = (&rows[a], &rows[b]);
+            // Beyond two failures survived, capacity counts first (a 4-way mirror is not
+            // worth half of RAID 6's space).
             ra.risk
                 .failures_survived
-                .cmp(&rb.risk.failures_survived)
+                .min(2)
+                .cmp(&rb.risk.failures_survived.min(2))
                 .then(ra.risk.usable_bytes.cmp(&rb.risk.usable_bytes))
                 .then(
                     rb.figures

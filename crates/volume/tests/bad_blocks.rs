@@ -375,3 +375,49 @@ fn a_raid10_rebuild_records_the_range_its_partner_cannot_read() {
     assert!(failing_blocks(&v, &data).is_empty(), "RAIDKIT_SEED={seed}");
     v.close().unwrap();
 }
+
+/// RAID 5 with five members (a small write is a read-modify-write there): a rebuild records a
+/// lost data block on the spare (its row's parity unreadable on the source). A 4 KiB write of
+/// exactly that block is then planned again as a reconstruct-write (the old data is gone; it
+/// failed with EIO before, as a read of it), succeeds, clears the record, and reads back.
+#[test]
+fn a_small_raid5_write_over_a_lost_block_clears_it() {
+    let seed = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "bw", "raid5", 5);
+    let data_offset = read_sb(&paths[0]).data_offset_bytes;
+    let (v, controls) = assemble_faulty(&paths);
+    let mut data = pattern(v.size_bytes() as usize, seed);
+    v.write(0, &data).unwrap();
+    let chunk = v.chunk_bytes();
+    // A row where role 4 holds data and another role its parity (the unreadable source).
+    let (lost, parity_role) = (1..16)
+        .map(|row| row * chunk + 2 * BLOCK)
+        .find_map(|lost| {
+            let p = (0..4).find(|&r| blocks_held(&v, r, lost).is_empty())?;
+            Some((lost, p))
+        })
+        .expect("a row with its parity off role 4");
+    let spare =
+        rebuild_over_a_bad_range(&v, &controls, dir.path(), 4, parity_role, lost, data_offset);
+    assert_eq!(
+        list_on(spare.as_ref()),
+        [(lost, BLOCK)],
+        "RAIDKIT_SEED={seed}"
+    );
+    let at = blocks_held(&v, 4, lost)[0];
+    assert_eq!(failing_blocks(&v, &data), [at], "RAIDKIT_SEED={seed}");
+    let fresh = pattern(BLOCK as usize, seed ^ 7);
+    v.write(at, &fresh).unwrap();
+    data[at as usize..][..BLOCK as usize].copy_from_slice(&fresh);
+    assert!(list_on(spare.as_ref()).is_empty(), "cleared on disk");
+    assert!(
+        v.status().bad_blocks.is_empty(),
+        "{:?}",
+        v.status().bad_blocks
+    );
+    assert!(failing_blocks(&v, &data).is_empty(), "RAIDKIT_SEED={seed}");
+    controls[parity_role].heal();
+    assert_eq!(v.check().unwrap().mismatch_count, 0, "parity right");
+    v.close().unwrap();
+}

@@ -320,18 +320,40 @@ pub(super) fn raid56_write(
     let writable = io.writable_snapshot();
     // Asked under the stripe locks: a sync step rewrites a stripe under its lock too.
     let trust = io.trust.get();
-    let mut plans: Vec<StripeWrite> = spans
-        .into_iter()
-        .map(|span| {
-            let untrusted = io.parity_untrusted(trust.as_ref(), span.stripe);
-            StripeWrite::plan(g, &io.scratch, span, &present, &writable, untrusted)
-        })
-        .collect();
+    let plan_all = |no_rmw: bool| -> Vec<StripeWrite> {
+        (spans.iter().cloned())
+            .map(|span| {
+                let untrusted = no_rmw || io.parity_untrusted(trust.as_ref(), span.stripe);
+                StripeWrite::plan(g, &io.scratch, span, &present, &writable, untrusted)
+            })
+            .collect()
+    };
+    let mut plans = plan_all(false);
     let mut reads = Vec::new();
     for plan in plans.iter_mut() {
         plan.read_ops(g, &present, &mut reads);
     }
-    io.run(reads)?;
+    let read = io.run(reads);
+    if let Err(IoError::Member { source, .. }) = &read {
+        if member::is_bad_block(source) && plans.iter().any(|p| p.mode == Mode::Rmw) {
+            // A read-modify-write met a recorded bad range (its old data or parity is lost):
+            // planned again as reconstruct-writes, which read only the data the write does
+            // not cover, so a write covering the lost range regenerates parity from data it
+            // holds and the range is valid again (md does the same); the record is cleared
+            // once the write completes. Where the untouched data is lost too, this fails.
+            drop(plans);
+            plans = plan_all(true);
+            let mut reads = Vec::new();
+            for plan in plans.iter_mut() {
+                plan.read_ops(g, &present, &mut reads);
+            }
+            io.run(reads)?;
+        } else {
+            read?;
+        }
+    } else {
+        read?;
+    }
     for plan in plans.iter_mut() {
         plan.compute(g, buf);
     }

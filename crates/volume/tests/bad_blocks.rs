@@ -421,3 +421,85 @@ fn a_small_raid5_write_over_a_lost_block_clears_it() {
     assert_eq!(v.check().unwrap().mismatch_count, 0, "parity right");
     v.close().unwrap();
 }
+
+/// The record is durable before the rebuild can pass it: on the spare, the bad-block list's
+/// write is flushed (or written durably) before the rebuild writes on and before any later
+/// superblock write (the rebuild's checkpoint of its recovery offset, its end), so no crash can leave a superblock saying the
+/// range was rebuilt while the list does not name it. Checked on the spare's calls in order.
+#[test]
+fn the_record_is_durable_before_the_rebuild_goes_past_it() {
+    use member::{Call, Hooked, Op};
+    use std::sync::Mutex;
+    let seed = seed();
+    let dir = tempfile::tempdir().unwrap();
+    let paths = new_array(dir.path(), "bo", "raid1", 2);
+    let data_offset = read_sb(&paths[0]).data_offset_bytes;
+    let (v, controls) = assemble_faulty(&paths);
+    let data = pattern(v.size_bytes() as usize, seed);
+    v.write(0, &data).unwrap();
+    let lost = 200 * BLOCK;
+    v.fail_member(1);
+    controls[0].fail_reads(member::FaultRule::Range {
+        offset: data_offset + lost,
+        len: BLOCK,
+    });
+    let calls: Arc<Mutex<Vec<(Op, u64)>>> = Arc::default();
+    let log = Arc::clone(&calls);
+    let file = open_all(&sized_files(dir.path(), "spare", 1, MEMBER_BYTES)).remove(0);
+    let spare: Arc<dyn Member> = Arc::new(Hooked::new(file, move |c: &Call| {
+        log.lock().unwrap().push((c.op, c.offset));
+        Ok(())
+    }));
+    v.add(Arc::clone(&spare)).unwrap();
+    let done = wait_for(60, || {
+        let s = v.status();
+        s.task.is_none() && s.members[1].state == MemberState::Active
+    });
+    assert!(done, "the rebuild did not finish: {:?}", v.status());
+    assert_eq!(list_on(spare.as_ref()), [(lost, BLOCK)]);
+    let area = ondisk::read_superblock(spare.as_ref())
+        .unwrap()
+        .bad_blocks
+        .unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let in_list = |at: u64| (area.offset_bytes..area.offset_bytes + area.bytes).contains(&at);
+    let superblock = |at: u64| at < ondisk::DATA_OFFSET_DEFAULT && !in_list(at) && at < 8192;
+    // The list write that recorded the range: the last list write before its content held it
+    // is not observable here, so every list write after the spare's first data write counts.
+    let first_data = (calls.iter())
+        .position(|&(op, at)| op == Op::Write && at >= data_offset)
+        .expect("the rebuild wrote data");
+    let record = (calls.iter().enumerate().skip(first_data))
+        .find(|(_, &(op, at))| matches!(op, Op::Write | Op::WriteDurable) && in_list(at))
+        .map(|(i, &(op, _))| (i, op))
+        .expect("the list was written during the rebuild");
+    let durable_at = match record.1 {
+        Op::WriteDurable => record.0,
+        _ => (calls.iter().enumerate().skip(record.0))
+            .find(|(_, &(op, _))| op == Op::Flush)
+            .map(|(i, _)| i)
+            .expect("the list write was flushed"),
+    };
+    let next_superblock = (calls.iter().enumerate().skip(record.0))
+        .find(|(_, &(op, at))| matches!(op, Op::Write | Op::WriteDurable) && superblock(at))
+        .map(|(i, _)| i)
+        .expect("the rebuild's end wrote the superblock");
+    // The step goes on (its next piece is written) only once the record is durable.
+    let next_data = (calls.iter().enumerate().skip(record.0))
+        .find(|(_, &(op, at))| op == Op::Write && at >= data_offset)
+        .map_or(usize::MAX, |(i, _)| i);
+    assert!(
+        durable_at < next_data,
+        "list written at call {}, durable at {durable_at}, the rebuild wrote on at {next_data}",
+        record.0
+    );
+    assert!(
+        durable_at < next_superblock,
+        "list written at call {}, durable at {durable_at}, superblock written at \
+         {next_superblock}: {:?}",
+        record.0,
+        &calls[record.0..=next_superblock.max(durable_at)]
+    );
+    controls[0].heal();
+    v.close().unwrap();
+}

@@ -11,14 +11,6 @@ use plotters::prelude::*;
 use crate::sweep::Plan;
 
 const SIZE: (u32, u32) = (900, 1000);
-const LEVELS: [Level; 6] = [
-    Level::Linear,
-    Level::Raid0,
-    Level::Raid1,
-    Level::Raid10,
-    Level::Raid5,
-    Level::Raid6,
-];
 
 /// Draws `plan` into `path` (.svg).
 pub fn plot(plan: &Plan, path: &Path) -> Result<(), String> {
@@ -98,7 +90,7 @@ fn draw(plan: &Plan, root: &DrawingArea<SVGBackend, plotters::coord::Shift>) -> 
             .x_desc(*x_desc)
             .y_desc(goal_name)
             .draw()?;
-        for (li, level) in LEVELS.iter().enumerate() {
+        for (li, level) in Level::ALL.iter().enumerate() {
             let color = Palette99::pick(li).to_rgba();
             let points: Vec<(f64, f64)> = plan
                 .rows

@@ -189,6 +189,9 @@ struct Sim<'a> {
     /// Member requests in flight: drive, ticket, job, lane, bytes.
     inflight: Vec<(usize, Ticket, JobId, usize, u64)>,
     member_io: MemberIo,
+    /// The members are disks: the engine deals a batch's operations of members whose average
+    /// operation takes 0.5 ms or more (`Speed::wants_concurrency`) into threads at once.
+    slow_members: bool,
     cache: CacheModel,
     /// Write-back: applies waiting for an applier, appliers busy, bytes buffered, clients held.
     apply_queue: VecDeque<JobId>,
@@ -230,7 +233,7 @@ impl<'a> Sim<'a> {
             finished.push((id, t));
             return;
         };
-        let lanes = lanes(merge(phase), self.member_io);
+        let lanes = lanes(merge(phase), self.member_io, self.slow_members);
         let job = self.job(id);
         job.running = lanes.len();
         job.lanes = lanes;
@@ -650,8 +653,9 @@ fn runs(blocks: &[u64]) -> Vec<std::ops::Range<u64>> {
 /// How the engine submits one batch (`engine::io`'s `Runner::run`): with the ring every
 /// member's share goes out at once; without it, shares of `FANOUT_MIN_BYTES_DEFAULT` or more (or a
 /// flush) run on their own threads when there are at least two of them, and the rest one after
-/// another on the request's thread.
-fn lanes(phase: Phase, io: MemberIo) -> Vec<VecDeque<(usize, Request)>> {
+/// another on the request's thread; disk members (slow: 0.5 ms or more per operation) have
+/// their operations dealt into threads at once, as with the ring.
+fn lanes(phase: Phase, io: MemberIo, slow: bool) -> Vec<VecDeque<(usize, Request)>> {
     let mut groups: Vec<VecDeque<(usize, Request)>> = Vec::new();
     for (d, r) in phase {
         match groups
@@ -662,7 +666,7 @@ fn lanes(phase: Phase, io: MemberIo) -> Vec<VecDeque<(usize, Request)>> {
             None => groups.push(VecDeque::from([(d, r)])),
         }
     }
-    if io == MemberIo::Ring {
+    if io == MemberIo::Ring || slow {
         // One lane per request: the ring submits them all; a drive orders its own.
         return groups
             .into_iter()
@@ -770,6 +774,7 @@ pub fn predict(
         free_jobs: Vec::new(),
         inflight: Vec::new(),
         member_io: disks.member_io,
+        slow_members: matches!(model, diskmodel::Model::Hdd(_)),
         cache: CacheModel::new(cache_config),
         apply_queue: VecDeque::new(),
         appliers_busy: 0,

@@ -86,14 +86,7 @@ pub fn configurations(ask: &Ask) -> Vec<Config> {
     let reads = case.read_percent > 0;
     let writes = case.read_percent < 100;
     let mut out = Vec::new();
-    for level in [
-        Level::Linear,
-        Level::Raid0,
-        Level::Raid1,
-        Level::Raid10,
-        Level::Raid5,
-        Level::Raid6,
-    ] {
+    for level in Level::ALL {
         let striped = !matches!(level, Level::Linear | Level::Raid1);
         let chunks: &[u64] = if striped {
             &CHUNKS

@@ -314,3 +314,42 @@ def test_reshape_refusals_name_the_array_and_the_remedy(tmp_path):
     r = grow("--add", new, *members, check=False)
     assert r.returncode != 0 and "r10" in r.stderr and "raid10 array is not built" in r.stderr, \
         r.stderr
+
+
+def test_an_encrypted_array_is_reshaped_without_its_key_and_stays_ciphertext(tmp_path, arrays):
+    """Encryption sits above the RAID with the array sector as its tweak, and a reshape keeps
+    every byte's array offset: `grow --add` (no key given) moves ciphertext untouched. After it
+    the data reads back through the key, the new member holds its key area (the array opens
+    with it), and no member, the new one included, holds the plaintext."""
+    members = [tmp_path / f"m{i}.img" for i in range(3)]
+    new = tmp_path / "n0.img"
+    for p in members + [new]:
+        with open(p, "wb") as f:
+            f.truncate(16 * MIB)
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(64))
+    run([RAIDKIT_BIN, "create", "-l", "5", "-c", "64K", "-n", "encrs", "--encrypt",
+         "--key-file", str(key), "--kdf-memory", "64K", "--kdf-iterations", "1",
+         *map(str, members)])
+    array = arrays(tmp_path, members).start("--key-file", str(key))
+    old = size_of(array)
+    tag = rng_for("encrypted-reshape").randrange(10**8)
+    data = b"".join(b"RAIDKIT-PLAIN-%08d-%08d\n" % (tag, i) for i in range(old // 32))
+    write_big(array, 0, data)
+    array.stop()
+
+    done = grow("--add", new, *members).stdout
+    assert "reshape recorded" in done and "grown from" in done, done
+    array.members.append(str(new))
+    array.start("--key-file", str(key))
+    assert size_of(array) == sizes("5", 4, 16 * MIB)
+    assert read_big(array, 0, old) == data, "the data written before the reshape"
+    array.stop()
+    needle = b"RAIDKIT-PLAIN-%08d-" % tag
+    assert [str(p) for p in members + [new] if needle in p.read_bytes()] == [], \
+        "plaintext on a member after the reshape"
+    # The new member carries the key area: with an old member left out, the array still opens
+    # and reads back through the key.
+    array.start("--key-file", str(key), members=[*map(str, members[1:]), str(new)])
+    assert read_big(array, 0, old) == data, "without member 0"
+    array.stop()

@@ -21,10 +21,8 @@ use aes::cipher::{Array, BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 use aes::Aes256;
 use zeroize::Zeroizing;
 
-/// The encryption unit: one tweak per 512 bytes. Every NBD client sends 512-byte-aligned
-/// requests (the kernel, qemu, libnbd), so only a request that is not needs a unit's
-/// read-modify-write (see `layer`).
-pub const UNIT_BYTES: usize = 512;
+use crate::UNIT_BYTES;
+
 /// AES-256-XTS takes two 256-bit keys.
 pub const DATA_KEY_BYTES: usize = 64;
 

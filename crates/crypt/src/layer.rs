@@ -30,7 +30,8 @@ use std::io;
 use member::BlockLocks;
 use nbd::{Export, StatusExtent};
 
-use crate::cipher::{is_zero, DataCipher, UNIT_BYTES};
+use crate::cipher::{is_zero, DataCipher};
+use crate::UNIT_BYTES;
 
 /// Largest piece encrypted at once (and so the per-thread buffer).
 pub const PIECE_BYTES: u64 = 1 << 20;

@@ -23,10 +23,17 @@ pub mod slots;
 #[cfg(target_arch = "x86_64")]
 mod vaes;
 
-pub use cipher::{DataCipher, DataKey, DATA_KEY_BYTES, UNIT_BYTES};
+pub use cipher::{DataCipher, DataKey, DATA_KEY_BYTES};
 pub use layer::Encrypted;
 pub use secret::{KeySource, Secret};
 pub use slots::{KdfParams, KeyArea, KeyAreaError, UnlockError, KEY_AREA_BYTES, SLOTS};
+
+/// The encryption unit: one tweak per 512 bytes. Every NBD client sends 512-byte-aligned
+/// requests (the kernel, qemu, libnbd), so only a request that is not needs a unit's
+/// read-modify-write (see `layer`).
+/// (At the crate's root, so `cipher` and `vaes`, which `cipher` chooses between, both name it
+/// without naming each other.)
+pub const UNIT_BYTES: usize = 512;
 
 /// Fills `buf` from the operating system's random source (`getrandom`).
 pub(crate) fn random(buf: &mut [u8]) {

@@ -16,8 +16,9 @@ use std::fmt;
 use argon2::{Algorithm, Argon2, Params, Version};
 use zeroize::Zeroizing;
 
-use crate::cipher::{DataKey, DATA_KEY_BYTES, UNIT_BYTES};
+use crate::cipher::{DataKey, DATA_KEY_BYTES};
 use crate::secret::Secret;
+use crate::UNIT_BYTES;
 
 /// Key slots in a key area.
 pub const SLOTS: usize = 8;

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 
 use zeroize::Zeroize;
 
-use crate::cipher::UNIT_BYTES;
+use crate::UNIT_BYTES;
 
 const ROUND_KEYS: usize = 15;
 /// 512-bit registers per unit (32 blocks of 16 bytes).

@@ -71,6 +71,33 @@ pub(crate) fn lock_file(file: &File) -> io::Result<bool> {
     }
 }
 
+/// How long [`lock_file_waiting`] waits for a hold that no process carries to go away.
+pub(crate) const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`lock_file`], waiting up to `wait` for a hold that no live process carries
+/// (`has_live_holder`, [`holder_of`] in use): when a process holding the member dies (kill -9,
+/// a crash) with reads or writes in its io_uring, the kernel keeps the file's open description
+/// — and so its OFD lock — until the ring's teardown, which runs after the process is gone; a
+/// restart or a `grow` run again at once found its member "in use" by nobody
+/// (tests/python/test_grow.py's kill -9 reshape round did). A hold a live process carries is
+/// refused at once.
+pub(crate) fn lock_file_waiting(
+    file: &File,
+    wait: std::time::Duration,
+    has_live_holder: impl Fn() -> bool,
+) -> io::Result<bool> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if lock_file(file)? {
+            return Ok(true);
+        }
+        if has_live_holder() || std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Who holds `path` (a member that could not be claimed), as far as `/proc` tells: for a
 /// regular file the process whose open descriptor carries the OFD lock, for a block device the
 /// mount point or the processes that have it open. `None` when nothing can be found (another
@@ -173,6 +200,60 @@ fn mount_point_of_device(rdev: u64) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+
+    fn member_file(dir: &Path) -> impl Fn() -> File + '_ {
+        let path = dir.join("m.img");
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        move || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap()
+        }
+    }
+
+    #[test]
+    fn a_hold_no_live_process_carries_is_waited_for_until_it_goes() {
+        // The hold of a process that died with I/O in its io_uring outlives it briefly: here
+        // a descriptor dropped 150 ms later, with no live holder reported.
+        let dir = tempfile::tempdir().unwrap();
+        let open = member_file(dir.path());
+        let dying = open();
+        assert!(lock_file(&dying).unwrap());
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            drop(dying);
+        });
+        let start = Instant::now();
+        let got = lock_file_waiting(&open(), Duration::from_secs(5), || false).unwrap();
+        release.join().unwrap();
+        assert!(got, "the hold went away and the member was not claimed");
+        assert!(
+            start.elapsed() >= Duration::from_millis(100),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_live_holder_is_refused_at_once_and_a_hold_that_stays_after_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = member_file(dir.path());
+        let holder = open();
+        assert!(lock_file(&holder).unwrap());
+        let start = Instant::now();
+        assert!(!lock_file_waiting(&open(), Duration::from_secs(5), || true).unwrap());
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+        let start = Instant::now();
+        assert!(!lock_file_waiting(&open(), Duration::from_millis(200), || false).unwrap());
+        assert!(start.elapsed() >= Duration::from_millis(200));
+    }
 
     #[test]
     fn a_second_lock_on_the_same_file_is_refused_and_its_holder_named() {

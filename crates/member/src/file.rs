@@ -113,7 +113,10 @@ impl FileMember {
         if file_type.is_file()
             && !opts.read_only
             && opts.exclusive
-            && !exclusive::lock_file(&file).map_err(io_err(name, "lock"))?
+            && !exclusive::lock_file_waiting(&file, exclusive::RELEASE_WAIT, || {
+                exclusive::holder_of(path).is_some()
+            })
+            .map_err(io_err(name, "lock"))?
         {
             return Err(in_use(path, name));
         }

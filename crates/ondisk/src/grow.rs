@@ -118,7 +118,8 @@ pub(crate) fn refusal(array: &str, why: String) -> GrowError {
     GrowError::Refused(format!("cannot grow array {array}: {why}"))
 }
 
-/// Every member's superblock (in the order given) and the freshest of them.
+/// Every member's superblock (in the order given) and the freshest of them; a member of
+/// another array is refused.
 pub(crate) fn read_superblocks(
     members: &[Arc<dyn Member>],
 ) -> Result<(Vec<Superblock>, Superblock), GrowError> {
@@ -135,6 +136,20 @@ pub(crate) fn read_superblocks(
     let Some(fresh) = sbs.iter().max_by_key(|sb| sb.events).cloned() else {
         return Err(GrowError::Refused("no members given".to_string()));
     };
+    let array = format!("\"{}\" {}", fresh.name, fresh.array_uuid);
+    for (m, sb) in members.iter().zip(&sbs) {
+        if sb.array_uuid != fresh.array_uuid {
+            return Err(refusal(
+                &array,
+                format!(
+                    "member {} belongs to array \"{}\" {}; give only this array's members",
+                    m.name(),
+                    sb.name,
+                    sb.array_uuid
+                ),
+            ));
+        }
+    }
     Ok((sbs, fresh))
 }
 
@@ -146,14 +161,6 @@ pub(crate) fn read_array(members: &[Arc<dyn Member>]) -> Result<Read, GrowError>
     let array = format!("\"{}\" {}", fresh.name, fresh.array_uuid);
     let refuse = |why: String| refusal(&array, why);
     for (m, sb) in members.iter().zip(&sbs) {
-        if sb.array_uuid != fresh.array_uuid {
-            return Err(refuse(format!(
-                "member {} belongs to array \"{}\" {}; give only this array's members",
-                m.name(),
-                sb.name,
-                sb.array_uuid
-            )));
-        }
         if sb.events != fresh.events {
             return Err(refuse(format!(
                 "member {} is behind (events {} < {}); start the array once (it is rebuilt or \

@@ -329,14 +329,6 @@ pub fn reshape_open(members: &[Arc<dyn Member>]) -> Result<Option<Reshaping>, Gr
     let m_count = fresh.member_count as usize;
     let mut roles = vec![None; m_count];
     for (i, (m, sb)) in members.iter().zip(&sbs).enumerate() {
-        if sb.array_uuid != fresh.array_uuid {
-            return Err(refuse(format!(
-                "member {} belongs to array \"{}\" {}; give only this array's members",
-                m.name(),
-                sb.name,
-                sb.array_uuid
-            )));
-        }
         if sb.events + 1 < fresh.events
             || sb.reshape.map(|r| r.generation) != Some(record.generation)
         {

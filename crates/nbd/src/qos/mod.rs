@@ -455,6 +455,21 @@ mod tests {
         assert!(start.elapsed() < Duration::from_millis(500));
     }
 
+    /// Whether `class` admits a request within 2 s while this thread holds its caps' mutex.
+    fn admits_while_the_caps_are_locked(class: &Arc<QosClass>) -> bool {
+        let held = lock(&class.shared.caps);
+        let other = Arc::clone(class);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let admitting = std::thread::spawn(move || {
+            other.admit(4096).finish();
+            tx.send(()).unwrap();
+        });
+        let admitted = rx.recv_timeout(Duration::from_secs(2)).is_ok();
+        drop(held);
+        admitting.join().unwrap();
+        admitted
+    }
+
     #[test]
     fn a_class_without_caps_admits_without_the_caps_lock() {
         let group = QosGroup::new();
@@ -462,36 +477,15 @@ mod tests {
         // Another thread holds the caps' mutex (as `set_caps` or `snapshot` may at any
         // moment): an uncapped request must not wait for it. Before the flag every request
         // took that mutex, and this admission blocked until the holder let go.
-        let held = lock(&b.shared.caps);
-        let b2 = Arc::clone(&b);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let admitting = std::thread::spawn(move || {
-            b2.admit(4096).finish();
-            tx.send(()).unwrap();
-        });
-        let admitted = rx.recv_timeout(Duration::from_secs(2));
-        drop(held);
-        admitting.join().unwrap();
-        assert!(
-            admitted.is_ok(),
-            "an uncapped request waited for the caps' lock"
-        );
+        let admitted = admits_while_the_caps_are_locked(&b);
+        assert!(admitted, "an uncapped request waited for the caps' lock");
         // Capped, the lock is taken (and the cap applies); uncapped again, it is not.
         b.set_caps(None, Some(1_000_000));
         assert_eq!(b.snapshot().max_iops, Some(1_000_000));
         b.admit(4096).finish();
         b.set_caps(None, None);
-        let held = lock(&b.shared.caps);
-        let b2 = Arc::clone(&b);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let admitting = std::thread::spawn(move || {
-            b2.admit(4096).finish();
-            tx.send(()).unwrap();
-        });
-        let admitted = rx.recv_timeout(Duration::from_secs(2));
-        drop(held);
-        admitting.join().unwrap();
-        assert!(admitted.is_ok(), "caps removed, the lock is still taken");
+        let admitted = admits_while_the_caps_are_locked(&b);
+        assert!(admitted, "caps removed, the lock is still taken");
     }
 
     #[test]

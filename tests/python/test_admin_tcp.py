@@ -6,13 +6,15 @@ wrong token gets 401 and a log line, a plaintext client gets no HTTP, a client t
 another CA refuses the server; without certificates or a token (or with a token file others
 can read) the listener does not start; with ``--admin-tls-verify-peer`` a client without a
 certificate signed by the CA is refused in the handshake and one with it (the CLI's
-``--admin-client-certificates``) is served; a connection held open is closed when serve stops.
+``--admin-client-certificates``) is served; a connection held open is closed when serve stops
+(during its NBD drain, before the process exits).
 Certificates: certtool, as test_tls.py makes them.
 """
 
 import json
 import socket
 import ssl
+import struct
 import subprocess
 import threading
 import time
@@ -21,9 +23,12 @@ import pytest
 
 from conftest import RAIDKIT_BIN, free_tcp_port, run
 from test_daemon import Daemon
+from test_limits import CMD_READ, REQUEST_MAGIC, go
 from test_tls import pki  # noqa: F401  (the session's certificates)
 
 TOKEN = "c2VjcmV0LWFkbWluLXRva2VuLTAxMjM0NTY3"
+# A connection left open at a stop is closed within this (the fix: at once).
+CLOSED_WITHIN_S = 3
 MEMBER_BYTES = 32 * 1024 * 1024
 
 
@@ -45,7 +50,8 @@ class AdminServer:
         self.token = token_file(tmp_path)
         self.ca = pki["server"] / "ca-cert.pem"
         self.stderr_path = tmp_path / "serve.stderr"
-        cmd = [RAIDKIT_BIN, "serve", "--listen", f"127.0.0.1:{free_tcp_port()}",
+        self.nbd_port = free_tcp_port()
+        cmd = [RAIDKIT_BIN, "serve", "--listen", f"127.0.0.1:{self.nbd_port}",
                "--admin-listen", f"127.0.0.1:{self.port}",
                "--admin-tls-certificates", str(pki["server"]),
                "--admin-token-file", str(self.token), *extra,
@@ -187,29 +193,60 @@ def test_verify_peer_requires_a_client_certificate_signed_by_the_ca(tmp_path, pk
 
 
 def test_an_open_admin_connection_is_closed_when_serve_stops(admin_server):
+    """Closed at the stop, while serve still runs: an NBD client that never reads its replies
+    holds serve in its drain (the NBD connections' shutdown grace) after SIGTERM, and the
+    admin connection held open must be closed during that drain, not left answering requests
+    until the process exits. (The process exit closes it anyway: the drain is the window in
+    which the old server, whose connection tasks ran on detached, still served it.)"""
     context = ssl.create_default_context(cafile=str(admin_server.ca))
     raw = socket.create_connection(("127.0.0.1", admin_server.port), timeout=30)
     tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+    request = (f"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               f"Authorization: Bearer {TOKEN}\r\n\r\n").encode()
+    hog = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # A small receive buffer: the replies it never reads fill it at once.
+    hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    hog.settimeout(30)
     try:
         # One keep-alive request answered; the connection is then held open, idle.
-        tls.sendall(f"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    f"Authorization: Bearer {TOKEN}\r\n\r\n".encode())
+        tls.sendall(request)
         reply = tls.recv(65536)
         assert reply.startswith(b"HTTP/1.1 200"), reply
+        hog.connect(("127.0.0.1", admin_server.nbd_port))
+        go(hog)
+        # 64 reads of 8 MiB in flight, their replies never read: the server's writes block.
+        hog.sendall(b"".join(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_READ, cookie,
+                                         0, 8 * 1024 * 1024) for cookie in range(64)))
+        time.sleep(0.5)  # read by the server: in flight when the stop comes
         admin_server.proc.terminate()
-        rc = admin_server.proc.wait(timeout=60)
-        assert rc == 0, f"server exited {rc}:\n{admin_server.stderr()}"
-        # The server closed it: end of stream (or a reset), never a hang until our timeout.
-        tls.settimeout(10)
+        admin_server.wait_for_log("shutting down: finishing requests in flight")
+        # The admin connection ends (end of stream or a reset) within seconds: well before
+        # the listener's 10 s header-read timeout (counted from the reply above) would end
+        # an idle connection of a server that left it open.
+        tls.settimeout(CLOSED_WITHIN_S)
+        rest = b""
         try:
-            rest = b""
             while chunk := tls.recv(65536):
                 rest += chunk
         except (ConnectionResetError, ssl.SSLError):
-            rest = b""
+            pass
+        except socket.timeout:
+            tls.sendall(request)
+            late = tls.recv(65536)
+            pytest.fail(f"the admin connection was still open {CLOSED_WITHIN_S} s after the "
+                        f"stop began, serve draining; a request on it was answered "
+                        f"{late[:40]!r}:\n{admin_server.stderr()}")
         assert b"HTTP/1.1" not in rest, rest
+        # ... while serve is still draining the NBD client that reads nothing.
+        assert admin_server.proc.poll() is None, (
+            "serve exited before the admin connection was seen closed: the test proves "
+            f"nothing (the NBD drain should have held it):\n{admin_server.stderr()}")
     finally:
+        hog.close()
         tls.close()
+    # The NBD client gone, serve ends its drain and stops cleanly.
+    rc = admin_server.proc.wait(timeout=60)
+    assert rc == 0, f"server exited {rc}:\n{admin_server.stderr()}"
 
 
 def test_the_listener_needs_certificates_and_a_private_token(tmp_path, pki):  # noqa: F811

@@ -8,6 +8,8 @@
 //! by [`SpeedLimits`] and resumable from the superblocks. [`assemble`] reads the members'
 //! superblocks, lets `ondisk::plan` decide, and starts a volume.
 //!
+//! [`grow`]: `raidkit grow` on a stopped array (the offline reshape's orchestration).
+//!
 //! Operator actions: `fail`, `remove`, `add`, `replace`, `scrub`, `set_speed_limits`; `status`
 //! returns a [`VolumeStatus`] ([`ArrayHealth`], [`MemberStatus`], [`TaskStatus`],
 //! [`ScrubReport`], and [`AtRisk`]: the ranges a forced dirty and degraded start put at risk).
@@ -17,6 +19,7 @@ mod at_risk;
 mod badblocks;
 mod bitmap;
 mod bitmap_volume;
+pub mod grow;
 mod lease;
 mod manage;
 mod options;

@@ -1,6 +1,7 @@
 //! `raidkit grow`: a stopped array takes more room — `--size max` (every level: members
 //! replaced by larger ones), `--add` on linear (members appended) and on RAID 0/5/6 (a reshape
-//! that moves the data, offline, resumed when run again: `reshape`). More members for RAID 10,
+//! that moves the data, offline, resumed when run again; the work is `volume::grow`'s, this
+//! module parses and prints: `progress`). More members for RAID 10,
 //! `--chunk`, `--level` and growing a running array are not built yet and are refused, saying
 //! so (docs/DESIGN.md "Reshape").
 
@@ -8,10 +9,11 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use ondisk::{GrowReport, NewSpace};
+use volume::grow::GrowOptions;
 
 use crate::units::human_bytes;
 
-mod reshape;
+mod progress;
 
 /// Grow a stopped array: use the room of members replaced by larger ones (--size max, every
 /// level), append members to a linear array (--add), or add members to a RAID 0, 5 or 6 array
@@ -97,9 +99,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
-    let mut members = super::journal::open_stopped(&args.members, "an array is grown")?;
+    let members = super::journal::open_stopped(&args.members, "an array is grown")?;
     // An array mid-reshape (a grow --add that stopped): the same command, or grow with every
-    // member, resumes it.
+    // member, resumes it (a member given both ways counts once).
     let fresh_add: Vec<String> = args
         .add
         .iter()
@@ -107,39 +109,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .cloned()
         .collect();
     let new = open_new(&fresh_add)?;
-    let resumed: Vec<_> = members.iter().chain(&new).cloned().collect();
-    if let Some(state) = reshape_state_of(&resumed)? {
-        println!(
-            "raidkit: array {} is in the middle of a reshape ({} -> {} members) at array byte {}: resuming",
-            state.array,
-            state.record.old_member_count,
-            state.fresh.member_count,
-            state.record.position_bytes
-        );
-        members = resumed;
-        let report = reshape::run(&members, state)?;
-        print!("{}", said(&report));
-        return Ok(());
-    }
-    let report = if args.add.is_empty() {
-        ondisk::grow_size_max(&members)?
-    } else if !matches!(
-        ondisk::read_superblock(members[0].as_ref()).map(|sb| sb.level),
-        Ok(layout::Level::Linear) | Err(_)
-    ) {
-        let state = ondisk::reshape_start(&members, &new, args.force)?;
-        println!(
-            "raidkit: array {} reshape recorded ({} -> {} members, events {}): moving the data",
-            state.array,
-            state.record.old_member_count,
-            state.fresh.member_count,
-            state.fresh.events
-        );
-        let all: Vec<_> = members.iter().chain(&new).cloned().collect();
-        reshape::run(&all, state)?
-    } else {
-        ondisk::grow_add_linear(&members, &new, args.force)?
+    let options = GrowOptions {
+        force: args.force,
+        ..GrowOptions::default()
     };
+    let mut progress = progress::Progress::new();
+    let report = volume::grow::grow(&members, &new, &options, &mut |event| {
+        progress.event(event);
+        Ok(())
+    });
+    progress.finish();
+    let report = report?;
     print!("{}", said(&report));
     Ok(())
 }
@@ -154,22 +134,6 @@ fn open_new(add: &[String]) -> anyhow::Result<Vec<std::sync::Arc<dyn member::Mem
         .collect::<anyhow::Result<Vec<_>>>()?;
     ondisk::refuse_if_served(&new).context("a new member belongs to a served array")?;
     Ok(new)
-}
-
-/// The reshape recorded on `members`, if any (members that carry no superblock of this array
-/// are not part of it: only the ones that do are read).
-fn reshape_state_of(
-    members: &[std::sync::Arc<dyn member::Member>],
-) -> anyhow::Result<Option<ondisk::Reshaping>> {
-    let carrying: Vec<_> = members
-        .iter()
-        .filter(|m| ondisk::read_superblock(m.as_ref()).is_ok())
-        .cloned()
-        .collect();
-    if carrying.len() != members.len() {
-        return Ok(None);
-    }
-    Ok(ondisk::reshape_open(&carrying)?)
 }
 
 /// What `grow` prints about a grow that happened.

@@ -1,0 +1,242 @@
+//! `raidkit grow` on a stopped array, the whole of it but the command line (docs/DESIGN.md
+//! "Reshape"): [`grow`] resumes a reshape the members record, or grows as asked — `--size max`
+//! (`ondisk::grow_size_max`), members appended to a linear array (`ondisk::grow_add_linear`),
+//! or members added to a RAID 0/5/6 array by moving its data: the reshape is recorded (the new
+//! members' superblocks first, `ondisk::reshape_start`), the data moved window by window by
+//! `engine::reshape` over two engine arrays on the members' data areas with the backup area of
+//! every member, the position recorded in the superblocks, and the new geometry recorded
+//! (`ondisk::reshape_finish`). The caller sees what happens through [`GrowEvent`]s (the
+//! progress bar and the messages are the front end's).
+
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use engine::reshape::{self, ArrayTarget, BackupArea, ReshapePlan, RunOptions};
+use engine::{Array, ArrayConfig};
+use layout::Level;
+use member::{Member, Window};
+use ondisk::{GrowError, GrowReport, Reshaping};
+
+/// Window of the copy outside the critical section (rounded to new stripes).
+pub const WINDOW_BYTES: u64 = 4 << 20;
+/// The position is recorded at least this often (bounds the work redone after a stop).
+pub const RECORD_EVERY_BYTES: u64 = 256 << 20;
+
+/// How [`grow`] runs.
+#[derive(Clone, Copy, Debug)]
+pub struct GrowOptions {
+    /// Overwrite new members that carry a superblock or data.
+    pub force: bool,
+    /// The mover's window outside the critical section.
+    pub window_bytes: u64,
+    /// The position is recorded when it is this far past the recorded one.
+    pub record_every_bytes: u64,
+}
+
+impl Default for GrowOptions {
+    fn default() -> Self {
+        GrowOptions {
+            force: false,
+            window_bytes: WINDOW_BYTES,
+            record_every_bytes: RECORD_EVERY_BYTES,
+        }
+    }
+}
+
+/// What [`grow`] tells its caller as it goes.
+pub enum GrowEvent<'a> {
+    /// The members record a reshape that stopped: it is resumed.
+    Resuming(&'a Reshaping),
+    /// A reshape was recorded (position 0): the data moves next.
+    Recorded(&'a Reshaping),
+    /// The copy starts (or goes on) at array byte `at` of `end`.
+    Moving { at: u64, end: u64 },
+    /// A window was copied: the copy is at array byte `at` of `end`.
+    Moved { at: u64, end: u64 },
+}
+
+/// Why [`grow`] did not finish.
+#[derive(Debug)]
+pub enum GrowAddError {
+    /// Refused or failed before or after the data moved (the text names the array, the member
+    /// and what to do).
+    Grow(GrowError),
+    /// The copy stopped (an I/O error, or the caller's observer said stop); what is durable
+    /// resumes when [`grow`] runs again with the same members.
+    Stopped { array: String, error: io::Error },
+}
+
+impl fmt::Display for GrowAddError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GrowAddError::Grow(e) => write!(f, "{e}"),
+            GrowAddError::Stopped { array, error } => write!(
+                f,
+                "array {array}: the reshape stopped: {error}; nothing is lost: run the same \
+                 raidkit grow command again to resume it"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for GrowAddError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GrowAddError::Grow(e) => Some(e),
+            GrowAddError::Stopped { error, .. } => Some(error),
+        }
+    }
+}
+
+impl From<GrowError> for GrowAddError {
+    fn from(e: GrowError) -> Self {
+        GrowAddError::Grow(e)
+    }
+}
+
+/// Grows the stopped array of `members` (every member and spare) with `new` (members to add,
+/// none of them also in `members`): resumes
+/// a reshape the members record (then `new` may be empty: the members mid-reshape are all in
+/// `members`), else `--size max` when `new` is empty, a linear append, or a reshape of RAID
+/// 0/5/6. `observe` sees each step; an error it returns stops the copy (resumable).
+pub fn grow(
+    members: &[Arc<dyn Member>],
+    new: &[Arc<dyn Member>],
+    options: &GrowOptions,
+    observe: &mut dyn FnMut(GrowEvent<'_>) -> io::Result<()>,
+) -> Result<GrowReport, GrowAddError> {
+    let all: Vec<Arc<dyn Member>> = members.iter().chain(new).cloned().collect();
+    if let Some(state) = reshape_state_of(&all)? {
+        observe(GrowEvent::Resuming(&state)).map_err(|error| GrowAddError::Stopped {
+            array: state.array.clone(),
+            error,
+        })?;
+        return move_data(&all, state, options, observe);
+    }
+    if new.is_empty() {
+        return Ok(ondisk::grow_size_max(members)?);
+    }
+    let linear = matches!(
+        ondisk::read_superblock(members[0].as_ref()).map(|sb| sb.level),
+        Ok(Level::Linear) | Err(_)
+    );
+    if linear {
+        return Ok(ondisk::grow_add_linear(members, new, options.force)?);
+    }
+    let state = ondisk::reshape_start(members, new, options.force)?;
+    observe(GrowEvent::Recorded(&state)).map_err(|error| GrowAddError::Stopped {
+        array: state.array.clone(),
+        error,
+    })?;
+    move_data(&all, state, options, observe)
+}
+
+/// The reshape recorded on `members`, if any (members that carry no superblock of this array
+/// are not part of it: only when every one does is it read).
+fn reshape_state_of(members: &[Arc<dyn Member>]) -> Result<Option<Reshaping>, GrowError> {
+    let carrying = members
+        .iter()
+        .filter(|m| ondisk::read_superblock(m.as_ref()).is_ok())
+        .count();
+    if carrying != members.len() {
+        return Ok(None);
+    }
+    ondisk::reshape_open(members)
+}
+
+/// Moves the data of the array mid-reshape in `state` (`members`: the order of `state.sbs`)
+/// from its recorded position to the end, then records the new geometry.
+fn move_data(
+    members: &[Arc<dyn Member>],
+    state: Reshaping,
+    options: &GrowOptions,
+    observe: &mut dyn FnMut(GrowEvent<'_>) -> io::Result<()>,
+) -> Result<GrowReport, GrowAddError> {
+    let array = state.array.clone();
+    let stopped = |error: io::Error| GrowAddError::Stopped {
+        array: array.clone(),
+        error,
+    };
+    let fresh = state.fresh.clone();
+    let fresh = &fresh;
+    let roles = state.roles.clone();
+    let record = state.record;
+    assert_eq!(
+        BackupArea::bytes_per_member(&state.new),
+        record.backup_bytes,
+        "the backup area the superblock records is the mover's"
+    );
+    let data_bytes = fresh.roles[0].data_bytes;
+    let window_of = |r: usize, offset: u64, len: u64| -> Option<Arc<dyn Member>> {
+        roles[r].map(|i| Arc::new(Window::new(members[i].clone(), offset, len)) as Arc<dyn Member>)
+    };
+    let array_of = |count: usize| -> Result<Array, GrowAddError> {
+        let a = Array::new(
+            ArrayConfig {
+                level: fresh.level,
+                chunk_bytes: fresh.chunk_bytes,
+                member_count: count,
+                member_data_bytes: vec![data_bytes; count],
+            },
+            (0..count)
+                .map(|r| window_of(r, fresh.data_offset_bytes, data_bytes))
+                .collect(),
+        )
+        .map_err(|e| {
+            GrowError::Refused(format!(
+                "array {array}: cannot build the {count}-member geometry: {e}"
+            ))
+        })?;
+        a.set_gather_wait(Duration::ZERO);
+        Ok(a)
+    };
+    let n = record.old_member_count as usize;
+    let m = fresh.member_count as usize;
+    let plan = ReshapePlan::new(state.old.clone(), state.new.clone(), options.window_bytes)
+        .map_err(|e| GrowError::Refused(format!("array {array}: {e}")))?;
+    let backup = BackupArea::new(
+        (0..m)
+            .map(|r| window_of(r, record.backup_offset_bytes, record.backup_bytes))
+            .collect(),
+        &state.new,
+        record.generation,
+    );
+    let p_rec = record.position_bytes;
+    let used = ondisk::reshape_used_image(members, &state)?;
+    let shared = Arc::new(Mutex::new(state));
+    let recorder_state = shared.clone();
+    let recorder_members: Vec<Arc<dyn Member>> = members.to_vec();
+    let target = ArrayTarget {
+        old: array_of(n)?,
+        new: array_of(m)?,
+        backup,
+        recorder: Box::new(move |p| {
+            let mut state = recorder_state.lock().unwrap();
+            ondisk::reshape_record_position(&recorder_members, &mut state, p)
+                .map_err(io::Error::other)
+        }),
+        used,
+    };
+    let p = reshape::resume(&plan, &target, p_rec).map_err(stopped)?;
+    let end = plan.end();
+    observe(GrowEvent::Moving { at: p, end }).map_err(stopped)?;
+    reshape::run(
+        &plan,
+        &target,
+        p,
+        p_rec,
+        RunOptions {
+            record_every_bytes: options.record_every_bytes,
+            progress: &mut |at| observe(GrowEvent::Moved { at, end }),
+        },
+    )
+    .map_err(stopped)?;
+    drop(target);
+    let state = Arc::try_unwrap(shared)
+        .unwrap_or_else(|_| panic!("the recorder still holds the reshape state"))
+        .into_inner()
+        .unwrap();
+    Ok(ondisk::reshape_finish(members, &state)?)
+}

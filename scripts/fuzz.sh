@@ -8,7 +8,11 @@
 #                                        is missing (never a skip). scripts/test.sh runs this.
 #   scripts/fuzz.sh run TARGET [EXECS]   a long run of one target (nice 19) until EXECS
 #                                        executions (default 10000000) or FUZZ_UNTIL (a `date -d`
-#                                        time) comes; resumes in fuzz/out/TARGET; prints its stats
+#                                        time) comes; resumes in fuzz/out/TARGET (AFL++ counts
+#                                        EXECS over the resumed runs); with FUZZ_FRESH=1 the old
+#                                        run moves to fuzz/out/TARGET.N and a new run starts from
+#                                        its queue, so EXECS counts this code's run alone; prints
+#                                        its stats
 #   scripts/fuzz.sh stats [TARGET...]    executions, exec/s, coverage, crashes and hangs of the
 #                                        runs in fuzz/out
 #   scripts/fuzz.sh seeds                rewrite the seed corpora (fuzz/corpus) from the encoders
@@ -115,8 +119,15 @@ run() {
   require_afl
   [[ -x $BIN/$t ]] || build
   local out=$ROOT/fuzz/out/$t input=fuzz/corpus/$t
-  # An earlier run's queue is resumed (-i -).
-  [[ -f $out/default/fuzzer_stats ]] && input=-
+  if [[ ${FUZZ_FRESH:-0} == 1 && -d $out/default/queue ]]; then
+    # A new run from the earlier run's queue: its execution count starts at zero.
+    local n=1
+    while [[ -e $out.$n ]]; do n=$((n + 1)); done
+    mv "$out" "$out.$n"
+    input=$out.$n/default/queue
+  elif [[ -f $out/default/fuzzer_stats ]]; then
+    input=- # an earlier run's queue is resumed
+  fi
   local until=()
   if [[ -n ${FUZZ_UNTIL:-} ]]; then
     local secs=$(($(date -d "$FUZZ_UNTIL" +%s) - $(date +%s)))

@@ -12,6 +12,12 @@ behind raidkit's back (no I/O error anywhere) are found and healed.
   crates/service/tests/monitor.rs.)
 - ``test_single_copy_levels_fail_the_read``: linear and RAID 0: the read of the block fails
   (EIO) instead of returning wrong bytes, the blocks around it read fine.
+- ``test_scrub_records_what_no_copy_can_heal``: the same block corrupted in every copy (RAID
+  1, 10), in two of RAID 5's members, three of RAID 6's, and a healable block in a later stripe:
+  ``scrub --wait`` finishes, records the unhealable block in those members' bad-block lists,
+  reports where (status text and ``--json``: ``last_scrub.units_lost``/``lost``, ``bad_blocks``;
+  the serve log), fails no member, heals the later block; reads of the lost blocks fail (EIO),
+  the rest reads back, a write clears the records.
 - ``test_old_array_has_no_checksums``: an array made without --checksum shows none.
 - ``test_serve_create_makes_checksums``: ``serve --create --checksum crc32c`` makes the same
   array as ``create --checksum`` (the corruption is found and healed after a restart).
@@ -134,6 +140,59 @@ def test_scrub_finds_corruption_nobody_read(tmp_path, arrays, level, count):
     array.start()
     assert array.read(0, SPAN) == data
     array.stop()
+
+
+# Members whose copy of AT's row is corrupted so that nothing can rebuild it.
+BEYOND = {"1": [0, 1], "10": [0, 1], "5": [0, 1], "6": [1, 2, 3]}
+# A data-area byte of row 5: another stripe (unit) than AT's on every level.
+SECOND = 5 * 64 * 1024 + 4096
+
+
+@pytest.mark.parametrize("level,count", LEVELS, ids=[f"raid{lv}" for lv, _ in LEVELS])
+def test_scrub_records_what_no_copy_can_heal(tmp_path, arrays, level, count):
+    members = create(tmp_path, level, count)
+    array = arrays(tmp_path, members, NO_CACHE).start()
+    data = rng_for(f"lost-{level}").randbytes(SPAN)
+    array.write(0, data)
+    array.stop()
+    for m in BEYOND[level]:
+        corrupt(members[m], AT)
+    old = corrupt(members[victim(level)], SECOND)
+    array.start()
+    array.cli("scrub", "--wait")
+    st = status(array)
+    report = st["last_scrub"]
+    assert report["finished"] and report["units_lost"] == 1, report
+    assert all(m["state"] == "active" for m in st["members"]), st["members"]
+    lost = sorted((b["role"], b["member_offset"], b["len"]) for b in report["lost"])
+    assert lost == [(r, AT, 4096) for r in BEYOND[level]], report
+    shown = sorted((b["role"], b["member_offset"]) for b in st["bad_blocks"])
+    assert shown == [(r, AT) for r in BEYOND[level]], st["bad_blocks"]
+    for b in report["lost"]:
+        assert b["member"] == str(members[b["role"]]), b
+        assert b["stripe_array_offset"] == 0, b
+    text = array.cli("status").stdout
+    assert "1 stripes not compared" in text, text
+    assert f"lost role {BEYOND[level][0]} {members[BEYOND[level][0]]}: member bytes " \
+        f"{AT}-{AT + 4096}" in text, text
+    lost_blocks = [AT, 64 * 1024 + AT] if level in ("5", "6") else [AT]
+    for off in range(0, SPAN, 4096):
+        if off in lost_blocks:
+            with pytest.raises(nbd.Error) as e:
+                array.read(off, 4096)
+            assert "Input/output error" in str(e.value) or e.value.errnum == 5, e.value
+        else:
+            assert array.read(off, 4096) == data[off:off + 4096], off
+    # A write over the stripe makes it readable again and clears the records.
+    array.write(0, data[:128 * 1024])
+    assert status(array)["bad_blocks"] == [], status(array)
+    assert array.read(0, SPAN) == data
+    array.stop()
+    logs = array.logs()
+    assert f"bytes {AT}..{AT + 4096} of its data area recorded as lost" in logs, logs
+    assert "holds 2 range(s) no member or redundancy can provide" in logs \
+        or "holds 3 range(s) no member or redundancy can provide" in logs, logs
+    assert member_bytes(members[victim(level)], SECOND, 3) == old, "the later block not healed"
 
 
 @pytest.mark.parametrize("level", ["linear", "0"])

@@ -160,6 +160,15 @@ pub(crate) mod tests {
                         kind: "q".into(),
                     }],
                     finished: true,
+                    units_lost: 1,
+                    lost: vec![volume::BadBlockStatus {
+                        role: 0,
+                        member: "b".into(),
+                        member_offset: 8192,
+                        len: 4096,
+                        array_offset: Some(8192),
+                        stripe_array_offset: 0,
+                    }],
                 }),
                 events: 7,
                 bitmap: Some(BitmapStatus {

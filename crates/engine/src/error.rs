@@ -197,6 +197,12 @@ impl IoError {
         matches!(self, IoError::Member { source, .. } if crate::is_no_space(source))
     }
 
+    /// A member read met a range its bad-block list records as lost and no redundancy
+    /// could provide it (the request fails; the member is not at fault).
+    pub fn is_lost_range(&self) -> bool {
+        matches!(self, IoError::Member { op: Op::Read, source, .. } if member::is_bad_block(source))
+    }
+
     /// The kind a caller above should see: a lack of space keeps its kind (`StorageFull`,
     /// `QuotaExceeded`: an NBD client gets `ENOSPC`, not `EIO`), everything else is `Other`.
     pub fn kind(&self) -> std::io::ErrorKind {

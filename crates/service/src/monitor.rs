@@ -318,7 +318,7 @@ pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
         s.last_scrub
             .as_ref()
             .filter(|r| r.finished)
-            .map(|r| r.mismatches)
+            .map(|r| (r.mismatches, r.units_lost))
     };
     let corrupt = |s: &VolumeStatus| s.checksum.as_ref().map_or(0, |c| c.mismatches);
     if corrupt(now) > corrupt(before) {
@@ -336,16 +336,21 @@ pub fn changes(before: &VolumeStatus, now: &VolumeStatus) -> Vec<Alert> {
             .with("checksum_mismatches", total),
         );
     }
-    if let Some(found) = mismatches(now).filter(|&n| n > 0) {
+    if let Some((found, lost)) = mismatches(now).filter(|&(n, l)| n > 0 || l > 0) {
         if before.last_scrub != now.last_scrub {
+            let mut text = format!("a scrub found {found} mismatches");
+            if lost > 0 {
+                // Where: the report's `lost` list (status), each range also raised as
+                // `BadBlocks` when it was recorded.
+                text += &format!(
+                    " and {lost} stripes holding ranges no member or redundancy can provide \
+                     (recorded as lost in the bad-block lists; see `raidkit status`)"
+                );
+            }
             alerts.push(
-                Alert::new(
-                    Event::MismatchesFound,
-                    name,
-                    None,
-                    format!("a scrub found {found} mismatches"),
-                )
-                .with("mismatches", found),
+                Alert::new(Event::MismatchesFound, name, None, text)
+                    .with("mismatches", found)
+                    .with("units_lost", lost),
             );
         }
     }

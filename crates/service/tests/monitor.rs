@@ -137,11 +137,34 @@ fn an_array_that_starts_degraded_says_so_and_timeouts_and_mismatches_are_raised(
         repaired: 0,
         first_mismatches: vec![],
         finished: true,
+        units_lost: 0,
+        lost: vec![],
     });
     let alerts = changes(&clean, &scrubbed);
     assert_eq!(alerts.len(), 1);
     assert_eq!(alerts[0].event, Event::MismatchesFound);
     assert_eq!(alerts[0].details["mismatches"], "3");
+    assert_eq!(alerts[0].details["units_lost"], "0");
+    // A scrub that found no mismatch but met ranges nothing provides is raised too.
+    let mut lost = clean.clone();
+    lost.last_scrub = Some(ScrubReport {
+        stripes_checked: 9,
+        mismatches: 0,
+        repaired: 0,
+        first_mismatches: vec![],
+        finished: true,
+        units_lost: 1,
+        lost: vec![],
+    });
+    let alerts = changes(&clean, &lost);
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0].event, Event::MismatchesFound);
+    assert_eq!(alerts[0].details["units_lost"], "1");
+    assert!(
+        alerts[0].message.contains("1 stripes holding ranges"),
+        "{}",
+        alerts[0].message
+    );
     assert_eq!(
         events(&scrubbed, &scrubbed),
         [],

@@ -628,7 +628,7 @@ impl VolumeCore {
     }
 
     /// Every range recorded in the lists of the members holding roles.
-    fn bad_block_status(&self, meta: &MetaState) -> Vec<crate::status::BadBlockStatus> {
+    pub(crate) fn bad_block_status(&self, meta: &MetaState) -> Vec<crate::status::BadBlockStatus> {
         let geometry = self.geometry();
         let mut out = Vec::new();
         for (role, held) in meta.roles.iter().enumerate() {

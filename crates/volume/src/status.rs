@@ -260,6 +260,16 @@ pub struct ScrubReport {
     pub repaired: u64,
     pub first_mismatches: Vec<MismatchLocation>,
     pub finished: bool,
+    /// Units the scrub could not compare because they hold ranges no member and no
+    /// redundancy can provide (a read error or a checksum mismatch in every copy): each such
+    /// range was recorded in the bad-block list of every member that cannot read it, and the
+    /// scrub went on.
+    #[serde(default)]
+    pub units_lost: u64,
+    /// Those ranges (the first [`SCRUB_MISMATCHES_LISTED_MAX`]): array offset, member and
+    /// member offset, as `bad_blocks` lists them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<BadBlockStatus>,
 }
 
 /// The bitmap as `status` shows it.

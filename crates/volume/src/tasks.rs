@@ -678,7 +678,18 @@ impl VolumeCore {
                 } else {
                     None
                 };
-                let found = self.array.sync_unit(u, mode)?;
+                let found = match self.array.sync_unit(u, mode) {
+                    Ok(found) => found,
+                    // Rows no member and no redundancy can provide: recorded in the bad-block
+                    // lists of the members that cannot read them (by the repair), reported
+                    // here, and the scrub goes on with the next unit.
+                    Err(e) if e.is_lost_range() => {
+                        drop(gate);
+                        self.add_lost_to_report(&mut report, u, &e);
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 drop(gate);
                 if !found.checked && self.repair_of_redundancy_due() {
                     // A member left during the step and a rebuild is due: this unit is
@@ -717,6 +728,33 @@ impl VolumeCore {
                 self.data_changed(start, chunk.min(self.size_bytes() - start));
             }
         }
+    }
+
+    /// Unit `unit` holds ranges nothing can provide (`e` met one): counts it and lists the
+    /// recorded ranges in its rows (array offset, member, member offset), each once.
+    fn add_lost_to_report(&self, report: &mut ScrubReport, unit: u64, e: &engine::IoError) {
+        report.units_lost += 1;
+        let unit_bytes = self.sync_unit_array_bytes();
+        let meta = self.lock_meta();
+        let ranges = self.bad_block_status(&meta);
+        drop(meta);
+        let mut listed = 0;
+        for r in ranges {
+            if r.stripe_array_offset / unit_bytes != unit {
+                continue;
+            }
+            listed += 1;
+            if !report.lost.contains(&r) && report.lost.len() < SCRUB_MISMATCHES_LISTED_MAX {
+                report.lost.push(r);
+            }
+        }
+        eprintln!(
+            "raidkit: array {}: scrub: unit {unit} (array offset {}) holds {listed} range(s) no \
+             member or redundancy can provide ({e}); recorded as lost, reads of them fail until \
+             written; the scrub goes on",
+            self.name(),
+            unit * unit_bytes
+        );
     }
 
     fn add_to_report(&self, report: &mut ScrubReport, found: engine::UnitReport) {

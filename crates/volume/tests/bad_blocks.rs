@@ -503,3 +503,92 @@ fn the_record_is_durable_before_the_rebuild_goes_past_it() {
     controls[0].heal();
     v.close().unwrap();
 }
+
+/// A scrub that meets rows no member can read (the same range unreadable on both RAID 1 legs,
+/// on two of RAID 5's three members) records the range in each of those members' lists,
+/// reports it (`last_scrub.lost`: role, member, member offset, array offset), fails no member
+/// and finishes; exactly those blocks fail to read, the rest of the array reads back; once the
+/// members read again, a write over the stripe clears the records. Before, the repair retried
+/// until the counted read errors failed a member, and the scrub stopped without a report.
+#[test]
+fn a_scrub_records_rows_no_member_can_read_and_finishes() {
+    let seed = seed();
+    for (level, count) in [("raid1", 2), ("raid5", 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_array(dir.path(), "sc", level, count);
+        let data_offset = read_sb(&paths[0]).data_offset_bytes;
+        let (v, controls) = assemble_faulty(&paths);
+        let data = pattern(v.size_bytes() as usize, seed);
+        v.write(0, &data).unwrap();
+        v.flush().unwrap();
+        let lost = 5 * v.chunk_bytes() + 3 * BLOCK;
+        for c in &controls[..2] {
+            c.fail_reads(FaultRule::Range {
+                offset: data_offset + lost,
+                len: BLOCK,
+            });
+        }
+        v.scrub(false).unwrap();
+        assert!(v.wait_idle(std::time::Duration::from_secs(60)), "{level}");
+        let s = v.status();
+        let report = s.last_scrub.clone().expect("a scrub report");
+        assert!(report.finished, "{level} (seed {seed}): {report:?}");
+        assert_eq!(report.units_lost, 1, "{level}: {report:?}");
+        assert!(
+            s.members.iter().all(|m| m.state == MemberState::Active),
+            "{level}: {:?}",
+            s.members
+        );
+        let mut listed: Vec<_> = (report.lost.iter())
+            .map(|b| (b.role, b.member_offset, b.len))
+            .collect();
+        listed.sort();
+        assert_eq!(listed, [(0, lost, BLOCK), (1, lost, BLOCK)], "{level}");
+        for b in &report.lost {
+            assert_eq!(
+                b.array_offset,
+                blocks_held(&v, b.role, lost).first().copied()
+            );
+            assert_eq!(b.member, s.members[b.role].name);
+        }
+        assert_eq!(
+            list_on(open_unheld(&paths[0]).as_ref()),
+            [(lost, BLOCK)],
+            "durable"
+        );
+        assert_eq!(
+            list_on(open_unheld(&paths[1]).as_ref()),
+            [(lost, BLOCK)],
+            "durable"
+        );
+        let mut expected = blocks_held(&v, 0, lost);
+        expected.extend(blocks_held(&v, 1, lost));
+        expected.sort();
+        expected.dedup();
+        assert_eq!(
+            failing_blocks(&v, &data),
+            expected,
+            "{level} RAIDKIT_SEED={seed}"
+        );
+        // The members read again; a write over the unit clears the records.
+        for c in &controls {
+            c.heal();
+        }
+        let unit = v.geometry().unit_bytes();
+        let stripe = report.lost[0].stripe_array_offset;
+        v.write(stripe, &data[stripe as usize..][..unit as usize])
+            .unwrap();
+        v.flush().unwrap();
+        assert!(
+            v.status().bad_blocks.is_empty(),
+            "{level}: {:?}",
+            v.status().bad_blocks
+        );
+        assert!(
+            failing_blocks(&v, &data).is_empty(),
+            "{level} RAIDKIT_SEED={seed}"
+        );
+        assert_eq!(v.check().unwrap().mismatch_count, 0, "{level}");
+        v.close().unwrap();
+    }
+}

@@ -8,6 +8,7 @@ use super::{LevelIo, Lost};
 use crate::error::{IoError, Op};
 use crate::io::MemOp;
 use crate::parts::{missing_roles, Parts};
+use crate::recover::LOST_PIECE_BYTES;
 use crate::state::FaultReason;
 
 /// Retries beyond the read-error limit and two per member before a request gives up.
@@ -67,7 +68,9 @@ fn recover_read_error<L: LevelIo + ?Sized>(
     if !io.geometry.survives(&others) {
         // Nothing to rebuild the range from (linear, RAID 0, or an array already degraded
         // as far as it can be): the read fails, the member keeps what it holds. (Linear has
-        // no rows to lock: trying panicked here.)
+        // no rows to lock: trying panicked here.) A degraded array's unreadable range is
+        // not recorded on the member that cannot read it (it may read again: a rebuild
+        // records what it could not copy on the new member, see `Array::rebuild_step`).
         return false;
     }
     if level.rows_untrusted(io, offset, len) {
@@ -100,6 +103,19 @@ fn recover_read_error<L: LevelIo + ?Sized>(
             record_unreadable(io, other, at, n, lost);
             false
         }
+        // Another member's read failed while reconstructing: where both keep bad-block
+        // lists, find piece by piece what redundancy still provides (rewritten) and what
+        // nothing provides (recorded on every member that cannot read it), then retry: the
+        // retry is served, or fails at once on the record. Without lists the other member's
+        // error was counted; retry.
+        Err(IoError::Member {
+            role: other,
+            op: Op::Read,
+            ..
+        }) if other != role => {
+            heal_or_record(level, io, role, offset, len);
+            true
+        }
         // Another member failed while reconstructing: its error was counted; retry.
         Err(IoError::Member { role: other, .. }) if other != role => true,
         // Lost content the redundancy left cannot rebuild: the read fails, the member stays.
@@ -110,6 +126,101 @@ fn recover_read_error<L: LevelIo + ?Sized>(
         Err(e) => {
             let reason = FaultReason::Unrepairable(e.to_string());
             io.members.try_fail(role, reason, &io.geometry)
+        }
+    }
+}
+
+/// `role`'s `[offset, offset+len)` failed to read and the plain repair could not rewrite it:
+/// goes over it in [`LOST_PIECE_BYTES`] pieces, each under its rows' locks. A piece that
+/// reads is left; one that does not is reconstructed without every member found unable to
+/// read the same rows (so RAID 6 rebuilds two bad blocks of a row from P and Q, and a
+/// three-way mirror reads its third copy), written back, and the others' pieces rewritten
+/// from it; a piece no member set can provide is recorded as lost on `role` and on every
+/// member whose read of those rows failed (md records unreadable sectors it cannot rewrite),
+/// so its reads fail at once, uncounted, and a scrub goes past it.
+fn heal_or_record<L: LevelIo + ?Sized>(level: &L, io: &Parts, role: usize, offset: u64, len: u64) {
+    let piece = LOST_PIECE_BYTES;
+    let end = (offset + len)
+        .div_ceil(piece)
+        .saturating_mul(piece)
+        .min(io.geometry.member_data_bytes(role));
+    let mut at = offset / piece * piece;
+    while at < end {
+        let n = piece.min(end - at);
+        heal_piece(level, io, role, at, n);
+        at += n;
+    }
+}
+
+/// [`heal_or_record`] of one piece.
+fn heal_piece<L: LevelIo + ?Sized>(level: &L, io: &Parts, role: usize, offset: u64, len: u64) {
+    let _held = io.lock_member_range(role, offset, len);
+    let mut buf = vec![0u8; len as usize];
+    let read = io.member_io(MemOp::Read {
+        role,
+        offset,
+        buf: &mut buf,
+    });
+    match read {
+        Ok(()) => return,
+        Err(IoError::Member { ref source, .. }) if member::is_bad_block(source) => return,
+        Err(_) => {}
+    }
+    // The member ranges of these rows that cannot be read (role, offset, len); `role`'s
+    // first. (A mirror's copy may sit at another offset: odd RAID 10.)
+    let mut unreadable = vec![(role, offset, len)];
+    loop {
+        let mut readable = io.present_snapshot();
+        for &(r, _, _) in &unreadable {
+            readable[r] = false;
+        }
+        if !readable.iter().any(|&r| r) || !io.geometry.survives(&readable) {
+            break;
+        }
+        match reconstruct(level, io, role, offset, &mut buf, &readable, false) {
+            Ok(()) => {
+                if io
+                    .member_io(MemOp::Write {
+                        role,
+                        offset,
+                        buf: &buf,
+                    })
+                    .is_err()
+                {
+                    return; // the write's error was judged
+                }
+                // The others' pieces of these rows, rebuilt now that `role` holds its own.
+                for &(other, at, n) in &unreadable[1..] {
+                    let mut readable = io.present_snapshot();
+                    readable[other] = false;
+                    let mut copy = vec![0u8; n as usize];
+                    if reconstruct(level, io, other, at, &mut copy, &readable, false).is_ok() {
+                        let _ = io.member_io(MemOp::Write {
+                            role: other,
+                            offset: at,
+                            buf: &copy,
+                        });
+                    }
+                }
+                return;
+            }
+            Err(IoError::Member {
+                role: other,
+                op: Op::Read,
+                offset: at,
+                len: n,
+                ..
+            }) if unreadable.iter().all(|u| u.0 != other) => unreadable.push((other, at, n)),
+            // Anything else (a write error, a member gone): judged where it happened.
+            Err(_) => return,
+        }
+    }
+    // Nothing provides these rows' piece of `role`: recorded where it cannot be read (a
+    // member without a list, or whose list is full, records nothing: its reads go on failing
+    // and counting, as before).
+    for &(r, at, n) in &unreadable {
+        if let Some(m) = io.members.slot(r).0 {
+            let _ = m.record_lost(at, n);
         }
     }
 }

@@ -260,23 +260,28 @@ fn bad_block_lines(bad: &[volume::BadBlockStatus]) -> String {
         bad.len()
     );
     for b in bad {
-        let held = match b.array_offset {
-            Some(at) => format!("array offset {at}"),
-            None => format!(
-                "parity of the stripe at array offset {}",
-                b.stripe_array_offset
-            ),
-        };
-        out += &format!(
-            "    role {} {}: member bytes {}-{} ({}), {held}\n",
-            b.role,
-            b.member,
-            b.member_offset,
-            b.member_offset + b.len,
-            human_bytes(b.len)
-        );
+        out += &format!("    {}\n", lost_range(b));
     }
     out
+}
+
+/// One recorded range: role, member, member bytes, and what array bytes it holds.
+fn lost_range(b: &volume::BadBlockStatus) -> String {
+    let held = match b.array_offset {
+        Some(at) => format!("array offset {at}"),
+        None => format!(
+            "parity of the stripe at array offset {}",
+            b.stripe_array_offset
+        ),
+    };
+    format!(
+        "role {} {}: member bytes {}-{} ({}), {held}",
+        b.role,
+        b.member,
+        b.member_offset,
+        b.member_offset + b.len,
+        human_bytes(b.len)
+    )
 }
 
 fn at_risk_lines(risk: &AtRisk) -> String {
@@ -486,6 +491,16 @@ pub fn scrub_report(s: &ScrubReport) -> String {
             "    ... and {} more\n",
             s.mismatches - s.first_mismatches.len() as u64
         );
+    }
+    if s.units_lost > 0 {
+        out += &format!(
+            "    {} stripes not compared: they hold ranges no member or redundancy can provide, \
+             recorded as lost (reads of them fail until written):\n",
+            s.units_lost
+        );
+        for b in &s.lost {
+            out += &format!("    lost {}\n", lost_range(b));
+        }
     }
     out
 }

@@ -12,7 +12,8 @@
 //! kept beyond the current window and the two streak counters.
 
 use iostats::now_ns;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use layout::{MemberAddress, Piece};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -24,6 +25,14 @@ pub const SLOW_MIN_OPS: u64 = 4;
 /// many times the best copy's (so equal legs keep a stream on one leg, and a leg 20× slower
 /// loses it).
 const SEQUENTIAL_SLACK: u128 = 2;
+
+/// A copy passed over for its cost (not within an eighth of the cheapest) this many pieces
+/// in a row gets the next piece it can serve: a probe.
+pub const PROBE_AFTER_PASSES: u32 = 64;
+
+/// A read's time counts as at most this many times its member's read latency estimate (see
+/// `ewma`); a probe's time is taken whole.
+const SPIKE_MAX: u64 = 8;
 
 /// The least latency a member is assumed to have, ns: below it (RAM, the page cache) members
 /// are weighed by their outstanding bytes alone, their microseconds of difference being
@@ -83,10 +92,11 @@ pub struct MemberSpeed {
     pub slow: bool,
     /// Marked write-mostly: read only when no other copy can serve.
     pub write_mostly: bool,
-    /// Its mean latency per operation over the last judged window (`None`: too few
-    /// operations).
+    /// Its mean latency per operation over the last window that judged it (one where it and
+    /// a peer had enough operations; `None`: none yet since it took its role). A window with
+    /// too few operations leaves the verdict and these figures as they were.
     pub latency_us: Option<u64>,
-    /// The median of its peers' over the same window (`None`: no peer measured).
+    /// The median of its peers' over the same window.
     pub peers_latency_us: Option<u64>,
     /// Its read latency's moving average (what the read balance weighs), µs.
     pub read_latency_us: u64,
@@ -108,6 +118,12 @@ struct Leg {
     next_read_at: AtomicU64,
     /// When a read was last sent to it ([`now_ns`]).
     last_read_ns: AtomicU64,
+    /// Pieces in a row it could have served and lost for its cost (not within an eighth of
+    /// the cheapest copy's); from [`PROBE_AFTER_PASSES`] on it is probed.
+    passed_over: AtomicU32,
+    /// A probe was sent to it: the next read to end is the probe, and its time replaces the
+    /// estimate (the estimate is stale, a moving average of it would keep most of it).
+    probed: AtomicBool,
     /// The current window: operations ended and their summed time (flushes left out).
     window_ops: AtomicU64,
     window_ns: AtomicU64,
@@ -184,8 +200,11 @@ impl Speed {
         let leg = &self.legs[role];
         if read {
             leg.outstanding.fetch_sub(len, Relaxed);
-            let old = leg.read_ewma_ns.load(Relaxed);
-            leg.read_ewma_ns.store(ewma(old, took_ns), Relaxed);
+            let estimate = match leg.probed.load(Relaxed) && leg.probed.swap(false, Relaxed) {
+                true => took_ns.max(1),
+                false => ewma(leg.read_ewma_ns.load(Relaxed), took_ns),
+            };
+            leg.read_ewma_ns.store(estimate, Relaxed);
         }
         if !flush {
             leg.window_ops.fetch_add(1, Relaxed);
@@ -242,11 +261,10 @@ impl Speed {
                 leg.slow.store(false, Relaxed);
                 continue;
             }
-            j.latency_ns = means[role];
-            j.peers_ns = peers_median(&means, role);
-            let (Some(mean), Some(peers)) = (j.latency_ns, j.peers_ns) else {
-                continue; // too few to judge: the verdict stands
+            let (Some(mean), Some(peers)) = (means[role], peers_median(&means, role)) else {
+                continue; // too few to judge: the verdict stands, with its figures
             };
+            (j.latency_ns, j.peers_ns) = (Some(mean), Some(peers));
             let outlier = policy.ratio > 0
                 && mean > peers.saturating_mul(policy.ratio as u64)
                 && mean - peers > policy.min_excess.as_nanos() as u64;
@@ -293,6 +311,8 @@ impl Speed {
         leg.read_ewma_ns.store(0, Relaxed);
         leg.op_ewma_ns.store(0, Relaxed);
         leg.last_read_ns.store(now_ns(), Relaxed);
+        leg.passed_over.store(0, Relaxed);
+        leg.probed.store(false, Relaxed);
         leg.write_mostly.store(false, Relaxed);
         leg.slow.store(false, Relaxed);
         let mut judged = self.judged.lock().unwrap_or_else(|p| p.into_inner());
@@ -324,6 +344,9 @@ impl Speed {
         let leg = &self.legs[role];
         leg.next_read_at.store(at + len, Relaxed);
         leg.last_read_ns.store(now, Relaxed);
+        if leg.passed_over.load(Relaxed) != 0 {
+            leg.passed_over.store(0, Relaxed);
+        }
     }
 
     /// A probe reads `[at, at + len)` elsewhere: a stream on `role` that reached `at` goes on
@@ -343,12 +366,37 @@ impl Speed {
         let leg = &self.legs[role];
         let last = leg.last_read_ns.load(Relaxed);
         let interval = self.probe_interval_ns();
-        now.saturating_sub(last) >= interval
+        let claimed = now.saturating_sub(last) >= interval
             && leg.outstanding.load(Relaxed) == 0
             && leg
                 .last_read_ns
                 .compare_exchange(last, now, Relaxed, Relaxed)
-                .is_ok()
+                .is_ok();
+        if claimed {
+            leg.probed.store(true, Relaxed);
+        }
+        claimed
+    }
+
+    /// Whether `role` lost [`PROBE_AFTER_PASSES`] pieces in a row for its cost (and has
+    /// nothing outstanding); if so, the caller is the one to send it the next read (claimed
+    /// here, so one caller probes). So a leg whose estimate is high is measured again every
+    /// so many reads, however fast reads come: an estimate raised by one preempted read
+    /// cannot keep a leg unread, and unmeasured, for a whole run.
+    #[inline]
+    fn claim_count_probe(&self, role: usize) -> bool {
+        let leg = &self.legs[role];
+        let passes = leg.passed_over.load(Relaxed);
+        let claimed = passes >= PROBE_AFTER_PASSES
+            && leg.outstanding.load(Relaxed) == 0
+            && leg
+                .passed_over
+                .compare_exchange(passes, 0, Relaxed, Relaxed)
+                .is_ok();
+        if claimed {
+            leg.probed.store(true, Relaxed);
+        }
+        claimed
     }
 
     fn probe_interval_ns(&self) -> u64 {
@@ -384,6 +432,120 @@ impl Speed {
     }
 }
 
+/// What one read request gave each copy so far.
+pub(crate) struct ReadPlan {
+    /// Bytes of this request per role.
+    planned: Vec<u64>,
+    /// A copy keeps the pieces of a stream until it has this many bytes of the request (the
+    /// fan-out threshold: from there a share runs on its own thread, so splitting gains).
+    run_bytes: u64,
+    now: u64,
+}
+
+impl ReadPlan {
+    /// A plan for a request over `roles` roles, at `now` ([`now_ns`]).
+    pub(crate) fn new(roles: usize, run_bytes: u64, now: u64) -> ReadPlan {
+        ReadPlan {
+            planned: vec![0; roles],
+            run_bytes,
+            now,
+        }
+    }
+}
+
+impl Speed {
+    /// The copy of `piece` to read (what this weighs is kept here):
+    /// - which copies: those `present` allows, not write-mostly and not judged slow; failing
+    ///   that, not write-mostly; failing that, any (md's write-mostly: read only when no other
+    ///   copy can serve; a slow member is read around while another copy can serve);
+    /// - a copy (write-mostly aside) not read for a probe interval gets this piece, so every
+    ///   copy's latency stays measured and a slow one's recovery is seen; so does a copy
+    ///   (neither write-mostly nor slow) that lost [`PROBE_AFTER_PASSES`] pieces in a row for
+    ///   its cost; a probe's time replaces the copy's estimate;
+    /// - a copy whose last read ended where this piece starts keeps the stream (read-ahead
+    ///   below stays sequential) while its share of this request is under the fan-out
+    ///   threshold and its cost is at most twice the best copy's;
+    /// - otherwise the cheapest: fewest outstanding bytes (this request's own included)
+    ///   weighted by its read latency; copies within an eighth of the cheapest count as ties,
+    ///   which rotate by chunk number.
+    pub(crate) fn pick_copy(
+        &self,
+        piece: &Piece,
+        present: &[bool],
+        plan: &mut ReadPlan,
+    ) -> MemberAddress {
+        let live = |c: &&MemberAddress| present[c.role];
+        let readable = |c: &&MemberAddress| live(c) && !self.is_write_mostly(c.role);
+        let preferred = |c: &&MemberAddress| readable(c) && !self.is_slow(c.role);
+        let probe = (piece.copies.iter().filter(readable))
+            .find(|c| plan.planned[c.role] == 0 && self.claim_probe(c.role, plan.now))
+            .or_else(|| {
+                (piece.copies.iter().filter(preferred))
+                    .find(|c| plan.planned[c.role] == 0 && self.claim_count_probe(c.role))
+            });
+        if let Some(&probe) = probe {
+            // A stream on another copy skips this piece and stays where it is.
+            for c in piece.copies.iter().filter(live) {
+                self.skip_over(c.role, c.member_offset, piece.len);
+            }
+            plan.planned[probe.role] += piece.len;
+            return probe;
+        }
+        let filters: [&dyn Fn(&&MemberAddress) -> bool; 3] = [&preferred, &readable, &live];
+        let tier: Vec<MemberAddress> = (filters.into_iter())
+            .map(|keep| {
+                piece
+                    .copies
+                    .iter()
+                    .filter(keep)
+                    .copied()
+                    .collect::<Vec<_>>()
+            })
+            .find(|t| !t.is_empty())
+            .unwrap_or_else(|| panic!("survives() promised a copy of chunk {}", piece.chunk));
+        let chosen = self.pick_in(piece, &tier, plan);
+        plan.planned[chosen.role] += piece.len;
+        self.chosen(chosen.role, chosen.member_offset, piece.len, plan.now);
+        chosen
+    }
+
+    /// The cheapest of `tier` for `piece`, or the copy its stream is on (see
+    /// [`Speed::pick_copy`]).
+    fn pick_in(&self, piece: &Piece, tier: &[MemberAddress], plan: &ReadPlan) -> MemberAddress {
+        // Rotate by chunk, shifted every `roles` chunks: with near-2 RAID 10 on an even
+        // member count, plain `chunk mod copies` would always pick the same member of each
+        // pair.
+        let n = self.legs.len() as u64;
+        let start = ((piece.chunk + piece.chunk / n) % tier.len() as u64) as usize;
+        let costs: Vec<(MemberAddress, u128)> = (0..tier.len())
+            .map(|i| tier[(start + i) % tier.len()])
+            .map(|c| (c, self.cost(c.role, plan.planned[c.role], piece.len)))
+            .collect();
+        let least = costs
+            .iter()
+            .map(|&(_, cost)| cost)
+            .min()
+            .expect("tier is not empty");
+        let (best, best_cost) = *costs
+            .iter()
+            .find(|&&(_, cost)| near(cost, least, piece.len))
+            .expect("the least is near itself");
+        let stream = tier.iter().find(|c| {
+            self.continues(c.role, c.member_offset)
+                && plan.planned[c.role] < plan.run_bytes.max(piece.len)
+                && keeps_stream(self.cost(c.role, 0, piece.len), best_cost)
+        });
+        let chosen = stream.copied().unwrap_or(best);
+        // The copies that lost for their cost count it (towards a probe).
+        for &(c, cost) in &costs {
+            if c.role != chosen.role && !near(cost, least, piece.len) {
+                self.legs[c.role].passed_over.fetch_add(1, Relaxed);
+            }
+        }
+        chosen
+    }
+}
+
 /// The median of the other roles' means (the lower one of an even count), `None` when no
 /// other role was measured.
 fn peers_median(means: &[Option<u64>], role: usize) -> Option<u64> {
@@ -396,26 +558,37 @@ fn peers_median(means: &[Option<u64>], role: usize) -> Option<u64> {
     (n > 0).then(|| peers[(n - 1) / 2])
 }
 
-/// The moving average `old` (0: none yet) moved by a new time `took_ns` (α = 1/8).
+/// The moving average `old` (0: none yet) moved by a new time `took_ns` (α = 1/8), the time
+/// taken as at most [`SPIKE_MAX`] times the average: one read of a RAM member whose thread was
+/// preempted (milliseconds on a loaded machine) raises it by at most 7/8, a member that really
+/// got slower is followed within a few reads (×1.875 a read: 1 µs to 10 ms in 15).
 #[inline]
 fn ewma(old: u64, took_ns: u64) -> u64 {
     match old {
         0 => took_ns.max(1),
-        _ => (old - old / 8 + took_ns / 8).max(1),
+        _ => {
+            let sample = took_ns.min(old.saturating_mul(SPIKE_MAX));
+            (old - old / 8 + sample / 8).max(1)
+        }
     }
 }
 
-/// Whether a copy costing `cost` is as good as the cheapest (`best`): within an eighth of it
-/// (so the noise of two equal members' latencies does not send every read to one of them).
+/// Whether a copy costing `cost` is as good as the cheapest (`best`) for a piece of `len`
+/// bytes: within an eighth of it (so the noise of two equal members' latencies does not send
+/// every read to one of them), or within one such piece at the latency floor (a RAM or
+/// page-cache leg with one read more outstanding is no busier: on a loaded machine that read
+/// is often a reader thread preempted between its start and end, and a leg must not lose
+/// every read meanwhile).
 #[inline]
-pub(crate) fn near(cost: u128, best: u128) -> bool {
+fn near(cost: u128, best: u128, len: u64) -> bool {
     cost.saturating_mul(8) <= best.saturating_mul(9)
+        || cost - best <= len as u128 * LATENCY_FLOOR_NS as u128
 }
 
 /// Whether a sequential candidate costing `candidate` keeps the stream against the best
 /// alternative costing `best`.
 #[inline]
-pub(crate) fn keeps_stream(candidate: u128, best: u128) -> bool {
+fn keeps_stream(candidate: u128, best: u128) -> bool {
     candidate <= best.saturating_mul(SEQUENTIAL_SLACK)
 }
 
@@ -452,6 +625,15 @@ mod tests {
         let report = speed.report(2);
         assert_eq!(
             (report.latency_us, report.peers_latency_us),
+            (Some(2000), Some(100))
+        );
+        // A window with too few of its operations keeps the verdict and its figures.
+        (0..4).for_each(|role| feed(&speed, role, if role == 2 { 1 } else { 10 }, 100_000));
+        judge_now(&speed, &all);
+        let kept = speed.report(2);
+        assert!(kept.slow);
+        assert_eq!(
+            (kept.latency_us, kept.peers_latency_us),
             (Some(2000), Some(100))
         );
         for window in 0..3 {
@@ -511,5 +693,78 @@ mod tests {
         assert!(speed.cost(0, 0, 4096) < speed.cost(1, 0, 4096));
         speed.read_begins(0, 64 * 4096);
         assert!(speed.cost(0, 0, 4096) > speed.cost(1, 0, 4096));
+    }
+    /// A two-way mirror's piece `i`: a 4 KiB read of chunk `i` at a member offset no other
+    /// piece continues (random reads).
+    fn mirror_piece(i: u64) -> Piece {
+        let at = (i * 7919 % 1024) * 65536 + 4096 * (i % 3);
+        Piece {
+            buf_offset: 0,
+            len: 4096,
+            chunk: i,
+            copies: (0..2)
+                .map(|role| MemberAddress {
+                    role,
+                    member_offset: at,
+                })
+                .collect(),
+        }
+    }
+
+    /// Reads `count` pieces from `*next` on, one at a time, at the fixed time `now` (so no
+    /// time probe is due), each taking `took_ns` on whichever copy serves it; returns the
+    /// reads per role.
+    fn serve(speed: &Speed, next: &mut u64, count: u64, now: u64, took_ns: u64) -> [u64; 2] {
+        let mut got = [0; 2];
+        for _ in 0..count {
+            let piece = mirror_piece(*next);
+            *next += 1;
+            let mut plan = ReadPlan::new(2, 1 << 20, now);
+            let copy = speed.pick_copy(&piece, &[true, true], &mut plan);
+            speed.read_begins(copy.role, piece.len);
+            speed.ended(copy.role, true, false, piece.len, took_ns);
+            got[copy.role] += 1;
+        }
+        got
+    }
+
+    /// The flaky read balance seen under CPU load: one preempted read of a RAM leg (5 ms)
+    /// raised its estimate 60-fold, the leg then got no reads, so nothing measured it again
+    /// and the stale estimate held for the whole run ([1, 799]). Now one read's time moves
+    /// the estimate by at most 7/8, and a leg passed over for its cost (however its estimate
+    /// got high) is probed after a bounded number of reads, the probe's time replacing the
+    /// estimate: it gets its share back within that many reads.
+    #[test]
+    fn a_leg_given_one_bad_estimate_gets_its_share_back_within_a_bounded_number_of_reads() {
+        let speed = Speed::new(2);
+        // No time passes: only what counts reads can bring the leg back.
+        let now = speed.legs[0].last_read_ns.load(Relaxed);
+        let mut next = 0;
+        let warm = serve(&speed, &mut next, 64, now, 2_000);
+        assert!(warm[0] >= 16 && warm[1] >= 16, "equal legs share: {warm:?}");
+        // One preempted read on leg 1 raises its estimate by at most 7/8 ...
+        speed.read_begins(1, 4096);
+        speed.ended(1, true, false, 4096, 5_000_000);
+        assert!(
+            speed.report(1).read_latency_us <= 4,
+            "{:?}",
+            speed.report(1)
+        );
+        // ... a run of them makes it bad.
+        feed(&speed, 1, 16, 5_000_000);
+        let bad = speed.report(1).read_latency_us;
+        assert!(bad >= 600, "16 reads of 5 ms: estimate {bad} us");
+        let until_back = serve(&speed, &mut next, PROBE_AFTER_PASSES as u64 + 1, now, 2_000);
+        assert!(until_back[1] >= 1, "leg 1 not read again: {until_back:?}");
+        assert!(
+            speed.report(1).read_latency_us < 10,
+            "its estimate after the probe: {:?}",
+            speed.report(1)
+        );
+        let after = serve(&speed, &mut next, 200, now, 2_000);
+        assert!(
+            after[0] >= 60 && after[1] >= 60,
+            "equal legs share again: {after:?}"
+        );
     }
 }

@@ -134,21 +134,27 @@ fn equal_legs_share_random_reads_and_keep_a_sequential_stream_on_one_leg() {
         let got = delta(&reads(&array), &before);
         assert!(
             got.iter().all(|&r| r >= 200),
-            "random reads on equal legs: {got:?}"
+            "random reads on equal legs: {got:?} (read latency estimates {:?} us)",
+            [0, 1].map(|role| array.member_speed(role).read_latency_us)
         );
         // A sequential stream of 4 KiB reads (queue depth 1) across 32 chunks: one leg, but
-        // for the probes that keep the other measured (one per 100 ms at most).
+        // for the probes that keep the other measured (one per 100 ms at most, and one per
+        // PROBE_AFTER_PASSES reads it loses for its cost: under CPU load a RAM leg's
+        // estimate can be raised by a preempted read).
         let before = reads(&array);
         let mut buf = vec![0u8; 4096];
         let start = Instant::now();
-        for i in 0..(32 * CHUNK / 4096) {
+        let count = 32 * CHUNK / 4096;
+        for i in 0..count {
             array.read(i * 4096, &mut buf).unwrap();
         }
-        let probes_max = 1 + start.elapsed().as_millis() as u64 / 100;
+        let probes_max = 1
+            + start.elapsed().as_millis() as u64 / 100
+            + count / u64::from(engine::PROBE_AFTER_PASSES);
         let got = delta(&reads(&array), &before);
         let (most, least) = (got[0].max(got[1]), got[0].min(got[1]));
         assert!(
-            least <= probes_max && most + least == 512,
+            least <= probes_max && most + least == count,
             "a sequential stream on equal legs: {got:?} (probes at most {probes_max})"
         );
     });

@@ -9,7 +9,8 @@
 //!   an unclean shutdown, a torn update may have reached the data and not its checksum or the
 //!   reverse) the checksum is rewritten from the data instead, and counted apart.
 //! - **Write, trim, write-zeroes**: the new blocks' checksums are stored after the data; a
-//!   partial block is read, merged and its whole new content hashed.
+//!   partial block is read, its old content checked against its checksum (a mismatch is
+//!   carried over, not laundered), merged and its whole new content hashed.
 //! - **Cache**: checksum blocks (1024 checksums, 4 MiB of data each) are cached, at most
 //!   [`CHECKSUM_CACHE_BLOCKS`] per member; a dirty one is written when evicted and at every
 //!   [`Member::flush`] before the member itself is flushed, so a flush makes both durable.
@@ -441,20 +442,36 @@ impl Checksummed {
         Ok(stored ^ old ^ new)
     }
 
-    /// After `[offset, offset + len)` was made zero: whole blocks get the zero checksum,
-    /// partial ones are read and hashed.
-    fn zeroed(&self, offset: u64, len: u64) -> io::Result<()> {
+    /// The data bytes where the blocks `[offset, offset + len)` covers only in part start
+    /// (none, one or two).
+    fn partial_ends(&self, offset: u64, len: u64) -> Vec<u64> {
+        let (start, end) = self.aligned(offset, len);
+        let mut at = Vec::with_capacity(2);
+        if offset > start {
+            at.push(start);
+        }
+        if offset + len < end && (at.is_empty() || end - start > BLOCK) {
+            at.push(end - BLOCK);
+        }
+        at
+    }
+
+    /// After a trim of `[offset, offset + len)`: whole blocks get the zero checksum, partial
+    /// ones are read and hashed as the member now holds them, with the mismatch of their old
+    /// content carried over ([`Checksummed::carried`]): `olds` are the hashes of the partial
+    /// blocks at `partial` (from [`Checksummed::partial_ends`]) taken before the trim.
+    fn trimmed(&self, offset: u64, len: u64, partial: &[u64], olds: &[u32]) -> io::Result<()> {
         let (start, end) = self.aligned(offset, len);
         let mut whole = vec![0u8; (end - start) as usize];
-        let (head, tail) = ((offset - start) as usize, (offset - start + len) as usize);
-        if head > 0 {
-            self.data.read_at(&mut whole[..BLOCK as usize], start)?;
+        for &at in partial {
+            let i = (at - start) as usize;
+            self.data.read_at(&mut whole[i..][..BLOCK as usize], at)?;
         }
-        if tail < whole.len() && (head == 0 || whole.len() > BLOCK as usize) {
-            let last = whole.len() - BLOCK as usize;
-            self.data.read_at(&mut whole[last..], end - BLOCK)?;
+        let mut sums: Vec<u32> = whole.chunks(BLOCK as usize).map(block_checksum).collect();
+        for (&at, &old) in partial.iter().zip(olds) {
+            let i = ((at - start) / BLOCK) as usize;
+            sums[i] = self.carried(at, old, sums[i])?;
         }
-        let sums: Vec<u32> = whole.chunks(BLOCK as usize).map(block_checksum).collect();
         self.store(start / BLOCK, &sums)
     }
 }
@@ -542,11 +559,21 @@ impl Member for Checksummed {
         self.flush()
     }
 
+    /// A partial block at either end keeps what the trim does not cover: its old content is
+    /// checked as a partial write's (a corrupt block keeps failing, not laundered by a fresh
+    /// hash), then it is hashed as the member holds it after the trim.
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         check_member_range(self, "trim", offset, len)?;
         let _held = self.lock(offset, len, true);
+        let partial = self.partial_ends(offset, len);
+        let mut olds = Vec::with_capacity(partial.len());
+        let mut block = vec![0u8; BLOCK as usize];
+        for &at in &partial {
+            self.data.read_at(&mut block, at)?;
+            olds.push(block_checksum(&block));
+        }
         self.data.trim(offset, len)?;
-        self.zeroed(offset, len)
+        self.trimmed(offset, len, &partial, &olds)
     }
 
     /// Partial blocks at either end are written as zero bytes (their old content checked,
@@ -691,6 +718,41 @@ mod tests {
         c.shared.set_trust(None);
         c.read_at(&mut buf, 0).unwrap();
         assert_eq!(c.shared.stats.mismatches.load(Ordering::Relaxed), 0);
+    }
+
+    /// A trim smaller than a block (or the partial blocks at the ends of a larger one) keeps
+    /// bytes of the block: when those were changed behind the wrapper's back, the block keeps
+    /// failing its check (it got a fresh checksum over them before, like a sub-block write
+    /// did before `carried`); blocks the trim leaves intact verify.
+    #[test]
+    fn a_partial_trim_over_a_corrupt_block_keeps_it_failing() {
+        let (data, _, c) = member(8);
+        c.write_at(&[5u8; 6 * 4096], 0).unwrap();
+        data.write_at(&[6u8; 3], 4096 + 100).unwrap(); // corrupt block 1
+        data.write_at(&[6u8; 3], 3 * 4096 + 4000).unwrap(); // corrupt block 3
+        c.trim(4096 + 2048, 512).unwrap(); // inside block 1
+        c.trim(2 * 4096 + 1024, 8192).unwrap(); // the tail of block 2, block 3 whole, head of 4
+        c.trim(5 * 4096, 1000).unwrap(); // the head of block 5 (intact)
+        assert_eq!(c.shared.stats.mismatches.load(Ordering::Relaxed), 1);
+        for (block, bad) in [
+            (0, false),
+            (1, true),
+            (2, false),
+            (3, false),
+            (4, false),
+            (5, false),
+        ] {
+            let mut buf = vec![0u8; 4096];
+            let got = c.read_at(&mut buf, block * BLOCK);
+            assert_eq!(got.is_err(), bad, "block {block}: {got:?}");
+            if let Err(e) = got {
+                assert!(is_checksum_error(&e), "{e}");
+            }
+        }
+        // A whole-block write heals it.
+        c.write_at(&[8u8; 4096], 4096).unwrap();
+        let mut buf = vec![0u8; 4096];
+        c.read_at(&mut buf, 4096).unwrap();
     }
 
     #[test]

@@ -94,12 +94,13 @@ def predicted(tmp_path, *args):
 
 def test_plan_predicts_bench_on_the_same_sim_members(tmp_path):
     """RAID 0, 10 and 5 of 4 x sim:hdd7200:1G, bench's serve defaults (128 KiB chunk, 64 MiB
-    read cache, adaptive read-ahead). Random 4 KiB reads at QD1 and QD8: IOPS within 15 %.
-    Sequential 1 MiB reads at QD1 are OUTSIDE 15 % on this shared machine and not held to it:
-    each request's member calls are short real-time sleeps (~0.3-0.7 ms) that a loaded
-    machine wakes late (DESIGN "Disk models": 4 ms at p99 at load 12), so bench measured 0.63,
-    1.00 and 0.86 x the model's IOPS at load 4.4; what is asserted is the direction (bench never faster than the model
-    by more than 15 %), and the ratios are printed (DESIGN "raidkit plan", Validation)."""
+    read cache, adaptive read-ahead). Random 4 KiB reads at QD1 and QD8 and sequential 1 MiB
+    reads at QD1: IOPS within 15 % both ways. The sequential medians are printed, not held:
+    a loaded machine wakes the members' real-time sleeps late, and while the host stalls the
+    drives read ahead, so bench's later requests come from the drives' buffers (a median
+    below the model's, which has no stalls) while the mean, and so IOPS, stays on the media
+    rate. Measured at load 10.8-13.1 on 2 cores: sequential 0.87-1.05 (RAID 0), 0.99 (RAID 10),
+    0.91-0.99 (RAID 5) (DESIGN "raidkit plan", Validation)."""
     load = os.getloadavg()[0]
     measured = bench_levels(tmp_path, "-w", "rand-read", "--qd", "1,8", "--runtime", "3")
     measured += bench_levels(tmp_path, "-w", "seq-read", "--qd", "1", "--runtime", "2")
@@ -119,11 +120,7 @@ def test_plan_predicts_bench_on_the_same_sim_members(tmp_path):
                      f"{got['iops']:7.1f} IOPS p50 {got['latency']['p50_ms']:6.2f} ms, plan "
                      f"{want['iops']:7.1f} IOPS p50 {want['latency']['p50_ms']:6.2f} ms: "
                      f"IOPS x{iops:.2f}, p50 x{p50:.2f}")
-        if case["workload"] == "rand-read":
-            ok = abs(iops - 1) <= BOUND
-        else:
-            ok = iops <= 1 + BOUND
-        if not ok:
+        if abs(iops - 1) > BOUND:
             bad.append(lines[-1])
     report = "\n".join(lines)
     print(f"load average {load:.1f}, seed {SEED}\n{report}")

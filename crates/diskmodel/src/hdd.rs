@@ -543,11 +543,18 @@ impl Hdd {
         (ready - t as f64 + wait, seek)
     }
 
-    /// Whether a read at `offset` started at `t` is (partly) in the read-ahead buffer.
+    /// Whether a read at `offset` started at `t` continues the read-ahead stream: it starts in
+    /// the buffer, or ahead of where the stream has got to by less than a track, so that
+    /// reading on reaches it within a revolution (what the drive is doing anyway; positioning
+    /// afresh after the command overhead would find its first sector just passed and lose a
+    /// whole revolution, as a RAID 5 member skipping a parity chunk did).
     fn streams(&self, t: Nanos, offset: u64) -> bool {
-        self.read_ahead
-            .as_ref()
-            .is_some_and(|ra| offset >= ra.low() && offset <= ra.reach(t, self.geometry.size))
+        self.read_ahead.as_ref().is_some_and(|ra| {
+            let reach = ra.reach(t, self.geometry.size);
+            offset >= ra.low()
+                && offset
+                    <= reach + self.geometry.track_bytes(reach.min(self.geometry.size - 1)) as u64
+        })
     }
 
     /// Picks and starts one command at `e`.
@@ -636,27 +643,25 @@ impl Hdd {
     fn serve(&mut self, e: Nanos, cmd: &Cmd, host: bool) -> Nanos {
         let size = self.geometry.size;
         let end = cmd.offset + cmd.len;
-        if !cmd.write {
-            if let Some(ra) = &mut self.read_ahead {
-                if cmd.offset >= ra.low() && cmd.offset <= ra.reach(e, size) {
-                    // Part of it is in the buffer; the stream goes on to its end, from where it
-                    // is now (a stream paused with its buffer full resumes), at the rate of
-                    // the zone it has reached.
-                    let reach = ra.reach(e, size);
-                    ra.origin_offset = reach;
-                    ra.origin_time = e;
-                    ra.rate = self.geometry.rate(reach.min(size - 1));
-                    // A command that waited in the queue may find all of it read already.
-                    let available = ra.origin_time
-                        + (end.saturating_sub(ra.origin_offset) as f64 / ra.rate).ceil() as Nanos;
-                    ra.consumed = ra.consumed.max(end);
-                    let finish = available.max(e + ms(self.p.overhead_ms) as Nanos);
-                    self.busy_until = available.max(e);
-                    self.head = self.geometry.x(end - 1);
-                    self.head_offset = end;
-                    return finish;
-                }
-            }
+        if !cmd.write && self.streams(e, cmd.offset) {
+            let rate_at = |o: u64| self.geometry.rate(o.min(size - 1));
+            let ra = self.read_ahead.as_mut().expect("a stream");
+            // Part of it is in the buffer, or the stream is about to reach it; the stream goes
+            // on to its end, from where it is now (a stream paused with its buffer full
+            // resumes), at the rate of the zone it has reached.
+            let reach = ra.reach(e, size);
+            ra.origin_offset = reach;
+            ra.origin_time = e;
+            ra.rate = rate_at(reach);
+            // A command that waited in the queue may find all of it read already.
+            let available = ra.origin_time
+                + (end.saturating_sub(ra.origin_offset) as f64 / ra.rate).ceil() as Nanos;
+            ra.consumed = ra.consumed.max(end);
+            let finish = available.max(e + ms(self.p.overhead_ms) as Nanos);
+            self.busy_until = available.max(e);
+            self.head = self.geometry.x(end - 1);
+            self.head_offset = end;
+            return finish;
         }
         let (access, _) = self.access(e, cmd, host);
         let transfer = cmd.len as f64 / self.geometry.rate(cmd.offset);

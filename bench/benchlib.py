@@ -29,7 +29,8 @@ def parse_size(text):
 class Proc:
     """A server process; ready when its socket accepts (and, for raidkit, it printed its line)."""
 
-    def __init__(self, cmd, sock, ready_line=None):
+    def __init__(self, cmd, sock, ready_line=None, env=None):
+        """`env`: variables added to this environment for the server."""
         self.cmd = cmd
         self.sock = sock
         if os.path.exists(sock):
@@ -37,7 +38,8 @@ class Proc:
         self.lines = []
         self.ready = threading.Event()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, text=True)
+                                     stdin=subprocess.DEVNULL, text=True,
+                                     env={**os.environ, **env} if env else None)
         threading.Thread(target=self._pump, args=(ready_line,), daemon=True).start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -84,8 +86,9 @@ class Proc:
         return self.proc.returncode
 
 
-def fio(uri, args, runtime, size, extra):
-    cmd = ["fio", "--name=bench", "--ioengine=nbd", f"--uri={uri}", f"--size={size}",
+def fio(uri, args, runtime, size, extra, prefix=()):
+    """One fio job on `uri`; `prefix` runs fio under another command (`nice`, `taskset`)."""
+    cmd = [*prefix, "fio", "--name=bench", "--ioengine=nbd", f"--uri={uri}", f"--size={size}",
            "--output-format=json", *args, *extra]
     if runtime:
         cmd += ["--time_based", f"--runtime={runtime}", "--ramp_time=1"]

@@ -10,8 +10,10 @@ The read cache is off so every read is decrypted. Prints the medians per workloa
 encrypted/plain ratio, the server CPU per request, and the load average at the start and
 after each round; then AES-256-XTS GB/s per core (the crate's example `xts_speed`, run from
 $CARGO_TARGET_DIR/release/examples if built there, else by cargo; skip with --no-xts).
+With --portable a third server, encrypted through the portable XTS path (RAIDKIT_CRYPT=portable:
+a processor without VAES), joins the interleaving, with its own ratio column.
 
-    bench/crypt.py [--rounds 3] [--runtime 5] [--size 512M] [--bin PATH] [--no-xts]
+    bench/crypt.py [--rounds 3] [--runtime 5] [--size 512M] [--bin PATH] [--no-xts] [--portable]
 """
 
 import argparse
@@ -36,7 +38,7 @@ def load():
     return os.getloadavg()[0]
 
 
-def server(binary, tmp, name, size, encrypt):
+def server(binary, tmp, name, size, encrypt, implementation=None):
     sock = str(tmp / f"{name}.sock")
     cmd = [binary, "serve", "--unix", sock, "--create", "-l", "0", "-c", "64K",
            "--cache-size", "0", "--name", name]
@@ -46,7 +48,13 @@ def server(binary, tmp, name, size, encrypt):
         cmd += ["--encrypt", "--key-file", str(key), "--kdf-memory", "64K",
                 "--kdf-iterations", "1"]
     cmd += [f"mem:{size}", f"mem:{size}"]
-    return benchlib.Proc(cmd, sock, ready_line="raidkit: serving"), f"nbd+unix:///?socket={sock}"
+    env = {"RAIDKIT_CRYPT": implementation} if implementation else None
+    proc = benchlib.Proc(cmd, sock, ready_line="raidkit: serving", env=env)
+    if implementation and f"{implementation} implementation" not in "".join(proc.lines):
+        proc.stop()
+        raise RuntimeError(f"{name}: not served through the {implementation} implementation:\n"
+                           + "".join(proc.lines))
+    return proc, f"nbd+unix:///?socket={sock}"
 
 
 def xts_speed(target):
@@ -69,6 +77,8 @@ def main():
     ap.add_argument("--bin", default=os.environ.get(
         "RAIDKIT_BIN", str(benchlib.REPO / "target/release/raidkit")))
     ap.add_argument("--no-xts", action="store_true", help="skip the AES-XTS per-core figure")
+    ap.add_argument("--portable", action="store_true",
+                    help="also an array encrypted through the portable path (RAIDKIT_CRYPT)")
     args = ap.parse_args()
     date, commit = benchlib.run_identity()
     print(f"# bench/crypt.py {date} commit {commit}, load average {load():.1f} at start")
@@ -78,11 +88,14 @@ def main():
         tmp = Path(d)
         servers = {"plain": server(args.bin, tmp, "plain", args.size, False),
                    "encrypted": server(args.bin, tmp, "enc", args.size, True)}
+        if args.portable:
+            servers["portable"] = server(args.bin, tmp, "portable", args.size, True, "portable")
+        kinds = list(servers)
         figures = {(job[0], kind): [] for job in JOBS for kind in servers}
         cpu = {(job[0], kind): [] for job in JOBS for kind in servers}
         try:
             for r in range(args.rounds):
-                order = ["plain", "encrypted"] if r % 2 == 0 else ["encrypted", "plain"]
+                order = kinds if r % 2 == 0 else kinds[::-1]
                 for job in JOBS:
                     for kind in order:
                         proc, uri = servers[kind]
@@ -94,14 +107,16 @@ def main():
         finally:
             for proc, _ in servers.values():
                 proc.stop()
-    print("| workload | plain | encrypted | ratio | server CPU µs/request plain / encrypted |")
-    print("|---|---|---|---|---|")
+    encrypted = kinds[1:]
+    print("| workload | plain | " + " | ".join(f"{k} | ratio" for k in encrypted)
+          + " | server CPU µs/request " + " / ".join(kinds) + " |")
+    print("|---|---|" + "---|---|" * len(encrypted) + "---|")
     for job in JOBS:
         plain = benchlib.median(figures[(job[0], "plain")])
-        enc = benchlib.median(figures[(job[0], "encrypted")])
-        cp, ce = benchlib.median(cpu[(job[0], "plain")]), benchlib.median(cpu[(job[0], "encrypted")])
-        print(f"| {job[0]} | {plain:.0f} MB/s | {enc:.0f} MB/s | {enc / plain:.2f}× | "
-              f"{cp:.0f} / {ce:.0f} |")
+        cells = [f"{benchlib.median(figures[(job[0], k)]):.0f} MB/s | "
+                 f"{benchlib.median(figures[(job[0], k)]) / plain:.2f}×" for k in encrypted]
+        us = " / ".join(f"{benchlib.median(cpu[(job[0], k)]):.0f}" for k in kinds)
+        print(f"| {job[0]} | {plain:.0f} MB/s | " + " | ".join(cells) + f" | {us} |")
     print(f"# load average {load():.1f} at the end")
     if not args.no_xts:
         print(f"# AES-256-XTS per core (crypt example xts_speed 2), load "

@@ -2,6 +2,7 @@
 it with different flags and members (the `arrays` fixture in conftest.py makes them and kills any
 left running)."""
 
+import os
 import signal
 import subprocess
 import threading
@@ -28,14 +29,17 @@ class Array:
     def uri(self):
         return f"nbd+unix:///?socket={self.sock}"
 
-    def start(self, *args, members=None, expect_fail=False):
+    def start(self, *args, members=None, expect_fail=False, env=None):
+        """Starts serve with `args` (and `env` added to the environment); returns self, or
+        its log with `expect_fail`."""
         self.starts += 1
         log = self.dir / f"serve-{self.starts}.log"
         cmd = [RAIDKIT_BIN, "serve", "--unix", str(self.sock), "--admin", str(self.admin),
                *self.extra, *args, *(members or self.members)]
         with open(log, "w") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **env} if env else None)
         line = proc.stdout.readline()
         if expect_fail:
             assert proc.wait(timeout=60) != 0, f"serve started: {cmd}"
@@ -46,6 +50,7 @@ class Array:
             pytest.fail(f"serve did not start: {cmd}\n{line}{log.read_text()}")
         threading.Thread(target=proc.stdout.read, daemon=True).start()
         self.proc = proc
+        self.log = log
         return self
 
     def stop(self):

@@ -4,12 +4,15 @@ them without encryption; the data survives a restart and a member rebuild (the r
 no key: below the encryption layer everything is ciphertext); a wrong key and a missing key are
 refused with a clear message; an array made before encryption existed still opens; a
 passphrase typed at the terminal's prompt (a pty as serve's controlling terminal) opens the
-array, and a wrong one typed is refused.
+array, and a wrong one typed is refused; the VAES and the portable XTS implementations
+(`RAIDKIT_CRYPT`) write the same ciphertext and read each other's arrays.
 """
 
 import gzip
 import os
+import re
 import shutil
+import warnings
 from pathlib import Path
 
 import nbd
@@ -131,6 +134,97 @@ def test_a_member_is_rebuilt_without_the_key_and_the_data_reads_back(tmp_path, a
     array.start("--key-file", str(key), members=[str(m) for m in survivors])
     assert array.read(MIB // 2 + 7, len(data)) == data
     array.stop()
+
+
+def has_vaes():
+    """Whether this processor runs the VAES implementation (AES-NI, AVX-512F and VAES)."""
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return {"aes", "avx512f", "vaes"} <= flags
+
+
+def data_areas(member):
+    """The member's data area (from `raidkit examine`: data offset, data bytes)."""
+    examined = run([RAIDKIT_BIN, "examine", str(member)]).stdout
+    offset = int(re.search(r"data offset\s+(\d+)", examined).group(1))
+    length = int(re.search(r"data bytes\s+(\d+)", examined).group(1))
+    return Path(member).read_bytes()[offset:offset + length]
+
+
+def test_the_vaes_and_portable_paths_write_the_same_ciphertext_and_read_each_other(
+        tmp_path, arrays):
+    """RAIDKIT_CRYPT=portable runs the XTS path of a processor without VAES end to end: two
+    copies of one encrypted RAID 5 get the same writes, one through VAES, one through the
+    portable path; their members' data areas are byte-identical, and each copy reads back
+    through the other implementation. Without VAES here both copies go through the portable
+    path (then the test says so: it cannot compare the two)."""
+    vaes = has_vaes()
+    first = "vaes" if vaes else "auto"
+    if not vaes:
+        warnings.warn("this processor has no VAES: both copies run the portable path, the "
+                      "VAES one is not compared")
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(64))
+    copies = {}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        copies[name] = [tmp_path / name / f"m{i}.img" for i in range(3)]
+    run([RAIDKIT_BIN, "create", "-l", "5", "-c", "64K", "-s", str(MEMBER_BYTES), "-n", "xts",
+         "--encrypt", "--key-file", str(key), *KDF, *map(str, copies["a"])])
+    for src, dst in zip(copies["a"], copies["b"]):
+        shutil.copyfile(src, dst)
+    data = pattern("vaes_and_portable", 3 * MIB)
+    implementations = {"a": first, "b": "portable"}
+    want_line = {"vaes": "AES-256-XTS, vaes implementation",
+                 "auto": "AES-256-XTS, portable implementation",
+                 "portable": "AES-256-XTS, portable implementation"}
+    served = {}
+    for name, members in copies.items():
+        served[name] = arrays(tmp_path / name, members)
+        implementation = implementations[name]
+        array = served[name].start("--key-file", str(key),
+                                   env={"RAIDKIT_CRYPT": implementation})
+        log = array.log.read_text()
+        assert want_line[implementation] in log, log
+        # Whole units, a unit's read-modify-write at both ends, and a few bytes.
+        array.write(0, data[: 2 * MIB])
+        array.write(2 * MIB + 100, data[2 * MIB:])
+        array.write(5 * MIB + 3, b"RAIDKIT-PLAIN-small")
+        array.stop()
+    for a, b in zip(copies["a"], copies["b"]):
+        ciphertext = data_areas(a)
+        assert data[:128] not in ciphertext
+        # 3 MiB over a RAID 5 of 3: about 1.5 MiB of data and parity on each member.
+        assert len(ciphertext) - ciphertext.count(0) > MIB, "no ciphertext was written"
+        assert ciphertext == data_areas(b), f"{a.name}: the two implementations differ"
+    # Each copy read through the other implementation.
+    for name, other in (("a", "portable"), ("b", first)):
+        array = served[name].start("--key-file", str(key), env={"RAIDKIT_CRYPT": other})
+        assert want_line[other] in array.log.read_text(), array.log.read_text()
+        assert array.read(0, 2 * MIB) == data[: 2 * MIB], name
+        assert array.read(2 * MIB + 100, len(data) - 2 * MIB) == data[2 * MIB:], name
+        assert array.read(5 * MIB + 3, 19) == b"RAIDKIT-PLAIN-small", name
+        array.stop()
+
+
+def test_a_crypt_setting_that_cannot_be_had_is_refused_before_anything_opens(tmp_path):
+    members = [tmp_path / f"m{i}.img" for i in range(2)]
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(64))
+    cmd = [RAIDKIT_BIN, "create", "-l", "1", "-s", str(MEMBER_BYTES), "-n", "bad", "--encrypt",
+           "--key-file", str(key), *KDF, *map(str, members)]
+    refused = run(cmd, check=False, env={**os.environ, "RAIDKIT_CRYPT": "soft"})
+    assert refused.returncode != 0, refused.stdout
+    assert 'RAIDKIT_CRYPT="soft"' in refused.stderr, refused.stderr
+    assert "auto, portable or vaes" in refused.stderr, refused.stderr
+    assert not any(m.exists() for m in members), "a member was made before the refusal"
+    vaes = run(cmd, check=False, env={**os.environ, "RAIDKIT_CRYPT": "vaes"})
+    if has_vaes():
+        assert vaes.returncode == 0, vaes.stderr
+    else:
+        assert vaes.returncode != 0 and "lacks AES-NI, AVX-512F or VAES" in vaes.stderr
 
 
 def test_an_array_made_before_encryption_still_opens(tmp_path, arrays):

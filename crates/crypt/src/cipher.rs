@@ -2,7 +2,8 @@
 //! of a unit is its array sector number (array byte / 512) as a 128-bit little-endian number,
 //! so a unit's ciphertext depends on where it lies in the array and does not move with data.
 //!
-//! Two implementations, chosen when the cipher is made:
+//! Two implementations ([`Implementation`]), chosen when the cipher is made: VAES where the
+//! processor has it, unless `RAIDKIT_CRYPT=portable` ([`IMPLEMENTATION_ENV`]) forces the other:
 //! - where the processor has AES-NI, AVX-512F and VAES (checked at run time), `crate::vaes`:
 //!   the whole of XTS in one pass over 512-bit registers (tweaks made in registers, four
 //!   blocks per instruction, eight registers in flight), reading the source and writing the
@@ -19,6 +20,8 @@
 use aes::cipher::consts::U16;
 use aes::cipher::{Array, BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 use aes::Aes256;
+use std::sync::OnceLock;
+
 use zeroize::Zeroizing;
 
 use crate::UNIT_BYTES;
@@ -59,6 +62,92 @@ impl std::fmt::Debug for DataKey {
 const BATCH_UNITS: usize = 16;
 const BLOCKS_PER_UNIT: usize = UNIT_BYTES / 16;
 
+/// Environment variable choosing the XTS implementation of every array a process serves, read
+/// once per process ([`Implementation::chosen`]): `auto` (or unset: VAES where the processor
+/// has it, else portable), `portable` (around the `aes` crate, on any processor), `vaes`
+/// (refused where the processor lacks it). Both write the same ciphertext; `portable` exists
+/// to run the path a processor without VAES takes, end to end, on one that has it.
+pub const IMPLEMENTATION_ENV: &str = "RAIDKIT_CRYPT";
+
+/// An XTS implementation (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Implementation {
+    /// One pass over 512-bit registers (`crate::vaes`): AES-NI, AVX-512F and VAES.
+    Vaes,
+    /// Batched around the `aes` crate: any processor.
+    Portable,
+}
+
+impl Implementation {
+    /// Its name, as [`IMPLEMENTATION_ENV`] takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Implementation::Vaes => "vaes",
+            Implementation::Portable => "portable",
+        }
+    }
+
+    /// Whether this processor can run it.
+    pub fn is_available(self) -> bool {
+        match self {
+            Implementation::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Implementation::Vaes => {
+                is_x86_feature_detected!("aes")
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("vaes")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Implementation::Vaes => false,
+        }
+    }
+
+    /// The fastest this processor runs.
+    pub fn fastest() -> Implementation {
+        if Implementation::Vaes.is_available() {
+            Implementation::Vaes
+        } else {
+            Implementation::Portable
+        }
+    }
+
+    /// The implementation an [`IMPLEMENTATION_ENV`] value asks for (`None`: unset), or why it
+    /// cannot be had.
+    pub fn from_setting(value: Option<&str>) -> Result<Implementation, String> {
+        match value {
+            None | Some("auto") => Ok(Implementation::fastest()),
+            Some("portable") => Ok(Implementation::Portable),
+            Some("vaes") if Implementation::Vaes.is_available() => Ok(Implementation::Vaes),
+            Some("vaes") => Err(format!(
+                "{IMPLEMENTATION_ENV}=vaes: this processor lacks AES-NI, AVX-512F or VAES; \
+                 unset it (or set auto) to use the portable implementation"
+            )),
+            Some(other) => Err(format!(
+                "{IMPLEMENTATION_ENV}={other:?}: not an XTS implementation; use auto, portable \
+                 or vaes"
+            )),
+        }
+    }
+
+    /// What [`DataCipher::new`] uses: [`IMPLEMENTATION_ENV`]'s choice, read and checked once per
+    /// process (the `raidkit` binary calls this at its start and refuses a bad value).
+    pub fn chosen() -> Result<Implementation, String> {
+        static CHOSEN: OnceLock<Result<Implementation, String>> = OnceLock::new();
+        CHOSEN
+            .get_or_init(|| {
+                let value = std::env::var(IMPLEMENTATION_ENV);
+                match &value {
+                    Ok(v) => Implementation::from_setting(Some(v)),
+                    Err(std::env::VarError::NotPresent) => Implementation::from_setting(None),
+                    Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+                        "{IMPLEMENTATION_ENV} is not UTF-8; use auto, portable or vaes"
+                    )),
+                }
+            })
+            .clone()
+    }
+}
+
 /// AES-256-XTS with the array's data key.
 pub struct DataCipher {
     /// Encrypts the data blocks (the key's first half).
@@ -76,12 +165,32 @@ fn times_alpha(t: u128) -> u128 {
 }
 
 impl DataCipher {
-    /// The cipher for `key`, on VAES where the processor has it.
+    /// The cipher for `key` on [`Implementation::chosen`] (VAES where the processor has it,
+    /// unless [`IMPLEMENTATION_ENV`] says otherwise; a bad value, which the binary refuses at
+    /// its start, gives the fastest).
     pub fn new(key: &DataKey) -> DataCipher {
+        DataCipher::with(
+            key,
+            Implementation::chosen().unwrap_or_else(|_| Implementation::fastest()),
+        )
+    }
+
+    /// The cipher for `key` on `implementation`, which must be available.
+    pub fn with(key: &DataKey, implementation: Implementation) -> DataCipher {
+        #[allow(unused_mut)]
         let mut cipher = DataCipher::portable(key);
-        #[cfg(target_arch = "x86_64")]
-        {
-            cipher.vaes = crate::vaes::VaesXts::new(key.bytes());
+        match implementation {
+            Implementation::Portable => {}
+            #[cfg(target_arch = "x86_64")]
+            Implementation::Vaes => {
+                cipher.vaes = crate::vaes::VaesXts::new(key.bytes());
+                assert!(
+                    cipher.vaes.is_some(),
+                    "VAES is not available on this processor"
+                );
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Implementation::Vaes => panic!("VAES is not available on this processor"),
         }
         cipher
     }
@@ -98,13 +207,13 @@ impl DataCipher {
         }
     }
 
-    /// Which implementation runs: "vaes" or "aes crate".
-    pub fn implementation(&self) -> &'static str {
+    /// Which implementation runs.
+    pub fn implementation(&self) -> Implementation {
         #[cfg(target_arch = "x86_64")]
         if self.vaes.is_some() {
-            return "vaes";
+            return Implementation::Vaes;
         }
-        "aes crate"
+        Implementation::Portable
     }
 
     /// Encrypts whole units in place; `buf[0..512]` is unit `first_unit`.
@@ -292,7 +401,7 @@ mod tests {
     fn ieee_1619_vector_10_encrypts_and_decrypts() {
         let (_, plain, expected) = vector10();
         for cipher in both(&vector10_key()) {
-            let what = cipher.implementation();
+            let what = cipher.implementation().name();
             let mut buf = plain.clone();
             cipher.encrypt(&mut buf, 0xff);
             assert_eq!(buf, expected, "{what}");
@@ -315,11 +424,50 @@ mod tests {
             && is_x86_feature_detected!("vaes");
         #[cfg(not(target_arch = "x86_64"))]
         let has = false;
-        let want = if has { "vaes" } else { "aes crate" };
+        let want = if has {
+            Implementation::Vaes
+        } else {
+            Implementation::Portable
+        };
+        assert_eq!(Implementation::Vaes.is_available(), has);
+        assert_eq!(Implementation::fastest(), want);
+        // The test process runs without RAIDKIT_CRYPT (the suite sets none).
         assert_eq!(cipher.implementation(), want);
         assert_eq!(
             DataCipher::portable(&vector10_key()).implementation(),
-            "aes crate"
+            Implementation::Portable
+        );
+        assert_eq!(
+            DataCipher::with(&vector10_key(), Implementation::Portable).implementation(),
+            Implementation::Portable
+        );
+    }
+
+    /// RAIDKIT_CRYPT's values: auto and unset are the fastest, portable is always had, vaes
+    /// only where the processor has it, anything else is refused naming the values.
+    #[test]
+    fn the_setting_picks_an_implementation_or_says_why_not() {
+        let fastest = Implementation::fastest();
+        assert_eq!(Implementation::from_setting(None), Ok(fastest));
+        assert_eq!(Implementation::from_setting(Some("auto")), Ok(fastest));
+        assert_eq!(
+            Implementation::from_setting(Some("portable")),
+            Ok(Implementation::Portable)
+        );
+        match Implementation::from_setting(Some("vaes")) {
+            Ok(got) => {
+                assert!(Implementation::Vaes.is_available());
+                assert_eq!(got, Implementation::Vaes);
+            }
+            Err(e) => {
+                assert!(!Implementation::Vaes.is_available());
+                assert!(e.contains("lacks AES-NI, AVX-512F or VAES"), "{e}");
+            }
+        }
+        let e = Implementation::from_setting(Some("soft")).unwrap_err();
+        assert!(
+            e.contains("RAIDKIT_CRYPT=\"soft\"") && e.contains("auto, portable or vaes"),
+            "{e}"
         );
     }
 
@@ -367,7 +515,7 @@ mod tests {
             let mut b = plain.clone();
             reference.encrypt_area(&mut b, UNIT_BYTES, u128::from(first), get_tweak_default);
             for cipher in &ours {
-                let what = cipher.implementation();
+                let what = cipher.implementation().name();
                 let mut a = plain.clone();
                 cipher.encrypt(&mut a, first);
                 assert_eq!(a, b, "{what}: {units} units from {first}");
@@ -396,7 +544,7 @@ mod tests {
             let zero: Vec<bool> = (0..units).map(|_| rng.chance(40)).collect();
             let plain = rng.bytes(units * UNIT_BYTES);
             for cipher in both(&DataKey::from_bytes(key)) {
-                let what = cipher.implementation();
+                let what = cipher.implementation().name();
                 let mut buf = plain.clone();
                 cipher.encrypt(&mut buf, first);
                 for (i, z) in zero.iter().enumerate() {

@@ -23,7 +23,7 @@ pub mod slots;
 #[cfg(target_arch = "x86_64")]
 mod vaes;
 
-pub use cipher::{DataCipher, DataKey, DATA_KEY_BYTES};
+pub use cipher::{DataCipher, DataKey, Implementation, DATA_KEY_BYTES, IMPLEMENTATION_ENV};
 pub use layer::Encrypted;
 pub use secret::{KeySource, Secret};
 pub use slots::{KdfParams, KeyArea, KeyAreaError, UnlockError, KEY_AREA_BYTES, SLOTS};

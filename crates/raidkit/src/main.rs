@@ -60,6 +60,9 @@ enum Command {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    // RAIDKIT_CRYPT (the XTS implementation of encrypted arrays) is read once, here: a value
+    // that cannot be had is refused before anything is opened.
+    crypt::Implementation::chosen().map_err(anyhow::Error::msg)?;
     match cli.command {
         Command::Create(args) => cmd::create::run(args),
         Command::Bench(args) => cmd::bench::run(*args),

@@ -60,6 +60,9 @@ pub enum Happening {
     LeftOut(LeftOut),
     /// About the journal at assembly.
     Start(StartNotice),
+    /// The array is encrypted: its data goes through this XTS implementation (VAES where the
+    /// processor has it; `RAIDKIT_CRYPT` chooses).
+    Encrypted(crypt::Implementation),
     /// A warning from the volume (at assembly or later: a refused action, a member fault).
     Warning(String),
     /// The journal was replayed.
@@ -213,6 +216,9 @@ impl RunningArray {
             Some(create) => create(&members, &spares)?.map(|key| crypt::DataCipher::new(&key)),
             None => crate::unlock::unlock(&members, opts.key.as_ref(), opts.key_how)?,
         };
+        if let Some(cipher) = &cipher {
+            tell(Happening::Encrypted(cipher.implementation()));
+        }
         // Every member the array will hold, behind one fence: closed when another process
         // takes the array over, after which nothing more reaches them.
         let fence = member::Fence::new();

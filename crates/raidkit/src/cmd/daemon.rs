@@ -432,6 +432,7 @@ fn tell(array: &str, alerter: &Arc<Alerter>, taken: &arrays::TakenOverHook) -> r
                 ));
                 return;
             }
+            Happening::Encrypted(implementation) => serve::encrypted(implementation),
             Happening::Warning(line) => format!("warning: {line}"),
             Happening::Replayed(replayed) => replayed.to_string(),
             Happening::ResyncStarted(_) => {

@@ -763,6 +763,15 @@ fn start_array(args: &Args, stack: StackOptions) -> anyhow::Result<RunningArray>
     RunningArray::start(opts, create, tell())
 }
 
+/// The line saying an array is encrypted and how (serve and the daemon).
+pub(crate) fn encrypted(implementation: crypt::Implementation) -> String {
+    format!(
+        "encrypted: AES-256-XTS, {} implementation ({}=portable|vaes|auto chooses)",
+        implementation.name(),
+        crypt::IMPLEMENTATION_ENV
+    )
+}
+
 /// Prints what happens to the array (`RunningArray`'s happenings) as `serve` always has.
 fn tell() -> running::Tell {
     Arc::new(|happening| match happening {
@@ -773,6 +782,7 @@ fn tell() -> running::Tell {
         Happening::Start(StartNotice::JournalVolatile(volatile)) => {
             journal_args::warn_volatile(Some(volatile))
         }
+        Happening::Encrypted(implementation) => eprintln!("raidkit: {}", encrypted(implementation)),
         Happening::Warning(line) => eprintln!("raidkit: warning: {line}"),
         Happening::Replayed(replayed) => journal_args::report_replayed(Some(replayed)),
         Happening::ResyncStarted(name) => eprintln!(

@@ -320,12 +320,12 @@ fn cheap_to_zero(member: &dyn Member) -> bool {
 }
 
 /// Writes `sbs[i]` to `members[i]` for every `i`, then flushes them all.
+/// Each member's superblock written and flushed before the next one's: a stop tears at most
+/// one (which the offline grow's rerun rewrites from its peers, `repair_torn_superblocks`).
 pub(crate) fn write_all(members: &[Arc<dyn Member>], sbs: &[Superblock]) -> Result<(), GrowError> {
     for (m, sb) in members.iter().zip(sbs) {
         m.write_at(&sb.encode()[..], SUPERBLOCK_OFFSET)
             .map_err(io_err(m.name(), "write the superblock to"))?;
-    }
-    for m in members {
         m.flush().map_err(io_err(m.name(), "flush"))?;
     }
     Ok(())

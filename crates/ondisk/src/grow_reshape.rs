@@ -94,6 +94,9 @@ pub struct Reshaping {
     pub sbs: Vec<Superblock>,
     pub old: Geometry,
     pub new: Geometry,
+    /// Roles whose members were not given and which `fresh.roles` now records missing, not yet
+    /// on disk: the next position record must be written before data moves without them.
+    pub unrecorded_missing: Vec<usize>,
 }
 
 /// `raidkit grow --add NEW… MEMBER…` on a stopped RAID 0/5/6 array: checks it (as `grow
@@ -176,7 +179,7 @@ pub fn reshape_start(
                 m.len()
             )));
         }
-        if !force {
+        if !force && !left_by_interrupted_start(m.as_ref(), &fresh, count) {
             crate::create::check_unused(m.as_ref())
                 .map_err(|e| refuse(format!("{e} (raidkit grow --force)")))?;
         }
@@ -266,7 +269,17 @@ pub fn reshape_start(
         own.recovery_offset_bytes = None;
         own.replace_offset_bytes = None;
         own.set_owner(None);
-        m.write_zeroes(0, fresh.data_offset_bytes)
+        new_sbs.push(own);
+    }
+    // Each new member's superblock first (written and flushed), so whatever a stop leaves on
+    // a new member before the old members record the reshape carries this array's superblock
+    // (or a torn one) and a rerun may reuse it (`left_by_interrupted_start`); then the rest
+    // of its metadata area, flushed before any old member records the reshape.
+    write_all(new, &new_sbs)?;
+    let sb_end = crate::SUPERBLOCK_OFFSET + crate::SUPERBLOCK_BYTES as u64;
+    for (m, own) in new.iter().zip(&new_sbs) {
+        m.write_zeroes(0, crate::SUPERBLOCK_OFFSET)
+            .and_then(|()| m.write_zeroes(sb_end, fresh.data_offset_bytes - sb_end))
             .map_err(io_err(m.name(), "zero the metadata area of"))?;
         if let Some(at) = &own.bad_blocks {
             crate::badblocks::write_blank(m.as_ref(), &fresh.array_uuid, at)
@@ -282,10 +295,9 @@ pub fn reshape_start(
             )
             .map_err(io_err(m.name(), "write the write-intent bitmap of"))?;
         }
-        new_sbs.push(own);
     }
     // The used-regions map keeps the old region (whole stripes of the old geometry) until the
-    // end; the new members get the array's map before their superblocks name them.
+    // end; the new members get the array's map before the old members name them.
     if let Some(at) = &fresh.used_map {
         let image = read_used(
             &old_role_members(members, &sbs, count),
@@ -296,7 +308,9 @@ pub fn reshape_start(
         let targets: Vec<&Arc<dyn Member>> = new.iter().collect();
         write_used(&targets, &fresh.array_uuid, at, &image)?;
     }
-    write_all(new, &new_sbs)?;
+    for m in new {
+        m.flush().map_err(io_err(m.name(), "flush"))?;
+    }
     let old_sbs: Vec<Superblock> = sbs.iter().map(bump).collect();
     write_all(members, &old_sbs)?;
     let all_sbs: Vec<Superblock> = old_sbs.into_iter().chain(new_sbs).collect();
@@ -312,7 +326,134 @@ pub fn reshape_start(
         sbs: all_sbs,
         old: old_geometry,
         new: new_geometry,
+        unrecorded_missing: Vec::new(),
     })
+}
+
+/// Before an offline grow's rerun: rewrites each superblock a stop tore while a grow or a
+/// reshape rewrote it (a checksum or field error, the first sector still naming this array and
+/// a member the freshest valid superblock's role table holds active in a role no valid member
+/// holds) from that freshest superblock, with the member's own fields (uuid, role, its role's
+/// data bytes, its size; in sync, no replace). The members hold the same data as their peers
+/// (a grow runs on a clean array in sync, a reshape writes every member's data before any
+/// record), so the member is what its peers say it is. Returns the names rewritten; a damaged
+/// superblock that does not qualify is left for the grow to refuse, naming it.
+pub fn repair_torn_superblocks(members: &[Arc<dyn Member>]) -> Result<Vec<String>, GrowError> {
+    let read: Vec<_> = members
+        .iter()
+        .map(|m| crate::read_superblock(m.as_ref()))
+        .collect();
+    let Some(fresh) = read
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .max_by_key(|sb| sb.events)
+        .cloned()
+    else {
+        return Ok(Vec::new());
+    };
+    let held: Vec<usize> = read
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .filter(|sb| sb.array_uuid == fresh.array_uuid)
+        .filter_map(|sb| sb.role_index())
+        .collect();
+    let mut repaired = Vec::new();
+    for (m, r) in members.iter().zip(&read) {
+        if !matches!(r, Err(crate::ReadSuperblockError::Invalid(e)) if !matches!(e, crate::SuperblockError::NoMagic))
+        {
+            continue;
+        }
+        let mut raw = vec![0u8; crate::SUPERBLOCK_BYTES];
+        m.read_at(&mut raw, crate::SUPERBLOCK_OFFSET)
+            .map_err(io_err(m.name(), "read the superblock of"))?;
+        let Some(member_uuid) = crate::superblock::member_of(&raw, &fresh.array_uuid) else {
+            continue;
+        };
+        let count = fresh.member_count as usize;
+        let Some(role) = (0..count).find(|&r| {
+            fresh.roles[r].member_uuid == member_uuid && fresh.roles[r].state == RoleState::Active
+        }) else {
+            continue;
+        };
+        if held.contains(&role) {
+            continue;
+        }
+        let mut sb = fresh.clone();
+        sb.member_uuid = member_uuid;
+        sb.role = Role::Active(role as u32);
+        sb.data_bytes = fresh.roles[role].data_bytes;
+        sb.member_bytes = m.len();
+        sb.recovery_offset_bytes = None;
+        sb.replace_offset_bytes = None;
+        write_all(std::slice::from_ref(m), std::slice::from_ref(&sb))?;
+        repaired.push(m.name().to_string());
+    }
+    Ok(repaired)
+}
+
+/// After a reshape whose last superblock rewrite a stop cut (the freshest superblock records
+/// the new geometry and no reshape, some members are still one event behind with the record):
+/// rewrites each member behind with the freshest superblock and its own fields (uuid, role,
+/// data bytes, size, offsets), flushed. Members of another array or in no role of the
+/// freshest table are left alone. Returns how many were rewritten.
+pub fn reshape_settle(members: &[Arc<dyn Member>]) -> Result<usize, GrowError> {
+    let (sbs, fresh) = crate::grow::read_superblocks(members)?;
+    if fresh.reshape.is_some() {
+        return Ok(0);
+    }
+    let mut settled = 0;
+    for (m, sb) in members.iter().zip(&sbs) {
+        if sb.events == fresh.events || sb.array_uuid != fresh.array_uuid {
+            continue;
+        }
+        let Some(role) = sb.role_index() else {
+            continue;
+        };
+        if role >= fresh.member_count as usize || fresh.roles[role].member_uuid != sb.member_uuid {
+            continue;
+        }
+        let mut own = fresh.clone();
+        own.member_uuid = sb.member_uuid;
+        own.role = sb.role;
+        own.data_bytes = fresh.roles[role].data_bytes;
+        own.member_bytes = sb.member_bytes;
+        own.recovery_offset_bytes = sb.recovery_offset_bytes;
+        own.replace_offset_bytes = sb.replace_offset_bytes;
+        write_all(std::slice::from_ref(m), std::slice::from_ref(&own))?;
+        settled += 1;
+    }
+    Ok(settled)
+}
+
+/// A new member as a `reshape_start` of this array (`fresh`: the old members' freshest
+/// superblock, `count` their roles) left it when it stopped before any old member recorded
+/// the reshape: it carries this array's superblock for a new role with the record that start
+/// wrote (generation `events + 1`), or a superblock torn by the stop (nothing non-zero in the
+/// first MiB outside the superblock, whose first sector is blank or this array's). The rerun
+/// overwrites it without `--force`: nothing on it is anyone's data.
+fn left_by_interrupted_start(m: &dyn Member, fresh: &Superblock, count: usize) -> bool {
+    match crate::read_superblock(m) {
+        Ok(sb) => {
+            sb.array_uuid == fresh.array_uuid
+                && sb.role_index().is_some_and(|r| r >= count)
+                && sb.reshape.map(|r| r.generation) == Some(fresh.events + 1)
+        }
+        Err(crate::ReadSuperblockError::Invalid(_)) => {
+            let len = crate::create::IN_USE_CHECK_BYTES.min(m.len()) as usize;
+            let mut buf = vec![0u8; len];
+            let start = crate::SUPERBLOCK_OFFSET as usize;
+            let end = start + crate::SUPERBLOCK_BYTES;
+            if len < end || m.read_at(&mut buf, 0).is_err() {
+                return false;
+            }
+            let outside_blank = buf[..start].iter().chain(&buf[end..]).all(|&b| b == 0);
+            let first = &buf[start..start + 512];
+            let ours = first.iter().all(|&b| b == 0)
+                || crate::superblock::names_array(first, &fresh.array_uuid);
+            outside_blank && ours
+        }
+        Err(crate::ReadSuperblockError::Io(_)) => false,
+    }
 }
 
 /// Reads an array mid-reshape from `members` (old and new members and spares, any order; a
@@ -327,11 +468,28 @@ pub fn reshape_open(members: &[Arc<dyn Member>]) -> Result<Option<Reshaping>, Gr
     let array = format!("\"{}\" {}", fresh.name, fresh.array_uuid);
     let refuse = |why: String| refusal(&array, why);
     let m_count = fresh.member_count as usize;
+    let old_count = record.old_member_count as usize;
+    let holds_record =
+        |sb: &Superblock| sb.reshape.map(|r| r.generation) == Some(record.generation);
+    // The reshape is recorded once an old member holds the record (`reshape_start` writes
+    // the new members first): before, only new members do and the start is redone.
+    if !sbs
+        .iter()
+        .any(|sb| holds_record(sb) && sb.role_index().is_some_and(|r| r < old_count))
+    {
+        return Ok(None);
+    }
     let mut roles = vec![None; m_count];
     for (i, (m, sb)) in members.iter().zip(&sbs).enumerate() {
-        if sb.events + 1 < fresh.events
-            || sb.reshape.map(|r| r.generation) != Some(record.generation)
-        {
+        // An old member whose superblock the start's record did not reach (a stop while the
+        // old members were rewritten): its data is the old layout's, as every member's.
+        let missed_start = sb.reshape.is_none()
+            && sb.events + 1 == record.generation
+            && sb.role_index().is_some_and(|r| r < old_count);
+        // A member holding this reshape's record is as current as its peers however many
+        // position records it missed (they change nothing else); one the reshape went on
+        // without is recorded missing first (below), and refused here.
+        if !missed_start && !holds_record(sb) {
             return Err(refuse(format!(
                 "member {} is behind (events {} < {}) or not part of this reshape; leave it out \
                  (raid5/6 go on without one member, raid6 without two) and add it after the \
@@ -342,6 +500,15 @@ pub fn reshape_open(members: &[Arc<dyn Member>]) -> Result<Option<Reshaping>, Gr
             )));
         }
         let Some(r) = sb.role_index() else { continue };
+        if r < m_count && fresh.roles[r].state != RoleState::Active {
+            return Err(refuse(format!(
+                "member {} holds role {r}, which the reshape went on without (recorded {:?}): \
+                 its data is stale; leave it out and add it as a spare after the reshape (it \
+                 is rebuilt then)",
+                m.name(),
+                fresh.roles[r].state
+            )));
+        }
         if fresh.roles[r].member_uuid != sb.member_uuid {
             return Err(refuse(format!(
                 "member {} is not the member the role table records for role {r}; leave it out",
@@ -368,6 +535,16 @@ pub fn reshape_open(members: &[Arc<dyn Member>]) -> Result<Option<Reshaping>, Gr
             fresh.level
         )));
     }
+    // The roles not given are recorded missing before any data moves without them
+    // (`unrecorded_missing`), so their members, stale from then on, are never taken back.
+    let mut fresh = fresh;
+    let mut unrecorded_missing = Vec::new();
+    for (r, given) in roles.iter().enumerate() {
+        if given.is_none() && fresh.roles[r].state == RoleState::Active {
+            fresh.roles[r].state = RoleState::Missing;
+            unrecorded_missing.push(r);
+        }
+    }
     Ok(Some(Reshaping {
         array,
         fresh,
@@ -376,6 +553,7 @@ pub fn reshape_open(members: &[Arc<dyn Member>]) -> Result<Option<Reshaping>, Gr
         sbs,
         old,
         new,
+        unrecorded_missing,
     }))
 }
 
@@ -415,6 +593,7 @@ pub fn reshape_record_position(
         .collect();
     write_all(members, &sbs)?;
     state.sbs = sbs;
+    state.unrecorded_missing.clear();
     state.fresh.events = events;
     state.fresh.set_reshape(Some(record));
     Ok(())

@@ -56,8 +56,8 @@ pub use create::{create, CreateError, CreateOptions, IN_USE_CHECK_BYTES};
 pub use duplicate::{describe_duplicate, find_duplicate, same_member};
 pub use grow::{grow_add_linear, grow_size_max, GrowError, GrowReport, NewSpace};
 pub use grow_reshape::{
-    backup_area_bytes, reshape_finish, reshape_open, reshape_record_position, reshape_start,
-    reshape_used_image, Reshaping,
+    backup_area_bytes, repair_torn_superblocks, reshape_finish, reshape_open,
+    reshape_record_position, reshape_settle, reshape_start, reshape_used_image, Reshaping,
 };
 pub use journal_ref::{
     freshest_superblock, rewrite_superblocks, set_journal_ref, SetJournalRefError,

@@ -33,6 +33,24 @@ const ROLE_SPARE: u32 = u32::MAX;
 /// Recovery offset stored when no recovery is in progress.
 const RECOVERY_NONE: u64 = u64::MAX;
 
+/// Whether `first` (at least the first 512 bytes of a superblock, which may be torn) holds the
+/// magic and `array_uuid`.
+pub(crate) fn names_array(first: &[u8], array_uuid: &Uuid) -> bool {
+    first.len() >= OFF_ARRAY_UUID + 16
+        && first[OFF_MAGIC..OFF_MAGIC + 8] == MAGIC
+        && first[OFF_ARRAY_UUID..OFF_ARRAY_UUID + 16] == array_uuid.as_bytes()[..]
+}
+
+/// The member uuid of `raw` (a superblock's bytes, maybe torn) when its first sector holds the
+/// magic and `array_uuid`.
+pub(crate) fn member_of(raw: &[u8], array_uuid: &Uuid) -> Option<Uuid> {
+    let bytes: [u8; 16] = raw
+        .get(OFF_MEMBER_UUID..OFF_MEMBER_UUID + 16)?
+        .try_into()
+        .ok()?;
+    names_array(raw, array_uuid).then(|| Uuid::from_bytes(bytes))
+}
+
 // Field offsets (see docs/FORMAT.md).
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;

@@ -43,6 +43,8 @@ struct GridState {
     sb_events: Vec<u64>,
     /// Per member: carries an array superblock (else, e.g. a journal, not tracked).
     tracked: Vec<bool>,
+    /// Sabotage: writes overlapping these member bytes are acknowledged and dropped.
+    dropped: Option<(u64, u64)>,
 }
 
 /// The shared power supply. See the module docs.
@@ -86,6 +88,7 @@ impl PowerGrid {
                 sb_unflushed: vec![false; count],
                 sb_events: vec![0; count],
                 tracked: vec![false; count],
+                dropped: None,
             }),
             cut: AtomicBool::new(false),
             lying_flush: AtomicBool::new(false),
@@ -140,6 +143,12 @@ impl PowerGrid {
     /// still flushed), so acknowledged data is lost at the cut.
     pub fn set_lying_flush(&self, lying: bool) {
         self.lying_flush.store(lying, Ordering::SeqCst);
+    }
+
+    /// Sabotage for the reshape proof's own test: every `write_at` overlapping member bytes
+    /// `[offset, offset + bytes)` (on any member) is counted and acknowledged but not written.
+    pub fn set_dropped_range(&self, offset: u64, bytes: u64) {
+        self.lock().dropped = Some((offset, bytes));
     }
 
     /// True once the power has been cut.
@@ -274,6 +283,11 @@ impl Member for GridMember {
             let sb = Superblock::decode(bytes).expect("the array wrote an invalid superblock");
             state.sb_events[self.index] = sb.events;
             state.sb_unflushed[self.index] = true;
+        }
+        if let Some((start, bytes)) = state.dropped {
+            if offset < start + bytes && offset + buf.len() as u64 > start {
+                return Ok(());
+            }
         }
         self.sim().write_at(buf, offset)
     }

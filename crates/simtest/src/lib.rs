@@ -16,6 +16,8 @@
 //!   what assembly makes of it ([`TornOutcome`]).
 //! - [`journal_case`]: the same with a journal ([`JournalTarget`], wired as `raidkit serve` wires
 //!   it) on its own simulated member, replayed after the cut.
+//! - [`ReshapeShape`] and [`reshape_power_loss_case`]: power lost before any member operation
+//!   of an offline `grow --add` (RAID 0/5/6), the grow run again, every byte checked.
 //! - [`SeedRun`] and [`run_seeds`]: the seeds a test runs (`RAIDKIT_SEED`, `RAIDKIT_SIM_SEEDS`,
 //!   `RAIDKIT_SOAK`) and the replay command printed on failure.
 //!
@@ -28,6 +30,7 @@ mod cases;
 mod grid;
 mod model;
 mod recover;
+mod reshape;
 mod rig;
 mod seeds;
 mod torn;
@@ -41,6 +44,10 @@ pub use grid::{sub_seed, CutPolicy, GridMember, PowerGrid};
 pub use model::{RegionModel, MAYBE_OPS_MAX};
 pub use recover::{
     recover_and_verify, recover_with, removal_sets, wait_recovered, RECOVERY_TIMEOUT,
+};
+pub use reshape::{
+    count_reshape_ops, reshape_power_loss_case, ReshapeCount, ReshapeSabotage, ReshapeShape,
+    RESHAPE_DATA_OFFSET_BYTES,
 };
 pub use rig::{
     build, drive, freshest_state, read_all, run_workload, Shape, Target, DATA_OFFSET_BYTES,

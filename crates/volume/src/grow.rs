@@ -47,6 +47,9 @@ impl Default for GrowOptions {
 
 /// What [`grow`] tells its caller as it goes.
 pub enum GrowEvent<'a> {
+    /// This member's superblock, torn by a stop during an earlier run, was rewritten from its
+    /// peers (`ondisk::repair_torn_superblocks`).
+    Repaired(&'a str),
     /// The members record a reshape that stopped: it is resumed.
     Resuming(&'a Reshaping),
     /// A reshape was recorded (position 0): the data moves next.
@@ -108,12 +111,28 @@ pub fn grow(
     observe: &mut dyn FnMut(GrowEvent<'_>) -> io::Result<()>,
 ) -> Result<GrowReport, GrowAddError> {
     let all: Vec<Arc<dyn Member>> = members.iter().chain(new).cloned().collect();
+    for name in ondisk::repair_torn_superblocks(&all)? {
+        observe(GrowEvent::Repaired(&name)).map_err(|error| GrowAddError::Stopped {
+            array: name.clone(),
+            error,
+        })?;
+    }
     if let Some(state) = reshape_state_of(&all)? {
         observe(GrowEvent::Resuming(&state)).map_err(|error| GrowAddError::Stopped {
             array: state.array.clone(),
             error,
         })?;
         return move_data(&all, state, options, observe);
+    }
+    if let Some(mut report) = already_added(&all, new) {
+        if ondisk::reshape_settle(&all)? > 0 {
+            report.notes = vec![format!(
+                "the reshape had finished but a stop cut its last superblock rewrite, now done \
+                 (events {})",
+                report.events
+            )];
+        }
+        return Ok(report);
     }
     if new.is_empty() {
         return Ok(ondisk::grow_size_max(members)?);
@@ -131,6 +150,43 @@ pub fn grow(
         error,
     })?;
     move_data(&all, state, options, observe)
+}
+
+/// When every member of `all` (old and new) carries a superblock of one array and the freshest
+/// records no reshape, while some member still records one (a stop cut the last superblock
+/// rewrite of a reshape) or the freshest names each of `new` in its role table: the members
+/// were added already. Nothing to do but settle the members behind (the caller).
+fn already_added(all: &[Arc<dyn Member>], new: &[Arc<dyn Member>]) -> Option<GrowReport> {
+    let sbs: Vec<ondisk::Superblock> = all
+        .iter()
+        .map(|m| ondisk::read_superblock(m.as_ref()).ok())
+        .collect::<Option<_>>()?;
+    let fresh = sbs.iter().max_by_key(|sb| sb.events)?;
+    let named = |sb: &ondisk::Superblock| {
+        sb.role_index().is_some_and(|r| {
+            r < fresh.member_count as usize && fresh.roles[r].member_uuid == sb.member_uuid
+        })
+    };
+    let one_array = sbs.iter().all(|sb| sb.array_uuid == fresh.array_uuid);
+    let end_cut = sbs
+        .iter()
+        .any(|sb| sb.reshape.is_some() && sb.events + 1 == fresh.events);
+    let named_new = !new.is_empty() && sbs[all.len() - new.len()..].iter().all(named);
+    if fresh.reshape.is_some() || !one_array || !(end_cut || named_new) {
+        return None;
+    }
+    Some(GrowReport {
+        array: format!("\"{}\" {}", fresh.name, fresh.array_uuid),
+        old_size: fresh.array_size_bytes,
+        new_size: fresh.array_size_bytes,
+        new_space: ondisk::NewSpace::NoRedundancy,
+        events: fresh.events,
+        notes: vec![
+            "every member given is a member of the array already (the grow had finished): \
+             nothing was changed"
+                .to_string(),
+        ],
+    })
 }
 
 /// The reshape recorded on `members`, if any (members that carry no superblock of this array
@@ -205,6 +261,11 @@ fn move_data(
     );
     let p_rec = record.position_bytes;
     let used = ondisk::reshape_used_image(members, &state)?;
+    let mut state = state;
+    if !state.unrecorded_missing.is_empty() {
+        // The members not given are recorded missing before anything moves without them.
+        ondisk::reshape_record_position(members, &mut state, p_rec)?;
+    }
     let shared = Arc::new(Mutex::new(state));
     let recorder_state = shared.clone();
     let recorder_members: Vec<Arc<dyn Member>> = members.to_vec();

@@ -26,6 +26,10 @@ impl Progress {
 
     pub fn event(&mut self, event: GrowEvent<'_>) {
         match event {
+            GrowEvent::Repaired(name) => println!(
+                "raidkit: member {name}: its superblock, torn by a stop during the grow, was \
+                 rewritten from the other members'"
+            ),
             GrowEvent::Resuming(state) => println!(
                 "raidkit: array {} is in the middle of a reshape ({} -> {} members) at array \
                  byte {}: resuming",

@@ -23,12 +23,15 @@
 //!   while idle (up to [`READ_AHEAD_BYTES`] ahead of what the host took), so a sequential
 //!   reader streams at the media rate instead of losing a revolution per request.
 //! - **Write cache.** With the cache on, a write is acknowledged once in the buffer (command
-//!   overhead plus the interface transfer) and written later, reordered with the reads; a
-//!   flush returns when every write acknowledged before it is on the media. A write that
+//!   overhead plus the interface transfer) and written later, reordered with the reads: the
+//!   candidates are the next cached writes in elevator order (C-SCAN by offset from the head),
+//!   so a full cache drains in a sweep, not a seek per write; a cached write older than
+//!   [`MAX_WAIT`] makes the next pick a destage; a write over a cached one of the same start
+//!   replaces it. A flush returns when every write acknowledged before it is on the media. A write that
 //!   finds the cache full waits until destaging makes room; one larger than the whole cache is
 //!   written through. With the cache off every write waits for the media.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::request::{Op, Request};
 use crate::Nanos;
@@ -345,6 +348,8 @@ pub struct Hdd {
     cache_wait: VecDeque<Cmd>,
     /// Cached writes not yet on the media, by sequence number.
     destages: BTreeMap<u64, Cmd>,
+    /// The same destages by (offset, sequence number): the elevator's order.
+    by_offset: BTreeSet<(u64, u64)>,
     next_destage: u64,
     dirty_bytes: u64,
     /// Latest completion of a dispatched destage.
@@ -383,6 +388,7 @@ impl Hdd {
             host_wait: VecDeque::new(),
             cache_wait: VecDeque::new(),
             destages: BTreeMap::new(),
+            by_offset: BTreeSet::new(),
             next_destage: 0,
             dirty_bytes: 0,
             destaged_until: 0,
@@ -453,14 +459,31 @@ impl Hdd {
         }
     }
 
-    /// Takes a write into the cache at `at` and acknowledges it.
+    /// Takes a write into the cache at `at` and acknowledges it. A cached write it overwrites
+    /// whole (same start, no longer) that no flush waits for is dropped: only the new data go
+    /// to the media, as a drive's cache keeps one copy of each sector.
     fn cache(&mut self, at: Nanos, mut cmd: Cmd, done: &mut Vec<(u64, Nanos)>) {
+        let flushed_upto = self.flushes.iter().map(|f| f.upto).max();
+        let superseded: Vec<u64> = self
+            .by_offset
+            .range((cmd.offset, 0)..(cmd.offset + 1, 0))
+            .map(|&(_, seq)| seq)
+            .filter(|&seq| {
+                flushed_upto.is_none_or(|u| seq > u) && self.destages[&seq].len <= cmd.len
+            })
+            .collect();
+        for seq in superseded {
+            let old = self.destages.remove(&seq).expect("cached write");
+            self.by_offset.remove(&(old.offset, seq));
+            self.dirty_bytes -= old.len;
+        }
         self.dirty_bytes += cmd.len;
         done.push((
             cmd.ticket,
             at + self.overhead() + self.interface_ns(cmd.len),
         ));
         cmd.arrival = at;
+        self.by_offset.insert((cmd.offset, self.next_destage));
         self.destages.insert(self.next_destage, cmd);
         self.next_destage += 1;
     }
@@ -557,32 +580,84 @@ impl Hdd {
         })
     }
 
+    /// The destages the next pick looks at: up to [`DESTAGE_WINDOW`] in elevator order (by
+    /// offset from the head on, wrapping to the start: C-SCAN, as drives destage their write
+    /// cache; only the next when it is within a track ahead; only those a waiting flush waits
+    /// for), or the oldest with [`Order::Fifo`].
+    fn destage_window(&self) -> Vec<u64> {
+        if self.order == Order::Fifo {
+            return self.destages.keys().take(DESTAGE_WINDOW).copied().collect();
+        }
+        // A flush waiting drains the writes cached before it first (a flush is a barrier:
+        // writes cached after it would delay it by a sweep each).
+        let limit = self
+            .flushes
+            .iter()
+            .map(|f| f.upto)
+            .min()
+            .unwrap_or(u64::MAX);
+        let from = (self.head_offset, 0);
+        let mut next = self
+            .by_offset
+            .range(from..)
+            .chain(self.by_offset.range(..from))
+            .filter(|&&(_, seq)| seq <= limit);
+        // The next one within a track ahead of the head is the only one: the sweep never
+        // passes a cached write it is about to reach (it would take another sweep to come
+        // back for it).
+        match next.next() {
+            None => Vec::new(),
+            Some(&(offset, seq))
+                if offset >= self.head_offset
+                    && offset - self.head_offset
+                        <= self
+                            .geometry
+                            .track_bytes(self.head_offset.min(self.geometry.size - 1))
+                            as u64 =>
+            {
+                vec![seq]
+            }
+            Some(&(_, seq)) => std::iter::once(seq)
+                .chain(next.take(DESTAGE_WINDOW - 1).map(|&(_, s)| s))
+                .collect(),
+        }
+    }
+
     /// Picks and starts one command at `e`.
     fn dispatch(&mut self, e: Nanos, done: &mut Vec<(u64, Nanos)>) {
-        // Candidates: the tagged host commands, then the oldest destages.
         enum Which {
             Host(usize),
             Destage(u64),
         }
         let mut best: Option<(Which, f64, Nanos)> = None;
-        let oldest_first = self.order == Order::Fifo
-            || self
-                .tagged
-                .iter()
-                .map(|c| c.arrival)
-                .chain(self.destages.values().take(1).map(|c| c.arrival))
-                .any(|a| a + MAX_WAIT < e);
-        let candidates = self
-            .tagged
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (Which::Host(i), c, true))
-            .chain(
-                self.destages
+        let waited = |a: Nanos| a + MAX_WAIT < e;
+        // A host command waiting too long goes first (oldest first); then a destage, in the
+        // elevator's order, when the oldest cached write has waited too long (the cache must
+        // drain, and sweeping is how it drains fast: oldest-first would seek for every
+        // write, and every write of a full cache is that old); otherwise the shortest access
+        // among the host commands and the elevator's next destages.
+        let host_starved = self.tagged.iter().any(|c| waited(c.arrival));
+        let destage_starved = !host_starved
+            && self
+                .destages
+                .values()
+                .next()
+                .is_some_and(|c| waited(c.arrival));
+        let oldest_first = self.order == Order::Fifo || host_starved;
+        let mut candidates: Vec<(Which, &Cmd, bool)> = Vec::new();
+        if !destage_starved {
+            candidates.extend(
+                self.tagged
                     .iter()
-                    .take(DESTAGE_WINDOW)
-                    .map(|(&s, c)| (Which::Destage(s), c, false)),
+                    .enumerate()
+                    .map(|(i, c)| (Which::Host(i), c, true)),
             );
+        }
+        if !host_starved || self.order == Order::Fifo {
+            for seq in self.destage_window() {
+                candidates.push((Which::Destage(seq), &self.destages[&seq], false));
+            }
+        }
         for (which, cmd, host) in candidates {
             let score = if oldest_first {
                 0.0
@@ -604,7 +679,11 @@ impl Hdd {
         let (which, _, _) = best.expect("dispatch with nothing queued");
         let (cmd, destage) = match which {
             Which::Host(i) => (self.tagged.swap_remove(i), None),
-            Which::Destage(s) => (self.destages.remove(&s).expect("destage"), Some(s)),
+            Which::Destage(s) => {
+                let cmd = self.destages.remove(&s).expect("destage");
+                self.by_offset.remove(&(cmd.offset, s));
+                (cmd, Some(s))
+            }
         };
         let host = destage.is_none();
         let finish = self.serve(e, &cmd, host);

@@ -592,3 +592,42 @@ fn a_full_write_cache_drains_in_elevator_order() {
         sweep / 1e9
     );
 }
+
+/// A read that waited in the queue while the stream read past its end is served from the buffer
+/// when its turn comes. Reads A (the first 128 KiB), C (up to 1 MiB) and B (256-384 KiB) arrive
+/// together: A starts the stream, C continues it to 1 MiB, and B, dispatched after C, finds all
+/// its bytes read already. Before 5715c50 the model computed B's wait as (its end - where the
+/// stream is) and panicked 'attempt to subtract with overflow' (found by plan's database sweep
+/// over 4 x hdd7200 4T); B completes one command overhead after its dispatch.
+#[test]
+fn a_queued_read_the_stream_has_passed_is_served_from_the_buffer() {
+    for class in HDDS {
+        let p = hdd(class);
+        let mut drive = Drive::new(&class.model(), &Options::default(), SIZE);
+        let read = |offset: u64, end: u64| Request {
+            op: Op::Read,
+            offset,
+            len: end - offset,
+        };
+        let a = drive.submit(0, read(0, 128 << 10)).unwrap();
+        let c = drive.submit(0, read(128 << 10, 1 << 20)).unwrap();
+        let b = drive.submit(0, read(256 << 10, 384 << 10)).unwrap();
+        while drive.completion(b).is_none() {
+            let e = drive.next_event().expect("reads queued");
+            drive.advance(e);
+        }
+        let (a, c, b) = (
+            drive.completion(a).unwrap(),
+            drive.completion(c).unwrap(),
+            drive.completion(b).unwrap(),
+        );
+        let overhead = (p.overhead_ms * 1e6) as u64;
+        println!("{class}: A {a} ns, C {c} ns, B {b} ns");
+        assert!(a < c, "{class}: A {a}, C {c}");
+        // B is dispatched when C's stream has reached 1 MiB, and takes one command overhead.
+        assert!(
+            b <= c + overhead,
+            "{class}: B done at {b} ns, C at {c} ns (overhead {overhead} ns)"
+        );
+    }
+}

@@ -353,3 +353,89 @@ def test_an_encrypted_array_is_reshaped_without_its_key_and_stays_ciphertext(tmp
     array.start("--key-file", str(key), members=[*map(str, members[1:]), str(new)])
     assert read_big(array, 0, old) == data, "without member 0"
     array.stop()
+
+
+def nbdkit_failable(tmp_path, image):
+    """nbdkit serving `image`, every read and write failing with EIO once the returned flag
+    file exists (the error filter)."""
+    sock = tmp_path / f"{image.stem}.sock"
+    flag = tmp_path / f"{image.stem}.fail"
+    proc = subprocess.Popen(["nbdkit", "--foreground", "--exit-with-parent", "-U", str(sock),
+                             "--filter=error", "file", str(image),
+                             "error=EIO",
+                             "error-pread-rate=100%", f"error-pread-file={flag}",
+                             "error-pwrite-rate=100%", f"error-pwrite-file={flag}",
+                             "error-zero-rate=100%", f"error-zero-file={flag}",
+                             "error-trim-rate=100%", f"error-trim-file={flag}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not sock.exists():
+        assert proc.poll() is None, "nbdkit exited"
+        assert time.monotonic() < deadline, "nbdkit not listening"
+        time.sleep(0.02)
+    return proc, f"nbd+unix:///?socket={sock}", flag
+
+
+@pytest.mark.parametrize("level,count", [("5", 3), ("6", 4)])
+def test_a_member_failing_mid_reshape_stops_it_and_the_named_command_finishes_it(
+        tmp_path, arrays, level, count):
+    """A RAID 5/6 `grow --add` whose member 1 (served by nbdkit) starts failing every read and
+    write in the middle of the move stops, naming the member and printing the command without
+    it; that command finishes the reshape degraded (the member's role recorded missing): every
+    byte reads back at the new size, RAID 6 also with a second member left out, and the failed
+    member is refused by a later grow run, its data being stale."""
+    member_bytes = 64 * MIB
+    members = [tmp_path / f"m{i}.img" for i in range(count)]
+    new = tmp_path / "n0.img"
+    rng = rng_for(f"reshape-fail-{level}")
+    for p in members + [new]:
+        with open(p, "wb") as f:
+            f.truncate(member_bytes)
+    run([RAIDKIT_BIN, "create", "-l", level, "-c", "64K", "-n", "rf", "--no-used-map",
+         *map(str, members)])
+    array = arrays(tmp_path, members).start()
+    old = size_of(array)
+    data = rng.randbytes(old)
+    write_big(array, 0, data)
+    array.stop()
+
+    kit, uri, flag = nbdkit_failable(tmp_path, members[1])
+    try:
+        given = [members[0], uri, *members[2:]]
+        proc = subprocess.Popen([RAIDKIT_BIN, "grow", "--add", str(new), *map(str, given)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if "reshape at array byte" in line:
+                flag.touch()
+                break
+        rest, err = proc.communicate(timeout=120)
+        out = "".join(out) + rest
+        assert proc.returncode != 0, f"the grow finished although {uri} failed:\n{out}{err}"
+        assert f"member {uri} failed during the reshape" in err, err
+        assert "nothing is lost" in err, err
+        command = err.strip().splitlines()[-1].split()
+        assert command[:2] == ["raidkit", "grow"], err
+        assert uri not in command and str(new) in command, command
+    finally:
+        kit.kill()
+        kit.wait()
+    done = run([RAIDKIT_BIN, *command[1:]]).stdout
+    assert "resuming" in done and "grown from" in done, done
+
+    kept = [members[0], *members[2:], new]
+    grown = sizes(level, count + 1, member_bytes)
+    array.start(members=[str(m) for m in kept])
+    assert size_of(array) == grown
+    assert read_big(array, 0, old) == data, "the data written before the reshape"
+    assert read_big(array, old, grown - old) == bytes(grown - old), "the grown part reads zero"
+    array.stop()
+    if level == "6":
+        array.start(members=[str(m) for m in kept[1:]])
+        assert read_big(array, 0, old) == data, "without member 1 and member 0"
+        array.stop()
+    # The failed member's data is stale: a grow given it again refuses it.
+    r = grow("--size", "max", *members, new, check=False)
+    assert r.returncode != 0 and str(members[1]) in r.stderr, r.stderr

@@ -69,6 +69,17 @@ pub enum GrowAddError {
     /// The copy stopped (an I/O error, or the caller's observer said stop); what is durable
     /// resumes when [`grow`] runs again with the same members.
     Stopped { array: String, error: io::Error },
+    /// A member failed a read or write while the data moved: the copy stopped at once (after
+    /// the window in progress); what is durable resumes. `survives`: the level goes on without
+    /// it, so a rerun without this member finishes the reshape degraded (its role recorded
+    /// missing; a spare rebuilds it after); else (RAID 0) the member must be made readable.
+    MemberFailed {
+        array: String,
+        member: String,
+        reason: String,
+        position: u64,
+        survives: bool,
+    },
 }
 
 impl fmt::Display for GrowAddError {
@@ -80,6 +91,33 @@ impl fmt::Display for GrowAddError {
                 "array {array}: the reshape stopped: {error}; nothing is lost: run the same \
                  raidkit grow command again to resume it"
             ),
+            GrowAddError::MemberFailed {
+                array,
+                member,
+                reason,
+                position,
+                survives: true,
+            } => write!(
+                f,
+                "array {array}: member {member} failed during the reshape ({reason}); the \
+                 reshape stopped at array byte {position} and nothing is lost: run the same \
+                 raidkit grow command without {member} (its role is recorded missing and the \
+                 reshape finishes degraded), then give the array a spare (raidkit add) to \
+                 rebuild onto"
+            ),
+            GrowAddError::MemberFailed {
+                array,
+                member,
+                reason,
+                position,
+                survives: false,
+            } => write!(
+                f,
+                "array {array}: member {member} failed during the reshape ({reason}); the \
+                 reshape stopped at array byte {position}, and the array cannot do without \
+                 this member: make it readable again (or copy it to a new disk) and run the \
+                 same raidkit grow command again to resume"
+            ),
         }
     }
 }
@@ -89,6 +127,7 @@ impl std::error::Error for GrowAddError {
         match self {
             GrowAddError::Grow(e) => Some(e),
             GrowAddError::Stopped { error, .. } => Some(error),
+            GrowAddError::MemberFailed { .. } => None,
         }
     }
 }
@@ -202,18 +241,117 @@ fn reshape_state_of(members: &[Arc<dyn Member>]) -> Result<Option<Reshaping>, Gr
     ondisk::reshape_open(members)
 }
 
+/// A member of the move that remembers its first failed operation (the engine degrades
+/// around a failed member; the move stops on it instead, naming it).
+#[derive(Debug)]
+struct Watched {
+    inner: Arc<dyn Member>,
+    failed: Mutex<Option<String>>,
+}
+
+impl Watched {
+    fn note<T>(&self, what: &str, result: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &result {
+            let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            failed.get_or_insert_with(|| format!("{what}: {e}"));
+        }
+        result
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Member for Watched {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.note("read", self.inner.read_at(buf, offset))
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.note("write", self.inner.write_at(buf, offset))
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.note("flush", self.inner.flush())
+    }
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.note("write", self.inner.write_durable_at(buf, offset))
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.note("trim", self.inner.trim(offset, len))
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.note("write zeroes", self.inner.write_zeroes(offset, len))
+    }
+    fn identity(&self) -> Option<member::Identity> {
+        self.inner.identity()
+    }
+}
+
 /// Moves the data of the array mid-reshape in `state` (`members`: the order of `state.sbs`)
-/// from its recorded position to the end, then records the new geometry.
+/// from its recorded position to the end, then records the new geometry. A member that fails
+/// an operation stops the move after the window in progress ([`GrowAddError::MemberFailed`]).
 fn move_data(
     members: &[Arc<dyn Member>],
     state: Reshaping,
     options: &GrowOptions,
     observe: &mut dyn FnMut(GrowEvent<'_>) -> io::Result<()>,
 ) -> Result<GrowReport, GrowAddError> {
+    let watched: Vec<Arc<Watched>> = members
+        .iter()
+        .map(|m| {
+            Arc::new(Watched {
+                inner: m.clone(),
+                failed: Mutex::new(None),
+            })
+        })
+        .collect();
+    let members: Vec<Arc<dyn Member>> = watched
+        .iter()
+        .map(|w| w.clone() as Arc<dyn Member>)
+        .collect();
+    let members = &members[..];
     let array = state.array.clone();
-    let stopped = |error: io::Error| GrowAddError::Stopped {
-        array: array.clone(),
-        error,
+    let given: Vec<bool> = state.roles.iter().map(Option::is_some).collect();
+    let role_of: Vec<Option<usize>> = (0..members.len())
+        .map(|i| state.roles.iter().position(|r| *r == Some(i)))
+        .collect();
+    let new_geometry = state.new.clone();
+    let position = Arc::new(std::sync::atomic::AtomicU64::new(
+        state.record.position_bytes,
+    ));
+    // The first failed member, if any, as the error the move stops with.
+    let member_failed = || -> Option<GrowAddError> {
+        let (i, reason) = watched
+            .iter()
+            .enumerate()
+            .find_map(|(i, w)| w.failure().map(|r| (i, r)))?;
+        let mut present = given.clone();
+        if let Some(r) = role_of[i] {
+            present[r] = false;
+        }
+        Some(GrowAddError::MemberFailed {
+            array: array.clone(),
+            member: watched[i].name().to_string(),
+            reason,
+            position: position.load(std::sync::atomic::Ordering::SeqCst),
+            survives: role_of[i].is_none() || new_geometry.survives(&present),
+        })
+    };
+    let stopped = |error: io::Error| match member_failed() {
+        Some(failed) => failed,
+        None => GrowAddError::Stopped {
+            array: array.clone(),
+            error,
+        },
     };
     let fresh = state.fresh.clone();
     let fresh = &fresh;
@@ -269,6 +407,7 @@ fn move_data(
     let shared = Arc::new(Mutex::new(state));
     let recorder_state = shared.clone();
     let recorder_members: Vec<Arc<dyn Member>> = members.to_vec();
+    let recorded = position.clone();
     let target = ArrayTarget {
         old: array_of(n)?,
         new: array_of(m)?,
@@ -276,7 +415,9 @@ fn move_data(
         recorder: Box::new(move |p| {
             let mut state = recorder_state.lock().unwrap();
             ondisk::reshape_record_position(&recorder_members, &mut state, p)
-                .map_err(io::Error::other)
+                .map_err(io::Error::other)?;
+            recorded.store(p, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
         }),
         used,
     };
@@ -290,14 +431,25 @@ fn move_data(
         p_rec,
         RunOptions {
             record_every_bytes: options.record_every_bytes,
-            progress: &mut |at| observe(GrowEvent::Moved { at, end }),
+            progress: &mut |at| {
+                if watched.iter().any(|w| w.failure().is_some()) {
+                    return Err(io::Error::other("a member failed"));
+                }
+                observe(GrowEvent::Moved { at, end })
+            },
         },
     )
     .map_err(stopped)?;
+    if let Some(failed) = member_failed() {
+        return Err(failed);
+    }
     drop(target);
     let state = Arc::try_unwrap(shared)
         .unwrap_or_else(|_| panic!("the recorder still holds the reshape state"))
         .into_inner()
         .unwrap();
-    Ok(ondisk::reshape_finish(members, &state)?)
+    ondisk::reshape_finish(members, &state).map_err(|e| match member_failed() {
+        Some(failed) => failed,
+        None => GrowAddError::Grow(e),
+    })
 }

@@ -119,7 +119,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Ok(())
     });
     progress.finish();
-    let report = report?;
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => {
+            // A member failed and the level goes on without it: the exact command that
+            // finishes the reshape degraded.
+            if let volume::grow::GrowAddError::MemberFailed {
+                member,
+                survives: true,
+                ..
+            } = &e
+            {
+                if args.add.contains(member) || args.members.contains(member) {
+                    let mut rerun = vec!["raidkit grow".to_string()];
+                    rerun.extend(
+                        args.add
+                            .iter()
+                            .filter(|a| *a != member && !args.members.contains(a))
+                            .map(|a| format!("--add {a}")),
+                    );
+                    rerun.extend(args.members.iter().filter(|m| *m != member).cloned());
+                    bail!("{e}:\n  {}", rerun.join(" "));
+                }
+            }
+            return Err(e.into());
+        }
+    };
     print!("{}", said(&report));
     Ok(())
 }

@@ -11,12 +11,21 @@ B is throttled while A's requests miss the target; the row prints what B was hel
 row caps B with `max_bandwidth` (`--b-max-bandwidth`, default 512M): what an operator who knows
 which array floods gets.
 
+With `nice = 19` on B (`--b-nice`), the daemon runs B's request threads at that niceness: the
+kernel's scheduler gives them a small share of a core that A's threads want (a row of its own;
+the rows that change the clients, marked "diagnostic", are not something raidkit can do: they
+nice B's fio client, or pin A's and B's fio clients to different CPUs, to show how much of A's
+tail is the clients' own competition for the cores).
+
 Both arrays are RAID 5 over four sparse files in --dir (the page cache below: the figures are
 CPU and scheduling bound, which is where one array can take from another on a small machine).
-Rounds alternate idle and flooded measurements so drift hits both alike.
+Every selected row's servers are started first; then each round runs every row (idle, then
+flooded), the order of the rows reversed every other round, so the machine's drift and the
+other engineers' load fall on all rows alike. The load average is printed after every row.
 
 Usage: bench/isolation.py [--runtime 10] [--rounds 3] [--size 256M] [--dir /var/tmp/raidkit-iso]
-                          [--latency-target-us 50] [--b-max-bandwidth 512M] [--only LABEL-PART]
+                          [--latency-target-us 50] [--b-max-bandwidth 512M] [--b-nice 19]
+                          [--only LABEL-PART[,LABEL-PART...]]
 Prints a markdown table (p50/p99 read latency of A, the flooded/idle ratio, B's write rate);
 the figures go in docs/PERFORMANCE.md ("Isolation between arrays").
 """
@@ -49,15 +58,16 @@ def latency_us(job, percentile):
     return job["read"]["clat_ns"]["percentile"][percentile] / 1000
 
 
-def measure(uri_a, uri_b, runtime, size, flood):
-    """One measurement of A's read latency; B flooded meanwhile when `flood`."""
+def measure(uri_a, uri_b, runtime, size, flood, a_prefix=(), b_prefix=()):
+    """One measurement of A's read latency; B flooded meanwhile when `flood`. The prefixes run
+    A's and B's fio under another command (the diagnostic rows: `nice`, `taskset`)."""
     flooder = None
     if flood:
-        cmd = ["fio", "--name=flood", "--ioengine=nbd", f"--uri={uri_b}", f"--size={size}",
+        cmd = [*b_prefix, "fio", "--name=flood", "--ioengine=nbd", f"--uri={uri_b}", f"--size={size}",
                "--time_based", f"--runtime={runtime + 4}", "--output-format=json", *FLOOD_B]
         flooder = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(1.5)
-    job = fio(uri_a, READ_A, runtime, size, [])
+    job = fio(uri_a, READ_A, runtime, size, [], prefix=a_prefix)
     b_mbs = None
     if flooder:
         out, err = flooder.communicate(timeout=runtime + 120)
@@ -68,13 +78,14 @@ def measure(uri_a, uri_b, runtime, size, flood):
     return latency_us(job, "50.000000"), latency_us(job, "99.000000"), b_mbs
 
 
-def daemon_setup(dir_, size, latency_target_us=None, b_max_bandwidth=None):
+def daemon_setup(dir_, size, latency_target_us=None, b_max_bandwidth=None, b_nice=None):
     a, b = create(dir_, "a", size), create(dir_, "b", size)
     sock = dir_ / "nbd.sock"
     config = dir_ / "raidkit.toml"
     members = lambda files: "[" + ", ".join(f'"{f}"' for f in files) + "]"
     target = f"latency_target_us = {latency_target_us}\n" if latency_target_us else ""
     cap = f'max_bandwidth = "{b_max_bandwidth}"\n' if b_max_bandwidth else ""
+    cap += f"nice = {b_nice}\n" if b_nice is not None else ""
     config.write_text(f'[daemon]\nunix = "{sock}"\nadmin = "{dir_}/admin.sock"\n\n'
                       f'[[array]]\nname = "a"\nmembers = {members(a)}\n{target}\n'
                       f'[[array]]\nname = "b"\nmembers = {members(b)}\n{cap}')
@@ -131,36 +142,59 @@ def main():
     parser.add_argument("--b-max-bandwidth", default="512M",
                         help="B's max_bandwidth in the capped row (the operator's cap on the "
                              "flooding array)")
-    parser.add_argument("--only", help="run only the rows whose label contains this")
+    parser.add_argument("--b-nice", type=int, default=19,
+                        help="B's nice in the niced rows (its request threads' niceness)")
+    parser.add_argument("--only", help="run only the rows whose label contains one of these "
+                                       "comma-separated parts")
     args = parser.parse_args()
-    rows = []
-    target = args.latency_target_us
-    setups = (("one raidkit daemon", daemon_setup),
+    target, nice = args.latency_target_us, args.b_nice
+    b_client_niced = ["nice", "-n", "19"]
+    # (label, setup, A's fio prefix, B's fio prefix)
+    setups = (("one raidkit daemon", daemon_setup, (), ()),
               (f"one raidkit daemon, A latency_target_us = {target}",
-               lambda d, s: daemon_setup(d, s, target)),
+               lambda d, s: daemon_setup(d, s, target), (), ()),
               (f"one raidkit daemon, B max_bandwidth = {args.b_max_bandwidth}",
-               lambda d, s: daemon_setup(d, s, b_max_bandwidth=args.b_max_bandwidth)),
-              ("two raidkit serve processes", separate_setup),
-              ("two nbdkit file processes (reference)", nbdkit_setup))
+               lambda d, s: daemon_setup(d, s, b_max_bandwidth=args.b_max_bandwidth), (), ()),
+              (f"one raidkit daemon, B nice = {nice}",
+               lambda d, s: daemon_setup(d, s, b_nice=nice), (), ()),
+              ("one raidkit daemon, B's fio client at nice 19 (diagnostic)", daemon_setup, (),
+               b_client_niced),
+              (f"one raidkit daemon, B nice = {nice} and B's fio client at nice 19 (diagnostic)",
+               lambda d, s: daemon_setup(d, s, b_nice=nice), (), b_client_niced),
+              ("one raidkit daemon, A's fio client on CPU 0, B's on CPU 1 (diagnostic)",
+               daemon_setup, ["taskset", "-c", "0"], ["taskset", "-c", "1"]),
+              ("two raidkit serve processes", separate_setup, (), ()),
+              ("two nbdkit file processes (reference)", nbdkit_setup, (), ()))
+    wanted = args.only.split(",") if args.only else None
+    setups = [s for s in setups if wanted is None or any(w in s[0] for w in wanted)]
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"on {os.cpu_count()} CPUs", flush=True)
-    for label, setup in setups:
-        if args.only and args.only not in label:
-            continue
-        dir_ = Path(args.dir)
-        shutil.rmtree(dir_, ignore_errors=True)
-        dir_.mkdir(parents=True)
-        procs, uri_a, uri_b = setup(dir_, args.size)
-        try:
+    root = Path(args.dir)
+    shutil.rmtree(root, ignore_errors=True)
+    running = []  # (label, dir, procs, uri_a, uri_b, a_prefix, b_prefix)
+    try:
+        for i, (label, setup, a_prefix, b_prefix) in enumerate(setups):
+            dir_ = root / f"row{i}"
+            dir_.mkdir(parents=True)
+            procs, uri_a, uri_b = setup(dir_, args.size)
+            running.append((label, dir_, procs, uri_a, uri_b, a_prefix, b_prefix))
             # A's data must be on its members for the reads to do real work.
             fio(uri_a, ["--rw=write", "--bs=1m", "--iodepth=16"], 0, args.size, [])
-            idle, flooded, b_rates = [], [], []
-            for r in range(args.rounds):
-                idle.append(measure(uri_a, uri_b, args.runtime, args.size, flood=False))
-                flooded.append(measure(uri_a, uri_b, args.runtime, args.size, flood=True))
-                print(f"  {label} round {r + 1}: idle p99 {idle[-1][1]:.0f} us, "
-                      f"flooded p99 {flooded[-1][1]:.0f} us, B {flooded[-1][2]:.0f} MB/s, "
+        results = {label: ([], []) for label, *_ in running}
+        for r in range(args.rounds):
+            order = running if r % 2 == 0 else running[::-1]
+            for label, dir_, procs, uri_a, uri_b, a_prefix, b_prefix in order:
+                idle, flooded = results[label]
+                idle.append(measure(uri_a, uri_b, args.runtime, args.size, False,
+                                    a_prefix, b_prefix))
+                flooded.append(measure(uri_a, uri_b, args.runtime, args.size, True,
+                                       a_prefix, b_prefix))
+                print(f"  round {r + 1}, {label}: idle p99 {idle[-1][1]:.0f} us, "
+                      f"flooded p99 {flooded[-1][1]:.0f} us "
+                      f"({flooded[-1][1] / idle[-1][1]:.2f}x), B {flooded[-1][2]:.0f} MB/s, "
                       f"load {os.getloadavg()[0]:.2f}", flush=True)
+        rows = []
+        for label, dir_, *_ in running:
             qos_b = qos_of(dir_, "b")
             if qos_b and qos_b.get("throttle_level") is not None:
                 qos_a = qos_of(dir_, "a")
@@ -168,13 +202,16 @@ def main():
                       f"{qos_b['throttled_us'] / 1e6:.1f} s, throttled further "
                       f"{qos_b['scale_downs']} times; A missed {qos_a['windows_missed']} "
                       f"windows", flush=True)
+            idle, flooded = results[label]
             rows.append((label, median(i[0] for i in idle), median(i[1] for i in idle),
                          median(f[0] for f in flooded), median(f[1] for f in flooded),
                          median(f[2] for f in flooded)))
-        finally:
+    finally:
+        for _, _, procs, *_ in running:
             for p in procs:
                 p.stop()
-            shutil.rmtree(dir_, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print()
     print("| served by | A p50 idle (us) | A p99 idle (us) | A p50 B flooding (us) | "
           "A p99 B flooding (us) | p99 flooded / idle | B write (MB/s) |")

@@ -11,12 +11,18 @@ latencies: on a loaded machine a timing bound would flake.
   Once A is idle, B's throttle relaxes back to none while B keeps writing. A reload that
   removes A's target is applied live and shown; one that caps B at 4M/s (``max_bandwidth``,
   io.max's model) holds B's flood under it and counts the requests that waited.
+- ``test_an_arrays_nice_is_the_niceness_of_its_request_threads``: with ``nice = 19`` on B, the
+  threads serving B's client run at niceness 19 and A's at the daemon's (read from /proc);
+  a reload changing it says the array needs a restart.
 """
 
 import json
+import os
 import subprocess
 import time
+from pathlib import Path
 
+import nbd
 import pytest
 
 from conftest import RAIDKIT_BIN, SERVER_KIND, free_tcp_port, require_tools, run
@@ -131,4 +137,57 @@ def test_a_missed_target_throttles_the_other_array_and_is_reported(tmp_path):
         _, samples = scrape(port)
         assert samples['raidkit_qos_capped_requests_total{array="b"}'] > 0
     finally:
+        daemon.kill()
+
+
+def request_thread_nices(pid):
+    """The niceness of each of the process's NBD request threads (/proc/PID/task/*/stat)."""
+    nices = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended meanwhile
+        if stat[stat.index("(") + 1:stat.rindex(")")] == "nbd-request":
+            # Field 19 (nice); the fields after the name start at field 3.
+            nices.append(int(stat[stat.rindex(")") + 2:].split()[16]))
+    return nices
+
+
+def test_an_arrays_nice_is_the_niceness_of_its_request_threads(tmp_path):
+    """``nice = 19`` on B: the threads serving B's clients run at 19, A's at the daemon's
+    own niceness; changing it is reported as needing the array's restart."""
+    a, b = create(tmp_path, "1", "a", 2), create(tmp_path, "1", "b", 2)
+    admin = tmp_path / "a.sock"
+    members = lambda files: "[" + ", ".join(f'"{f}"' for f in files) + "]"
+    head = f'[daemon]\nunix = "{tmp_path / "nbd.sock"}"\nadmin = "{admin}"\n\n'
+    config = tmp_path / "raidkit.toml"
+    config.write_text(head + f'[[array]]\nname = "a"\nmembers = {members(a)}\n\n'
+                      f'[[array]]\nname = "b"\nmembers = {members(b)}\nnice = 19\n')
+    daemon = Daemon(config, 2)
+    handles = []
+    try:
+        own = os.getpriority(os.PRIO_PROCESS, daemon.proc.pid)
+        assert own != 19, "the daemon itself runs at 19: the test could not tell"
+        assert request_thread_nices(daemon.proc.pid) == [], "request threads before a client"
+        for name in ("b", "a"):
+            h = nbd.NBD()
+            h.connect_uri(daemon.serving[name])
+            h.pwrite(b"x" * 65536, 0)
+            assert h.pread(65536, 0) == b"x" * 65536
+            handles.append(h)
+            nices = request_thread_nices(daemon.proc.pid)
+            if name == "b":
+                # Only B has a client: every request thread is B's.
+                assert nices and set(nices) == {19}, nices
+            else:
+                assert set(nices) == {19, own}, nices
+        config.write_text(head + f'[[array]]\nname = "a"\nmembers = {members(a)}\n\n'
+                          f'[[array]]\nname = "b"\nmembers = {members(b)}\nnice = 10\n')
+        reloaded = run([RAIDKIT_BIN, "reload", "--admin", str(admin)], check=False)
+        out = reloaded.stdout + reloaded.stderr
+        assert "nice changed: the running array cannot take it without a restart" in out, out
+    finally:
+        for h in handles:
+            h.shutdown()
         daemon.kill()

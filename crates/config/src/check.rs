@@ -443,6 +443,13 @@ impl Checker<'_> {
         if let Some(n) = (a.max_iops.as_ref()).filter(|n| *n.get_ref() < 10) {
             self.at(n.span(), "max_iops", "must be at least 10".to_string());
         }
+        if let Some(n) = (a.nice.as_ref()).filter(|n| !(-20..=19).contains(n.get_ref())) {
+            self.at(
+                n.span(),
+                "nice",
+                "must be from -20 (most CPU) to 19 (least), as nice(1)".to_string(),
+            );
+        }
         for (value, key) in [
             (&a.read_error_window_secs, "read_error_window_secs"),
             (&a.io_timeout_secs, "io_timeout_secs"),

@@ -50,6 +50,7 @@ impl ArrayConfig {
                 latency_target_us,
                 max_bandwidth,
                 max_iops,
+                nice,
                 read_errors_max,
                 read_error_window_secs,
                 io_timeout_secs,

@@ -208,6 +208,12 @@ pub struct ArrayConfig {
     /// written per second (at least 1M/s) and requests per second (at least 10). Daemon only.
     pub max_bandwidth: Option<Spanned<Rate>>,
     pub max_iops: Option<Spanned<u64>>,
+    /// The niceness (-20 to 19) of this array's request threads, which run its clients'
+    /// requests (parity, copies, encryption, the member calls): 19 gives them a small share of
+    /// a core other arrays' threads want (the scheduler's weight 15 against 1024 at 0), as
+    /// `nice` would a process of its own. Below the daemon's own needs CAP_SYS_NICE. Daemon
+    /// only; default: the daemon's.
+    pub nice: Option<Spanned<i32>>,
     /// Read errors before a member is failed (serve's `--read-errors-max`, default 20).
     pub read_errors_max: Option<Spanned<u32>>,
     /// Window of `read_errors_max`, seconds (serve's `--read-error-window`, default 60).

@@ -90,6 +90,7 @@ gather_wait_ms = 0
 latency_target_us = 500
 max_bandwidth = "200M/s"
 max_iops = 5000
+nice = 10
 io_timeout_secs = 10
 member_cache = "direct"
 member_io = "threads"
@@ -113,6 +114,7 @@ listen = ["127.0.0.1:10810"]
     assert_eq!(a.latency_target_us.as_ref().unwrap().get_ref(), &500);
     assert_eq!(a.max_bandwidth.as_ref().unwrap().get_ref().0, 200 << 20);
     assert_eq!(a.max_iops.as_ref().unwrap().get_ref(), &5000);
+    assert_eq!(a.nice.as_ref().unwrap().get_ref(), &10);
     assert!(a.has_own_listener());
     assert_eq!(
         a.background_window.as_ref().unwrap().get_ref(),
@@ -271,6 +273,9 @@ fn values_out_of_range_are_refused() {
         ("latency_target_us = \"2ms\"", "latency_target_us", ""),
         ("max_bandwidth = \"512K\"", "max_bandwidth", "at least 1M/s"),
         ("max_iops = 5", "max_iops", "at least 10"),
+        ("nice = 20", "nice", "must be from -20 (most CPU) to 19"),
+        ("nice = -21", "nice", "must be from -20 (most CPU) to 19"),
+        ("nice = \"low\"", "nice", ""),
         (
             "io_timeout_secs = 0",
             "io_timeout_secs",

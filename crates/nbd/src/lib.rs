@@ -40,6 +40,7 @@ pub use errno::nbd_errno;
 pub use export::{Export, StatusExtent};
 pub use qos::{QosClass, QosGroup, QosSnapshot};
 pub use server::{
-    serve, serve_exports, AddError, Address, ConfigError, Exports, Listener, Removed, ServerConfig,
-    Stream, Tls, TlsError, TlsMode, MAX_EXPORTS, MAX_OPTION_BYTES, MIN_OPTION_BYTES,
+    check_thread_nice, serve, serve_exports, AddError, Address, ConfigError, Exports, Listener,
+    Removed, ServerConfig, Stream, Tls, TlsError, TlsMode, MAX_EXPORTS, MAX_OPTION_BYTES,
+    MIN_OPTION_BYTES, NICE,
 };

@@ -235,3 +235,91 @@ fn a_removed_exports_client_that_reads_no_reply_is_cut_after_the_grace() {
         "drained after {took:?}"
     );
 }
+
+/// The niceness of the calling thread.
+fn own_nice() -> i32 {
+    // SAFETY: gettid has no arguments; getpriority takes plain integers.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::getpriority(libc::PRIO_PROCESS, tid)
+    }
+}
+
+/// An export whose reads answer with the niceness of the thread that runs them (one byte,
+/// offset by 20 so -20..=19 fits in 0..=39).
+struct NiceProbe;
+
+impl nbd::Export for NiceProbe {
+    fn size(&self) -> u64 {
+        1 << 20
+    }
+    fn read(&self, _offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        buf.fill((own_nice() + 20) as u8);
+        Ok(())
+    }
+    fn write(&self, _offset: u64, _data: &[u8], _fua: bool) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn trim(&self, _offset: u64, _len: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_zeroes(&self, _offset: u64, _len: u64, _may_trim: bool) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An export's `thread_nice` is the niceness of the threads running its requests (the
+/// daemon's per-array `nice`); another export's on the same listener keep the process's.
+#[test]
+fn an_exports_request_threads_run_at_its_niceness_and_others_at_the_processs() {
+    let base = own_nice();
+    let niced = if base < 19 { 19 } else { 18 };
+    let exports = Exports::new();
+    let calm = ServerConfig {
+        thread_nice: Some(niced),
+        ..export_config("calm", false)
+    };
+    exports.add(Arc::new(NiceProbe), calm).unwrap();
+    exports
+        .add(Arc::new(NiceProbe), export_config("plain", false))
+        .unwrap();
+    let server = TestServer::start_exports(exports.clone(), config(""), Transport::Unix);
+    let (mut a, mut b) = (server.connect(), server.connect());
+    go_to(&mut a, "calm").unwrap();
+    go_to(&mut b, "plain").unwrap();
+    // Several requests in flight: each request thread of the connection is checked.
+    for round in 0..4u64 {
+        for cookie in 0..8 {
+            a.request(CMD_READ, 0, round * 8 + cookie, 0, 512);
+            b.request(CMD_READ, 0, round * 8 + cookie, 0, 512);
+        }
+        for _ in 0..8 {
+            let (ra, rb) = (a.reply(512).unwrap(), b.reply(512).unwrap());
+            assert_eq!(
+                ra.data,
+                vec![(niced + 20) as u8; 512],
+                "calm ran at another niceness"
+            );
+            assert_eq!(
+                rb.data,
+                vec![(base + 20) as u8; 512],
+                "plain's threads were niced"
+            );
+        }
+    }
+    assert_eq!(own_nice(), base, "the test's own thread was niced");
+    // A niceness out of range is refused when the export is added.
+    let bad = ServerConfig {
+        thread_nice: Some(20),
+        ..export_config("bad", false)
+    };
+    assert!(matches!(
+        exports.add(Arc::new(NiceProbe), bad),
+        Err(AddError::Config(e)) if e.field == "thread_nice"
+    ));
+    assert!(nbd::check_thread_nice(niced).is_ok());
+    assert_eq!(own_nice(), base, "the check niced its caller");
+}

@@ -58,6 +58,10 @@ pub struct ServerConfig {
     /// The export's class in a [`QosGroup`](crate::QosGroup) (its latency target, or the
     /// throttle it gets while another export misses its target); `None`: never throttled.
     pub qos: Option<Arc<QosClass>>,
+    /// The niceness (-20 to 19) of this export's request threads, which run its export calls
+    /// (Linux: each thread's own scheduling weight, set as it starts; [`check_thread_nice`]
+    /// tells whether the process may). `None`: the process's. Default `None`.
+    pub thread_nice: Option<i32>,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +85,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(60),
             tls: None,
             qos: None,
+            thread_nice: None,
         }
     }
 }
@@ -90,6 +95,33 @@ impl Default for ServerConfig {
 /// maximum, 64 connections × 1 MiB).
 pub const MIN_OPTION_BYTES: u32 = 8 << 10;
 pub const MAX_OPTION_BYTES: u32 = 1 << 20;
+
+/// Niceness values ([`ServerConfig::thread_nice`]).
+pub const NICE: std::ops::RangeInclusive<i32> = -20..=19;
+
+/// Gives the calling thread the niceness `nice` (Linux: a thread's own; threads it starts
+/// inherit it).
+pub(crate) fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
+    // SAFETY: plain integer arguments; `tid` is this thread.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Whether this process may run threads at niceness `nice` (a value below the process's needs
+/// CAP_SYS_NICE or an RLIMIT_NICE that allows it): tried on a thread of its own, which then
+/// ends, so the caller's niceness is unchanged.
+pub fn check_thread_nice(nice: i32) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("nice-check".into())
+        .spawn(move || set_thread_nice(nice))?
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the niceness check thread panicked")))
+}
 
 /// Granularity of the buffer budget (see [`ServerConfig::max_buffer_bytes`]).
 pub(crate) const BUFFER_UNIT_BYTES: u64 = 4096;
@@ -138,6 +170,9 @@ impl ServerConfig {
         }
         if !(MIN_OPTION_BYTES..=MAX_OPTION_BYTES).contains(&self.max_option_bytes) {
             return bad("max_option_bytes", "must be from 8 KiB to 1 MiB");
+        }
+        if self.thread_nice.is_some_and(|n| !NICE.contains(&n)) {
+            return bad("thread_nice", "must be from -20 to 19");
         }
         Ok(())
     }

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use config::{ConfigError, ServerConfig, MAX_OPTION_BYTES, MIN_OPTION_BYTES};
+pub use config::{
+    check_thread_nice, ConfigError, ServerConfig, MAX_OPTION_BYTES, MIN_OPTION_BYTES, NICE,
+};
 pub use exports::{AddError, Exports, Removed, MAX_EXPORTS};
 pub use listener::{Address, Listener, Stream};
 pub use tls::{Tls, TlsError, TlsMode};

@@ -324,6 +324,20 @@ impl Conn {
     }
 
     fn run_thread(self: Arc<Self>) {
+        if let Some(nice) = self.shared.config.thread_nice {
+            // Checked when the export was configured (`check_thread_nice`); a failure here
+            // leaves the thread at the process's niceness, said once per process.
+            if let Err(e) = super::config::set_thread_nice(nice) {
+                static SAID: AtomicBool = AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "nbd: export {:?}: cannot set its request threads' niceness to {nice}: \
+                         {e}; they run at the process's",
+                        self.shared.config.export_name
+                    );
+                }
+            }
+        }
         loop {
             match self.next() {
                 Next::End => break,

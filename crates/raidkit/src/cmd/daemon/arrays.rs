@@ -215,6 +215,16 @@ impl ArraySet {
         );
         let (exports, at) = self.services.routes.of(a)?;
         let (exports, uri) = (Arc::clone(exports), at.map(|at| at.uri(a.export_name())));
+        let nice = a.nice.as_ref().map(|n| *n.get_ref());
+        if let Some(n) = nice {
+            nbd::check_thread_nice(n).map_err(|e| {
+                anyhow!(
+                    "nice = {n}: the daemon cannot run threads at that niceness ({e}): one \
+                     below the daemon's own needs CAP_SYS_NICE (AmbientCapabilities= in its \
+                     unit); raise the value or grant it"
+                )
+            })?;
+        }
         let array = start_array(a, &self.peers, &self.services.alerter, &self.taken)?;
         let volume = Arc::clone(array.volume());
         let export = a.export_name().to_string();
@@ -223,6 +233,7 @@ impl ArraySet {
         qos.set_caps(caps(a).0, caps(a).1);
         let server = nbd::ServerConfig {
             qos: Some(Arc::clone(&qos)),
+            thread_nice: nice,
             ..serve::server_config(
                 export.clone(),
                 &volume,

@@ -255,6 +255,22 @@ pub fn reshape_power_loss_case(
             "{context}: the rerun of the grow failed: {e}\nsuperblocks after the cut:\n{before}"
         );
     }
+    // Nothing of the array is left in the backup areas of the members the reshape ended on.
+    for (i, image) in images.iter().enumerate() {
+        if Some(i) == left_out || count.backup_bytes == 0 {
+            continue;
+        }
+        let mut area = vec![0u8; count.backup_bytes as usize];
+        image
+            .read_durable(&mut area, count.backup_offset_bytes)
+            .expect("read the backup area");
+        if let Some(at) = area.iter().position(|&b| b != 0) {
+            panic!(
+                "{context}: member {i}'s reshape backup area holds non-zero byte {at} after the \
+                 grow (a copy of array data left behind)"
+            );
+        }
+    }
     check_grown(shape, &images, left_out, &data, &context);
 }
 

@@ -448,6 +448,24 @@ fn move_data(
         .unwrap_or_else(|_| panic!("the recorder still holds the reshape state"))
         .into_inner()
         .unwrap();
+    // Every byte is moved and the end recorded: no resume reads the backup area again, so it
+    // is zeroed (and flushed) before the end's superblocks, leaving no copy of array data
+    // behind (docs/FORMAT.md "Reshape").
+    let holders: Vec<&Arc<dyn Member>> =
+        state.roles.iter().flatten().map(|&i| &members[i]).collect();
+    for m in &holders {
+        m.write_zeroes(record.backup_offset_bytes, record.backup_bytes)
+            .and_then(|()| m.flush())
+            .map_err(|e| {
+                member_failed().unwrap_or_else(|| GrowAddError::Stopped {
+                    array: array.clone(),
+                    error: io::Error::other(format!(
+                        "member {}: cannot zero the reshape backup area: {e}",
+                        m.name()
+                    )),
+                })
+            })?;
+    }
     ondisk::reshape_finish(members, &state).map_err(|e| match member_failed() {
         Some(failed) => failed,
         None => GrowAddError::Grow(e),

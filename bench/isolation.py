@@ -25,7 +25,7 @@ other engineers' load fall on all rows alike. The load average is printed after 
 
 Usage: bench/isolation.py [--runtime 10] [--rounds 3] [--size 256M] [--dir /var/tmp/raidkit-iso]
                           [--latency-target-us 50] [--b-max-bandwidth 512M] [--b-nice 19]
-                          [--only LABEL-PART[,LABEL-PART...]]
+                          [--only LABEL-PART[,LABEL-PART...]]   (=LABEL: exactly that row)
 Prints a markdown table (p50/p99 read latency of A, the flooded/idle ratio, B's write rate);
 the figures go in docs/PERFORMANCE.md ("Isolation between arrays").
 """
@@ -145,7 +145,7 @@ def main():
     parser.add_argument("--b-nice", type=int, default=19,
                         help="B's nice in the niced rows (its request threads' niceness)")
     parser.add_argument("--only", help="run only the rows whose label contains one of these "
-                                       "comma-separated parts")
+                                       "comma-separated parts (=LABEL: that whole label)")
     args = parser.parse_args()
     target, nice = args.latency_target_us, args.b_nice
     b_client_niced = ["nice", "-n", "19"]
@@ -166,7 +166,9 @@ def main():
               ("two raidkit serve processes", separate_setup, (), ()),
               ("two nbdkit file processes (reference)", nbdkit_setup, (), ()))
     wanted = args.only.split(",") if args.only else None
-    setups = [s for s in setups if wanted is None or any(w in s[0] for w in wanted)]
+    # A part starting with "=" names a whole label ("=one raidkit daemon": that row alone).
+    setups = [s for s in setups if wanted is None
+              or any(s[0] == w[1:] if w.startswith("=") else w in s[0] for w in wanted)]
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"on {os.cpu_count()} CPUs", flush=True)
     root = Path(args.dir)

@@ -8,6 +8,9 @@
   latency against its peers', ``raidkit status`` says SLOW, the mdstat block marks the
   write-mostly member ``(W)``; the member counters show the slow member read only by the probes
   and the write-mostly one not at all, while both get every write.
+- ``test_read_balance_switch_on_serve_and_the_daemon_shown_in_status``: ``--read-balance first``
+  reads only the first copy and status says so; an unknown mode is refused; the daemon's
+  ``read_balance`` is checked, shown and taken live by ``raidkit reload``.
 - ``test_write_mostly_on_serve_and_its_refusals``: ``raidkit serve --write-mostly FILE`` of a
   RAID 1 over files: reads never reach that member; a name that is no member and a RAID 5 are
   refused with the reason; the daemon's ``--check-config`` refuses a ``write_mostly`` entry that
@@ -79,6 +82,31 @@ def member_reads_and_writes(admin):
         counts[m["name"]] = (round(r["read"]["ops_per_sec"] * r["interval_secs"]),
                              round(r["write"]["ops_per_sec"] * r["interval_secs"]))
     return counts
+
+
+def serve_and_write(tmp_path, files, *flags):
+    """``raidkit serve`` of ``files`` with ``flags`` (read cache off) on nbd.sock and
+    admin.sock, waited for; 4 MiB written, flushed and read back (qemu-io). Returns
+    (process, socket, admin socket)."""
+    sock, admin = tmp_path / "nbd.sock", tmp_path / "admin.sock"
+    proc = subprocess.Popen([RAIDKIT_BIN, "serve", "--unix", str(sock), "--admin", str(admin),
+                             "--cache-size", "0", *flags, *map(str, files)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not admin.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        out = run(["qemu-io", "-f", "raw", "-c", "write -P 0x5a 0 4M", "-c", "flush",
+                   "-c", "read -P 0x5a 0 4M", "-c", "read -P 0x5a 1M 64k",
+                   f"nbd+unix:///?socket={sock}"]).stdout
+        assert "Pattern verification failed" not in out, out
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc, sock, admin
 
 
 def test_a_slow_member_is_alerted_reported_and_read_around(tmp_path):
@@ -153,21 +181,8 @@ def test_write_mostly_on_serve_and_its_refusals(tmp_path):
     require_tools("qemu-io")
     files = [tmp_path / f"d{i}" for i in range(2)]
     raidkit("create", "--level", "1", "--name", "wm", "--size", "16M", *files)
-    sock, admin = tmp_path / "nbd.sock", tmp_path / "admin.sock"
-    proc = subprocess.Popen([RAIDKIT_BIN, "serve", "--unix", str(sock), "--admin", str(admin),
-                             "--cache-size", "0", "--write-mostly", str(files[0]),
-                             *map(str, files)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, sock, admin = serve_and_write(tmp_path, files, "--write-mostly", str(files[0]))
     try:
-        deadline = time.monotonic() + 30
-        while not admin.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        uri = f"nbd+unix:///?socket={sock}"
-        out = run(["qemu-io", "-f", "raw", "-c", "write -P 0x5a 0 4M", "-c", "flush",
-                   "-c", "read -P 0x5a 0 4M", "-c", "read -P 0x5a 1M 64k", uri]).stdout
-        assert "Pattern verification failed" not in out, out
         counts = member_reads_and_writes(admin)
         assert counts[str(files[0])][0] == 0 and counts[str(files[1])][0] > 0, counts
         assert counts[str(files[0])][1] == counts[str(files[1])][1] > 0, counts
@@ -199,3 +214,54 @@ def test_write_mostly_on_serve_and_its_refusals(tmp_path):
     assert checked.returncode != 0
     assert "write_mostly" in checked.stderr and "not one of this array's members" in \
         checked.stderr, checked.stderr
+
+
+def test_read_balance_switch_on_serve_and_the_daemon_shown_in_status(tmp_path):
+    """``--read-balance first`` reads every block from the first copy (the other one not at
+    all) and status says so; an unknown mode is refused with the modes; the daemon's
+    ``read_balance`` key is checked, shown in status and taken live by ``raidkit reload``."""
+    require_tools("qemu-io")
+    files = [tmp_path / f"d{i}" for i in range(2)]
+    raidkit("create", "--level", "1", "--name", "rb", "--size", "16M", "--assume-clean",
+            *files)
+    proc, sock, admin = serve_and_write(tmp_path, files, "--read-balance", "first")
+    try:
+        counts = member_reads_and_writes(admin)
+        assert counts[str(files[0])][0] > 0 and counts[str(files[1])][0] == 0, counts
+        status = json.loads(raidkit("status", "--admin", admin, "--json").stdout)
+        assert status["read_balance"] == "first", status
+        assert "  read balance first\n" in raidkit("status", "--admin", admin).stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+
+    refused = run([RAIDKIT_BIN, "serve", "--unix", str(sock), "--read-balance", "fastest",
+                   *map(str, files)], check=False, timeout=60)
+    assert refused.returncode != 0
+    assert 'unknown read balance "fastest"' in refused.stderr and "round-robin" in \
+        refused.stderr, refused.stderr
+
+    def config_with(balance):
+        config = tmp_path / "raidkit.toml"
+        config.write_text(f'[daemon]\nunix = "{sock}"\nadmin = "{admin}"\n\n[[array]]\n'
+                          f'name = "rb"\nmembers = ["{files[0]}", "{files[1]}"]\n'
+                          f'cache_size = "0"\nread_balance = "{balance}"\n')
+        return config
+
+    checked = run([RAIDKIT_BIN, "daemon", "--config", str(config_with("fastest")),
+                   "--check-config"], check=False)
+    assert checked.returncode != 0
+    assert "read_balance" in checked.stderr and "unknown read balance" in checked.stderr, \
+        checked.stderr
+    daemon = Daemon(config_with("round-robin"), 1)
+    try:
+        status = json.loads(raidkit("status", "--admin", admin, "--json").stdout)
+        assert status["read_balance"] == "round-robin", status
+        config_with("latency")
+        raidkit("reload", "--admin", admin)
+        status = json.loads(raidkit("status", "--admin", admin, "--json").stdout)
+        assert status["read_balance"] == "latency", status
+    finally:
+        daemon.stop()
+        daemon.kill()

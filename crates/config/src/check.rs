@@ -494,6 +494,11 @@ impl Checker<'_> {
                 self.at(text.span(), "member_cache", e);
             }
         }
+        if let Some(text) = &a.read_balance {
+            if let Err(e) = text.get_ref().parse::<engine::ReadBalance>() {
+                self.at(text.span(), "read_balance", e);
+            }
+        }
         if let Some(text) = &a.member_io {
             if let Err(e) = text.get_ref().parse::<member::MemberIo>() {
                 self.at(text.span(), "member_io", e);

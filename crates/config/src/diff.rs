@@ -57,6 +57,7 @@ impl ArrayConfig {
                 local_io_deadline,
                 member_cache,
                 write_mostly,
+                read_balance,
                 member_io,
                 reconnect,
                 reconnect_interval_max_secs,

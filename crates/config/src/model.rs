@@ -230,6 +230,9 @@ pub struct ArrayConfig {
     /// serve (serve's `--write-mostly`, md's write-mostly).
     #[serde(default)]
     pub write_mostly: Vec<Spanned<String>>,
+    /// `latency`, `round-robin` or `first` (serve's `--read-balance`, default latency): how
+    /// RAID 1/10 reads choose a copy, and whether reads go around a slow member.
+    pub read_balance: Option<Spanned<String>>,
     /// How file and block-device members' reads and writes are submitted: `auto` (io_uring where
     /// it measured faster, when the kernel allows it), `uring` or `threads` (serve's
     /// `--member-io`, default auto).

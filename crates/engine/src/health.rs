@@ -5,7 +5,7 @@
 use crate::error::EngineError;
 use crate::members::Move;
 use crate::parts::missing_roles;
-use crate::speed::{MemberSpeed, SlowPolicy};
+use crate::speed::{MemberSpeed, ReadBalance, SlowPolicy};
 use crate::state::{FaultPolicy, FaultReason, FaultStats, MemberHealth};
 use crate::Array;
 use member::Member;
@@ -107,6 +107,17 @@ impl Array {
     /// a replacement) starts unmarked: the caller marks it again if its name says so.
     pub fn set_write_mostly(&self, role: usize, on: bool) {
         self.parts.members.speed().set_write_mostly(role, on);
+    }
+
+    /// How reads choose a copy (RAID 1, 10) and whether they go around a slow member (RAID
+    /// 5, 6): [`ReadBalance`]; `Latency` until set.
+    pub fn set_read_balance(&self, balance: ReadBalance) {
+        self.parts.members.speed().set_balance(balance);
+    }
+
+    /// The read balance in force.
+    pub fn read_balance(&self) -> ReadBalance {
+        self.parts.members.speed().balance()
     }
 
     /// What is measured of `role`'s speed, its slow verdict and its write-mostly mark.

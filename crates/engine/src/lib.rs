@@ -85,7 +85,7 @@ pub use report::{
     CheckReport, Mismatch, MismatchKind, SyncMode, UnitReport, MISMATCHES_REPORTED_MAX,
 };
 pub use scratch::SCRATCH_IDLE_MAX_BYTES_DEFAULT;
-pub use speed::{MemberSpeed, SlowPolicy, PROBE_AFTER_PASSES, SLOW_MIN_OPS};
+pub use speed::{MemberSpeed, ReadBalance, SlowPolicy, PROBE_AFTER_PASSES, SLOW_MIN_OPS};
 pub use state::{is_no_space, FaultPolicy, FaultReason, FaultStats, MemberHealth};
 pub use trust::ParityTrust;
 pub use unsynced::UNSYNCED_RANGES_MAX;

@@ -13,7 +13,7 @@
 
 use iostats::now_ns;
 use layout::{MemberAddress, Piece};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -46,6 +46,64 @@ const LATENCY_FLOOR_NS: u64 = 10_000;
 /// 2-core machine) is then under a tenth of one operation; RAM, page-cache and flash members
 /// (1–200 µs) stay on the calling thread or the ring.
 pub const CONCURRENT_MIN_NS: u64 = 500_000;
+
+/// How RAID 1/10 reads choose a copy, and whether RAID 5/6 reads go around a slow member
+/// (`serve --read-balance`, the daemon's `read_balance`; see docs/DESIGN.md "Slow members and
+/// the read balance"). Write-mostly members are read last in every mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadBalance {
+    /// The copy with the fewest outstanding bytes weighted by its measured latency, a stream
+    /// kept on its copy, probes, slow members read around (RAID 5/6: reconstructed around).
+    #[default]
+    Latency,
+    /// Copies take turns by chunk number, nothing measured is weighed (as before the
+    /// balance; md's RAID 10 and btrfs's `round-robin` spread reads so); a slow member is
+    /// still judged and reported, not read around.
+    RoundRobin,
+    /// The first copy in role order that can serve (btrfs's `devid` read policy): the others
+    /// are read only when it cannot; a slow member is judged and reported, not read around.
+    First,
+}
+
+impl std::str::FromStr for ReadBalance {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ReadBalance, String> {
+        match s {
+            "latency" => Ok(ReadBalance::Latency),
+            "round-robin" => Ok(ReadBalance::RoundRobin),
+            "first" => Ok(ReadBalance::First),
+            _ => Err(format!(
+                "unknown read balance {s:?}: give latency (the copy with the least queued \
+                 work by measured latency, the default), round-robin (copies take turns by \
+                 chunk) or first (the first copy that can serve)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ReadBalance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReadBalance::Latency => "latency",
+            ReadBalance::RoundRobin => "round-robin",
+            ReadBalance::First => "first",
+        })
+    }
+}
+
+impl ReadBalance {
+    fn code(self) -> u8 {
+        self as u8
+    }
+
+    fn from_code(code: u8) -> ReadBalance {
+        match code {
+            1 => ReadBalance::RoundRobin,
+            2 => ReadBalance::First,
+            _ => ReadBalance::Latency,
+        }
+    }
+}
 
 /// What makes a member slow, and how soon (see [`crate::Array::set_slow_policy`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,6 +218,8 @@ pub(crate) struct Speed {
     probe_ns: AtomicU64,
     /// Some role is slow (the RAID 5/6 read path's one load when none is).
     any_slow: AtomicBool,
+    /// The [`ReadBalance`] in force ([`ReadBalance::code`]).
+    balance: AtomicU8,
     judged: Mutex<Vec<Judged>>,
 }
 
@@ -172,6 +232,7 @@ impl Speed {
             probe_ns: AtomicU64::new(policy.probe_interval_ns()),
             policy: Mutex::new(policy),
             any_slow: AtomicBool::new(false),
+            balance: AtomicU8::new(ReadBalance::Latency.code()),
             judged: Mutex::new(vec![Judged::default(); roles]),
         }
     }
@@ -294,6 +355,15 @@ impl Speed {
     #[inline]
     pub(crate) fn any_slow(&self) -> bool {
         self.any_slow.load(Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn balance(&self) -> ReadBalance {
+        ReadBalance::from_code(self.balance.load(Relaxed))
+    }
+
+    pub(crate) fn set_balance(&self, balance: ReadBalance) {
+        self.balance.store(balance.code(), Relaxed);
     }
 
     #[inline]
@@ -468,12 +538,21 @@ impl Speed {
     /// - otherwise the cheapest: fewest outstanding bytes (this request's own included)
     ///   weighted by its read latency; copies within an eighth of the cheapest count as ties,
     ///   which rotate by chunk number.
+    ///
+    /// That is [`ReadBalance::Latency`]; the other modes weigh nothing measured (see
+    /// [`Speed::pick_plain`]).
     pub(crate) fn pick_copy(
         &self,
         piece: &Piece,
         present: &[bool],
         plan: &mut ReadPlan,
     ) -> MemberAddress {
+        let balance = self.balance();
+        if balance != ReadBalance::Latency {
+            let chosen = self.pick_plain(balance, piece, present);
+            plan.planned[chosen.role] += piece.len;
+            return chosen;
+        }
         let live = |c: &&MemberAddress| present[c.role];
         let readable = |c: &&MemberAddress| live(c) && !self.is_write_mostly(c.role);
         let preferred = |c: &&MemberAddress| readable(c) && !self.is_slow(c.role);
@@ -507,6 +586,33 @@ impl Speed {
         plan.planned[chosen.role] += piece.len;
         self.chosen(chosen.role, chosen.member_offset, piece.len, plan.now);
         chosen
+    }
+
+    /// `round-robin` and `first`: of the copies `present` allows, those not write-mostly
+    /// (failing that, any), the one at the chunk's turn or the first in role order.
+    fn pick_plain(&self, balance: ReadBalance, piece: &Piece, present: &[bool]) -> MemberAddress {
+        let live: Vec<MemberAddress> = (piece.copies.iter())
+            .filter(|c| present[c.role])
+            .copied()
+            .collect();
+        let readable: Vec<MemberAddress> = (live.iter())
+            .filter(|c| !self.is_write_mostly(c.role))
+            .copied()
+            .collect();
+        let mut tier = if readable.is_empty() { live } else { readable };
+        assert!(
+            !tier.is_empty(),
+            "survives() promised a copy of chunk {}",
+            piece.chunk
+        );
+        match balance {
+            ReadBalance::First => *tier.iter().min_by_key(|c| c.role).expect("not empty"),
+            _ => {
+                tier.sort_by_key(|c| c.role);
+                let n = self.legs.len() as u64;
+                tier[((piece.chunk + piece.chunk / n) % tier.len() as u64) as usize]
+            }
+        }
     }
 
     /// The cheapest of `tier` for `piece`, or the copy its stream is on (see

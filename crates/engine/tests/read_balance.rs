@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use engine::{Array, Level, SlowPolicy};
+use engine::{Array, Level, ReadBalance, SlowPolicy};
 use member::{FaultControl, FaultyMember, MemMember, Member};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -314,4 +314,71 @@ fn raid5_and_raid6_reconstruct_around_a_slow_member_and_return_to_it() {
             );
         });
     }
+}
+
+#[test]
+fn round_robin_and_first_weigh_nothing_measured_and_still_read_write_mostly_members_last() {
+    for_each_seed("read_balance_modes", |rng| {
+        // Leg 1 is 2 ms slower: the latency balance avoids it ...
+        let (members, slow) = members(3, 64, &[1]);
+        slow[0].set_delay(Duration::from_millis(2));
+        let array = array_over(Level::Raid1, CHUNK, &members, &[]);
+        assert_eq!(array.read_balance(), ReadBalance::Latency);
+        // ... round-robin gives each copy the chunks at its turn: a third each, near enough.
+        array.set_read_balance(ReadBalance::RoundRobin);
+        assert_eq!(array.read_balance(), ReadBalance::RoundRobin);
+        let before = reads(&array);
+        random_reads(&array, rng, 4, 300);
+        let got = delta(&reads(&array), &before);
+        assert!(got.iter().all(|&r| r >= 50), "round-robin: {got:?}");
+        // The same block from the same copy every time (the turn is the chunk's).
+        let before = reads(&array);
+        let mut buf = vec![0u8; 4096];
+        (0..20).for_each(|_| array.read(5 * CHUNK, &mut buf).unwrap());
+        let got = delta(&reads(&array), &before);
+        assert_eq!(got.iter().filter(|&&r| r > 0).count(), 1, "{got:?}");
+        // first: every read from role 0; write-mostly on it moves them to role 1 (slow as it
+        // is); role 1 failed, role 2 serves (role 0 still last).
+        array.set_read_balance(ReadBalance::First);
+        let before = reads(&array);
+        random_reads(&array, rng, 4, 100);
+        assert_eq!(delta(&reads(&array), &before), [100, 0, 0]);
+        array.set_write_mostly(0, true);
+        let before = reads(&array);
+        random_reads(&array, rng, 4, 20);
+        assert_eq!(delta(&reads(&array), &before), [0, 20, 0]);
+        array.fail_member(1);
+        let before = reads(&array);
+        random_reads(&array, rng, 4, 20);
+        assert_eq!(delta(&reads(&array), &before), [0, 0, 20]);
+        // Back to latency: the 2 ms leg is out, so the RAM ones serve; write-mostly role 0
+        // only when no other copy can.
+        array.set_read_balance(ReadBalance::Latency);
+        let before = reads(&array);
+        random_reads(&array, rng, 4, 50);
+        assert_eq!(delta(&reads(&array), &before), [0, 0, 50]);
+    });
+}
+
+#[test]
+fn raid5_reads_in_place_around_nothing_when_the_read_balance_is_off() {
+    for_each_seed("raid5_read_balance_off", |rng| {
+        let (members, slow) = members(4, 64, &[1]);
+        let array = array_over(Level::Raid5, CHUNK, &members, &[]);
+        array.set_slow_policy(quick_policy());
+        slow[0].set_delay(Duration::from_millis(3));
+        let judged = load_until(&array, rng, true, Duration::from_secs(20), || {
+            array.member_speed(1).slow
+        });
+        assert!(judged, "the 3 ms member was not judged slow");
+        array.set_read_balance(ReadBalance::First);
+        // A whole stripe's data read: each data member read once, the slow one included.
+        let before = reads(&array);
+        let mut buf = vec![0u8; (3 * CHUNK) as usize];
+        array.read(0, &mut buf).unwrap();
+        let got = delta(&reads(&array), &before);
+        assert_eq!(got.iter().sum::<u64>(), 3, "{got:?}");
+        assert_eq!(got[1], 1, "the slow member is read in place: {got:?}");
+        assert!(array.member_speed(1).slow, "still judged and reported slow");
+    });
 }

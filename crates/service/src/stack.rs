@@ -31,6 +31,9 @@ pub struct StackOptions {
     /// Members (as named) read only when no other copy can serve: RAID 1, 10
     /// (`Volume::set_write_mostly`, which refuses other levels and unknown names).
     pub write_mostly: Vec<String>,
+    /// How reads choose a copy and whether they go around a slow member
+    /// (`Volume::set_read_balance`).
+    pub read_balance: volume::ReadBalance,
 }
 
 /// The volume as an export: its requests counted as the clients sent them, then through the
@@ -66,6 +69,7 @@ impl ArrayStack {
         volume
             .set_write_mostly(&opts.write_mostly)
             .context("--write-mostly")?;
+        volume.set_read_balance(opts.read_balance);
         let (journal, replayed) = array_journal::attach(journal, &volume, opts.read_only)?;
         let journal = Arc::new(journal);
         let encrypted = Encrypted::new(journal.export(), cipher);

@@ -33,6 +33,7 @@ mod work;
 
 pub use assemble::assemble;
 pub use at_risk::{ArrayRange, AtRisk, AT_RISK_RANGES_LISTED_MAX};
+pub use engine::ReadBalance;
 pub use options::AssembleOptions;
 pub use status::{
     ArrayHealth, BadBlockStatus, BitmapStatus, ChecksumStatus, FaultPolicy, FilesystemStatus,

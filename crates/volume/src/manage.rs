@@ -624,6 +624,7 @@ impl VolumeCore {
             at_risk: self.at_risk(),
             bad_blocks: self.bad_block_status(&meta),
             checksum: self.checksum_status(&meta),
+            read_balance: Some(self.array.read_balance().to_string()),
         }
     }
 

@@ -92,8 +92,8 @@ pub struct MemberStatus {
     /// are served around it where redundancy allows (`engine::SlowPolicy`).
     #[serde(default)]
     pub slow: bool,
-    /// Its mean latency per operation over the last judged window, µs (`None`: too few
-    /// operations to judge).
+    /// Its mean latency per operation over the last window that judged it (one with enough
+    /// operations), µs (`None`: none yet).
     #[serde(default)]
     pub latency_us: Option<u64>,
     /// The median of the other members' over the same window, µs.
@@ -348,6 +348,11 @@ pub struct VolumeStatus {
     /// Block checksums, if the array keeps them.
     #[serde(default)]
     pub checksum: Option<ChecksumStatus>,
+    /// How reads choose a copy and whether they go around a slow member
+    /// (`engine::ReadBalance`: `latency`, `round-robin` or `first`; `None` from a server older
+    /// than the setting, which balanced by latency).
+    #[serde(default)]
+    pub read_balance: Option<String>,
 }
 
 /// One range a member's bad-block list records as lost.
@@ -394,6 +399,7 @@ impl VolumeStatus {
             at_risk: None,
             bad_blocks: Vec::new(),
             checksum: None,
+            read_balance: None,
         }
     }
 }

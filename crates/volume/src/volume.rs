@@ -326,6 +326,12 @@ impl Volume {
         self.core.array.set_gather_wait(wait)
     }
 
+    /// How reads choose a copy (RAID 1, 10) and whether they go around a slow member (RAID
+    /// 5, 6): `engine::ReadBalance`; status reports it.
+    pub fn set_read_balance(&self, balance: engine::ReadBalance) {
+        self.core.array.set_read_balance(balance)
+    }
+
     /// What makes a member slow (see `engine::SlowPolicy`); status reports the verdicts.
     pub fn set_slow_policy(&self, policy: engine::SlowPolicy) {
         self.core.array.set_slow_policy(policy)

@@ -592,6 +592,12 @@ fn array_options(a: &ArrayConfig) -> anyhow::Result<ArrayOptions> {
             ),
             cache,
             write_mostly: a.write_mostly.iter().map(|m| m.get_ref().clone()).collect(),
+            // Checked when the file was read (config::check).
+            read_balance: a
+                .read_balance
+                .as_ref()
+                .and_then(|b| b.get_ref().parse().ok())
+                .unwrap_or_default(),
         },
         // Never a prompt: the daemon has no terminal.
         key: match (&a.key_file, &a.passphrase_file) {

@@ -239,6 +239,15 @@ pub struct Args {
     #[arg(long, value_name = "MEMBER")]
     write_mostly: Vec<String>,
 
+    /// How RAID 1/10 reads choose a copy: `latency` (the copy with the least queued work by
+    /// its measured latency, a sequential stream kept on one copy, slow members read around;
+    /// RAID 5/6 reconstruct around a slow member), `round-robin` (copies take turns by chunk,
+    /// nothing measured weighed) or `first` (the first copy that can serve). Write-mostly
+    /// members are read last in every mode; slow members are judged and reported in every
+    /// mode, read around only with `latency`.
+    #[arg(long, value_name = "MODE", default_value = "latency", value_parser = parse_read_balance)]
+    read_balance: engine::ReadBalance,
+
     /// How file and block-device members' reads and writes are submitted: `auto` (io_uring
     /// where it measured faster: a request's operations on direct members together, large
     /// shares instead of a thread each; positional calls otherwise, and where the kernel
@@ -460,6 +469,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         gather_wait: Duration::from_millis(args.gather_wait),
         cache: cache_config(&args)?,
         write_mostly: args.write_mostly.clone(),
+        read_balance: args.read_balance,
     };
     // What can fail without the array is made first: once it is assembled (owned, maybe
     // dirty), every way out goes through `running.close()`.
@@ -691,6 +701,10 @@ fn parse_member_cache(text: &str) -> Result<member::MemberCache, String> {
 }
 
 fn parse_member_io(text: &str) -> Result<member::MemberIo, String> {
+    text.parse()
+}
+
+fn parse_read_balance(text: &str) -> Result<engine::ReadBalance, String> {
     text.parse()
 }
 

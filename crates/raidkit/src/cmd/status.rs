@@ -205,6 +205,10 @@ pub fn render(status: &Status) -> String {
         sync_summary(&s.members)
     );
     out += &format!("  uuid {}, events {}\n", s.uuid, s.events);
+    let balanced = ["raid1", "raid10", "raid5", "raid6"].contains(&s.level.as_str());
+    if let Some(balance) = s.read_balance.as_ref().filter(|_| balanced) {
+        out += &format!("  read balance {balance}\n");
+    }
     for m in &s.members {
         out += &member_line(m);
         out += &no_space_line(m);

@@ -99,10 +99,11 @@ fn raid56_read(io: &Parts, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
 /// of the others, which would each read the same bytes in parallel to reconstruct them (see
 /// `speed::Speed::cheaper_around`), and whose probe is not due (a slow member still gets a
 /// read a probe interval, so its recovery is seen). Empty when none is slow (one atomic
-/// load) or when the array would not survive without them.
+/// load), when the read balance is not `latency`, or when the array would not survive
+/// without them.
 fn slow_to_read_around(io: &Parts, spans: &[StripeSpan], present: &[bool]) -> Vec<usize> {
     let speed = io.members.speed();
-    if !speed.any_slow() {
+    if !speed.any_slow() || speed.balance() != crate::ReadBalance::Latency {
         return Vec::new();
     }
     let now = iostats::now_ns();

@@ -43,7 +43,8 @@ live_keys!(
     /// The `[[array]]` keys a running array takes without a restart: the background rate limits
     /// (`Volume::set_speed_limits`), the fault policy's read-error count and window
     /// (`Volume::set_fault_policy`), the RAID 5/6 partial-stripe wait (`Volume::set_gather_wait`),
-    /// the write-mostly members (`Volume::set_write_mostly`),
+    /// the write-mostly members (`Volume::set_write_mostly`), the read balance
+    /// (`Volume::set_read_balance`),
     /// the scrub schedule and background window (the scheduler follows the new plan from now:
     /// the next run counts from the reload, the window is applied at once), and the QoS latency
     /// target (`nbd::QosClass::set_target`: judged from the next window on) and caps
@@ -57,6 +58,7 @@ live_keys!(
     read_error_window_secs,
     gather_wait_ms,
     write_mostly,
+    read_balance,
     scrub_schedule,
     background_window,
     latency_target_us,
@@ -192,6 +194,7 @@ impl ArraySet {
         volume
             .set_write_mostly(&opts.stack.write_mostly)
             .with_context(|| format!("array {name:?}: write_mostly"))?;
+        volume.set_read_balance(opts.stack.read_balance);
         served.qos.set_target(latency_target(&config));
         served.qos.set_caps(caps(&config).0, caps(&config).1);
         let plan = super::scrub_plan(&config);

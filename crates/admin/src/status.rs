@@ -208,6 +208,7 @@ pub(crate) mod tests {
                     verified_blocks: 1000,
                     mismatches: 2,
                     rehashed: 1,
+                    settled: 1,
                 }),
             },
             journal: Some(JournalSection {

@@ -334,8 +334,10 @@ impl<'a> Runner<'a> {
             };
         }
         let Err(e) = result else { return Ok(()) };
-        if kind == Op::Read && member::is_bad_block(&e) {
-            // A range the member's bad-block list records: it answered, and is not at fault.
+        if kind == Op::Read && (member::is_bad_block(&e) || member::is_unsettled(&e)) {
+            // A range the member's bad-block list records, or a block whose checksum a torn
+            // update may have left behind (the repair settles it): it answered, and is not
+            // at fault.
             return Err(e);
         }
         if kind == Op::Read {

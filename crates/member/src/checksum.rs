@@ -7,7 +7,10 @@
 //!   which the engine treats like any read error of the member: it rewrites the range from
 //!   redundancy and reads again. Where a sync still awaits the block ([`ChecksumTrust`]: after
 //!   an unclean shutdown, a torn update may have reached the data and not its checksum or the
-//!   reverse) the checksum is rewritten from the data instead, and counted apart.
+//!   reverse) the read fails with [`Unsettled`] instead when the array has redundancy (the
+//!   engine reconstructs the block and [`Member::settle`] keeps whichever version matches the
+//!   checksum, else rewrites the checksum from the data); without redundancy the checksum is
+//!   rewritten from the data at once. Both counted apart from mismatches.
 //! - **Write, trim, write-zeroes**: the new blocks' checksums are stored after the data; a
 //!   partial block is read, its old content checked against its checksum (a mismatch is
 //!   carried over, not laundered), merged and its whole new content hashed.
@@ -49,6 +52,10 @@ pub struct ChecksumStats {
     pub rehashed: AtomicU64,
     /// Blocks read and checked.
     pub verified: AtomicU64,
+    /// Blocks a sync awaited whose checksum did not match their data but did match the
+    /// content the array's redundancy gave (mirror copy, parity reconstruction), which was
+    /// written over them (`Member::settle`): a torn update rolled back, or corruption healed.
+    pub settled: AtomicU64,
 }
 
 /// Says whether a block may hold a torn update (a sync has not reached it since an unclean
@@ -57,6 +64,24 @@ pub trait ChecksumTrust: Send + Sync {
     /// True when the block at data-area byte `offset` of the member awaits a sync. Must not
     /// block on anything a member call may hold.
     fn unsynced(&self, offset: u64) -> bool;
+    /// True when the array has redundancy to decide a torn update from corruption: a
+    /// mismatch in an unsynced block is then an [`Unsettled`] read error, which the engine
+    /// answers with `Member::settle` and the redundancy's version of the block; false (linear,
+    /// RAID 0): the checksum is rewritten from the data at once.
+    fn redundant(&self) -> bool {
+        false
+    }
+}
+
+/// What a mismatch in a block means while a trust hook is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pending {
+    /// No sync awaits the block: corruption.
+    No,
+    /// A torn update may be there and nothing can tell: rewrite the checksum.
+    Rehash,
+    /// A torn update may be there: the redundancy decides ([`Unsettled`]).
+    Ask,
 }
 
 /// Told of each mismatch found (for the operator's log).
@@ -106,10 +131,50 @@ impl ChecksumShared {
     }
 
     fn unsynced(&self, offset: u64) -> bool {
+        self.pending(offset) != Pending::No
+    }
+
+    fn pending(&self, offset: u64) -> Pending {
         let hook = self.trust.read().unwrap_or_else(|p| p.into_inner()).clone();
-        hook.is_some_and(|h| h.unsynced(offset))
+        match hook {
+            Some(h) if h.unsynced(offset) => match h.redundant() {
+                true => Pending::Ask,
+                false => Pending::Rehash,
+            },
+            _ => Pending::No,
+        }
     }
 }
+
+/// True when `e` is an [`Unsettled`] block: a mismatch where a torn update may be.
+pub fn is_unsettled(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Unsettled>())
+}
+
+/// A block a sync awaits (after an unclean shutdown) whose data does not match its checksum:
+/// a torn update or corruption. Not a fault of the member: the engine reconstructs the block
+/// from redundancy and hands it to `Member::settle`, which keeps whichever of the two
+/// versions matches the checksum, or rewrites the checksum from the data when neither does.
+#[derive(Debug)]
+pub struct Unsettled {
+    pub member: String,
+    /// Data-area byte of the block.
+    pub offset: u64,
+}
+
+impl std::fmt::Display for Unsettled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "member {}: the 4 KiB block at data byte {} does not match its checksum where a \
+             sync after an unclean shutdown is pending (a torn update or corruption: the \
+             redundancy decides)",
+            self.member, self.offset
+        )
+    }
+}
+
+impl std::error::Error for Unsettled {}
 
 /// True when `e` is a checksum mismatch reported by a [`Checksummed`] member.
 pub fn is_checksum_error(e: &io::Error) -> bool {
@@ -356,10 +421,20 @@ impl Checksummed {
                 continue;
             }
             let offset = start + i as u64 * BLOCK;
-            if self.shared.unsynced(offset) {
-                self.store(first + i as u64, &[computed])?;
-                stats.rehashed.fetch_add(1, Ordering::Relaxed);
-                continue;
+            match self.shared.pending(offset) {
+                Pending::Rehash => {
+                    self.store(first + i as u64, &[computed])?;
+                    stats.rehashed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Pending::Ask => {
+                    let u = Unsettled {
+                        member: self.data.name().to_string(),
+                        offset,
+                    };
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, u));
+                }
+                Pending::No => {}
             }
             stats.mismatches.fetch_add(1, Ordering::Relaxed);
             let m = Mismatch {
@@ -440,6 +515,35 @@ impl Checksummed {
             computed: old,
         });
         Ok(stored ^ old ^ new)
+    }
+
+    /// [`Member::settle`] with the granules held.
+    fn settle_locked(&self, offset: u64, len: u64, candidate: Option<&[u8]>) -> io::Result<()> {
+        let (start, end) = self.aligned(offset, len);
+        let stats = &self.shared.stats;
+        let mut block = vec![0u8; BLOCK as usize];
+        let mut at = start;
+        while at < end {
+            let stored = self.stored(at / BLOCK, 1)?[0];
+            // The redundancy's version of the whole block, when the candidate covers it.
+            let offered = candidate.filter(|_| at >= offset && at + BLOCK <= offset + len);
+            let offered = offered.map(|c| &c[(at - offset) as usize..][..BLOCK as usize]);
+            self.data.read_at(&mut block, at)?;
+            let computed = block_checksum(&block);
+            match offered {
+                _ if computed == stored => {} // settled meanwhile, or never unsettled
+                Some(c) if block_checksum(c) == stored => {
+                    self.data.write_at(c, at)?;
+                    stats.settled.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {
+                    self.store(at / BLOCK, &[computed])?;
+                    stats.rehashed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            at += BLOCK;
+        }
+        Ok(())
     }
 
     /// The data bytes where the blocks `[offset, offset + len)` covers only in part start
@@ -603,6 +707,18 @@ impl Member for Checksummed {
     fn stuck_calls(&self) -> (usize, u64) {
         self.data.stuck_calls()
     }
+
+    /// Each block of `[offset, offset + len)` whose data does not match its checksum: the
+    /// candidate's block is written when *it* matches (the member's bytes were corrupt, or
+    /// torn back: the redundancy that agrees with the checksum wins), else the checksum is
+    /// rewritten from the data (a torn update). Blocks that match are left.
+    fn settle(&self, offset: u64, len: u64, candidate: Option<&[u8]>) -> Option<io::Result<()>> {
+        if let Err(e) = check_member_range(self, "settle", offset, len) {
+            return Some(Err(e));
+        }
+        let _held = self.lock(offset, len, true);
+        Some(self.settle_locked(offset, len, candidate))
+    }
 }
 
 #[cfg(test)]
@@ -753,6 +869,51 @@ mod tests {
         c.write_at(&[8u8; 4096], 4096).unwrap();
         let mut buf = vec![0u8; 4096];
         c.read_at(&mut buf, 4096).unwrap();
+    }
+
+    struct Redundant;
+    impl ChecksumTrust for Redundant {
+        fn unsynced(&self, _: u64) -> bool {
+            true
+        }
+        fn redundant(&self) -> bool {
+            true
+        }
+    }
+
+    /// Where a sync is pending and the array has redundancy, a mismatch is `Unsettled` (not
+    /// counted); `settle` keeps the offered version where it matches the stored checksum, else
+    /// rewrites the checksum from the data; matching blocks are left.
+    #[test]
+    fn settle_keeps_the_version_that_matches_the_checksum() {
+        let (data, _, c) = member(8);
+        c.write_at(&[5u8; 3 * 4096], 0).unwrap();
+        data.write_at(&[6u8; 4096], 0).unwrap(); // block 0: corrupt (or torn back)
+        data.write_at(&[7u8; 4096], 4096).unwrap(); // block 1: a torn update
+        c.shared.set_trust(Some(Arc::new(Redundant)));
+        let mut buf = vec![0u8; 3 * 4096];
+        let e = c.read_at(&mut buf, 0).unwrap_err();
+        assert!(is_unsettled(&e) && !is_checksum_error(&e), "{e}");
+        assert_eq!(c.shared.stats.mismatches.load(Ordering::Relaxed), 0);
+        // The redundancy offers the old content of every block.
+        let offered = vec![5u8; 3 * 4096];
+        c.settle(0, 3 * 4096, Some(&offered)).unwrap().unwrap();
+        c.shared.set_trust(None);
+        c.read_at(&mut buf, 0).unwrap();
+        assert!(buf[..4096].iter().all(|&b| b == 5), "block 0 healed");
+        assert!(
+            buf[4096..8192].iter().all(|&b| b == 5),
+            "block 1 rolled back"
+        );
+        assert!(buf[8192..].iter().all(|&b| b == 5));
+        let stats = &c.shared.stats;
+        assert_eq!(stats.settled.load(Ordering::Relaxed), 2);
+        // Nothing offered (or a version that does not match): the data's checksum is taken.
+        data.write_at(&[9u8; 4096], 8192).unwrap();
+        c.settle(8192, 4096, Some(&[1u8; 4096])).unwrap().unwrap();
+        c.read_at(&mut buf, 0).unwrap();
+        assert!(buf[8192..].iter().all(|&b| b == 9));
+        assert_eq!(stats.rehashed.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -73,8 +73,8 @@ use std::sync::Arc;
 pub use aligned::{AlignedBuf, DIRECT_ALIGN};
 pub use block_locks::{BlockLocks, Held};
 pub use checksum::{
-    block_checksum, is_checksum_error, ChecksumShared, ChecksumStats, ChecksumTrust, Checksummed,
-    Mismatch, MismatchHook, CHECKSUM_CACHE_BLOCKS,
+    block_checksum, is_checksum_error, is_unsettled, ChecksumShared, ChecksumStats, ChecksumTrust,
+    Checksummed, Mismatch, MismatchHook, CHECKSUM_CACHE_BLOCKS,
 };
 pub use detached::{
     carry_deadline, current_deadline, scatter, with_deadline, Detached, StartCall, Started,
@@ -229,6 +229,19 @@ pub trait Member: Send + Sync + std::fmt::Debug {
     /// the member keeps no list.
     fn record_lost(&self, offset: u64, len: u64) -> Option<std::io::Result<bool>> {
         let _ = (offset, len);
+        None
+    }
+    /// A checksummed member after an [`Unsettled`] read of `[offset, offset + len)`: keeps,
+    /// block by block, the `candidate` (what the array's redundancy gives for the range, when
+    /// it could be reconstructed) where it matches the stored checksum, else rewrites the
+    /// checksum from the data. `None` (the default): the member keeps no checksums.
+    fn settle(
+        &self,
+        offset: u64,
+        len: u64,
+        candidate: Option<&[u8]>,
+    ) -> Option<std::io::Result<()>> {
+        let _ = (offset, len, candidate);
         None
     }
     /// True when the member has no bytes.

@@ -234,6 +234,7 @@ fn checksum_mismatches_found_are_raised_when_the_count_rises() {
         verified_blocks: 10,
         mismatches: 0,
         rehashed: 0,
+        settled: 0,
     });
     assert_eq!(events(&clean, &clean), []);
     let mut found = clean.clone();

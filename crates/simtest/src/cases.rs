@@ -70,6 +70,32 @@ pub fn power_loss_case_checksum(level: Level, seed: u64) {
     power_loss_case_shaped(level, seed, Sabotage::default(), true);
 }
 
+/// One case of the every-cut-point sweep: the array and one-thread workload `seed` gives for
+/// `level` (block checksums on, no initial sync, so the member operation order is the same
+/// in every run of the seed), the power cut before member operation `cut_at`, recovered and
+/// checked as [`power_loss_case`] (every byte read, none may fail: a torn update must not be
+/// taken for corruption, nor corruption healed with the wrong version). Returns false when
+/// the run ended before `cut_at` (the sweep is over).
+pub fn power_loss_checksum_at(level: Level, seed: u64, cut_at: u64) -> bool {
+    let mut rng = SimRng::new(seed);
+    let mut shape = Shape::random(level, &mut rng);
+    shape.checksum = true;
+    shape.initial_sync = false;
+    shape.threads = 1;
+    shape.ops_per_thread = 40;
+    let (grid, volume) = build(&shape, seed, CutPolicy::OutsideSuperblockUpdates, cut_at);
+    let models = run_workload(&shape, seed, &grid, &volume, volume.size_bytes());
+    let cut = grid.is_cut();
+    grid.cut_now();
+    drop(volume);
+    let images: Vec<Arc<dyn Member>> = (grid.crashed_images().into_iter())
+        .map(|m| m as Arc<dyn Member>)
+        .collect();
+    let context = format!("{shape:?}, power cut before member op {cut_at} (sweep)");
+    recover_with(&shape, images, None, &models, seed, &context, false);
+    cut
+}
+
 /// [`power_loss_case`] with deliberate breakage.
 pub fn power_loss_case_with(level: Level, seed: u64, sabotage: Sabotage) {
     power_loss_case_shaped(level, seed, sabotage, false);

@@ -244,6 +244,10 @@ impl Member for BadBlockWindow {
     fn record_lost(&self, offset: u64, len: u64) -> Option<io::Result<bool>> {
         Some(self.bad.record(offset, len))
     }
+
+    fn settle(&self, offset: u64, len: u64, candidate: Option<&[u8]>) -> Option<io::Result<()>> {
+        self.data.settle(offset, len, candidate)
+    }
 }
 
 /// Where `role`'s data-area byte `member_offset` sits in the array: the array offset of the

@@ -662,6 +662,7 @@ impl VolumeCore {
             verified_blocks: load(&stats.verified),
             mismatches: load(&stats.mismatches),
             rehashed: load(&stats.rehashed),
+            settled: load(&stats.settled),
         })
     }
 

@@ -65,6 +65,14 @@ impl member::ChecksumTrust for ResyncChecksums {
             .map(|role| geometry.unit_of_row(role, row))
             .any(|unit| core.unit_awaits_resync(unit, self.full_from))
     }
+
+    /// Redundancy decides torn from corrupt: a mismatch there is reconstructed from the
+    /// mirror copy or parity and the version matching the checksum kept (`Member::settle`).
+    fn redundant(&self) -> bool {
+        self.core
+            .upgrade()
+            .is_some_and(|core| core.array.geometry().level().has_redundancy())
+    }
 }
 
 /// Linear and RAID 0 after an unclean shutdown: no resync says which blocks a torn update may

@@ -299,6 +299,10 @@ pub struct ChecksumStatus {
     /// Blocks a sync after an unclean shutdown awaited whose checksum was rewritten from
     /// their data (a torn update, not corruption).
     pub rehashed: u64,
+    /// Blocks a sync awaited whose data did not match their checksum but the redundancy's
+    /// version did, which replaced them (a torn update rolled back, or corruption healed).
+    #[serde(default)]
+    pub settled: u64,
 }
 
 /// The used-regions map as `status` shows it.

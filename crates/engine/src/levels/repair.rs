@@ -42,7 +42,14 @@ pub(crate) fn recovering<L: LevelIo + ?Sized, T>(
         };
         let recorded = member::bad_block_of(source);
         tries += 1;
-        if tries > limit || !recover_read_error(level, io, role, offset, len, recorded) {
+        if tries > limit {
+            return Err(error);
+        }
+        let retry = match member::is_unsettled(source) {
+            true => settle_range(level, io, role, offset, len),
+            false => recover_read_error(level, io, role, offset, len, recorded),
+        };
+        if !retry {
             return Err(error);
         }
     }
@@ -103,6 +110,18 @@ fn recover_read_error<L: LevelIo + ?Sized>(
             record_unreadable(io, other, at, n, lost);
             false
         }
+        // Another member's block a torn update may have left (after an unclean shutdown):
+        // settled first (the redundancy decides), then the retry.
+        Err(IoError::Member {
+            role: other,
+            op: Op::Read,
+            offset: at,
+            len: n,
+            source,
+            ..
+        }) if other != role && member::is_unsettled(&source) => {
+            settle_range(level, io, other, at, n)
+        }
         // Another member's read failed while reconstructing: where both keep bad-block
         // lists, find piece by piece what redundancy still provides (rewritten) and what
         // nothing provides (recorded on every member that cannot read it), then retry: the
@@ -128,6 +147,47 @@ fn recover_read_error<L: LevelIo + ?Sized>(
             io.members.try_fail(role, reason, &io.geometry)
         }
     }
+}
+
+/// After an unclean shutdown, `role`'s `[offset, offset+len)` holds a block whose data does not
+/// match its checksum where a sync is pending ([`member::is_unsettled`]): a torn update or
+/// corruption. The range is reconstructed from the others (parity trusted or not: only a
+/// version that matches the checksum is taken) and handed to the member's checksum check
+/// (`Member::settle`), which keeps per block the reconstruction where it matches the stored
+/// checksum (the member's bytes were corrupt, or torn back to the old content), else rewrites
+/// the checksum from the data (a torn update). True when the read may be retried.
+fn settle_range<L: LevelIo + ?Sized>(
+    level: &L,
+    io: &Parts,
+    role: usize,
+    offset: u64,
+    len: u64,
+) -> bool {
+    let _held = io.lock_member_range(role, offset, len);
+    settle_locked(level, io, role, offset, len)
+}
+
+/// [`settle_range`] with the rows' locks held.
+fn settle_locked<L: LevelIo + ?Sized>(
+    level: &L,
+    io: &Parts,
+    role: usize,
+    offset: u64,
+    len: u64,
+) -> bool {
+    let Some(member) = io.members.slot(role).0 else {
+        return false;
+    };
+    let mut readable = io.present_snapshot();
+    readable[role] = false;
+    let mut buf = vec![0u8; len as usize];
+    // No version from the others (they are gone, or unreadable there, or torn themselves):
+    // the member's data is kept and its checksum rewritten.
+    let rebuilt = readable.iter().any(|&r| r)
+        && io.geometry.survives(&readable)
+        && reconstruct(level, io, role, offset, &mut buf, &readable, false).is_ok();
+    let candidate = rebuilt.then_some(&buf[..]);
+    matches!(member.settle(offset, len, candidate), Some(Ok(())))
 }
 
 /// `role`'s `[offset, offset+len)` failed to read and the plain repair could not rewrite it:
@@ -169,6 +229,8 @@ fn heal_piece<L: LevelIo + ?Sized>(level: &L, io: &Parts, role: usize, offset: u
     // The member ranges of these rows that cannot be read (role, offset, len); `role`'s
     // first. (A mirror's copy may sit at another offset: odd RAID 10.)
     let mut unreadable = vec![(role, offset, len)];
+    // Members whose block a torn update may have left, settled here (once each).
+    let mut settled = Vec::new();
     loop {
         let mut readable = io.present_snapshot();
         for &(r, _, _) in &unreadable {
@@ -203,6 +265,17 @@ fn heal_piece<L: LevelIo + ?Sized>(level: &L, io: &Parts, role: usize, offset: u
                     }
                 }
                 return;
+            }
+            Err(IoError::Member {
+                role: other,
+                op: Op::Read,
+                offset: at,
+                len: n,
+                source,
+                ..
+            }) if member::is_unsettled(&source) && !settled.contains(&other) => {
+                settled.push(other);
+                settle_locked(level, io, other, at, n);
             }
             Err(IoError::Member {
                 role: other,

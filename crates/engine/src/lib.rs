@@ -62,7 +62,12 @@ mod parts;
 mod plain;
 mod rebuild_pipeline;
 mod recover;
-pub use recover::LOST_PIECE_BYTES;
+
+/// Granularity of bad-block records made by a rebuild or a repair: a step that meets a range no
+/// member can provide is redone in pieces of this size, and each piece that fails is recorded
+/// whole. (At the crate root: `recover` and `levels::repair` both use it, and neither may name
+/// the other back.)
+pub const LOST_PIECE_BYTES: u64 = 4096;
 mod report;
 pub mod reshape;
 mod scratch;

@@ -8,13 +8,9 @@ use crate::error::{IoError, Op};
 use crate::io::MemOp;
 use crate::levels::repair;
 use crate::state::{FaultReason, MemberHealth};
-use crate::Array;
+use crate::{Array, LOST_PIECE_BYTES};
 use member::Member;
 use std::sync::Arc;
-
-/// Granularity of a rebuild's bad-block records: a step that meets a range no member can
-/// provide is redone in pieces of this size, and each piece that fails is recorded whole.
-pub const LOST_PIECE_BYTES: u64 = 4096;
 
 impl Array {
     /// Rebuilds `[offset, offset+len)` of the recovering member of `role` from the others.

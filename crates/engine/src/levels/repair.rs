@@ -8,8 +8,8 @@ use super::{LevelIo, Lost};
 use crate::error::{IoError, Op};
 use crate::io::MemOp;
 use crate::parts::{missing_roles, Parts};
-use crate::recover::LOST_PIECE_BYTES;
 use crate::state::FaultReason;
+use crate::LOST_PIECE_BYTES;
 
 /// Retries beyond the read-error limit and two per member before a request gives up.
 const RETRIES_EXTRA: usize = 4;

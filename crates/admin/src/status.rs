@@ -210,6 +210,7 @@ pub(crate) mod tests {
                     rehashed: 1,
                     settled: 1,
                 }),
+                read_balance: Some("round-robin".into()),
             },
             journal: Some(JournalSection {
                 name: "/dev/shm/j".into(),

@@ -127,6 +127,21 @@ def start_serving(cmd):
     return proc
 
 
+def start_nbdkit_unix(sock, args):
+    """Starts ``nbdkit --foreground --exit-with-parent -U SOCK ARGS...`` and returns the process
+    once the socket exists; fails the test if nbdkit exits or does not listen within 10 s."""
+    proc = subprocess.Popen(["nbdkit", "--foreground", "--exit-with-parent", "-U", str(sock),
+                             *args],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not sock.exists():
+        assert proc.poll() is None, "nbdkit exited"
+        assert time.monotonic() < deadline, "nbdkit not listening"
+        time.sleep(0.02)
+    return proc
+
+
 def stop_serving(proc):
     """SIGTERM, then a clean exit (0) within the stop timeout."""
     proc.terminate()

@@ -18,7 +18,7 @@ import nbd
 import pytest
 
 import skips
-from conftest import RAIDKIT_BIN, SERVER_KIND, require_tools, rng_for, run
+from conftest import RAIDKIT_BIN, SERVER_KIND, require_tools, rng_for, run, start_nbdkit_unix
 
 pytestmark = pytest.mark.skipif(SERVER_KIND != "raidkit",
                                 reason=skips.env_reason("raidkit-only (RAIDKIT_TEST_SERVER is not raidkit)"))
@@ -40,16 +40,8 @@ def nbdkit_bad_range(tmp_path, image, offset, length):
                        f"0x0 {offset:#x} +\n{offset:#x} {length:#x} -\n"
                        f"{end:#x} {MEMBER_BYTES - end:#x} +\n")
     sock = tmp_path / "m0.sock"
-    proc = subprocess.Popen(["nbdkit", "--foreground", "--exit-with-parent", "-U", str(sock),
-                             "--filter=cow", "--filter=ddrescue", "file", str(image),
-                             f"ddrescue-mapfile={mapfile}", "cow-block-size=4096"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while not sock.exists():
-        assert proc.poll() is None, "nbdkit exited"
-        assert time.monotonic() < deadline, "nbdkit not listening"
-        time.sleep(0.02)
+    proc = start_nbdkit_unix(sock, ["--filter=cow", "--filter=ddrescue", "file", str(image),
+                                    f"ddrescue-mapfile={mapfile}", "cow-block-size=4096"])
     return proc, f"nbd+unix:///?socket={sock}"
 
 

@@ -13,7 +13,7 @@ import time
 import nbd
 import pytest
 
-from conftest import RAIDKIT_BIN, rng_for, run
+from conftest import RAIDKIT_BIN, rng_for, run, start_nbdkit_unix
 
 MIB = 1 << 20
 SMALL = 8 * MIB
@@ -360,20 +360,12 @@ def nbdkit_failable(tmp_path, image):
     file exists (the error filter)."""
     sock = tmp_path / f"{image.stem}.sock"
     flag = tmp_path / f"{image.stem}.fail"
-    proc = subprocess.Popen(["nbdkit", "--foreground", "--exit-with-parent", "-U", str(sock),
-                             "--filter=error", "file", str(image),
-                             "error=EIO",
-                             "error-pread-rate=100%", f"error-pread-file={flag}",
-                             "error-pwrite-rate=100%", f"error-pwrite-file={flag}",
-                             "error-zero-rate=100%", f"error-zero-file={flag}",
-                             "error-trim-rate=100%", f"error-trim-file={flag}"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while not sock.exists():
-        assert proc.poll() is None, "nbdkit exited"
-        assert time.monotonic() < deadline, "nbdkit not listening"
-        time.sleep(0.02)
+    proc = start_nbdkit_unix(sock, [
+        "--filter=error", "file", str(image), "error=EIO",
+        "error-pread-rate=100%", f"error-pread-file={flag}",
+        "error-pwrite-rate=100%", f"error-pwrite-file={flag}",
+        "error-zero-rate=100%", f"error-zero-file={flag}",
+        "error-trim-rate=100%", f"error-trim-file={flag}"])
     return proc, f"nbd+unix:///?socket={sock}", flag
 
 

@@ -11,8 +11,6 @@ range: it fails every request of a kind, or a random share of them), under the `
 """
 
 import json
-import subprocess
-import time
 
 import nbd
 import pytest

@@ -71,9 +71,7 @@ pub(crate) struct Pacer {
     next: Instant,
     started: Instant,
     last_client_requests: u64,
-    window_start: Instant,
-    window_bytes: u64,
-    rate: u64,
+    rate: RateWindow,
     /// The last step's size (per member) and whether clients were busy then: the wait after it
     /// is recomputed from the limits in force, so a limit changed mid-wait applies at once.
     last_step_bytes: u64,
@@ -87,9 +85,7 @@ impl Pacer {
             next: now,
             started: now,
             last_client_requests: core.array.client_requests(),
-            window_start: now,
-            window_bytes: 0,
-            rate: 0,
+            rate: RateWindow::new(now),
             last_step_bytes: 0,
             last_busy: false,
         }
@@ -142,18 +138,65 @@ impl Pacer {
         self.last_step_bytes = bytes;
         let now = Instant::now();
         self.next = self.deadline(core.work.limits());
-        self.window_bytes += bytes;
-        let elapsed = now.duration_since(self.window_start);
-        if elapsed >= Duration::from_secs(1) {
-            self.rate = (self.window_bytes as f64 / elapsed.as_secs_f64()) as u64;
-            self.window_start = now;
-            self.window_bytes = 0;
-        }
+        self.rate.add(bytes, now);
     }
 
     fn rate(&self) -> u64 {
-        self.rate
+        self.rate.rate(Instant::now())
     }
+}
+
+/// A task's rate in bytes per second, measured over windows of [`RateWindow::WINDOW`]. Until
+/// the first window closes, the part of it seen so far stands in (once it is
+/// [`RateWindow::FIRST_ESTIMATE_AFTER`] long), so the first status after a start shows a rate
+/// and an ETA rather than "0 B/s".
+struct RateWindow {
+    start: Instant,
+    bytes: u64,
+    /// The last closed window's rate; None until one has closed.
+    closed: Option<u64>,
+}
+
+impl RateWindow {
+    const WINDOW: Duration = Duration::from_secs(1);
+    const FIRST_ESTIMATE_AFTER: Duration = Duration::from_millis(100);
+
+    fn new(now: Instant) -> RateWindow {
+        RateWindow {
+            start: now,
+            bytes: 0,
+            closed: None,
+        }
+    }
+
+    fn add(&mut self, bytes: u64, now: Instant) {
+        self.bytes += bytes;
+        let elapsed = now.duration_since(self.start);
+        if elapsed >= Self::WINDOW {
+            self.closed = Some(per_second(self.bytes, elapsed));
+            self.start = now;
+            self.bytes = 0;
+        }
+    }
+
+    /// Bytes per second; 0 while nothing can be said yet.
+    fn rate(&self, now: Instant) -> u64 {
+        match self.closed {
+            Some(rate) => rate,
+            None => {
+                let elapsed = now.duration_since(self.start);
+                if elapsed >= Self::FIRST_ESTIMATE_AFTER {
+                    per_second(self.bytes, elapsed)
+                } else {
+                    0
+                }
+            }
+        }
+    }
+}
+
+fn per_second(bytes: u64, over: Duration) -> u64 {
+    (bytes as f64 / over.as_secs_f64()) as u64
 }
 
 /// When to record progress in the superblocks.
@@ -777,5 +820,36 @@ impl VolumeCore {
                 kind: format!("{:?}", m.kind).to_lowercase(),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_known_before_the_first_window_closes() {
+        let t0 = Instant::now();
+        let mut window = RateWindow::new(t0);
+        assert_eq!(window.rate(t0), 0, "nothing measured yet");
+        window.add(50 << 20, t0 + Duration::from_millis(250));
+        let at = t0 + Duration::from_millis(500);
+        assert_eq!(
+            window.rate(at),
+            100 << 20,
+            "50 MiB in the first half second"
+        );
+        window.add(50 << 20, t0 + Duration::from_millis(1000));
+        assert_eq!(
+            window.rate(at + Duration::from_secs(3)),
+            100 << 20,
+            "the closed window's rate"
+        );
+        window.add(10 << 20, t0 + Duration::from_millis(1500));
+        assert_eq!(
+            window.rate(t0 + Duration::from_millis(1600)),
+            100 << 20,
+            "a closed window's rate holds while the next fills"
+        );
     }
 }

@@ -37,8 +37,8 @@ mod torn;
 mod with_journal;
 
 pub use cases::{
-    journal_case, journal_case_ordered, power_loss_case, power_loss_case_checksum,
-    power_loss_case_with, power_loss_checksum_at, ReplayOrder, Sabotage,
+    journal_case, journal_case_ordered, power_loss_case, power_loss_case_busy_bitmap,
+    power_loss_case_checksum, power_loss_case_with, power_loss_checksum_at, ReplayOrder, Sabotage,
 };
 pub use grid::{sub_seed, CutPolicy, GridMember, PowerGrid};
 pub use model::{RegionModel, MAYBE_OPS_MAX};

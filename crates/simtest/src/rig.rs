@@ -33,6 +33,11 @@ pub struct Shape {
     /// Keep block checksums (`create --checksum`): recovery must then read every block
     /// without a false mismatch.
     pub checksum: bool,
+    /// 4 KiB write-intent bitmap regions (else create's 64 MiB: one region for these arrays),
+    /// a lazy clear with no idle time and a seeded pause of up to 3 ms between a thread's
+    /// steps: concurrent writers keep meeting clean regions (their bits set in shared update
+    /// rounds) while the clear takes regions back behind them.
+    pub busy_bitmap: bool,
 }
 
 fn pick<T: Copy>(rng: &mut SimRng, items: &[T]) -> T {
@@ -80,6 +85,7 @@ impl Shape {
             ops_per_thread: 8 + rng.below(33) as usize,
             initial_sync: rng.chance(1, 3),
             checksum: false,
+            busy_bitmap: false,
         }
     }
 
@@ -111,10 +117,16 @@ pub fn build(shape: &Shape, seed: u64, policy: CutPolicy, cut_at: u64) -> (Arc<P
     if shape.checksum {
         opts.checksum = Some(ondisk::ChecksumAlg::Crc32c);
     }
+    if shape.busy_bitmap {
+        opts.bitmap_region_bytes = Some(4096);
+    }
     create(&members, &opts).unwrap_or_else(|e| panic!("create {shape:?}: {e}"));
     grid.arm(cut_at);
     let volume = assemble(members, &AssembleOptions::default())
         .unwrap_or_else(|e| panic!("assemble a new array {shape:?}: {e}"));
+    if shape.busy_bitmap {
+        volume.set_bitmap_idle(std::time::Duration::ZERO);
+    }
     (grid, volume)
 }
 
@@ -215,7 +227,8 @@ fn random_step(rng: &mut SimRng, model: &RegionModel) -> Step {
     }
 }
 
-/// One thread's workload on its region until `ops` steps are done or the power is cut.
+/// One thread's workload on its region until `ops` steps are done or the power is cut, with
+/// a seeded pause of up to `pause_max` before each step.
 pub fn drive(
     volume: &dyn Target,
     grid: &PowerGrid,
@@ -223,10 +236,15 @@ pub fn drive(
     rng: &mut SimRng,
     ops: usize,
     chunk_bytes: u64,
+    pause_max: std::time::Duration,
 ) {
     for _ in 0..ops {
         if grid.is_cut() {
             return;
+        }
+        if !pause_max.is_zero() {
+            let micros = rng.below(pause_max.as_micros() as u64 + 1);
+            std::thread::sleep(std::time::Duration::from_micros(micros));
         }
         let step = random_step(rng, model);
         let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
@@ -301,14 +319,18 @@ pub fn run_workload(
         .collect();
     let chunk = shape.chunk_bytes;
     let ops = shape.ops_per_thread;
+    let pause = match shape.busy_bitmap {
+        true => std::time::Duration::from_millis(3),
+        false => std::time::Duration::ZERO,
+    };
     if models.len() == 1 {
-        drive(volume, grid, &mut models[0], &mut rng, ops, chunk);
+        drive(volume, grid, &mut models[0], &mut rng, ops, chunk, pause);
         return models;
     }
     std::thread::scope(|scope| {
         for (t, model) in models.iter_mut().enumerate() {
             let mut rng = SimRng::new(sub_seed(seed, 3_000 + t as u64));
-            scope.spawn(move || drive(volume, grid, model, &mut rng, ops, chunk));
+            scope.spawn(move || drive(volume, grid, model, &mut rng, ops, chunk, pause));
         }
     });
     models

@@ -38,6 +38,7 @@ pub fn torn_shape(level: Level, count: usize) -> Shape {
         ops_per_thread: 0,
         initial_sync: false,
         checksum: false,
+        busy_bitmap: false,
     }
 }
 

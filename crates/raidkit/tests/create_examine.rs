@@ -126,6 +126,74 @@ fn level_aliases_and_defaults() {
     }
 }
 
+/// Members larger than the smallest: create says how much of each the array leaves unused
+/// (as mdadm warns), for the striped and mirrored levels; linear uses every member whole and
+/// equal members say nothing.
+#[test]
+fn create_names_the_space_a_larger_member_leaves_unused() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = paths(dir.path(), "m", 3);
+    for (m, mib) in members.iter().zip([64u64, 48, 64]) {
+        std::fs::File::create(m)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
+    }
+    let out = raidkit(
+        &["create", "-l", "5", "-c", "64K"]
+            .iter()
+            .copied()
+            .chain(strs(&members))
+            .collect::<Vec<_>>(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let notes: Vec<&str> = text.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(notes.len(), 2, "one note per larger member: {text}");
+    for (note, m) in notes.iter().zip([&members[0], &members[2]]) {
+        assert!(
+            note.starts_with(&format!(
+                "note: {}: 16.0 MiB of its 64.0 MiB unused",
+                m.display()
+            )),
+            "{note}"
+        );
+        assert!(
+            note.contains(&format!("smallest, {}", members[1].display())),
+            "{note}"
+        );
+        assert!(note.contains("raidkit grow --size max"), "{note}");
+    }
+
+    for (level, prefix) in [("linear", "l"), ("1", "e")] {
+        let members = paths(dir.path(), prefix, 2);
+        let sizes = if level == "linear" {
+            [64u64, 48]
+        } else {
+            [48, 48]
+        };
+        for (m, mib) in members.iter().zip(sizes) {
+            std::fs::File::create(m)
+                .unwrap()
+                .set_len(mib << 20)
+                .unwrap();
+        }
+        let out = raidkit(
+            &["create", "-l", level]
+                .iter()
+                .copied()
+                .chain(strs(&members))
+                .collect::<Vec<_>>(),
+        );
+        assert!(out.status.success(), "{level}: {}", stderr(&out));
+        assert!(
+            !stdout(&out).contains("note: "),
+            "{level}: {}",
+            stdout(&out)
+        );
+    }
+}
+
 fn assert_fails(args: &[&str], needles: &[&str]) {
     let out = raidkit(args);
     assert!(!out.status.success(), "{args:?} succeeded");

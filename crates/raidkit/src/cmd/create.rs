@@ -242,6 +242,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         first.chunk_bytes,
         first.array_size_bytes
     );
+    for line in unused_space(&args.members, &superblocks) {
+        println!("{line}");
+    }
     match &first.bitmap {
         Some(b) => println!(
             "write-intent bitmap: {} regions of {} bytes",
@@ -272,6 +275,37 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     initial_sync(members, create_opts.spares)
+}
+
+/// A note for each member of a striped or mirrored array that holds 1 % or more beyond what
+/// the array uses of it (every member holds as much as the smallest), as mdadm warns when the
+/// largest member exceeds the size. Linear arrays use every member whole.
+pub(crate) fn unused_space(names: &[String], superblocks: &[ondisk::Superblock]) -> Vec<String> {
+    let unused = |sb: &ondisk::Superblock| {
+        sb.member_bytes
+            .saturating_sub(sb.data_offset_bytes + sb.data_bytes)
+    };
+    let members: Vec<(&String, &ondisk::Superblock)> = names
+        .iter()
+        .zip(superblocks)
+        .filter(|(_, sb)| sb.level != Level::Linear)
+        .collect();
+    let Some((smallest, _)) = members.iter().min_by_key(|(_, sb)| sb.member_bytes) else {
+        return Vec::new();
+    };
+    members
+        .iter()
+        .filter(|(_, sb)| unused(sb) > 0 && unused(sb) * 100 >= sb.member_bytes)
+        .map(|(name, sb)| {
+            format!(
+                "note: {name}: {} of its {} unused (every member holds as much as the \
+                 smallest, {smallest}); once the smaller members are replaced by larger ones, \
+                 `raidkit grow --size max` puts it to use",
+                crate::units::human_bytes(unused(sb)),
+                crate::units::human_bytes(sb.member_bytes),
+            )
+        })
+        .collect()
 }
 
 /// Assembles the new array and runs its initial sync in the foreground, with a progress bar

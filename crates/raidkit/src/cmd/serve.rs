@@ -851,9 +851,14 @@ fn create(
         checksum: args.checksum,
         ..defaults
     };
-    crate::space::create_with(&args.members, &args.spare, args.preallocate, || {
-        ondisk::create(members, &opts).with_context(|| format!("creating {level} array \"{name}\""))
-    })?;
+    let superblocks =
+        crate::space::create_with(&args.members, &args.spare, args.preallocate, || {
+            ondisk::create(members, &opts)
+                .with_context(|| format!("creating {level} array \"{name}\""))
+        })?;
+    for line in super::create::unused_space(&args.members, &superblocks) {
+        eprintln!("raidkit: {line}");
+    }
     Ok(key)
 }
 

@@ -17,6 +17,9 @@
 #                                        runs in fuzz/out
 #   scripts/fuzz.sh seeds                rewrite the seed corpora (fuzz/corpus) from the encoders
 #   scripts/fuzz.sh repro TARGET FILE    run one input through a target outside the fuzzer
+#   scripts/fuzz.sh time TARGET DIR [ROUNDS]  run every input of DIR through a target outside
+#                                        the fuzzer (in one process, ROUNDS times): inputs a
+#                                        second and the slowest inputs
 #   scripts/fuzz.sh list                 the targets
 #
 # Needs cargo-afl (scripts/install-deps.sh installs it and builds AFL++). Build output goes to
@@ -169,6 +172,12 @@ case ${1:-} in
     [[ -x $BIN/$2 ]] || build
     "$BIN/$2" <"$3"
     ;;
+  time)
+    [[ $# -eq 3 || $# -eq 4 ]] || die "usage: scripts/fuzz.sh time TARGET DIR [ROUNDS]"
+    is_target "$2" || die "unknown target $2"
+    (cd fuzz && CARGO_TARGET_DIR=$BASE_TARGET_DIR/fuzz cargo build --release --bin time-inputs)
+    "$BASE_TARGET_DIR/fuzz/release/time-inputs" "$2" "$3" ${4:+"$4"}
+    ;;
   list) printf '%s\n' "${TARGETS[@]}" ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -23,6 +23,35 @@ pub use file::config;
 pub use member_client::{join as join_chunks, member_replies};
 pub use nbd_server::{nbd_handshake, nbd_requests};
 
+/// Waits until `fd` is ready for one of `events` (`libc::POLLIN`, `POLLOUT`) or `wait` passes
+/// (a signal does not end the wait); returns the events that came (`POLLERR` and `POLLHUP`
+/// among them), none when the time passed.
+pub(crate) fn poll(
+    fd: &impl std::os::fd::AsRawFd,
+    events: libc::c_short,
+    wait: std::time::Duration,
+) -> std::io::Result<libc::c_short> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let mut pollfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        // Rounded up, so a wait shorter than a millisecond still waits.
+        let ms = libc::c_int::try_from(left.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd, for the duration of the call.
+        if unsafe { libc::poll(&mut pollfd, 1, ms) } >= 0 {
+            return Ok(pollfd.revents);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// A fuzz target: takes any bytes.
 pub type Target = fn(&[u8]);
 

@@ -208,40 +208,61 @@ fn remove_dead_sockets(dir: &Path) {
 }
 
 /// One connection: `bytes` sent whole (then end of input) while every reply is read, until
-/// the server closes.
+/// the server closes. One thread does both, with the socket non-blocking: `poll` says which
+/// way it can move (a thread to write and one to read cost a thread per input).
 fn exchange(bytes: &[u8]) {
     let server = server();
     server.rw.lock().fill(0);
     let stream = UnixStream::connect(&server.path).expect("connect to the fuzz server");
     stream
-        .set_read_timeout(Some(CLOSE_DEADLINE))
-        .expect("read timeout");
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            // The server may close before reading everything (a protocol error): fine.
-            let _ = (&stream).write_all(bytes);
-            let _ = stream.shutdown(Shutdown::Write);
-        });
-        let mut sink = vec![0u8; 64 << 10];
-        loop {
+        .set_nonblocking(true)
+        .expect("make the client's socket non-blocking");
+    let mut unsent = bytes;
+    if unsent.is_empty() {
+        let _ = stream.shutdown(Shutdown::Write);
+    }
+    let mut writing = !unsent.is_empty();
+    let mut sink = vec![0u8; 64 << 10];
+    loop {
+        let events = libc::POLLIN | if writing { libc::POLLOUT } else { 0 };
+        let revents =
+            crate::poll(&stream, events, CLOSE_DEADLINE).expect("poll the client's socket");
+        if revents == 0 {
+            panic!(
+                "the server neither replied nor closed within {CLOSE_DEADLINE:?} of the client's end of input"
+            );
+        }
+        if writing && revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
+            match (&stream).write(unsent) {
+                Ok(n) => {
+                    unsent = &unsent[n..];
+                    if unsent.is_empty() {
+                        let _ = stream.shutdown(Shutdown::Write);
+                        writing = false;
+                    }
+                }
+                Err(e) if is_retry(&e) => {}
+                // The server may close before reading everything (a protocol error): fine.
+                Err(_) => writing = false,
+            }
+        }
+        if revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0 {
             match (&stream).read(&mut sink) {
                 Ok(0) => break,
                 Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    panic!(
-                        "the server neither replied nor closed within {CLOSE_DEADLINE:?} of the client's end of input"
-                    )
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_retry(&e) => {}
                 Err(_) => break,
             }
         }
-    });
+    }
+}
+
+/// A non-blocking call that did nothing and may be made again.
+fn is_retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 /// The client's bytes from the first one: client flags, options, and whatever follows.

@@ -1,6 +1,10 @@
 //! [`AlignedBuf`]: a zeroed heap buffer whose address is a multiple of its alignment (4096 or
 //! more), the kind of buffer `O_DIRECT` transfers need (`Vec<u8>` gives no such promise: glibc
 //! returns large blocks 16 bytes into a page).
+//!
+//! [`AlignedBuf::mapped`] takes its pages straight from the kernel (`mmap`) and gives them back
+//! when dropped (`munmap`), never through the allocator's arenas: for long-lived pooled buffers
+//! whose memory must be exactly what the pool accounts for (see its documentation).
 
 use std::alloc::{self, Layout};
 use std::ops::{Deref, DerefMut};
@@ -17,6 +21,9 @@ pub struct AlignedBuf {
     /// `None` for an empty buffer, which allocates nothing.
     layout: Option<Layout>,
     align: usize,
+    /// Mapped from the kernel ([`AlignedBuf::mapped`]): `munmap` of `len` rounded up to a page
+    /// when dropped, instead of the allocator's `dealloc`.
+    mapped: bool,
 }
 
 // SAFETY: `AlignedBuf` owns its allocation exclusively, like a `Vec<u8>`; `&AlignedBuf` only
@@ -37,6 +44,7 @@ impl AlignedBuf {
                 len,
                 layout: None,
                 align,
+                mapped: false,
             };
         }
         // The allocation is a whole number of alignment units.
@@ -52,7 +60,51 @@ impl AlignedBuf {
             len,
             layout: Some(layout),
             align,
+            mapped: false,
         }
+    }
+
+    /// `len` zero bytes on pages mapped from the kernel (aligned to [`DIRECT_ALIGN`]), unmapped
+    /// when dropped. Unlike [`AlignedBuf::zeroed`], whose blocks below glibc's mmap threshold
+    /// come from per-thread arenas that keep them resident after they are freed (a buffer freed
+    /// by one of 80 request threads stays in its arena for that arena's threads only), the
+    /// memory is resident only while the buffer lives. For large buffers kept for reuse: the
+    /// mapping costs a system call and a page fault per page when new. Panics if the kernel
+    /// refuses the mapping (out of memory), as a failed allocation does.
+    pub fn mapped(len: usize) -> AlignedBuf {
+        if len == 0 {
+            return AlignedBuf::zeroed(0, 0);
+        }
+        let size = len.next_multiple_of(DIRECT_ALIGN);
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            panic!(
+                "cannot map {size} bytes for a buffer: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        AlignedBuf {
+            ptr: NonNull::new(raw.cast::<u8>()).expect("mmap returned a null mapping"),
+            len,
+            layout: None,
+            align: DIRECT_ALIGN,
+            mapped: true,
+        }
+    }
+
+    /// Whether the buffer's pages are mapped from the kernel ([`AlignedBuf::mapped`]).
+    pub fn is_mapped(&self) -> bool {
+        self.mapped
     }
 
     /// The alignment of the buffer's address (an empty buffer has no address to speak of).
@@ -87,6 +139,13 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if self.mapped {
+            let size = self.len.next_multiple_of(DIRECT_ALIGN);
+            // SAFETY: `ptr..ptr + size` is exactly the mapping `mapped` made, owned by `self`.
+            let done = unsafe { libc::munmap(self.ptr.as_ptr().cast(), size) };
+            debug_assert_eq!(done, 0, "munmap of a buffer's own mapping failed");
+            return;
+        }
         if let Some(layout) = self.layout {
             // SAFETY: `ptr` was allocated by `alloc_zeroed` with exactly `layout`.
             unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
@@ -118,5 +177,17 @@ mod tests {
             assert!(b.iter().all(|&x| x == 7));
         }
         assert_eq!(AlignedBuf::zeroed(10, 65536).as_ptr() as usize % 65536, 0);
+    }
+
+    #[test]
+    fn mapped_buffers_are_aligned_and_zeroed() {
+        for len in [0, 1, 4096, 65537, 1 << 20] {
+            let mut b = AlignedBuf::mapped(len);
+            assert_eq!((b.len(), b.is_mapped()), (len, len > 0));
+            assert!(len == 0 || (b.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN));
+            assert!(b.iter().all(|&x| x == 0));
+            b.fill(7);
+            assert!(b.iter().all(|&x| x == 7));
+        }
     }
 }

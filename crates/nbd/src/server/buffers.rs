@@ -15,6 +15,17 @@
 //! Bounds: idle buffers hold at most `idle_max_bytes` (a buffer given back beyond that is
 //! freed); buffers in use are bounded by the server's buffer budget, which is charged the
 //! class size ([`BufferPool::charged_bytes`]), not the requested length.
+//!
+//! Pooled buffers are mapped from the kernel ([`AlignedBuf::mapped`]), not taken from the
+//! allocator, so a freed one really leaves the process. And the idle bound is not held by the
+//! wrong size: a buffer given back when the idle buffers fill the bound first frees idle
+//! buffers of other classes (largest first), since the load has moved to this class. Both
+//! together were issue 17's ~400 MiB beyond every bound with 4 connections: after a 1 MiB
+//! sequential write, 64 idle 1 MiB buffers filled the 64 MiB idle bound for ever, so every one
+//! of nbdcopy's 512 KiB reads allocated a buffer and freed it after the reply; those came from
+//! glibc's 16 per-thread arenas (512 KiB is under the 1 MiB mmap threshold `raidkit serve`
+//! sets), each of which kept the most its threads ever held, 16-40 MiB each: 616 MiB resident
+//! for 180 MiB of live heap (docs/PERFORMANCE.md).
 
 use member::AlignedBuf;
 use std::ops::{Deref, DerefMut};
@@ -108,7 +119,7 @@ impl BufferPool {
                     .fetch_sub(bytes.len() as u64, Ordering::Relaxed);
                 bytes
             }
-            None => AlignedBuf::zeroed(POOLED_MIN_BYTES << k, 0),
+            None => AlignedBuf::mapped(POOLED_MIN_BYTES << k),
         };
         assert!(bytes.len() >= len);
         Buffer { bytes, len }
@@ -123,16 +134,42 @@ impl BufferPool {
         if bytes.len() != POOLED_MIN_BYTES << k || k >= self.classes.len() {
             return; // not one of ours
         }
-        let size = bytes.len() as u64;
-        let before = self.idle_bytes.fetch_add(size, Ordering::Relaxed);
-        if before + size > self.idle_max_bytes {
-            self.idle_bytes.fetch_sub(size, Ordering::Relaxed);
-            return;
+        if !self.make_room(k, bytes.len() as u64) {
+            return; // the idle bound is full of this class: freed
         }
         self.classes[k]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(bytes);
+    }
+
+    /// Counts `size` more idle bytes for a buffer of class `k` if the bound allows, freeing idle
+    /// buffers of other classes (largest first) until it does. `false`: class `k`'s own idle
+    /// buffers fill the bound, nothing counted.
+    fn make_room(&self, k: usize, size: u64) -> bool {
+        loop {
+            let before = self.idle_bytes.fetch_add(size, Ordering::Relaxed);
+            if before + size <= self.idle_max_bytes {
+                return true;
+            }
+            self.idle_bytes.fetch_sub(size, Ordering::Relaxed);
+            let other = (0..self.classes.len())
+                .rev()
+                .filter(|&j| j != k)
+                .find_map(|j| {
+                    self.classes[j]
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .pop()
+                });
+            match other {
+                Some(other) => {
+                    self.idle_bytes
+                        .fetch_sub(other.len() as u64, Ordering::Relaxed);
+                }
+                None => return false,
+            }
+        }
     }
 
     /// Bytes held by idle buffers now.
@@ -186,12 +223,27 @@ mod tests {
         let c = pool.take(1 << 20);
         let d = pool.take(2 << 20);
         let e = pool.take(1 << 20);
+        assert!(
+            d.bytes.is_mapped(),
+            "pooled buffers come from the kernel, not an arena"
+        );
         pool.give(b);
         pool.give(c);
-        pool.give(d); // 1 + 1 + 2 > 3 MiB: freed
-        assert_eq!(pool.idle_bytes(), 2 << 20);
-        pool.give(e);
+        pool.give(e); // 1 + 1 + 1 MiB: the bound
         assert_eq!(pool.idle_bytes(), 3 << 20);
+        let f = pool.take(1 << 20);
+        pool.give(f); // its own class fills the bound: freed
+        assert_eq!(pool.idle_bytes(), 3 << 20);
+        // 1 + 1 + 1 + 2 > 3 MiB: a 1 MiB buffer of the other class makes room.
+        pool.give(d);
+        assert_eq!(pool.idle_bytes(), 3 << 20);
+        assert_eq!(
+            pool.classes[class_index(1 << 20).unwrap()]
+                .lock()
+                .unwrap()
+                .len(),
+            1
+        );
         // Small buffers are never pooled.
         let small = pool.take(4096);
         assert_eq!(small.len(), 4096);
@@ -200,6 +252,35 @@ mod tests {
         // The largest request fits a class.
         let top = pool.take(32 << 20);
         assert_eq!(top.len(), 32 << 20);
+    }
+
+    /// Issue 17: idle buffers of one size must not keep another size from being reused. After
+    /// 1 MiB writes filled the idle bound, every 512 KiB read allocated and freed a buffer
+    /// (and glibc's arenas kept what they freed: 600 MiB resident with 4 connections).
+    #[test]
+    fn idle_buffers_of_another_size_give_way_to_the_size_in_use() {
+        let pool = BufferPool::new(32 << 20, 4 << 20);
+        let writes: Vec<Buffer> = (0..4).map(|_| pool.take(1 << 20)).collect();
+        writes.into_iter().for_each(|b| pool.give(b));
+        assert_eq!(pool.idle_bytes(), 4 << 20);
+        // Rounds of 8 reads of 512 KiB in flight: the first round's buffers are kept and the
+        // later rounds reuse exactly them.
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..4 {
+            let reads: Vec<Buffer> = (0..8).map(|_| pool.take(512 << 10)).collect();
+            let addrs: std::collections::HashSet<usize> =
+                reads.iter().map(|b| b.as_ptr() as usize).collect();
+            if round > 0 {
+                assert_eq!(addrs, seen, "round {round}: reads got buffers not reused");
+            }
+            seen = addrs;
+            reads.into_iter().for_each(|b| pool.give(b));
+            assert_eq!(pool.idle_bytes(), 4 << 20);
+        }
+        assert!(pool.classes[class_index(1 << 20).unwrap()]
+            .lock()
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -70,10 +70,9 @@ pub fn rewrite_superblocks(
             continue;
         };
         change(&mut sb);
+        // Each flushed before the next is written: a power cut tears at most one.
         m.write_at(&sb.encode()[..], SUPERBLOCK_OFFSET)
             .map_err(failed(m, "write the superblock"))?;
-    }
-    for m in members {
         m.flush().map_err(failed(m, "flush"))?;
     }
     Ok(())

@@ -9,6 +9,8 @@
 //! - [`metadata`]: where the metadata areas go between the superblock and the data.
 //! - [`create`] with [`CreateOptions`]: checks members, zeroes them and writes superblocks.
 //! - [`freshest_superblock`], [`set_journal_ref`]: the journal reference of a stopped array.
+//! - [`read_for_assembly`]: every member's superblock for assembly, a torn one rebuilt from its
+//!   first sector and its peers.
 //! - [`plan`]: the assembly decision (roles, freshness, refusals) from superblocks, as a pure
 //!   function; [`check_owner`] / [`refuse_if_served`]: the owner records judged ([`owner`]).
 //!
@@ -42,6 +44,7 @@ mod plan;
 pub mod reshape_record;
 mod served;
 mod superblock;
+mod torn;
 pub mod usedmap;
 
 pub use badblocks::{BadBlockList, BadBlocksRef, BadRange, BAD_BLOCKS_AREA_BYTES, BAD_BLOCKS_MAX};
@@ -75,4 +78,5 @@ pub use superblock::{
     FEATURE_INCOMPAT_ENCRYPTED, FEATURE_INCOMPAT_KNOWN, FEATURE_INCOMPAT_USED_MAP, FORMAT_VERSION,
     MAGIC, MAX_MEMBERS, NAME_BYTES_MAX, SUPERBLOCK_BYTES, SUPERBLOCK_OFFSET, UNUSED_ROLE,
 };
+pub use torn::{read_for_assembly, ReadForAssembly};
 pub use uuid::Uuid;

@@ -1415,6 +1415,64 @@ pub fn read_superblock(member: &dyn Member) -> Result<Superblock, ReadSuperblock
     Ok(sb)
 }
 
+/// The bytes of a superblock's first sector that are the member's own (its uuid, role, sizes,
+/// events, state, recovery and replace offsets): what a torn superblock's first sector
+/// contributes to [`splice_torn`].
+const OWN_FIRST_SECTOR: [std::ops::Range<usize>; 6] = [
+    OFF_MEMBER_UUID..OFF_NAME,
+    OFF_ROLE..OFF_DATA_OFFSET,
+    OFF_DATA_BYTES..OFF_ARRAY_SIZE,
+    OFF_MEMBER_BYTES..OFF_CTIME,
+    OFF_EVENTS..OFF_BITMAP_OFFSET,
+    OFF_REPLACE..OFF_ROLE_TABLE,
+];
+/// First-sector bytes that change from one generation of the array's superblocks to the next
+/// (compatible features, times, journal reference, resync offset, the first role-table
+/// entries): taken from the peer.
+const GENERATION_FIRST_SECTOR: [std::ops::Range<usize>; 4] = [
+    OFF_FEATURE_COMPAT..OFF_FEATURE_INCOMPAT,
+    OFF_CTIME..OFF_EVENTS,
+    OFF_JOURNAL_UUID..OFF_REPLACE,
+    OFF_ROLE_TABLE..FIRST_SECTOR_BYTES,
+];
+/// A disk writes a 512-byte sector whole or not at all (md and every filesystem rely on it).
+const FIRST_SECTOR_BYTES: usize = 512;
+
+/// A torn superblock (`raw`: its checksum fails) rebuilt from its first sector and `peer`, the
+/// freshest valid superblock of the array its first sector names. A power cut during a rewrite
+/// tears the 4 KiB at 512-byte sectors, so the first sector is one whole version of this
+/// member's superblock, the one before or the one after the rewrite: its own fields there
+/// (member uuid, role, data and member sizes, events, state, recovery and replace offsets) are
+/// what the member held just before or just after its write, and both are states the assembly
+/// rules already judge. Everything else (the role table, owner, key area, area references) is
+/// the peer's. `None` when the first sector does not match the peer in everything array-wide
+/// (magic, version, incompatible features, array uuid, name, level, layout, chunk, member count,
+/// data offset, array size, bitmap reference): then it is not provably this array's member as
+/// the peers describe it. The result never claims more events than the peer (`min`), so it is
+/// never the one superblock that decides the array, and it is dirty when either says dirty.
+pub(crate) fn splice_torn(raw: &[u8; SUPERBLOCK_BYTES], peer: &Superblock) -> Option<Superblock> {
+    let mut bytes = peer.encode();
+    let own = |i: &usize| OWN_FIRST_SECTOR.iter().any(|r| r.contains(i));
+    let generation = |i: &usize| GENERATION_FIRST_SECTOR.iter().any(|r| r.contains(i));
+    let array_wide_equal = (0..FIRST_SECTOR_BYTES)
+        .filter(|i| !own(i) && !generation(i))
+        .all(|i| raw[i] == bytes[i]);
+    if !array_wide_equal {
+        return None;
+    }
+    for range in OWN_FIRST_SECTOR {
+        bytes[range.clone()].copy_from_slice(&raw[range]);
+    }
+    let crc = checksum(&bytes);
+    bytes[OFF_CHECKSUM..].copy_from_slice(&crc.to_le_bytes());
+    let mut sb = Superblock::decode(&bytes).ok()?;
+    sb.events = sb.events.min(peer.events);
+    if peer.state == ArrayState::Dirty {
+        sb.state = ArrayState::Dirty;
+    }
+    Some(sb)
+}
+
 /// Seconds since the Unix epoch (0 if the clock is before it).
 pub fn now_secs() -> u64 {
     std::time::SystemTime::now()

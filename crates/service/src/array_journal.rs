@@ -320,12 +320,7 @@ fn would_start_without_journal(
         assemble.journal_replay.is_none(),
         "judged without the journal"
     );
-    let mut found = Vec::with_capacity(members.len());
-    for m in members {
-        let sb = ondisk::read_superblock(m.as_ref())
-            .with_context(|| format!("member {}: cannot read the superblock", m.name()))?;
-        found.push((m.name().to_string(), sb));
-    }
+    let found = ondisk::read_for_assembly(members)?.found;
     let decided_by = assemble.plan_options();
     ondisk::check_owner(&found, &decided_by)?;
     ondisk::plan(&found, &decided_by).context("the array would not start without it")?;

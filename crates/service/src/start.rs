@@ -55,7 +55,8 @@ pub fn assemble(
              on them"
         );
     }
-    let first = ondisk::read_superblock(members[0].as_ref()).ok();
+    // The first valid one: a member's superblock may be torn (assembly rebuilds it).
+    let first = (members.iter()).find_map(|m| ondisk::read_superblock(m.as_ref()).ok());
     let was_dirty = first
         .as_ref()
         .is_some_and(|sb| sb.state == ArrayState::Dirty);

@@ -2,7 +2,8 @@
 //! clean mark of `close`, each an events bump written and flushed member by member.
 //!
 //! A fixed script runs on a tiny array: write and flush (marks dirty), close (marks clean),
-//! write and FUA, close, write (marks dirty again), flush, write. [`script_ops_count`] counts
+//! write and FUA, close, write (marks dirty again), flush, write, and on the redundant levels
+//! close and a state change (a member failed: the role table rewritten). [`script_ops_count`] counts
 //! its mutating member operations; [`torn_case`] cuts the power just before any one of them
 //! (policy [`CutPolicy::Anywhere`]: superblock writes torn at sectors, some members rewritten
 //! and others not), reassembles, and reports what assembly did. When it assembles, the data
@@ -22,8 +23,13 @@ use crate::rig::{build, freshest_state, read_all, Shape, DATA_OFFSET_BYTES};
 /// What assembly made of the crashed images.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TornOutcome {
-    /// Assembled (state of the freshest superblock); data and redundancy checked.
-    Assembled { state: ArrayState, degraded: bool },
+    /// Assembled (state of the freshest superblock); data and redundancy checked. `torn`: a
+    /// torn superblock was rebuilt (the assembly's warnings say so).
+    Assembled {
+        state: ArrayState,
+        degraded: bool,
+        torn: bool,
+    },
     /// Refused with this message.
     Refused(String),
 }
@@ -83,6 +89,16 @@ fn script(volume: &Volume, grid: &PowerGrid) -> RegionModel {
             }
         }
     }
+    if volume.level().has_redundancy() && !grid.is_cut() {
+        // A state change on the closed (clean) array: member sim0 failed, the role table
+        // rewritten (events + 1) on the others, one member at a time. (On a dirty array the
+        // failure would leave RAID 5/6 dirty and degraded, which assembly refuses by design.)
+        volume.close().expect("script close");
+        if !grid.is_cut() {
+            model.flushed();
+            volume.fail("sim0").expect("script fail");
+        }
+    }
     model
 }
 
@@ -125,6 +141,7 @@ fn verify(
     let owned: Vec<Arc<dyn Member>> = readable.into_iter().cloned().collect();
     let state = freshest_state(&owned);
     let degraded = !volume.missing_roles().is_empty();
+    let torn = (volume.warnings().iter()).any(|w| w.contains("torn by a power cut"));
     crate::recover::wait_recovered(volume, context);
     let image = read_all(volume);
     if let Err(e) = model.check_after_crash(&image) {
@@ -134,5 +151,9 @@ fn verify(
         let report = volume.check().expect("check");
         assert_eq!(report.mismatch_count, 0, "{context}: mismatches {report:?}");
     }
-    TornOutcome::Assembled { state, degraded }
+    TornOutcome::Assembled {
+        state,
+        degraded,
+        torn,
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use engine::{Array, ArrayConfig};
 use member::Member;
 use ondisk::owner::LEASE_SECS;
-use ondisk::{check_owner, plan, read_superblock, AssembleError, ReadSuperblockError};
+use ondisk::{check_owner, plan, read_for_assembly, AssembleError, ReadForAssembly};
 use ondisk::{now_secs, ArrayState, AssemblyPlan, DirtyDegradedStart, RoleState, Superblock};
 
 use crate::badblocks::BadBlocks;
@@ -26,22 +26,13 @@ pub fn assemble(
     if let Some((name, other)) = ondisk::find_duplicate(&all) {
         return Err(AssembleError::DuplicateMember { name, other });
     }
-    let mut found = Vec::with_capacity(members.len());
-    for m in &members {
-        let name = m.name().to_string();
-        match read_superblock(m.as_ref()) {
-            Ok(sb) => found.push((name, sb)),
-            Err(ReadSuperblockError::Io(source)) => {
-                return Err(AssembleError::Read { name, source })
-            }
-            Err(ReadSuperblockError::Invalid(source)) => {
-                return Err(AssembleError::BadSuperblock { name, source })
-            }
-        }
-    }
+    // A superblock torn by a power cut is rebuilt from its first sector and its peers
+    // (`read_for_assembly`); its note joins the warnings.
+    let ReadForAssembly { found, notes } = read_for_assembly(&members)?;
     let decided_by = opts.plan_options();
     check_owner(&found, &decided_by)?;
-    let decided = plan(&found, &decided_by)?;
+    let mut decided = plan(&found, &decided_by)?;
+    decided.warnings.splice(0..0, notes);
     // Members that were absent (recorded missing, not faulty) are re-added if the bitmap
     // bounds what they missed; a faulty one waits for the operator's `add`.
     let stale: Vec<Arc<dyn Member>> = decided

@@ -89,9 +89,11 @@ impl VolumeCore {
                 continue;
             }
             held.sb.set_owner(owner.clone());
+            // Flushed before the next member's is written: a power cut tears at most one.
             let _ = held
                 .whole
-                .write_at(&held.sb.encode()[..], SUPERBLOCK_OFFSET);
+                .write_at(&held.sb.encode()[..], SUPERBLOCK_OFFSET)
+                .and_then(|()| held.whole.flush());
         }
     }
 

@@ -1035,34 +1035,21 @@ impl VolumeCore {
             held.sb.sync_replace_feature();
             held.sb.set_owner(owner.clone());
         }
-        // Every member's superblock is written and flushed in parallel (a flush is
-        // milliseconds on real disks), then failures are judged.
-        let results: Vec<(Option<usize>, String, io::Result<()>)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = targets
-                .iter()
-                .map(|(role, held)| {
-                    let (whole, bytes) = (&held.whole, held.sb.encode());
-                    // Under the request's deadline: a member stalled here must not hold the
-                    // request (and the metadata mutex) for a timeout of its own.
-                    let handle = scope.spawn(member::carry_deadline(move || {
-                        whole
-                            .write_at(&bytes[..], SUPERBLOCK_OFFSET)
-                            .and_then(|()| whole.flush())
-                    }));
-                    (*role, whole.name().to_string(), handle)
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|(role, name, h)| {
-                    (
-                        role,
-                        name,
-                        h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                    )
-                })
-                .collect()
-        });
+        // One member at a time, each written and flushed before the next is written: a power
+        // cut tears at most one superblock, which assembly rebuilds from its first sector and
+        // its peers (`ondisk::read_for_assembly`); written in parallel, a cut could tear them
+        // all. Then failures are judged.
+        let results: Vec<(Option<usize>, String, io::Result<()>)> = targets
+            .iter()
+            .map(|(role, held)| {
+                // On this thread, so under the request's deadline: a member stalled here
+                // must not hold the request (and the metadata mutex) for a timeout of its own.
+                let whole = &held.whole;
+                let written = (whole.write_at(&held.sb.encode()[..], SUPERBLOCK_OFFSET))
+                    .and_then(|()| whole.flush());
+                (*role, whole.name().to_string(), written)
+            })
+            .collect();
         for (role, name, result) in results {
             let Err(source) = result else { continue };
             // A lack of space is not the member's fault: the request fails instead. The

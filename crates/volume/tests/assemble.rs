@@ -81,12 +81,40 @@ fn refuses_bad_checksum() {
     let dir = tempfile::tempdir().unwrap();
     let a = new_array(dir.path(), "crc", "raid1", 3);
     let m = member::open(name(&a[1]), &OpenOptions::default()).unwrap();
-    // Flip the bits of a byte inside the role table (a fixed value would match what is
-    // there one time in 256: that byte can be part of a random uuid).
+    // Flip the bits of the chunk size's low byte in the first sector: the superblock fails its
+    // checksum and its first sector disagrees with its peers array-wide, so nothing proves
+    // what it is (a torn superblock's first sector is one whole version of it).
     let mut byte = [0u8];
-    m.read_at(&mut byte, 4096 + 300).unwrap();
-    m.write_at(&[byte[0] ^ 0xff], 4096 + 300).unwrap();
+    m.read_at(&mut byte, 4096 + 106).unwrap();
+    m.write_at(&[byte[0] ^ 0xff], 4096 + 106).unwrap();
     assert_refused(&a, &[name(&a[1]), "checksum mismatch"]);
+}
+
+/// A superblock failing its checksum whose first sector agrees with its peers (here a byte of
+/// the role table past it changed, as a torn rewrite leaves it) is rebuilt: the array
+/// assembles whole, a warning names the member, and the next superblock write (the dirty
+/// mark) writes it whole again. Before, assembly refused the array ("checksum mismatch").
+#[test]
+fn a_superblock_failing_its_checksum_is_rebuilt_from_its_first_sector() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = new_array(dir.path(), "crc", "raid1", 3);
+    let m = member::open(name(&a[1]), &OpenOptions::default()).unwrap();
+    let mut byte = [0u8];
+    m.read_at(&mut byte, 4096 + 1000).unwrap();
+    m.write_at(&[byte[0] ^ 0xff], 4096 + 1000).unwrap();
+    drop(m);
+    let volume = try_assemble(&a, false).expect("assembles");
+    let warned = volume.warnings().iter().any(|w| {
+        w.contains(name(&a[1])) && w.contains("checksum mismatch") && w.contains("role 1")
+    });
+    assert!(warned, "{:?}", volume.warnings());
+    assert!(volume.missing_roles().is_empty());
+    volume.write(0, &[7u8; 4096]).unwrap();
+    volume.close().unwrap();
+    drop(volume);
+    let sb = read_sb(&a[1]);
+    assert_eq!(sb.role, ondisk::Role::Active(1));
+    assert_eq!(sb.events, read_sb(&a[0]).events);
 }
 
 #[test]

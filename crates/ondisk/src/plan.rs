@@ -180,6 +180,20 @@ impl fmt::Display for AssembleError {
                 crate::SUPERBLOCK_OFFSET,
                 crate::SUPERBLOCK_OFFSET + crate::SUPERBLOCK_BYTES as u64
             ),
+            BadSuperblock {
+                name,
+                source:
+                    source @ SuperblockError::Field {
+                        field: "member_bytes",
+                        ..
+                    },
+            } => write!(
+                f,
+                "member {name}: {source}: it is smaller than when it joined the array \
+                 (truncated, or another device under that name), so part of its data is not \
+                 there; give it back at its full size, or start the array without {name} if \
+                 the other members suffice and add a replacement (raidkit add)"
+            ),
             BadSuperblock { name, source } => write!(f, "member {name}: {source}"),
             ForeignArray {
                 name,

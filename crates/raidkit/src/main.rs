@@ -107,11 +107,69 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("raidkit: error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+            for line in error_lines(&e) {
+                eprintln!("{line}");
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `e` and its causes, one line each; a cause whose text the line before already holds (an
+/// error that both says its source and returns it from `source()`) is not said twice.
+fn error_lines(e: &anyhow::Error) -> Vec<String> {
+    let mut lines = vec![format!("raidkit: error: {e}")];
+    let mut said = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !said.contains(&text) {
+            lines.push(format!("  caused by: {text}"));
+        }
+        said = text;
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Says(&'static str, Option<std::io::Error>);
+
+    impl std::fmt::Display for Says {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Says {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_ref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_said_is_not_repeated() {
+        let io = || std::io::Error::other("disk on fire");
+        let e = anyhow::Error::new(Says("member m2: disk on fire", Some(io())))
+            .context("assembling the array");
+        assert_eq!(
+            error_lines(&e),
+            [
+                "raidkit: error: assembling the array",
+                "  caused by: member m2: disk on fire"
+            ]
+        );
+        let e = anyhow::Error::new(Says("member m2: cannot read", Some(io())))
+            .context("assembling the array");
+        assert_eq!(
+            error_lines(&e),
+            [
+                "raidkit: error: assembling the array",
+                "  caused by: member m2: cannot read",
+                "  caused by: disk on fire"
+            ]
+        );
     }
 }

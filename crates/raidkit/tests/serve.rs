@@ -252,3 +252,47 @@ fn a_serve_that_fails_to_start_leaves_the_array_clean_and_unowned() {
         assert!(sb["owner"].is_null(), "{sb}");
     }
 }
+
+/// A member shorter than its superblock says (truncated behind the array's back) is refused
+/// with what to do, the reason said once; without it the array serves degraded.
+#[test]
+fn a_truncated_member_is_refused_with_the_remedy_and_the_rest_serves_degraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = member_paths(dir.path(), 3);
+    let mut create = vec!["create", "--level", "5", "--size", "16M"];
+    create.extend(members.iter().map(String::as_str));
+    assert_success(&raidkit().args(&create).output().unwrap());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&members[1])
+        .unwrap()
+        .set_len(12 << 20)
+        .unwrap();
+    let socket = dir.path().join("s.sock");
+    let socket = socket.to_str().unwrap();
+    let mut serve = vec!["serve", "--unix", socket];
+    serve.extend(members.iter().map(String::as_str));
+    let (ok, text) = common::run_raidkit(&serve);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "member {}: superblock field member_bytes",
+            members[1]
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("smaller than when it joined the array")
+            && text.contains(&format!("start the array without {}", members[1])),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("the superblock describes").count(),
+        1,
+        "the reason said once: {text}"
+    );
+
+    let server = start(&["--unix", socket, &members[0], &members[2]]);
+    assert!(server.line.contains("raid5, 3 members"), "{}", server.line);
+    assert_eq!(server.stop().code(), Some(0));
+}

@@ -156,6 +156,14 @@ pub enum IoError {
     ArrayFailed { level: Level, missing: Vec<usize> },
     /// The write-ahead log (journal) could not record a write; nothing was written in place.
     Journal { source: Arc<std::io::Error> },
+    /// An online reshape's mover failed while moving the window `[start, end)` (array bytes):
+    /// what the members hold there may be half moved, so requests touching it fail until the
+    /// array is started again, which resumes the reshape from what is recorded.
+    ReshapeWindow {
+        start: u64,
+        end: u64,
+        reason: String,
+    },
 }
 
 impl fmt::Display for IoError {
@@ -177,6 +185,12 @@ impl fmt::Display for IoError {
                 "array failed: {level} cannot serve data with members {missing:?} missing"
             ),
             IoError::Journal { source } => write!(f, "the write was not logged: {source}"),
+            IoError::ReshapeWindow { start, end, reason } => write!(
+                f,
+                "array bytes {start}..{end} are being moved by the reshape, which failed there \
+                 ({reason}): requests there fail until the array is started again (the \
+                 reshape then resumes from its recorded position)"
+            ),
         }
     }
 }
@@ -187,6 +201,7 @@ impl std::error::Error for IoError {
             IoError::Member { source, .. } => Some(source.as_ref()),
             IoError::ArrayFailed { .. } => None,
             IoError::Journal { source } => Some(source.as_ref()),
+            IoError::ReshapeWindow { .. } => None,
         }
     }
 }

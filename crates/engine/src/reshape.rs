@@ -18,11 +18,17 @@
 //! - [`BackupArea`]: the backup of one window, spread over every member's backup area with
 //!   `parity + 1` copies of each chunk (so it survives what the level survives), each member's
 //!   part with a header and a crc32c (docs/FORMAT.md "Reshape").
-//! - [`resume`] and [`run`]: the executor.
+//! - [`resume`] and [`run`]: the executor (offline: nothing else uses the arrays).
+//! - [`OnlineReshape`]: the array served from both geometries while the mover goes on window
+//!   by window (client requests below the position in the new layout, from the window's end
+//!   in the old, waiting while they touch the window being moved).
 
 use crate::{Array, IoError};
+
+mod online;
 use layout::{Geometry, Level};
 use member::Member;
+pub use online::OnlineReshape;
 use std::io;
 use std::sync::Arc;
 
@@ -252,13 +258,7 @@ pub fn run(
             target.record(p)?;
             p_rec = p;
         }
-        buf.resize(window.len() as usize, 0);
-        target.read_old(window.start, &mut buf)?;
-        if window.via_backup {
-            assert_eq!(p_rec, window.start);
-            target.write_backup(window.start, &buf)?;
-        }
-        target.write_new(window.start, &buf)?;
+        copy_window(target, &window, p_rec, &mut buf)?;
         p = window.end;
         (options.progress)(p)?;
     }
@@ -267,6 +267,27 @@ pub fn run(
         target.record(p)?;
     }
     Ok(())
+}
+
+/// One window's copy (no flush, no record): its bytes read from the old layout, written to
+/// the backup area first when the window goes through it (then `p_rec` must be its start), and
+/// written in the new layout. `buf` is the caller's buffer, resized to the window.
+pub fn copy_window(
+    target: &dyn ReshapeTarget,
+    window: &Window,
+    p_rec: u64,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
+    buf.resize(window.len() as usize, 0);
+    target.read_old(window.start, buf)?;
+    if window.via_backup {
+        assert_eq!(
+            p_rec, window.start,
+            "a backup window starts at the recorded position"
+        );
+        target.write_backup(window.start, buf)?;
+    }
+    target.write_new(window.start, buf)
 }
 
 /// The backup of one window, in every member's backup area: header block, then `copies`

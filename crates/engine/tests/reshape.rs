@@ -294,7 +294,7 @@ fn every_stop(rng: &mut Rng, level: Level, n: usize, m: usize, missing: Option<u
 
 #[test]
 fn regions_the_used_map_calls_empty_move_as_zeroes() {
-    each_seed("regions_the_used_map_calls_empty_move_as_zeroes", |rng| {
+    common::each_seed("regions_the_used_map_calls_empty_move_as_zeroes", |rng| {
         for (level, n, m) in [(Level::Raid5, 3, 4), (Level::Raid6, 4, 6)] {
             let mut rig = Rig::new(level, n, m, 24, CHUNK * 4);
             let pattern = rig.fill(rng);
@@ -318,15 +318,9 @@ fn regions_the_used_map_calls_empty_move_as_zeroes() {
     });
 }
 
-fn each_seed(name: &str, body: impl Fn(&mut Rng)) {
-    for seed in common::seeds() {
-        common::with_seed(name, seed, |rng| body(rng));
-    }
-}
-
 #[test]
 fn raid0_a_stop_after_any_member_write_loses_nothing() {
-    each_seed("raid0_a_stop_after_any_member_write_loses_nothing", |rng| {
+    common::each_seed("raid0_a_stop_after_any_member_write_loses_nothing", |rng| {
         every_stop(rng, Level::Raid0, 2, 3, None);
         every_stop(rng, Level::Raid0, 3, 5, None);
     });
@@ -334,7 +328,7 @@ fn raid0_a_stop_after_any_member_write_loses_nothing() {
 
 #[test]
 fn raid5_a_stop_after_any_member_write_loses_nothing() {
-    each_seed("raid5_a_stop_after_any_member_write_loses_nothing", |rng| {
+    common::each_seed("raid5_a_stop_after_any_member_write_loses_nothing", |rng| {
         every_stop(rng, Level::Raid5, 3, 4, None);
         every_stop(rng, Level::Raid5, 4, 6, None);
     });
@@ -342,7 +336,7 @@ fn raid5_a_stop_after_any_member_write_loses_nothing() {
 
 #[test]
 fn raid6_a_stop_after_any_member_write_loses_nothing() {
-    each_seed("raid6_a_stop_after_any_member_write_loses_nothing", |rng| {
+    common::each_seed("raid6_a_stop_after_any_member_write_loses_nothing", |rng| {
         every_stop(rng, Level::Raid6, 4, 5, None);
         every_stop(rng, Level::Raid6, 5, 7, None);
     });
@@ -350,7 +344,7 @@ fn raid6_a_stop_after_any_member_write_loses_nothing() {
 
 #[test]
 fn degraded_raid5_and_raid6_a_stop_after_any_member_write_loses_nothing() {
-    each_seed(
+    common::each_seed(
         "degraded_raid5_and_raid6_a_stop_after_any_member_write_loses_nothing",
         |rng| {
             let r5 = rng.below(4) as usize;

@@ -35,6 +35,13 @@ pub fn with_seed(test_name: &str, seed: u64, body: impl FnOnce(&mut Rng)) {
     }
 }
 
+/// `body` for every seed ([`seeds`]), the seed printed on failure ([`with_seed`]).
+pub fn each_seed(test_name: &str, body: impl Fn(&mut Rng)) {
+    for seed in seeds() {
+        with_seed(test_name, seed, |rng| body(rng));
+    }
+}
+
 /// For every seed ([`seeds`]) and every `(level, members)` case: `body`, the seed printed on
 /// failure ([`with_seed`]).
 pub fn each_case(

@@ -10,34 +10,14 @@
 
 mod common;
 
-use common::Rng;
+use common::{Rng, Trip};
 use engine::reshape::{self, ArrayTarget, BackupArea, ReshapePlan, RunOptions};
 use engine::{Array, ArrayConfig, Geometry, Level};
 use member::{Hooked, MemMember, Member};
 use std::io;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 const CHUNK: u64 = 4096;
-
-/// Member writes allowed before the stop; `i64::MAX` for no stop.
-struct Trip(AtomicI64);
-
-impl Trip {
-    fn new(writes: i64) -> Arc<Trip> {
-        Arc::new(Trip(AtomicI64::new(writes)))
-    }
-    fn allow(&self) -> io::Result<()> {
-        if self.0.fetch_sub(1, Ordering::SeqCst) <= 0 {
-            self.0.store(0, Ordering::SeqCst);
-            return Err(io::Error::other("stopped (model crash)"));
-        }
-        Ok(())
-    }
-    fn used(&self, from: i64) -> i64 {
-        from - self.0.load(Ordering::SeqCst)
-    }
-}
 
 /// What survives a stop: each role's data area and backup area, and the position each role's
 /// superblock records.
@@ -228,24 +208,13 @@ impl Rig {
 
     /// Copies of the members' state, to run another stop point from the same start.
     fn snapshot(&self) -> Rig {
-        let copy = |set: &[Arc<dyn Member>]| -> Vec<Arc<dyn Member>> {
-            set.iter()
-                .map(|m| {
-                    let mut bytes = vec![0u8; m.len() as usize];
-                    m.read_at(&mut bytes, 0).unwrap();
-                    let c = MemMember::new(m.name(), m.len()).unwrap();
-                    c.write_at(&bytes, 0).unwrap();
-                    Arc::new(c) as Arc<dyn Member>
-                })
-                .collect()
-        };
         Rig {
             level: self.level,
             n: self.n,
             m: self.m,
             rows: self.rows,
-            data: copy(&self.data),
-            backup: copy(&self.backup),
+            data: common::ram_copies(&self.data),
+            backup: common::ram_copies(&self.backup),
             recorded: Arc::new(Mutex::new(self.recorded.lock().unwrap().clone())),
             missing: self.missing,
             window: self.window,

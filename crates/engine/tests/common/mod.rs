@@ -35,6 +35,47 @@ pub fn with_seed(test_name: &str, seed: u64, body: impl FnOnce(&mut Rng)) {
     }
 }
 
+/// Member writes allowed before a model crash (the caller's hook calls `allow` before each
+/// write; after the stop every write fails, so none reaches a member); `i64::MAX` for none.
+pub struct Trip(std::sync::atomic::AtomicI64);
+
+impl Trip {
+    pub fn new(writes: i64) -> Arc<Trip> {
+        Arc::new(Trip(std::sync::atomic::AtomicI64::new(writes)))
+    }
+    pub fn allow(&self) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.0.fetch_sub(1, Ordering::SeqCst) <= 0 {
+            self.0.store(0, Ordering::SeqCst);
+            return Err(std::io::Error::other("stopped (model crash)"));
+        }
+        Ok(())
+    }
+    /// Writes allowed so far, of `from` at the start.
+    pub fn used(&self, from: i64) -> i64 {
+        from - self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    /// True once the stop came.
+    pub fn fired(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst) <= 0
+    }
+}
+
+/// RAM copies of `members` (their bytes now, same names and sizes): another run from the same
+/// start.
+pub fn ram_copies(members: &[Arc<dyn Member>]) -> Vec<Arc<dyn Member>> {
+    members
+        .iter()
+        .map(|m| {
+            let mut bytes = vec![0u8; m.len() as usize];
+            m.read_at(&mut bytes, 0).unwrap();
+            let c = MemMember::new(m.name(), m.len()).unwrap();
+            c.write_at(&bytes, 0).unwrap();
+            Arc::new(c) as Arc<dyn Member>
+        })
+        .collect()
+}
+
 /// `body` for every seed ([`seeds`]), the seed printed on failure ([`with_seed`]).
 pub fn each_seed(test_name: &str, body: impl Fn(&mut Rng)) {
     for seed in seeds() {

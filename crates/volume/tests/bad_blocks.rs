@@ -592,3 +592,57 @@ fn a_scrub_records_rows_no_member_can_read_and_finishes() {
         v.close().unwrap();
     }
 }
+
+/// The repair's recording (`heal_or_record`) meets a member whose bad-block list cannot be
+/// written: that member is failed, as a rebuild's recording fails its new member, and the
+/// other member that cannot read the rows records them. Before, the list write's error was
+/// ignored: the member stayed active, its reads of the range kept failing and counting, and
+/// nothing was reported for it.
+#[test]
+fn a_list_that_cannot_be_written_fails_the_member_the_repair_records_on() {
+    let seed = seed();
+    for (level, count) in [("raid1", 2), ("raid5", 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_array(dir.path(), "lw", level, count);
+        let sb = read_sb(&paths[0]);
+        let list = sb.bad_blocks.expect("a bad-block list");
+        let (v, controls) = assemble_faulty(&paths);
+        let data = pattern(v.size_bytes() as usize, seed);
+        v.write(0, &data).unwrap();
+        v.flush().unwrap();
+        let lost = 5 * v.chunk_bytes() + 3 * BLOCK;
+        for c in &controls[..2] {
+            c.fail_reads(FaultRule::Range {
+                offset: sb.data_offset_bytes + lost,
+                len: BLOCK,
+            });
+        }
+        controls[0].fail_writes(FaultRule::Range {
+            offset: list.offset_bytes,
+            len: list.bytes,
+        });
+        v.scrub(false).unwrap();
+        assert!(v.wait_idle(std::time::Duration::from_secs(60)), "{level}");
+        let s = v.status();
+        assert_eq!(
+            s.members[0].state,
+            MemberState::Faulty,
+            "{level} (seed {seed}): the member whose list cannot be written: {:?}",
+            s.members
+        );
+        assert_eq!(s.members[1].state, MemberState::Active, "{level}");
+        assert_eq!(
+            list_on(open_unheld(&paths[1]).as_ref()),
+            [(lost, BLOCK)],
+            "{level}: the other member records the rows"
+        );
+        let mut expected = blocks_held(&v, 1, lost);
+        expected.sort();
+        assert_eq!(
+            failing_blocks(&v, &data),
+            expected,
+            "{level} RAIDKIT_SEED={seed}"
+        );
+        v.close().unwrap();
+    }
+}

@@ -289,12 +289,10 @@ fn heal_piece<L: LevelIo + ?Sized>(level: &L, io: &Parts, role: usize, offset: u
         }
     }
     // Nothing provides these rows' piece of `role`: recorded where it cannot be read (a
-    // member without a list, or whose list is full, records nothing: its reads go on failing
-    // and counting, as before).
+    // member without a list records nothing: its reads go on failing and counting, as before;
+    // one whose list is full or cannot be written is failed, see `record_or_fail`).
     for &(r, at, n) in &unreadable {
-        if let Some(m) = io.members.slot(r).0 {
-            let _ = m.record_lost(at, n);
-        }
+        record_or_fail(io, r, at, n);
     }
 }
 
@@ -303,10 +301,34 @@ fn heal_piece<L: LevelIo + ?Sized>(level: &L, io: &Parts, role: usize, offset: u
 /// level with redundancy). True when something was recorded.
 fn record_unreadable(io: &Parts, role: usize, offset: u64, len: u64, b: &member::BadBlock) -> bool {
     let (lo, hi) = (offset.max(b.offset), (offset + len).min(b.offset + b.len));
-    let Some(member) = io.members.slot(role).0.filter(|_| lo < hi) else {
+    lo < hi && record_or_fail(io, role, lo, hi - lo)
+}
+
+/// Records `role`'s unreadable `[offset, offset+len)` as lost in its bad-block list. A list
+/// that is full or cannot be written fails the member (if the array keeps its data without
+/// it), as a rebuild's recording does (`Array::rebuild_step`; md fails a member whose list
+/// cannot take a range): otherwise its reads of the range would go on failing, each counted,
+/// until the read-error limit failed it anyway, with the range never reported. True when
+/// recorded; false also for a member without a list (its reads fail and count, as before).
+fn record_or_fail(io: &Parts, role: usize, offset: u64, len: u64) -> bool {
+    let Some(member) = io.members.slot(role).0 else {
         return false;
     };
-    matches!(member.record_lost(lo, hi - lo), Some(Ok(true)))
+    let end = offset + len;
+    let reason = match member.record_lost(offset, len) {
+        Some(Ok(true)) => return true,
+        None => return false,
+        Some(Ok(false)) => FaultReason::Unrepairable(format!(
+            "bad-block list full; could not record unreadable bytes {offset}..{end} as lost"
+        )),
+        Some(Err(source)) => FaultReason::WriteError(format!(
+            "writing its bad-block list (recording unreadable bytes {offset}..{end} as lost): \
+             {source}"
+        )),
+    };
+    io.members
+        .try_fail_called(role, &member, reason, &io.geometry);
+    false
 }
 
 /// Reconstructs `role`'s `[offset, offset+len)` from the other members and writes it back.

@@ -305,6 +305,16 @@ impl Alerter {
         }
     }
 
+    /// An alerter that only logs the alerts raised (sends them nowhere, and says nothing at
+    /// start): `raidkit serve`, whose events go to its log; the daemon's `[alerts]` send them.
+    pub fn log_only(log: Log) -> Alerter {
+        Alerter {
+            sinks: RwLock::new(Vec::new()),
+            log,
+            tap: RwLock::new(None),
+        }
+    }
+
     /// Shows every alert raised from now on to `tap` too (replacing the one set before).
     pub fn tap(&self, tap: Tap) {
         *self.tap.write().unwrap_or_else(|p| p.into_inner()) = Some(tap);

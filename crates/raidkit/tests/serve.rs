@@ -296,3 +296,59 @@ fn a_truncated_member_is_refused_with_the_remedy_and_the_rest_serves_degraded() 
     assert!(server.line.contains("raid5, 3 members"), "{}", server.line);
     assert_eq!(server.stop().code(), Some(0));
 }
+
+/// `serve` logs what the daemon's monitor alerts on: a member failing, the array degraded,
+/// the rebuild onto a spare from start to finish (before, a member failed in silence).
+#[test]
+fn serve_logs_a_member_failing_and_the_rebuild_that_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = member_paths(dir.path(), 3);
+    let mut create = vec!["create", "--level", "1", "--size", "8M"];
+    create.extend(members[..2].iter().map(String::as_str));
+    assert_success(&raidkit().args(&create).output().unwrap());
+    let socket = dir.path().join("s.sock");
+    let (admin, log) = (dir.path().join("a.sock"), dir.path().join("serve.log"));
+    let admin = admin.to_str().unwrap();
+    let mut serve = vec!["--unix", socket.to_str().unwrap(), "--admin", admin];
+    serve.extend(members[..2].iter().map(String::as_str));
+    let server = Server::start_logged(&serve, &log);
+    let logged = |wanted: &[String]| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap();
+            let missing: Vec<&String> = wanted
+                .iter()
+                .filter(|w| !text.contains(w.as_str()))
+                .collect();
+            if missing.is_empty() {
+                return text;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {missing:?} in the log:\n{text}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let fail = ["fail", "--admin", admin, &members[1]];
+    assert_success(&raidkit().args(fail).output().unwrap());
+    logged(&[
+        format!("ALERT: Fail on array \"raidkit\", member {}", members[1]),
+        "ALERT: DegradedArray on array \"raidkit\"".to_string(),
+    ]);
+    std::fs::File::create(&members[2])
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let add = ["add", "--admin", admin, &members[2]];
+    assert_success(&raidkit().args(add).output().unwrap());
+    let text = logged(&[
+        "event: RebuildStarted on array \"raidkit\"".to_string(),
+        "event: RebuildFinished on array \"raidkit\"".to_string(),
+    ]);
+    assert!(
+        !text.contains("NewArray"),
+        "the serving line says it:\n{text}"
+    );
+    server.stop_ok();
+}

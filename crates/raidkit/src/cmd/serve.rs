@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use admin::metrics::MetricsListener;
 use admin::server::{AdminSocket, Arrays};
+use alerts::Alerter;
 use anyhow::{bail, Context};
 use cache::{CacheConfig, ReadAhead};
 use layout::Level;
@@ -20,6 +21,7 @@ use volume::{AssembleOptions, FaultPolicy, SpeedLimits, Volume};
 
 use service::array_journal;
 use service::mdstat_file::{MdstatFile, Statuses};
+use service::monitor::{Monitor, WatchOptions};
 use service::reconnect;
 use service::running::{self, ArrayOptions, Happening, RunningArray};
 use service::stack::{CachedExport, StackOptions};
@@ -513,6 +515,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let running = start_array(&args, stack_options)?;
     let volume = Arc::clone(running.volume());
     let _ = listed.set(Arc::clone(&volume));
+    let monitor = watch(&running, &log);
     let export_name = args
         .export
         .clone()
@@ -553,6 +556,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
     drop(admin);
     drop(dashboard);
+    monitor.forget(&volume);
     // Close even if serving failed: requests already answered must be flushed.
     let closed = running.close();
     if let Ok(left) = &closed.journal {
@@ -567,6 +571,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     listed_none?;
     eprintln!("raidkit: array \"{}\" closed cleanly", volume.name());
     Ok(())
+}
+
+/// Logs what the daemon's monitor alerts on (mdadm --monitor's events: Fail, DegradedArray,
+/// RebuildStarted, Rebuild20…, RebuildFinished, MismatchesFound, …) as it happens; the
+/// serving line already says what NewArray would.
+fn watch(running: &RunningArray, log: &admin::Log) -> Monitor {
+    let alerter = Arc::new(Alerter::log_only(Arc::clone(log)));
+    let monitor = Monitor::start(Arc::clone(&alerter));
+    let opts = WatchOptions {
+        name: running.volume().name().to_string(),
+        spares_listed: 0,
+        spare_group: None,
+    };
+    for alert in monitor.watch(running.stack(), opts) {
+        if alert.event != alerts::Event::NewArray {
+            alerter.raise(alert);
+        }
+    }
+    monitor
 }
 
 /// Binds the TCP listener for `what` at `text`: `HOST:PORT`, or a port alone on 127.0.0.1;

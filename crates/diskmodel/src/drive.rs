@@ -174,18 +174,30 @@ impl<C: Clock> Disk<C> {
 
     /// Submits `req` now and returns when the model completes it: (arrival, completion).
     pub fn io(&self, req: Request) -> (Nanos, Nanos) {
-        let (ticket, arrival) = loop {
+        let (ticket, arrival) = self.submit(req);
+        (arrival, self.wait(ticket))
+    }
+
+    /// Submits `req` now, without waiting: the drive has it queued from this instant (as a
+    /// host's asynchronous submission, io_uring's or NCQ's). Returns its ticket and arrival;
+    /// [`Disk::wait`] for it (each ticket once, or the drive keeps its completion).
+    pub fn submit(&self, req: Request) -> (Ticket, Nanos) {
+        loop {
             let mut drive = self.lock();
             let now = self.clock.now();
             match drive.submit(now, req) {
-                Ok(ticket) => break (ticket, now),
+                Ok(ticket) => return (ticket, now),
                 Err(QueueFull) => {
                     let next = drive.next_event().expect("a full drive has events");
                     drop(drive);
                     self.clock.wait_until(next);
                 }
             }
-        };
+        }
+    }
+
+    /// Returns when the model completes `ticket` (from [`Disk::submit`]): its completion time.
+    pub fn wait(&self, ticket: Ticket) -> Nanos {
         loop {
             let mut drive = self.lock();
             drive.advance(self.clock.now());
@@ -193,7 +205,7 @@ impl<C: Clock> Disk<C> {
                 drive.forget(ticket);
                 drop(drive);
                 self.clock.wait_until(done);
-                return (arrival, done);
+                return done;
             }
             let next = drive
                 .next_event()

@@ -6,12 +6,13 @@
 //! model member never loses a write (its data are in RAM until the process exits).
 
 use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diskmodel::{Clock, Disk, DiskClass, Drive, Nanos, Op, Options, Request};
+use diskmodel::{Clock, Disk, DiskClass, Drive, Model, Nanos, Op, Options, Request};
 
 use crate::error::{check_member_range, MemberError};
-use crate::{parse_size, MemMember, Member};
+use crate::{parse_size, MemMember, Member, StartCall, Started};
 
 /// The prefix of a disk-model member spec.
 pub const MODEL_PREFIX: &str = "sim:";
@@ -57,11 +58,44 @@ impl Clock for RealClock {
 }
 
 /// A member whose calls take the time of a modelled drive.
+///
+/// A disk's calls can also be *started* ([`Member::start`]): the request is queued in the
+/// model at once and the caller waits for it later, with no thread of its own, as a host
+/// submits to a disk's queue through io_uring or NCQ. The engine starts a batch's calls to a
+/// disk so (`engine::io`), where it would otherwise spawn a thread per call: a new thread on
+/// a loaded machine waits for a scheduler slice (~3-4 ms on 2 busy cores), which a real disk's
+/// submission does not pay. Flash models keep their calls on the caller's thread.
 pub struct ModelMember {
-    data: MemMember,
+    data: Arc<MemMember>,
     class: DiskClass,
     options: Options,
-    disk: Disk<RealClock>,
+    disk: Arc<Disk<RealClock>>,
+    /// Buffers of started reads, kept for the next (a fresh large buffer is page faults).
+    buffers: Arc<Buffers>,
+}
+
+/// Read buffers kept for reuse: at most [`Buffers::KEPT`], each at most [`Buffers::BYTES_MAX`].
+#[derive(Debug, Default)]
+struct Buffers(std::sync::Mutex<Vec<Vec<u8>>>);
+
+impl Buffers {
+    const KEPT: usize = 8;
+    const BYTES_MAX: usize = 8 << 20;
+
+    /// A buffer of `len` bytes (its contents whatever they were).
+    fn take(&self, len: usize) -> Vec<u8> {
+        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut buf = kept.unwrap_or_default();
+        buf.resize(len, 0);
+        buf
+    }
+
+    fn put(&self, buf: Vec<u8>) {
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < Self::KEPT && buf.capacity() <= Self::BYTES_MAX {
+            kept.push(buf);
+        }
+    }
 }
 
 impl std::fmt::Debug for ModelMember {
@@ -108,13 +142,14 @@ impl ModelMember {
         options: Options,
         size: u64,
     ) -> Result<ModelMember, MemberError> {
-        let data = MemMember::new(name, size)?;
+        let data = Arc::new(MemMember::new(name, size)?);
         let drive = Drive::new(&class.model(), &options, size);
         Ok(ModelMember {
             data,
             class,
             options,
-            disk: Disk::new(drive, RealClock::default()),
+            disk: Arc::new(Disk::new(drive, RealClock::default())),
+            buffers: Arc::default(),
         })
     }
 
@@ -129,6 +164,39 @@ impl ModelMember {
             return;
         }
         self.disk.io(Request { op, offset, len });
+    }
+
+    /// Queues `op` in the model now; the returned call waits for its completion, then hands a
+    /// read's bytes over (read from RAM then, as `read_at` does).
+    fn queue(&self, op: Op, offset: u64, len: u64) -> Started {
+        let began = Instant::now();
+        if len == 0 && op != Op::Flush {
+            return Started::new(move |_| (Ok(()), began.elapsed()));
+        }
+        let (ticket, arrival) = self.disk.submit(Request { op, offset, len });
+        let disk = Arc::clone(&self.disk);
+        let data = Arc::clone(&self.data);
+        let buffers = Arc::clone(&self.buffers);
+        Started::new(move |out| {
+            let asked = disk.clock().now();
+            let done = disk.wait(ticket);
+            // The call's own time: a caller that comes for it after it completed (finishing
+            // another member's call first) did not make it slower.
+            let took = match done > asked {
+                true => began.elapsed(),
+                false => Duration::from_nanos(done.saturating_sub(arrival)),
+            };
+            if op != Op::Read {
+                return (Ok(()), took);
+            }
+            let mut buf = buffers.take(len as usize);
+            let result = data.read_at(&mut buf, offset);
+            if result.is_ok() {
+                out(&buf);
+            }
+            buffers.put(buf);
+            (result, took)
+        })
     }
 }
 
@@ -192,5 +260,42 @@ impl Member for ModelMember {
         // The drive writes the zeroes (no WRITE SAME shortcut is modelled).
         self.wait(Op::Write, offset, len);
         Ok(())
+    }
+
+    /// A disk model's call queued in the model now (see [`ModelMember`]); a write's bytes are
+    /// stored at once, as `write_at` stores them before its wait. `None` for flash models and
+    /// for a call out of range (the caller's own call then reports it).
+    fn start(&self, call: StartCall<'_>) -> Option<Started> {
+        if !matches!(self.class.model(), Model::Hdd(_)) {
+            return None;
+        }
+        if let Some((offset, len)) = call.range() {
+            check_member_range(self, "call", offset, len).ok()?;
+        }
+        let stored = match call {
+            StartCall::Read { offset, len } => return Some(self.queue(Op::Read, offset, len)),
+            StartCall::Flush => return Some(self.queue(Op::Flush, 0, 0)),
+            StartCall::Write { offset, bufs } => {
+                self.data.write_vectored_at(bufs, offset).map(|()| {
+                    (
+                        Op::Write,
+                        offset,
+                        crate::vectored_len(bufs.iter().map(|b| b.len())),
+                    )
+                })
+            }
+            StartCall::Trim { offset, len } => self
+                .data
+                .trim(offset, len)
+                .map(|()| (Op::Trim, offset, len)),
+            // The drive writes the zeroes (as `write_zeroes`).
+            StartCall::WriteZeroes { offset, len } => (self.data)
+                .write_zeroes(offset, len)
+                .map(|()| (Op::Write, offset, len)),
+        };
+        Some(match stored {
+            Ok((op, offset, len)) => self.queue(op, offset, len),
+            Err(e) => Started::failed(e),
+        })
     }
 }

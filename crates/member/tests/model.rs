@@ -159,3 +159,80 @@ fn concurrent_callers_get_the_modelled_queue_depth() {
         "{got:.0} IOPS, model {want:.0} at QD8 (seed {seed})"
     );
 }
+
+/// Calls started on a disk model (`Member::start`) are queued in the model at once: 32 random
+/// reads started from one thread and then waited for in turn are reordered by the drive (a
+/// batch of 32 takes well under 32 random reads' time), not served one after another, and
+/// hand over the bytes written (by started writes). A flash model does not start calls (they stay on the caller's thread).
+#[test]
+fn calls_started_on_a_disk_model_are_queued_at_once() {
+    let seed = testsupport::seed("calls_started_on_a_disk_model_are_queued_at_once");
+    let m = open("sim:hdd7200:1G", &OpenOptions::default()).unwrap();
+    let mut rng = SimRng::new(seed);
+    let offsets: Vec<u64> = (0..32).map(|_| rng.below(SIZE / 4096) * 4096).collect();
+    let data: Vec<Vec<u8>> = (0..32u8).map(|i| vec![i + 1; 4096]).collect();
+    let writes: Vec<member::Started> = offsets
+        .iter()
+        .zip(&data)
+        .map(|(&offset, d)| {
+            let bufs: [&[u8]; 1] = [d];
+            m.start(member::StartCall::Write {
+                offset,
+                bufs: &bufs,
+            })
+            .expect("a disk starts")
+        })
+        .collect();
+    for w in writes {
+        w.finish(&mut |_| {}).0.unwrap();
+    }
+    let rounds = 8;
+    let start = Instant::now();
+    for _ in 0..rounds {
+        let mut reads: Vec<member::Started> = offsets
+            .iter()
+            .map(|&offset| {
+                (m.start(member::StartCall::Read { offset, len: 4096 })).expect("a disk starts")
+            })
+            .collect();
+        for (i, read) in reads.drain(..).enumerate() {
+            let mut got = Vec::new();
+            read.finish(&mut |b| got.extend_from_slice(b)).0.unwrap();
+            assert_eq!(got, data[i], "read {i} at {} (seed {seed})", offsets[i]);
+        }
+    }
+    let per_read = start.elapsed().as_secs_f64() / f64::from(rounds * 32);
+    let qd1 = 1.0
+        / run(
+            &DiskClass::Hdd7200.model(),
+            &Options::default(),
+            SIZE,
+            &Workload {
+                op: Op::Read,
+                size: 4096,
+                access: Access::Random,
+                queue_depth: 1,
+                requests: 2000,
+            },
+            seed,
+        )
+        .iops();
+    println!(
+        "32 started reads at once: {:.2} ms a read, QD1 {:.2} ms",
+        per_read * 1e3,
+        qd1 * 1e3
+    );
+    assert!(
+        per_read < 0.8 * qd1,
+        "{:.2} ms a read, QD1 {:.2} ms (seed {seed})",
+        per_read * 1e3,
+        qd1 * 1e3
+    );
+    let flash = open("sim:ssd:1G", &OpenOptions::default()).unwrap();
+    assert!(flash
+        .start(member::StartCall::Read {
+            offset: 0,
+            len: 4096
+        })
+        .is_none());
+}

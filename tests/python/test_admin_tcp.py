@@ -7,11 +7,13 @@ another CA refuses the server; without certificates or a token (or with a token 
 can read) the listener does not start; with ``--admin-tls-verify-peer`` a client without a
 certificate signed by the CA is refused in the handshake and one with it (the CLI's
 ``--admin-client-certificates``) is served; a connection held open is closed when serve stops
-(during its NBD drain, before the process exits).
+(during its NBD drain, before the process exits), and the daemon's listener closes at its stop
+as serve's does (the held connection closed, a new one refused, while the drain runs).
 Certificates: certtool, as test_tls.py makes them.
 """
 
 import json
+import signal
 import socket
 import ssl
 import struct
@@ -192,61 +194,142 @@ def test_verify_peer_requires_a_client_certificate_signed_by_the_ca(tmp_path, pk
         srv.stop()
 
 
-def test_an_open_admin_connection_is_closed_when_serve_stops(admin_server):
-    """Closed at the stop, while serve still runs: an NBD client that never reads its replies
-    holds serve in its drain (the NBD connections' shutdown grace) after SIGTERM, and the
-    admin connection held open must be closed during that drain, not left answering requests
-    until the process exits. (The process exit closes it anyway: the drain is the window in
-    which the old server, whose connection tasks ran on detached, still served it.)"""
-    context = ssl.create_default_context(cafile=str(admin_server.ca))
-    raw = socket.create_connection(("127.0.0.1", admin_server.port), timeout=30)
+def status_request():
+    return (f"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {TOKEN}\r\n\r\n").encode()
+
+
+def held_admin_connection(port, ca):
+    """A TLS admin connection that had one keep-alive request answered, then is held open."""
+    context = ssl.create_default_context(cafile=str(ca))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=30)
     tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
-    request = (f"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-               f"Authorization: Bearer {TOKEN}\r\n\r\n").encode()
+    tls.sendall(status_request())
+    reply = tls.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 200"), reply
+    return tls
+
+
+def drain_holder(nbd_port):
+    """An NBD client in transmission with 64 reads of 8 MiB in flight whose replies it never
+    reads: the server's writes block, so a stopping server drains it for its shutdown grace."""
     hog = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     # A small receive buffer: the replies it never reads fill it at once.
     hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     hog.settimeout(30)
+    hog.connect(("127.0.0.1", nbd_port))
+    go(hog)
+    hog.sendall(b"".join(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_READ, cookie,
+                                     0, 8 * 1024 * 1024) for cookie in range(64)))
+    time.sleep(0.5)  # read by the server: in flight when the stop comes
+    return hog
+
+
+def assert_closed_while_draining(tls, proc, log, what):
+    """The held admin connection ``tls`` ends (end of stream or a reset) within seconds of the
+    stop, well before the listener's 10 s header-read timeout (counted from its one reply)
+    would end an idle connection of a server that left it open, while ``proc`` still drains."""
+    tls.settimeout(CLOSED_WITHIN_S)
+    rest = b""
     try:
-        # One keep-alive request answered; the connection is then held open, idle.
-        tls.sendall(request)
-        reply = tls.recv(65536)
-        assert reply.startswith(b"HTTP/1.1 200"), reply
-        hog.connect(("127.0.0.1", admin_server.nbd_port))
-        go(hog)
-        # 64 reads of 8 MiB in flight, their replies never read: the server's writes block.
-        hog.sendall(b"".join(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_READ, cookie,
-                                         0, 8 * 1024 * 1024) for cookie in range(64)))
-        time.sleep(0.5)  # read by the server: in flight when the stop comes
+        while chunk := tls.recv(65536):
+            rest += chunk
+    except (ConnectionResetError, ssl.SSLError):
+        pass
+    except socket.timeout:
+        tls.sendall(status_request())
+        late = tls.recv(65536)
+        pytest.fail(f"the admin connection was still open {CLOSED_WITHIN_S} s after the "
+                    f"stop began, {what} draining; a request on it was answered "
+                    f"{late[:40]!r}:\n{log()}")
+    assert b"HTTP/1.1" not in rest, rest
+    assert proc.poll() is None, (
+        f"{what} exited before the admin connection was seen closed: the test proves "
+        f"nothing (the NBD drain should have held it):\n{log()}")
+
+
+def assert_refused_while_draining(port, proc, log, what):
+    """New admin connections are refused within seconds of the stop (the listening socket is
+    closed at the stop, not at exit: a client does not wait in its backlog for an answer that
+    never comes) while ``proc`` still drains. (The held connections are closed a moment
+    before the listening socket: a connection made in between may still be taken.)"""
+    deadline = time.monotonic() + CLOSED_WITHIN_S
+    while True:
+        try:
+            late = socket.create_connection(("127.0.0.1", port), timeout=CLOSED_WITHIN_S)
+        except ConnectionRefusedError:
+            break
+        late.close()
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} still accepted admin connections {CLOSED_WITHIN_S} s after "
+                        f"the stop, during its drain:\n{log()}")
+        time.sleep(0.05)
+    assert proc.poll() is None, f"{what} no longer drains: the test proves nothing:\n{log()}"
+
+
+def test_an_open_admin_connection_is_closed_when_serve_stops(admin_server):
+    """Closed at the stop, while serve still runs: an NBD client that never reads its replies
+    holds serve in its drain (the NBD connections' shutdown grace) after SIGTERM, and the
+    admin connection held open must be closed during that drain, not left answering requests
+    until the process exits, and a new connection is refused. (The process exit closes it
+    anyway: the drain is the window in which the old server, whose connection tasks ran on
+    detached, still served it, and in which its listening socket, still open, took new
+    connections into its backlog unanswered.)"""
+    tls = held_admin_connection(admin_server.port, admin_server.ca)
+    hog = drain_holder(admin_server.nbd_port)
+    try:
         admin_server.proc.terminate()
         admin_server.wait_for_log("shutting down: finishing requests in flight")
-        # The admin connection ends (end of stream or a reset) within seconds: well before
-        # the listener's 10 s header-read timeout (counted from the reply above) would end
-        # an idle connection of a server that left it open.
-        tls.settimeout(CLOSED_WITHIN_S)
-        rest = b""
-        try:
-            while chunk := tls.recv(65536):
-                rest += chunk
-        except (ConnectionResetError, ssl.SSLError):
-            pass
-        except socket.timeout:
-            tls.sendall(request)
-            late = tls.recv(65536)
-            pytest.fail(f"the admin connection was still open {CLOSED_WITHIN_S} s after the "
-                        f"stop began, serve draining; a request on it was answered "
-                        f"{late[:40]!r}:\n{admin_server.stderr()}")
-        assert b"HTTP/1.1" not in rest, rest
-        # ... while serve is still draining the NBD client that reads nothing.
-        assert admin_server.proc.poll() is None, (
-            "serve exited before the admin connection was seen closed: the test proves "
-            f"nothing (the NBD drain should have held it):\n{admin_server.stderr()}")
+        assert_closed_while_draining(tls, admin_server.proc, admin_server.stderr, "serve")
+        assert_refused_while_draining(admin_server.port, admin_server.proc,
+                                      admin_server.stderr, "serve")
     finally:
         hog.close()
         tls.close()
     # The NBD client gone, serve ends its drain and stops cleanly.
     rc = admin_server.proc.wait(timeout=60)
     assert rc == 0, f"server exited {rc}:\n{admin_server.stderr()}"
+
+
+def test_the_daemon_closes_its_admin_listener_at_the_stop_as_serve_does(tmp_path, pki):  # noqa: F811
+    """The daemon's TCP admin listener closes at SIGTERM, before the NBD drain, as serve's and
+    as the daemon's own Unix admin socket do (DESIGN "Admin endpoint": no admin action, a
+    reload or an added member, may act on arrays the daemon is closing): the connection held
+    open is closed and a new one is refused while an NBD client that never reads its replies
+    holds the drain. (The daemon used to abort the listener only after the drain, so during
+    it the listener accepted connections and answered them.)"""
+    members = [tmp_path / f"m{i}" for i in range(2)]
+    run([RAIDKIT_BIN, "create", "--level", "1", "--name", "home", "--size", "16M", *members])
+    port, nbd_port = free_tcp_port(), free_tcp_port()
+    config = tmp_path / "raidkit.toml"
+    config.write_text(
+        f'[daemon]\nlisten = ["127.0.0.1:{nbd_port}"]\nadmin = "{tmp_path}/a.sock"\n'
+        f'admin_listen = "127.0.0.1:{port}"\nadmin_tls_certificates = "{pki["server"]}"\n'
+        f'admin_token_file = "{token_file(tmp_path)}"\n\n'
+        f'[[array]]\nname = "home"\nmembers = ["{members[0]}", "{members[1]}"]\n')
+    daemon = Daemon(config, 1)
+    log = daemon.log.read_text
+    tls = hog = None
+    try:
+        tls = held_admin_connection(port, pki["server"] / "ca-cert.pem")
+        hog = drain_holder(nbd_port)
+        daemon.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while "shutting down: finishing requests in flight" not in log():
+            assert time.monotonic() < deadline, f"no shutdown line:\n{log()}"
+            time.sleep(0.05)
+        assert_closed_while_draining(tls, daemon.proc, log, "the daemon")
+        assert_refused_while_draining(port, daemon.proc, log, "the daemon")
+    finally:
+        for s in (hog, tls):
+            if s is not None:
+                s.close()
+    try:
+        # The NBD client gone, the daemon ends its drain and stops cleanly.
+        rc = daemon.proc.wait(timeout=60)
+        assert rc == 0, f"the daemon exited {rc}:\n{log()}"
+    finally:
+        daemon.kill()
 
 
 def test_the_listener_needs_certificates_and_a_private_token(tmp_path, pki):  # noqa: F811

@@ -238,20 +238,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(tcp) = &admin_tcp {
         serve::announce_admin_tcp(tcp)?;
     }
-    let admin_tcp = admin_tcp.map(|tcp| {
-        let served = Arc::clone(&admin_arrays);
-        let log = Arc::clone(&log);
-        runtime.spawn(async move {
-            let result = admin::tcp::serve(&tcp, served, Arc::clone(&log), std::future::pending());
-            if let Err(e) = result.await {
-                log(&format!("TCP admin listener: {e}"));
-            }
-        })
-    });
     systemd(&[NotifyState::Ready, NotifyState::Status(&ready)]);
 
     let served = runtime.block_on(listeners.serve(
         &admin,
+        admin_tcp,
         Arc::clone(&admin_arrays),
         Arc::clone(&log),
         signals,
@@ -260,9 +251,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     systemd(&[NotifyState::Stopping]);
     if let Some(metrics) = metrics {
         metrics.abort();
-    }
-    if let Some(admin_tcp) = admin_tcp {
-        admin_tcp.abort();
     }
     drop(dashboard);
     drop(watchdog);
@@ -684,11 +672,14 @@ impl Listeners {
         Ok((Listeners { bound, tls, limits }, routes))
     }
 
-    /// Serves every listener and the admin socket until SIGINT or SIGTERM; then every
-    /// listener drains its connections.
+    /// Serves every listener and the admin socket (and the TCP admin listener, if any) until
+    /// SIGINT or SIGTERM; then the admin listeners stop (their open connections are closed;
+    /// the TCP one's socket too) and every NBD listener drains its connections, as `serve`
+    /// does: no admin request (a reload, a member added) acts on arrays the daemon is closing.
     async fn serve(
         self,
         admin: &AdminSocket,
+        admin_tcp: Option<admin::tcp::AdminTcp>,
         arrays: Arc<Arrays>,
         log: admin::Log,
         signals: Signals,
@@ -723,8 +714,19 @@ impl Listeners {
             let stop = stopped(stop_rx.clone());
             servers.spawn(async move { nbd::serve_exports(listener, exports, config, stop).await });
         }
+        let (tcp_arrays, tcp_log) = (Arc::clone(&arrays), Arc::clone(&log));
+        let stop = stopped(stop_rx.clone());
+        let admin_tcp_served = async move {
+            let Some(tcp) = admin_tcp else { return };
+            let served = admin::tcp::serve(&tcp, tcp_arrays, Arc::clone(&tcp_log), stop).await;
+            // Closed at the stop (as serve's): a client is refused during the drain.
+            drop(tcp);
+            if let Err(e) = served {
+                tcp_log(&format!("TCP admin listener: {e}"));
+            }
+        };
         let admin_served = admin::server::serve(admin, arrays, log, stopped(stop_rx.clone()));
-        let admin_result = admin_served.await;
+        let (admin_result, ()) = tokio::join!(admin_served, admin_tcp_served);
         let mut result = admin_result.context("admin socket");
         while let Some(done) = servers.join_next().await {
             let served = done.context("an NBD listener task failed")?;

@@ -530,8 +530,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let served_arrays = (admin.is_some() || admin_tcp.is_some() || metrics.is_some()).then(arrays);
     let admin_served = (admin.as_ref().zip(served_arrays.clone()))
         .map(|(socket, arrays)| (socket, arrays, Arc::clone(&log)));
-    let admin_tcp_served = (admin_tcp.as_ref().zip(served_arrays.clone()))
-        .map(|(tcp, arrays)| (tcp, arrays, Arc::clone(&log)));
+    let admin_tcp_served =
+        (admin_tcp.zip(served_arrays.clone())).map(|(tcp, arrays)| (tcp, arrays, Arc::clone(&log)));
     let metrics_served = metrics.zip(served_arrays);
     let dashboard = (metrics_served.as_ref())
         .map(|(_, arrays)| Arc::new(dashboard::Dashboard::start(Arc::clone(arrays), token)));
@@ -891,7 +891,7 @@ async fn serve(
     endpoint: Endpoint,
     config: nbd::ServerConfig,
     admin: Option<(&AdminSocket, Arc<Arrays>, admin::Log)>,
-    admin_tcp: Option<(&admin::tcp::AdminTcp, Arc<Arrays>, admin::Log)>,
+    admin_tcp: Option<(admin::tcp::AdminTcp, Arc<Arrays>, admin::Log)>,
     metrics: Option<MetricsServed>,
 ) -> anyhow::Result<()> {
     let listener = match &endpoint {
@@ -942,7 +942,11 @@ async fn serve(
     let admin_tcp_served = async {
         match admin_tcp {
             Some((tcp, arrays, log)) => {
-                admin::tcp::serve(tcp, arrays, log, stopped(stop_rx.clone())).await
+                let served = admin::tcp::serve(&tcp, arrays, log, stopped(stop_rx.clone())).await;
+                // Closed at the stop, not at exit: a client that connects during the NBD drain
+                // is refused instead of waiting in the backlog for an answer that never comes.
+                drop(tcp);
+                served
             }
             None => Ok(()),
         }

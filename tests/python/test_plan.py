@@ -16,6 +16,8 @@ MEMBERS = ["sim:hdd7200:1G"] * 4
 LEVELS = ["raid0", "raid10", "raid5"]
 # Plan's prediction and bench's measurement agree within this (issue 16).
 BOUND = 0.15
+# Runs of bench's sequential case, of which the median is compared.
+SEQ_RUNS = 3
 
 
 
@@ -95,24 +97,39 @@ def predicted(tmp_path, *args):
 
 def test_plan_predicts_bench_on_the_same_sim_members(tmp_path):
     """RAID 0, 10 and 5 of 4 x sim:hdd7200:1G, bench's serve defaults (128 KiB chunk, 64 MiB
-    read cache, adaptive read-ahead). Random 4 KiB reads at QD1 and QD8: IOPS within 15 %
-    both ways. Sequential 1 MiB reads at QD1: bench never faster than plan by more than 15 %,
-    and the ratios printed; 15 % both ways does not hold on a loaded machine. Each sequential
-    request is a few short real-time sleeps per member (~0.5-2 ms) that a loaded machine wakes
-    late; the drives read ahead meanwhile, which hides much of it (bench's median is below the
-    model's: requests after a stall come from the drives' buffers) but not all: twelve runs at
-    load 10-13 on 2 cores (2026-11-27 22:26-23:21) gave bench / plan 0.64-1.05 (RAID 0),
-    0.74-0.99 (RAID 10), 0.80-0.99 (RAID 5), eight of them within 15 % on every level
-    (DESIGN "raidkit plan", Validation)."""
+    read cache, adaptive read-ahead). Random 4 KiB reads at QD1 and QD8 and sequential 1 MiB
+    reads at QD1: IOPS within 15 % both ways. The sequential case is bench's median of
+    SEQ_RUNS runs: each of its requests is four member reads served from the drives' read-ahead
+    in ~0.6 ms, and a loaded machine that wakes the server or the client late (a few ms, a few
+    times a second) costs a run more than the drives' read-ahead can make up, now and then; the
+    median leaves out such a run, not a model off by 15 % or more. Before the engine started
+    disk models' calls from the request's thread (no thread spawned per member call), bench was
+    0.58-0.80 x plan on RAID 0 at load 4-11 (DESIGN "raidkit plan", Validation)."""
     load = os.getloadavg()[0]
     measured = bench_levels(tmp_path, "-w", "rand-read", "--qd", "1,8", "--runtime", "3")
-    measured += bench_levels(tmp_path, "-w", "seq-read", "--qd", "1", "--runtime", "2")
+    runs = [bench_levels(tmp_path, "-w", "seq-read", "--qd", "1", "--runtime", "2")
+            for _ in range(SEQ_RUNS)]
+    measured += median_of(runs)
     plans = {}
     for workload, qd in [("rand-read", 1), ("rand-read", 8), ("seq-read", 1)]:
         plans[(workload, qd)] = predicted(tmp_path, "-w", workload, "--qd", str(qd),
                                           "--runtime", "3" if workload == "rand-read" else "2")
     check_within(measured, lambda m: plans[(m["case"]["workload"],
                                             m["case"]["queue_depth"])][m["target"]], 9, load)
+
+
+def median_of(runs):
+    """Per target, the result of the run with the median IOPS (each run: bench's results, one per
+    target); prints every run's IOPS."""
+    out = []
+    for target in LEVELS:
+        results = sorted((r for run in runs for r in run if r["target"] == target),
+                         key=lambda r: r["figures"]["iops"])
+        assert len(results) == len(runs), (target, runs)
+        print(f"{target} {results[0]['case']['workload']}: IOPS of the {len(runs)} runs "
+              + ", ".join(f"{r['figures']['iops']:.1f}" for r in results))
+        out.append(results[len(results) // 2])
+    return out
 
 
 def check_within(measured, predicted_for, count, load):
@@ -129,9 +146,7 @@ def check_within(measured, predicted_for, count, load):
                      f"{got['iops']:7.1f} IOPS p50 {got['latency']['p50_ms']:6.2f} ms, plan "
                      f"{want['iops']:7.1f} IOPS p50 {want['latency']['p50_ms']:6.2f} ms: "
                      f"IOPS x{iops:.2f}, p50 x{p50:.2f}")
-        # Sequential reads: only "never faster than the model" holds on a loaded machine.
-        low = 0 if case["workload"].startswith("seq") else 1 - BOUND
-        if not low <= iops <= 1 + BOUND:
+        if not 1 - BOUND <= iops <= 1 + BOUND:
             bad.append(lines[-1])
     report = "\n".join(lines)
     print(f"load average {load:.1f}, seed {SEED}\n{report}")
@@ -145,7 +160,7 @@ def test_plan_predicts_bench_random_writes_on_the_same_sim_members(tmp_path):
     docs/ANSWERS.md's RAID 5 or 10 question runs them), 4 KiB random writes at QD8 for 5 s:
     IOPS within 15 %. What bench pays beyond the member writes is modelled: the write-intent
     bitmap's first write to each 64 MiB region (a bitmap block written and flushed on every
-    member in update rounds, the region's writers waiting); without it plan was 1.20 x
+    member, one region at a time, the region's writers waiting); without it plan was 1.20 x
     (RAID 10) and 1.28 x (RAID 5) bench's IOPS (23:01 UTC, load 10.3). Stripe locks (8 writes
     in flight over 8,192 stripes rarely meet) and group commit (no journal here) are not."""
     load = os.getloadavg()[0]
@@ -161,25 +176,3 @@ def test_plan_predicts_bench_random_writes_on_the_same_sim_members(tmp_path):
                 "-w", "rand-write", "--qd", "8", "--runtime", "5")
     plans = {r["config"]["level"]: r["figures"] for r in p["rows"]}
     check_within(measured, lambda m: plans[m["target"]], 2, load)
-
-
-def test_plan_predicts_bench_random_writes_paced_by_the_bitmap(tmp_path):
-    """RAID 10 of 4 x sim:hdd7200:64G:cache=off (2,048 bitmap regions: random writes meet a
-    clean region nearly every time), 4 KiB random writes at QD8 for 5 s: IOPS within 15 %.
-    The write-intent bitmap sets the pace: the writers waiting for their regions' bits share
-    one update round (group commit), and plan models the rounds. Measured 2026-11-28 01:45 UTC
-    at load 14-15: bench 86-91 IOPS, plan 95 (one region per update, before the group commit:
-    bench 34.5-35.6, plan 37)."""
-    load = os.getloadavg()[0]
-    members = ["sim:hdd7200:64G:cache=off"] * 4
-    out = tmp_path / "bench-bitmap.json"
-    run([RAIDKIT_BIN, "bench", "--members", *members, "--level", "raid10", "-w", "rand-write",
-         "--sizes", "4K", "--qd", "8", "--runtime", "5", "--seed", str(SEED),
-         "--json", str(out)], timeout=600)
-    measured = json.loads(out.read_text())["results"]
-    _, p = plan(tmp_path, "--disks", "4xhdd7200:64G:cache=off", "--level", "raid10",
-                "--members", "4", "--chunk", "128K", "--read-ahead", "adaptive",
-                "--journal-mode", "none", "--member-io", "threads", "--seed", str(SEED),
-                "-w", "rand-write", "--qd", "8", "--runtime", "5")
-    predicted = p["rows"][0]["figures"]
-    check_within(measured, lambda m: predicted, 1, load)

@@ -130,10 +130,6 @@ impl ChecksumShared {
         }
     }
 
-    fn unsynced(&self, offset: u64) -> bool {
-        self.pending(offset) != Pending::No
-    }
-
     fn pending(&self, offset: u64) -> Pending {
         let hook = self.trust.read().unwrap_or_else(|p| p.into_inner()).clone();
         match hook {
@@ -500,12 +496,22 @@ impl Checksummed {
     /// mismatch is carried over: `stored ^ old ^ new` differs from `new` exactly as `stored`
     /// differed from `old`, so the block keeps failing its check (and is healed from
     /// redundancy at its next read or scrub) instead of getting a fresh checksum over bad
-    /// bytes. Where a sync awaits the block (a possibly torn update) the new content's
+    /// bytes. Where a sync awaits the block (a possibly torn update, or corruption: nothing
+    /// here tells) on a level with redundancy, the mismatch is carried too, uncounted: the
+    /// block's next read is then `Unsettled` and the redundancy decides (`Member::settle`: the
+    /// copy or parity, which received this write too, is taken where it matches the carried
+    /// checksum — the kept bytes were corrupt —, else the checksum is rewritten from the data —
+    /// a torn update). Without redundancy (linear, RAID 0 after a crash) the new content's
     /// checksum is stored, as a read there would rewrite it.
     fn carried(&self, at: u64, old: u32, new: u32) -> io::Result<u32> {
         let stored = self.stored(at / BLOCK, 1)?[0];
-        if stored == old || self.shared.unsynced(at) {
+        if stored == old {
             return Ok(new);
+        }
+        match self.shared.pending(at) {
+            Pending::Rehash => return Ok(new),
+            Pending::Ask => return Ok(stored ^ old ^ new),
+            Pending::No => {}
         }
         self.shared.stats.mismatches.fetch_add(1, Ordering::Relaxed);
         self.shared.mismatch(&Mismatch {

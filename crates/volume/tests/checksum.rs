@@ -612,3 +612,66 @@ fn single_copy_levels_detect_nothing_in_the_session_after_a_crash() {
         v.close().unwrap();
     }
 }
+
+/// A sub-4 KiB write into a block that a crash left unsettled (its unit awaits the resync) and
+/// whose kept bytes were corrupted meanwhile: the write must not launder the corruption. Its
+/// mismatch is carried (uncounted), so the block's next read asks the redundancy, which
+/// received the write too, and the copy or parity that matches wins. Before, the merged
+/// content's checksum was stored unchecked and the read returned the corrupt bytes. RAID 1 and
+/// RAID 5 of 3 (victim member 0, a block of the fourth unit, which a resync held to 4 KiB/s
+/// has not reached).
+#[test]
+fn a_sub_block_write_into_an_unsettled_block_does_not_launder_it() {
+    let seed = seed();
+    let chunk = 64 * 1024;
+    // (level, count, array offset of member 0's data byte 3 chunks + 8192)
+    for (level, count, array_at) in [
+        ("raid1", 2, 3 * chunk + 8192),
+        ("raid5", 3, 6 * chunk + 8192),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = new_checksummed(dir.path(), level, count);
+        let old = pattern(SPAN, seed);
+        let v = open(&paths);
+        v.write(0, &old).unwrap();
+        v.close().unwrap();
+        {
+            let v = open(&paths);
+            v.write(0, &old[..4096]).unwrap(); // the array dirty, its bitmap region set
+            drop(v); // no close: unclean
+        }
+        let member_at = 3 * chunk + 8192;
+        let before = corrupt(&paths[0], member_at + 3000);
+        assert_ne!(member_bytes(&paths[0], member_at + 3000, 3), before);
+        let slow = AssembleOptions {
+            speed_limits: volume::SpeedLimits {
+                min_bytes_per_sec: 4096,
+                max_bytes_per_sec: 4096,
+            },
+            ..AssembleOptions::default()
+        };
+        let v = assemble(open_all(&paths), &slow).unwrap();
+        // 512 bytes at the block's start: the corrupt bytes at +3000 are kept by the write.
+        let new = pattern(512, seed ^ 11);
+        v.write(array_at, &new).unwrap();
+        let mut expected = old[array_at as usize..][..4096].to_vec();
+        expected[..512].copy_from_slice(&new);
+        let mut got = vec![0u8; 4096];
+        v.read(array_at, &mut got).unwrap();
+        assert!(
+            got == expected,
+            "{level} (seed {seed}): the corrupt bytes were kept (laundered by the write)"
+        );
+        v.set_speed_limits(volume::SpeedLimits::default());
+        assert!(v.wait_idle(WAIT), "{level}");
+        v.read(array_at, &mut got).unwrap();
+        assert!(got == expected, "{level} (seed {seed}) after the resync");
+        assert!(v.check().unwrap().is_consistent(), "{level}");
+        v.close().unwrap();
+        assert_eq!(
+            member_bytes(&paths[0], member_at + 3000, 3),
+            before,
+            "{level}: healed"
+        );
+    }
+}

@@ -194,6 +194,15 @@ impl fmt::Display for AssembleError {
                  there; give it back at its full size, or start the array without {name} if \
                  the other members suffice and add a replacement (raidkit add)"
             ),
+            BadSuperblock {
+                name,
+                source: source @ SuperblockError::NoMagic,
+            } => write!(
+                f,
+                "member {name}: {source}: it is not a member of this array, or its superblock \
+                 was overwritten; give only the array's members: the array starts without \
+                 {name} if the others suffice, and `raidkit add` puts it back to be rebuilt"
+            ),
             BadSuperblock { name, source } => write!(f, "member {name}: {source}"),
             ForeignArray {
                 name,

@@ -141,7 +141,14 @@ fn refuses_non_member_and_duplicates() {
     let a = new_array(dir.path(), "nm", "raid1", 2);
     let blank = files(dir.path(), "blank", 1);
     let paths = vec![a[0].clone(), blank[0].clone()];
-    assert_refused(&paths, &[name(&blank[0]), "no raidkit superblock"]);
+    assert_refused(
+        &paths,
+        &[
+            name(&blank[0]),
+            "no raidkit superblock",
+            "the array starts without",
+        ],
+    );
     let twice = vec![a[0].clone(), a[0].clone()];
     assert_refused(&twice, &[name(&a[0]), "given more than once"]);
 }

@@ -89,11 +89,13 @@ impl VolumeCore {
                 continue;
             }
             held.sb.set_owner(owner.clone());
-            // Flushed before the next member's is written: a power cut tears at most one.
+            // Durable before the next member's is written: a power cut tears at most one. A
+            // durable write, not write + flush: a flush of a file member would also write back
+            // every data page written since the last one, every renewal (10 s), with the
+            // metadata lock held.
             let _ = held
                 .whole
-                .write_at(&held.sb.encode()[..], SUPERBLOCK_OFFSET)
-                .and_then(|()| held.whole.flush());
+                .write_durable_at(&held.sb.encode()[..], SUPERBLOCK_OFFSET);
         }
     }
 

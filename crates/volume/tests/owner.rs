@@ -234,3 +234,86 @@ fn create_never_overwrites_a_served_array_force_or_not() {
     ondisk::refuse_if_served(&members).unwrap();
     create(&members, &opts).unwrap();
 }
+
+/// A member that counts its flushes and durable writes.
+#[derive(Debug)]
+struct Counted {
+    inner: Arc<dyn Member>,
+    flushes: std::sync::atomic::AtomicU64,
+    durable: std::sync::atomic::AtomicU64,
+}
+
+impl Member for Counted {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.durable
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.write_durable_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.flushes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+}
+
+/// A renewal writes each member's superblock durably on its own, without flushing the member:
+/// a flush of a file member would write back every data page written since the last one,
+/// every 10 s, with the metadata lock held.
+#[test]
+fn a_renewal_writes_each_superblock_durably_without_flushing_the_member() {
+    let counted: Vec<Arc<Counted>> = array()
+        .into_iter()
+        .map(|inner| {
+            Arc::new(Counted {
+                inner,
+                flushes: Default::default(),
+                durable: Default::default(),
+            })
+        })
+        .collect();
+    let members: Vec<Arc<dyn Member>> = counted.iter().map(|c| Arc::clone(c) as _).collect();
+    let v = assemble(members.clone(), &owned_by(&ThisHost::get(), false)).unwrap();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::SeqCst);
+    let before: Vec<(u64, u64)> = counted
+        .iter()
+        .map(|c| (load(&c.flushes), load(&c.durable)))
+        .collect();
+    let renewed_before = sbs(&members)[0].owner.as_ref().unwrap().renewed_secs;
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    v.renew_owner().unwrap();
+    for (c, (flushes, durable)) in counted.iter().zip(before) {
+        assert_eq!(
+            load(&c.flushes),
+            flushes,
+            "{}: a renewal flushed the member",
+            c.name()
+        );
+        assert_eq!(
+            load(&c.durable),
+            durable + 1,
+            "{}: one durable superblock write",
+            c.name()
+        );
+    }
+    assert!(sbs(&members)
+        .iter()
+        .all(|sb| sb.owner.as_ref().unwrap().renewed_secs > renewed_before));
+}
